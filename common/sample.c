@@ -1,0 +1,26 @@
+/* Stack storage, reused across samples (see sample.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/sample.h"
+#include "common/util.h"
+
+struct spy_frame *spy_stack_push(struct spy_stack *s)
+{
+	SPY_GROW(s->v, s->alloc, s->n + 1);
+	struct spy_frame *f = &s->v[s->n++];
+	memset(f, 0, sizeof(*f));
+	return f;
+}
+
+void spy_stack_reset(struct spy_stack *s)
+{
+	s->n = 0;
+	s->truncated = 0;
+}
+
+void spy_stack_release(struct spy_stack *s)
+{
+	free(s->v);
+	memset(s, 0, sizeof(*s));
+}

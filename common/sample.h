@@ -1,0 +1,50 @@
+/*
+ * The frame and stack types that cross module boundaries. Strings in a frame
+ * are interned in the session's spy_strtab (strtab.h) and live until it is
+ * released, so nobody frees them one by one.
+ *
+ * A stack is ordered innermost frame first, as it is walked.
+ */
+#ifndef SPY_COMMON_SAMPLE_H
+#define SPY_COMMON_SAMPLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/mem.h"
+
+enum spy_frame_kind {
+	SPY_FRAME_PYTHON = 0,
+	SPY_FRAME_NATIVE = 1,
+	SPY_FRAME_SYNTHETIC = 2, /* a process or thread root added by cmd */
+};
+
+enum spy_frame_flags {
+	SPY_FRAME_PY_ENTRY = 1,   /* first Python frame run by one C-level eval call */
+	SPY_FRAME_TRUNCATED = 2,  /* the walk stopped here (bound hit or bad pointer) */
+};
+
+struct spy_frame {
+	const char *func;   /* qualified name where the version has one */
+	const char *file;   /* file name, or library for native frames */
+	uint32_t line;      /* 0 when unknown */
+	uint8_t kind;       /* enum spy_frame_kind */
+	uint8_t flags;      /* enum spy_frame_flags */
+	spy_addr_t addr;    /* code object (Python) or pc (native) */
+};
+
+struct spy_stack {
+	struct spy_frame *v;
+	size_t n, alloc;
+	int32_t tid;
+	uint8_t truncated;  /* nonzero when the walk did not reach the root */
+};
+
+#define SPY_STACK_INIT { NULL, 0, 0, 0, 0 }
+
+/* Append a frame; reuses storage, so steady-state pushes do not allocate. */
+struct spy_frame *spy_stack_push(struct spy_stack *s);
+void spy_stack_reset(struct spy_stack *s);
+void spy_stack_release(struct spy_stack *s);
+
+#endif

@@ -1,0 +1,75 @@
+/* Allocation wrappers: abort on out-of-memory (see util.h for why). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+
+static _Noreturn void oom(size_t n)
+{
+	fprintf(stderr, "spy: out of memory allocating %zu bytes\n", n);
+	abort();
+}
+
+void *spy_xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	if (!p) {
+		oom(n);
+	}
+	return p;
+}
+
+void *spy_xcalloc(size_t nmemb, size_t size)
+{
+	void *p = calloc(nmemb ? nmemb : 1, size ? size : 1);
+	if (!p) {
+		oom(nmemb * size);
+	}
+	return p;
+}
+
+void *spy_xrealloc(void *p, size_t n)
+{
+	void *q = realloc(p, n ? n : 1);
+	if (!q) {
+		oom(n);
+	}
+	return q;
+}
+
+char *spy_xstrdup(const char *s)
+{
+	size_t n = strlen(s) + 1;
+	char *d = spy_xmalloc(n);
+	memcpy(d, s, n);
+	return d;
+}
+
+void spy_grow(void **v, size_t *alloc, size_t need, size_t elsize)
+{
+	if (need <= *alloc) {
+		return;
+	}
+	size_t n = *alloc ? *alloc : 8;
+	while (n < need) {
+		if (n > ((size_t)-1) / 2 / elsize) {
+			oom(need * elsize);
+		}
+		n *= 2;
+	}
+	*v = spy_xrealloc(*v, n * elsize);
+	*alloc = n;
+}
+
+void spy_bug(const char *file, int line, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "spy: BUG at %s:%d: ", file, line);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	abort();
+}

@@ -1,0 +1,81 @@
+/*
+ * pystate: finding and walking a CPython runtime in someone else's memory.
+ *
+ * pystate reads the target only through a const struct spy_mem *: it never
+ * sees a pid, a file or an ELF. cmd/target.c finds the anchors (symbol
+ * addresses from symbolize/) and passes them in as struct pyrt_hints; unit
+ * tests and fuzzers hand it synthetic memory the same way.
+ *
+ * Everything read is hostile input: every pointer is checked, every loop and
+ * length is bounded (common/bounds.h), every linked walk has a cycle check,
+ * and garbage yields an error code, never a crash or a hang.
+ */
+#ifndef SPY_PYSTATE_PYSTATE_H
+#define SPY_PYSTATE_PYSTATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "common/mem.h"
+#include "common/sample.h"
+#include "common/strtab.h"
+
+/* Anchors found outside pystate; 0 means "not known". */
+struct pyrt_hints {
+	const char *binary;          /* the ELF holding the runtime, for messages */
+	int32_t pid;                 /* the target's pid: the main thread's TID (2.7-3.10 TID discovery) */
+	spy_addr_t runtime;          /* _PyRuntime (3.7+) */
+	spy_addr_t py_version;       /* Py_Version (3.11+): uint32 PY_VERSION_HEX */
+	spy_addr_t interp_head;      /* the static interp_head pointer variable (2.7, 3.6) */
+	spy_addr_t interp_head_fn;   /* PyInterpreterState_Head() code (2.7, 3.6) */
+	spy_addr_t tstate_current;   /* _PyThreadState_Current (2.7, 3.6) */
+	spy_addr_t data_lo, data_hi; /* writable data (.data/.bss) of the ELF, for scans */
+	uint32_t version_hint;       /* PY_VERSION_HEX from the file name, 0 if unknown */
+};
+
+struct pyrt;
+
+struct py_thread {
+	spy_addr_t tstate;
+	spy_addr_t interp;
+	int64_t interp_id;
+	uint64_t thread_id;   /* pthread_t: threading.get_ident() */
+	int32_t native_tid;   /* kernel TID; 0 if unknown */
+	bool holds_gil;
+};
+
+/*
+ * Find the runtime: decide the version (exact, from the target), pick the
+ * layout row and walking strategies, and validate that the interpreter the
+ * hints lead to is real. -SPY_ENOPY if no interpreter is found, -SPY_EVERSION
+ * ("Python 3.N: unsupported layout ...") if it is found but not understood.
+ * strs receives every decoded string and must outlive the pyrt.
+ */
+int pyrt_new(struct pyrt **out, const struct spy_mem *mem, const struct pyrt_hints *hints,
+	     struct spy_strtab *strs, struct spy_err *err);
+void pyrt_free(struct pyrt *rt);
+
+/* PY_VERSION_HEX of the target, e.g. 0x030b07f0 for 3.11.7. */
+uint32_t pyrt_version(const struct pyrt *rt);
+/* "3.11.7" */
+const char *pyrt_version_string(const struct pyrt *rt);
+
+/*
+ * The Python threads of every interpreter, main interpreter's threads in
+ * creation order as far as the target keeps one. Fills at most max entries;
+ * *n is how many were found (bounded by SPY_MAX_THREADS).
+ */
+int pyrt_threads(struct pyrt *rt, struct py_thread *out, size_t max, size_t *n,
+		 struct spy_err *err);
+
+/*
+ * The Python stack of one thread, innermost frame first, appended to out
+ * (which the caller resets). Frames carry interned strings. A walk stopped by
+ * a bound or bad memory keeps what it read and sets out->truncated.
+ */
+int pyrt_stack(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out,
+	       struct spy_err *err);
+
+#endif
