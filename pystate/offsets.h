@@ -19,10 +19,23 @@
 #include <stdint.h>
 
 #define PYOFF_NONE UINT32_MAX
+/* owner_generator / owner_cstack of a version without that frame owner. */
+#define PYOWNER_NONE 0xff
+
+/*
+ * PEP 393 str `state` bits (Include/cpython/unicodeobject.h, 3.3-3.13).
+ * offsetof cannot measure bit-fields; tools/gen-offsets measures them for
+ * every row anyway and refuses to write a table that disagrees with these.
+ */
+#define PYSTR_STATE_KIND_SHIFT 2
+#define PYSTR_STATE_KIND_MASK 7u
+#define PYSTR_STATE_COMPACT_BIT 5
+#define PYSTR_STATE_ASCII_BIT 6
 
 enum pyframe_model {
 	PYFRAME_OBJECT = 1,   /* 2.7-3.10: PyFrameObject chain through f_back */
-	PYFRAME_IFRAME,       /* 3.11+: _PyInterpreterFrame chain through previous */
+	PYFRAME_IFRAME,       /* 3.11, 3.12: _PyInterpreterFrame chain, f_code is a code object */
+	PYFRAME_IFRAME_EXEC,  /* 3.13+: same chain, f_executable may be any object (skip non-code) */
 };
 
 enum pyline_model {
@@ -59,7 +72,8 @@ struct pyoffsets {
 	uint8_t instr_model;       /* enum pyinstr_model */
 	uint8_t str_model;         /* enum pystr_model */
 	uint8_t gil_model;         /* enum pygil_model */
-	uint8_t owner_cstack;      /* iframe owner value of C-stack shims; 0xff: none */
+	uint8_t owner_generator;   /* FRAME_OWNED_BY_GENERATOR (3.11+); PYOWNER_NONE */
+	uint8_t owner_cstack;      /* FRAME_OWNED_BY_CSTACK: C-stack shims (3.12+); PYOWNER_NONE */
 
 	/* _PyRuntimeState */
 	uint32_t rt_size;
@@ -103,6 +117,7 @@ struct pyoffsets {
 	uint32_t iframe_previous;
 	uint32_t iframe_instr;         /* prev_instr (3.11, 3.12) / instr_ptr (3.13+) */
 	uint32_t iframe_owner;         /* owner (char) */
+	uint32_t iframe_is_entry;      /* is_entry (bool, 3.11 only) */
 	uint32_t iframe_localsplus;
 
 	/* PyCodeObject */
@@ -129,7 +144,57 @@ struct pyoffsets {
 	uint32_t str_state;            /* PyASCIIObject.state (u32 bitfield) */
 	uint32_t str_ascii_data;       /* sizeof(PyASCIIObject) */
 	uint32_t str_compact_data;     /* sizeof(PyCompactUnicodeObject) */
+
+	/*
+	 * 3.13+: where each value sits inside the target's own
+	 * _Py_DebugOffsets (Include/internal/pycore_runtime.h), the first
+	 * member of _PyRuntimeState. size == 0 when the version has none.
+	 * Field names follow the struct pyoffsets field each value replaces;
+	 * the interp_gil_* values are relative to PyInterpreterState.
+	 */
+	struct pydebug_layout {
+		uint32_t size;             /* sizeof(_Py_DebugOffsets) */
+		uint32_t version;
+		uint32_t free_threaded;
+		uint32_t rt_interpreters_head;
+		uint32_t interp_id;
+		uint32_t interp_next;
+		uint32_t interp_tstate_head;
+		uint32_t interp_ceval_gil;
+		uint32_t interp_gil_state;  /* offset of _gil inside the interp */
+		uint32_t interp_gil_locked; /* of _gil.locked inside the interp */
+		uint32_t interp_gil_holder; /* of _gil.last_holder inside the interp */
+		uint32_t tstate_size;
+		uint32_t tstate_next;
+		uint32_t tstate_interp;
+		uint32_t tstate_current_frame;
+		uint32_t tstate_thread_id;
+		uint32_t tstate_native_thread_id;
+		uint32_t iframe_size;
+		uint32_t iframe_previous;
+		uint32_t iframe_code;
+		uint32_t iframe_instr;
+		uint32_t iframe_localsplus;
+		uint32_t iframe_owner;
+		uint32_t code_size;
+		uint32_t code_filename;
+		uint32_t code_name;
+		uint32_t code_qualname;
+		uint32_t code_linetable;
+		uint32_t code_firstlineno;
+		uint32_t code_adaptive;
+		uint32_t ob_type;
+		uint32_t type_name;
+		uint32_t tuple_item;
+		uint32_t bytes_sval;
+		uint32_t str_state;
+		uint32_t str_length;
+		uint32_t str_ascii_size;   /* sizeof(PyASCIIObject) */
+	} dbg;
 };
+
+/* The 8-byte cookie at the start of _Py_DebugOffsets (3.13+). */
+#define PYDEBUG_COOKIE "xdebugpy"
 
 /* The generated rows, oldest first. */
 extern const struct pyoffsets pyoffsets_table[];

@@ -65,15 +65,24 @@ const char *pyrt_version_string(const struct pyrt *rt);
 /*
  * The Python threads of every interpreter, main interpreter's threads in
  * creation order as far as the target keeps one. Fills at most max entries;
- * *n is how many were found (bounded by SPY_MAX_THREADS).
+ * *n is how many were found (bounded by SPY_MAX_THREADS), which may exceed
+ * max. A list cut short by bad memory, a cycle or a bound still returns 0
+ * with what was read; -SPY_ECORRUPT only when not one thread was readable.
+ * native_tid is native_thread_id on 3.11+; before that it is read from
+ * glibc's struct pthread when hints->pid allowed finding the tid field, else 0.
  */
 int pyrt_threads(struct pyrt *rt, struct py_thread *out, size_t max, size_t *n,
 		 struct spy_err *err);
 
 /*
  * The Python stack of one thread, innermost frame first, appended to out
- * (which the caller resets). Frames carry interned strings. A walk stopped by
- * a bound or bad memory keeps what it read and sets out->truncated.
+ * (which the caller resets). Frames carry interned strings; addr is the code
+ * object; line is 0 when unknown. SPY_FRAME_PY_ENTRY marks the first frame
+ * of each C-level eval-loop call (every frame before 3.11; 3.11 is_entry;
+ * 3.12+ the frame above a C-stack shim). A walk stopped by a bound, a cycle
+ * or bad memory keeps what it read, sets out->truncated and flags its last
+ * frame SPY_FRAME_TRUNCATED, and returns 0. Returns -SPY_EMEM only when the
+ * thread's first frame pointer cannot be read (the thread went away).
  */
 int pyrt_stack(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out,
 	       struct spy_err *err);

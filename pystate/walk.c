@@ -1,1 +1,238 @@
-/* placeholder: being written */
+/*
+ * Walking one thread's Python stack, and finding the GIL holder: one
+ * strategy per model (offsets.h), picked once by pyrt_new.
+ *
+ *   PYFRAME_OBJECT (2.7-3.10): PyFrameObject chain through f_back
+ *       (Include/frameobject.h; 3.10 Include/cpython/frameobject.h).
+ *   PYFRAME_IFRAME / _EXEC (3.11+): _PyInterpreterFrame chain through
+ *       previous (Include/internal/pycore_frame.h), skipping C-stack shims
+ *       (owner == FRAME_OWNED_BY_CSTACK, 3.12+), frames that have not
+ *       started (CPython's _PyFrame_IsIncomplete), and in 3.13+ frames whose
+ *       f_executable is not a code object.
+ *
+ * Each frame is copied in one read into a local buffer and decoded from that
+ * copy: under a non-stopping sampler separate reads could straddle two
+ * different frames. A walk that meets unreadable memory, a bad pointer, a
+ * cycle or the depth bound keeps the frames it has, marks the stack (and its
+ * last frame) truncated, and returns 0: a partial stack is a normal sample.
+ */
+#include <string.h>
+
+#include "common/bounds.h"
+#include "common/err.h"
+#include "pystate/internal.h"
+
+void pyrt_seen_reset(struct pyrt *rt)
+{
+	if (++rt->seen_gen == 0) {
+		memset(rt->seen, 0, PYRT_SEEN_SLOTS * sizeof(*rt->seen));
+		rt->seen_gen = 1;
+	}
+}
+
+bool pyrt_seen(struct pyrt *rt, spy_addr_t addr)
+{
+	uint64_t h = (addr >> 3) * 0x9e3779b97f4a7c15ull;
+	size_t i = (size_t)(h >> 40) & (PYRT_SEEN_SLOTS - 1);
+	for (size_t probes = 0; probes < PYRT_SEEN_SLOTS; probes++) {
+		struct pyrt_seen_ent *e = &rt->seen[i];
+		if (e->gen != rt->seen_gen) {
+			e->gen = rt->seen_gen;
+			e->addr = addr;
+			return false;
+		}
+		if (e->addr == addr) {
+			return true;
+		}
+		i = (i + 1) & (PYRT_SEEN_SLOTS - 1);
+	}
+	return true; /* full: cannot happen under the caps; treat as a loop */
+}
+
+static void truncate_stack(struct spy_stack *out)
+{
+	out->truncated = 1;
+	if (out->n) {
+		out->v[out->n - 1].flags |= SPY_FRAME_TRUNCATED;
+	}
+}
+
+static struct spy_frame *push(struct spy_stack *out, const struct pycode *c, uint32_t line,
+			      uint8_t flags)
+{
+	struct spy_frame *f = spy_stack_push(out);
+	f->func = c->func;
+	f->file = c->file;
+	f->line = line;
+	f->kind = SPY_FRAME_PYTHON;
+	f->flags = flags;
+	f->addr = c->addr;
+	return f;
+}
+
+/*
+ * Read and decode the code object at addr (one read of its fixed part).
+ * Returns 1 when addr is a readable object that is not a code object (3.13+
+ * frames may run other executables), 0 with *c set, or a negative error.
+ */
+static int get_code(struct pyrt *rt, spy_addr_t addr, unsigned char *hdr, struct pycode **c)
+{
+	if (!spy_mem_plausible(rt->mem, addr, 8)) {
+		return -SPY_ECORRUPT;
+	}
+	if (spy_mem_read(rt->mem, addr, hdr, rt->code_span) < 0) {
+		return -SPY_EMEM;
+	}
+	if (!pyrt_is_type(rt, &rt->code_type, pyrt_u64(hdr, rt->off.ob_type), "code")) {
+		return 1;
+	}
+	return pycode_get(rt, addr, hdr, c);
+}
+
+int pyrt_walk_frameobj(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out)
+{
+	const struct pyoffsets *o = &rt->off;
+	unsigned char fbuf[PYRT_MAX_SPAN], cbuf[PYRT_MAX_SPAN];
+	spy_addr_t f;
+
+	if (spy_mem_read_addr(rt->mem, t->tstate + o->tstate_frame, &f) < 0) {
+		return -SPY_EMEM;
+	}
+	pyrt_seen_reset(rt);
+	for (size_t depth = 0; f; depth++) {
+		struct pycode *c;
+		if (depth >= SPY_MAX_PY_DEPTH || pyrt_seen(rt, f) ||
+		    !spy_mem_plausible(rt->mem, f, 8) ||
+		    spy_mem_read(rt->mem, f, fbuf, rt->frame_span) < 0 ||
+		    get_code(rt, pyrt_u64(fbuf, o->frame_code), cbuf, &c) != 0) {
+			truncate_stack(out);
+			return 0;
+		}
+		int64_t lasti = (int32_t)pyrt_u32(fbuf, o->frame_lasti);
+		int64_t addr = o->instr_model == PYINSTR_LASTI_UNITS ? 2 * lasti : lasti;
+		/* Before 3.11 every Python call is its own C-level eval call. */
+		push(out, c, pycode_line(rt, c, addr), SPY_FRAME_PY_ENTRY);
+		f = pyrt_u64(fbuf, o->frame_back);
+	}
+	return 0;
+}
+
+static int top_iframe(struct pyrt *rt, spy_addr_t tstate, spy_addr_t *f)
+{
+	const struct pyoffsets *o = &rt->off;
+	if (o->tstate_current_frame != PYOFF_NONE) {
+		return spy_mem_read_addr(rt->mem, tstate + o->tstate_current_frame, f);
+	}
+	/* 3.11/3.12: tstate->cframe lives on the thread's C stack. */
+	spy_addr_t cf;
+	if (spy_mem_read_addr(rt->mem, tstate + o->tstate_cframe, &cf) < 0) {
+		return -SPY_EMEM;
+	}
+	if (!cf) {
+		*f = 0;
+		return 0;
+	}
+	if (!spy_mem_plausible(rt->mem, cf, 8)) {
+		return -SPY_ECORRUPT;
+	}
+	return spy_mem_read_addr(rt->mem, cf + o->cframe_current_frame, f);
+}
+
+int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out)
+{
+	const struct pyoffsets *o = &rt->off;
+	unsigned char fbuf[PYRT_MAX_SPAN], cbuf[PYRT_MAX_SPAN];
+	spy_addr_t f;
+	bool exec_any = o->frame_model == PYFRAME_IFRAME_EXEC;
+
+	if (top_iframe(rt, t->tstate, &f) < 0) {
+		return -SPY_EMEM;
+	}
+	pyrt_seen_reset(rt);
+	for (size_t depth = 0; f; depth++) {
+		if (depth >= SPY_MAX_PY_DEPTH || pyrt_seen(rt, f) ||
+		    !spy_mem_plausible(rt->mem, f, 8) ||
+		    spy_mem_read(rt->mem, f, fbuf, rt->frame_span) < 0) {
+			truncate_stack(out);
+			return 0;
+		}
+		spy_addr_t prev = pyrt_u64(fbuf, o->iframe_previous);
+		uint8_t owner = fbuf[o->iframe_owner];
+		if (owner == o->owner_cstack) {
+			/* The frame above the shim is the first of its eval-loop call. */
+			if (out->n) {
+				out->v[out->n - 1].flags |= SPY_FRAME_PY_ENTRY;
+			}
+			f = prev;
+			continue;
+		}
+		spy_addr_t code = pyrt_u64(fbuf, o->iframe_code);
+		struct pycode *c;
+		int rc = get_code(rt, code, cbuf, &c);
+		if (rc == 1 && exec_any) {
+			f = prev; /* 3.13+: f_executable may be None or a non-code object */
+			continue;
+		}
+		if (rc != 0) {
+			truncate_stack(out);
+			return 0;
+		}
+		/* _PyInterpreterFrame_LASTI: code units from the first instruction. */
+		spy_addr_t start = code + o->code_adaptive;
+		spy_addr_t instr = pyrt_u64(fbuf, o->iframe_instr);
+		int64_t idx = (int64_t)(instr - start) / 2;
+		if (owner != o->owner_generator && o->code_firsttraceable != PYOFF_NONE &&
+		    idx < (int32_t)pyrt_u32(cbuf, o->code_firsttraceable)) {
+			f = prev; /* _PyFrame_IsIncomplete: RESUME has not run yet */
+			continue;
+		}
+		/* ob_size of a 3.11+ code object counts its code units. */
+		int64_t nunits = (int64_t)pyrt_u64(cbuf, o->ob_size);
+		uint32_t line = (idx < -1 || idx > nunits) ? 0 : pycode_line(rt, c, 2 * idx);
+		uint8_t flags = 0;
+		if (o->iframe_is_entry != PYOFF_NONE && fbuf[o->iframe_is_entry]) {
+			flags |= SPY_FRAME_PY_ENTRY;
+		}
+		push(out, c, line, flags);
+		f = prev;
+	}
+	return 0;
+}
+
+/* 2.7/3.6: the exported _PyThreadState_Current variable is the holder. */
+spy_addr_t pyrt_gil_tstate_current(struct pyrt *rt, spy_addr_t interp)
+{
+	spy_addr_t t = 0;
+	if (!rt->tstate_current || spy_mem_read_addr(rt->mem, rt->tstate_current, &t) < 0) {
+		return 0;
+	}
+	return t;
+}
+
+/* 3.7-3.11: _PyRuntime.gilstate.tstate_current, NULL while nobody holds it. */
+spy_addr_t pyrt_gil_runtime(struct pyrt *rt, spy_addr_t interp)
+{
+	spy_addr_t t = 0;
+	if (spy_mem_read_addr(rt->mem, rt->runtime + rt->off.rt_gilstate_tstate_current, &t) < 0) {
+		return 0;
+	}
+	return t;
+}
+
+/*
+ * 3.12+: interp->ceval.gil -> _gil_runtime_state. last_holder keeps its
+ * value after a release; only locked says whether it is held now.
+ */
+spy_addr_t pyrt_gil_interp(struct pyrt *rt, spy_addr_t interp)
+{
+	const struct pyoffsets *o = &rt->off;
+	spy_addr_t g, holder;
+	int32_t locked;
+	if (spy_mem_read_addr(rt->mem, interp + o->interp_ceval_gil, &g) < 0 ||
+	    !spy_mem_plausible(rt->mem, g, 8) ||
+	    spy_mem_read(rt->mem, g + o->gil_locked, &locked, sizeof(locked)) < 0 || locked != 1 ||
+	    spy_mem_read_addr(rt->mem, g + o->gil_last_holder, &holder) < 0) {
+		return 0;
+	}
+	return holder;
+}

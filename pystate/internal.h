@@ -1,0 +1,140 @@
+/*
+ * pystate's private types: struct pyrt and the code-object cache. Unit tests
+ * may include this to look inside; nothing outside pystate/ and tests/ may.
+ */
+#ifndef SPY_PYSTATE_INTERNAL_H
+#define SPY_PYSTATE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/mem.h"
+#include "common/sample.h"
+#include "common/strtab.h"
+#include "pystate/offsets.h"
+#include "pystate/pystate.h"
+
+/* Code-cache slots: enough for the hot code of a big program, bounded so
+ * a target churning through lambdas cannot grow us. Power of two. */
+#define PYCODE_CACHE_SLOTS 4096
+
+/* Largest fixed part of a struct we copy in one read (PyCodeObject,
+ * _PyInterpreterFrame, the PyThreadState fields we use, PyFrameObject). */
+#define PYRT_MAX_SPAN 0x400
+
+/* What we keep per code object: everything the line lookup and the frame
+ * need, so steady-state samples re-read only the fixed header. */
+struct pycode {
+	spy_addr_t addr;          /* 0: empty slot */
+	/* fingerprint, re-checked against each sample's header read */
+	spy_addr_t type, name_ptr;
+	int32_t firstlineno;
+	const char *func, *file;  /* interned */
+	uint8_t *tab;             /* line table bytes (owned) */
+	size_t tab_len, tab_alloc;
+	int64_t memo_addr;        /* last lookup, the common case for a hot frame */
+	int32_t memo_line;
+};
+
+struct pyrt;
+typedef int (*pyrt_walk_fn)(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out);
+typedef spy_addr_t (*pyrt_gil_fn)(struct pyrt *rt, spy_addr_t interp);
+
+struct pyrt {
+	const struct spy_mem *mem;
+	struct spy_strtab *strs;
+	/* The row for the target's version, refined by _Py_DebugOffsets (3.13+). */
+	struct pyoffsets off;
+	uint32_t version;
+	char version_str[24];
+	const char *version_source; /* "debug offsets", "Py_Version", "hint" */
+	spy_addr_t runtime;         /* _PyRuntime, 0 for 2.7/3.6 */
+	spy_addr_t interp_head_var; /* 2.7/3.6: the interp_head pointer variable */
+	spy_addr_t tstate_current;  /* 2.7/3.6: _PyThreadState_Current */
+	int32_t pid;
+
+	/* Strategies, picked once from the row's models. */
+	pyrt_walk_fn walk;
+	pyrt_gil_fn gil_holder;
+
+	/* Struct spans: the bytes from a struct's start through its last field we use. */
+	size_t tstate_span, frame_span, code_span;
+
+	/* Type objects learned on first sight (tp_name check), then compared by address. */
+	spy_addr_t code_type, str_type, bytes_type;
+
+	/* pthread tid offset for versions without native_thread_id: 0 unknown. */
+	uint32_t tid_off;
+	bool tid_tried;
+
+	struct pycode *cache;       /* PYCODE_CACHE_SLOTS entries */
+	uint64_t cache_hits, cache_misses;
+
+	struct pyrt_seen_ent *seen; /* PYRT_SEEN_SLOTS, see pyrt_seen() */
+	uint32_t seen_gen;
+
+	struct py_thread *tmp;      /* pyrt_threads scratch, reused */
+	size_t tmp_alloc;
+
+	const char *unknown;        /* interned "<unknown>" */
+};
+
+/* code.c */
+void pycode_cache_init(struct pyrt *rt);
+void pycode_cache_release(struct pyrt *rt);
+/*
+ * The cache entry for the code object at addr, whose first rt->code_span
+ * bytes the caller has already read into hdr (one read per frame, per
+ * sample). Validates the type and, on a miss or fingerprint change, decodes
+ * names and the line table. Returns 0, -SPY_ECORRUPT (not a code object or
+ * bad fields), -SPY_EMEM.
+ */
+int pycode_get(struct pyrt *rt, spy_addr_t addr, const unsigned char *hdr, struct pycode **out);
+/* Line for byte offset addr in c, 0 when unknown. */
+uint32_t pycode_line(struct pyrt *rt, struct pycode *c, int64_t addr);
+/* Is type the code type? First call checks tp_name and remembers. */
+bool pyrt_is_type(struct pyrt *rt, spy_addr_t *cached, spy_addr_t type, const char *name);
+
+/* walk.c */
+int pyrt_walk_frameobj(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out);
+int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out);
+spy_addr_t pyrt_gil_tstate_current(struct pyrt *rt, spy_addr_t interp);
+spy_addr_t pyrt_gil_runtime(struct pyrt *rt, spy_addr_t interp);
+spy_addr_t pyrt_gil_interp(struct pyrt *rt, spy_addr_t interp);
+
+/* Little-endian field access on a local copy of a remote struct. */
+static inline uint64_t pyrt_u64(const unsigned char *buf, uint32_t off)
+{
+	uint64_t v;
+	__builtin_memcpy(&v, buf + off, 8);
+	return v;
+}
+
+static inline uint32_t pyrt_u32(const unsigned char *buf, uint32_t off)
+{
+	uint32_t v;
+	__builtin_memcpy(&v, buf + off, 4);
+	return v;
+}
+
+/*
+ * Exact cycle detection for linked walks (frames, thread states): a
+ * generation-stamped open-addressing set, so starting a new walk costs an
+ * increment, not a clear. The count caps (SPY_MAX_PY_DEPTH,
+ * SPY_MAX_THREADS) bound insertions per walk to under half the slots, so
+ * probing always finds a free slot.
+ */
+#define PYRT_SEEN_SLOTS 16384
+
+struct pyrt_seen_ent {
+	spy_addr_t addr;
+	uint32_t gen;
+};
+
+/* Start a new walk: forget every address seen so far. */
+void pyrt_seen_reset(struct pyrt *rt);
+/* true when addr was already seen on this walk; otherwise remember it. */
+bool pyrt_seen(struct pyrt *rt, spy_addr_t addr);
+
+#endif

@@ -1,0 +1,620 @@
+/*
+ * Synthetic CPython images (see fakepy.h).
+ *
+ * The image is laid out only from a struct pyoffsets row and the models it
+ * names, never from CPython headers, so the same builder serves every row in
+ * the table -- and a test can hand it a doctored row (a "future version" with
+ * moved fields) to check that pystate follows _Py_DebugOffsets rather than
+ * its own table. Line tables are produced by small encoders written here,
+ * independently of pystate/linetable.c, so a walk test checks the decoder
+ * too; the decoder's ground truth is the real-interpreter fixtures.
+ *
+ * Memory is one calloc'd arena: allocations never move, so fakepy_at()
+ * pointers stay valid for the image's life.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/util.h"
+#include "tests/lib/fakepy.h"
+
+#define ARENA (24u << 20)
+#define PTHREAD_SIZE 0x800
+#define PTHREAD_TID 0x2d0
+
+struct fakepy {
+	struct pyoffsets row;
+	uint32_t version;
+	unsigned char *mem;
+	size_t used;
+	struct spy_map map;
+	struct spy_mem smem;
+	struct pyrt_hints hints;
+	spy_addr_t runtime, interp_head_var, tstate_current_var;
+	spy_addr_t main_interp;
+	spy_addr_t code_type, str_type, bytes_type, none_type, none;
+	spy_addr_t trampoline;
+};
+
+static int fake_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
+{
+	struct fakepy *fp = ctx;
+	if (addr < FAKEPY_BASE || len > ARENA || addr - FAKEPY_BASE > ARENA - len) {
+		return -SPY_EMEM;
+	}
+	memcpy(dst, fp->mem + (addr - FAKEPY_BASE), len);
+	return 0;
+}
+
+spy_addr_t fakepy_alloc(struct fakepy *fp, size_t size)
+{
+	size_t at = (fp->used + 15) & ~(size_t)15;
+	if (at + size > ARENA) {
+		SPY_BUG("fakepy: arena full");
+	}
+	fp->used = at + size;
+	return FAKEPY_BASE + at;
+}
+
+void *fakepy_at(struct fakepy *fp, spy_addr_t addr)
+{
+	if (addr < FAKEPY_BASE || addr - FAKEPY_BASE >= ARENA) {
+		SPY_BUG("fakepy: 0x%llx outside the image", (unsigned long long)addr);
+	}
+	return fp->mem + (addr - FAKEPY_BASE);
+}
+
+void fakepy_w64(struct fakepy *fp, spy_addr_t addr, uint64_t v)
+{
+	memcpy(fakepy_at(fp, addr), &v, 8);
+}
+
+void fakepy_w32(struct fakepy *fp, spy_addr_t addr, uint32_t v)
+{
+	memcpy(fakepy_at(fp, addr), &v, 4);
+}
+
+void fakepy_w8(struct fakepy *fp, spy_addr_t addr, uint8_t v)
+{
+	*(uint8_t *)fakepy_at(fp, addr) = v;
+}
+
+uint64_t fakepy_r64(struct fakepy *fp, spy_addr_t addr)
+{
+	uint64_t v;
+	memcpy(&v, fakepy_at(fp, addr), 8);
+	return v;
+}
+
+static spy_addr_t cstring(struct fakepy *fp, const char *s)
+{
+	size_t n = strlen(s) + 1;
+	spy_addr_t a = fakepy_alloc(fp, n);
+	memcpy(fakepy_at(fp, a), s, n);
+	return a;
+}
+
+spy_addr_t fakepy_type(struct fakepy *fp, const char *tp_name)
+{
+	spy_addr_t t = fakepy_alloc(fp, 0x200);
+	fakepy_w64(fp, t, 1);
+	fakepy_w64(fp, t + fp->row.type_name, cstring(fp, tp_name));
+	return t;
+}
+
+spy_addr_t fakepy_code_type(struct fakepy *fp)
+{
+	return fp->code_type;
+}
+
+const struct spy_mem *fakepy_mem(struct fakepy *fp)
+{
+	return &fp->smem;
+}
+
+struct pyrt_hints *fakepy_hints(struct fakepy *fp)
+{
+	return &fp->hints;
+}
+
+const struct pyoffsets *fakepy_row(struct fakepy *fp)
+{
+	return &fp->row;
+}
+
+/* ---- strings ---- */
+
+static size_t utf8_decode(const char *s, uint32_t *cps, size_t max)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t n = 0;
+	while (*p && n < max) {
+		uint32_t c = *p++;
+		int more = 0;
+		if (c >= 0xf0) {
+			c &= 0x07, more = 3;
+		} else if (c >= 0xe0) {
+			c &= 0x0f, more = 2;
+		} else if (c >= 0xc0) {
+			c &= 0x1f, more = 1;
+		}
+		while (more-- > 0 && *p) {
+			c = (c << 6) | (*p++ & 0x3f);
+		}
+		cps[n++] = c;
+	}
+	return n;
+}
+
+spy_addr_t fakepy_str_raw(struct fakepy *fp, int64_t length, uint32_t state, const void *data,
+			  size_t datalen)
+{
+	const struct pyoffsets *o = &fp->row;
+	int ascii = (state >> PYSTR_STATE_ASCII_BIT) & 1;
+	uint32_t hdr = ascii ? o->str_ascii_data : o->str_compact_data;
+	spy_addr_t s = fakepy_alloc(fp, hdr + datalen + 8);
+	fakepy_w64(fp, s, 1);
+	fakepy_w64(fp, s + o->ob_type, fp->str_type);
+	fakepy_w64(fp, s + o->str_length, (uint64_t)length);
+	fakepy_w32(fp, s + o->str_state, state);
+	if (datalen) {
+		memcpy(fakepy_at(fp, s + hdr), data, datalen);
+	}
+	return s;
+}
+
+spy_addr_t fakepy_str(struct fakepy *fp, const char *utf8)
+{
+	const struct pyoffsets *o = &fp->row;
+	if (o->str_model == PYSTR_BYTES27) {
+		size_t n = strlen(utf8);
+		spy_addr_t s = fakepy_alloc(fp, o->bytes_sval + n + 1);
+		fakepy_w64(fp, s, 1);
+		fakepy_w64(fp, s + o->ob_type, fp->str_type);
+		fakepy_w64(fp, s + o->ob_size, n);
+		memcpy(fakepy_at(fp, s + o->bytes_sval), utf8, n + 1);
+		return s;
+	}
+	size_t max = strlen(utf8) + 1;
+	uint32_t *cps = spy_xmalloc(max * sizeof(*cps));
+	size_t n = utf8_decode(utf8, cps, max);
+	uint32_t top = 0;
+	for (size_t i = 0; i < n; i++) {
+		top = cps[i] > top ? cps[i] : top;
+	}
+	unsigned kind = top < 0x100 ? 1 : top < 0x10000 ? 2 : 4;
+	int ascii = top < 0x80;
+	unsigned char *data = spy_xcalloc(n + 1, kind);
+	for (size_t i = 0; i < n; i++) {
+		if (kind == 1) {
+			data[i] = (unsigned char)cps[i];
+		} else if (kind == 2) {
+			uint16_t u = (uint16_t)cps[i];
+			memcpy(data + 2 * i, &u, 2);
+		} else {
+			memcpy(data + 4 * i, &cps[i], 4);
+		}
+	}
+	/* ready (bit 7, <= 3.11) is set too, as a real compact string has it. */
+	uint32_t state = (kind << PYSTR_STATE_KIND_SHIFT) | (1u << PYSTR_STATE_COMPACT_BIT) |
+			 ((uint32_t)ascii << PYSTR_STATE_ASCII_BIT) | (1u << 7);
+	spy_addr_t s = fakepy_str_raw(fp, (int64_t)n, state, data, (n + 1) * kind);
+	free(data);
+	free(cps);
+	return s;
+}
+
+spy_addr_t fakepy_bytes(struct fakepy *fp, const void *data, size_t len)
+{
+	const struct pyoffsets *o = &fp->row;
+	spy_addr_t b = fakepy_alloc(fp, o->bytes_sval + len + 1);
+	fakepy_w64(fp, b, 1);
+	fakepy_w64(fp, b + o->ob_type, fp->bytes_type);
+	fakepy_w64(fp, b + o->ob_size, len);
+	if (len) {
+		memcpy(fakepy_at(fp, b + o->bytes_sval), data, len);
+	}
+	return b;
+}
+
+/* ---- line tables: encoders, one per format ---- */
+
+static size_t put(uint8_t *out, size_t cap, size_t n, uint8_t b)
+{
+	if (n < cap) {
+		out[n] = b;
+	}
+	return n + 1;
+}
+
+/* co_lnotab: advance to the address, then step the line (2.7 unsigned, 3.x signed). */
+static size_t enc_lnotab(int is_signed, int32_t delta, uint32_t addr, uint8_t *out, size_t cap)
+{
+	size_t n = 0;
+	int lim_hi = is_signed ? 127 : 255, lim_lo = is_signed ? -128 : 0;
+	if (!is_signed && delta < 0) {
+		delta = 0; /* 2.7 tables cannot go backwards */
+	}
+	while (addr > 255) {
+		n = put(out, cap, n, 255);
+		n = put(out, cap, n, 0);
+		addr -= 255;
+	}
+	do {
+		int step = delta > lim_hi ? lim_hi : delta < lim_lo ? lim_lo : delta;
+		n = put(out, cap, n, (uint8_t)addr);
+		n = put(out, cap, n, (uint8_t)(int8_t)step);
+		delta -= step;
+		addr = 0;
+	} while (delta != 0);
+	return n;
+}
+
+/* 3.10: cover [0, a) on the first line, then [a, a+2) on the target line. */
+static size_t enc_310(int32_t delta, uint32_t a, uint32_t end, uint8_t *out, size_t cap)
+{
+	size_t n = 0;
+	end = end > a ? end - a : 0;
+	while (a > 0) {
+		uint32_t len = a > 254 ? 254 : a;
+		n = put(out, cap, n, (uint8_t)len);
+		n = put(out, cap, n, 0);
+		a -= len;
+	}
+	while (delta > 127 || delta < -127) {
+		int step = delta > 0 ? 127 : -127;
+		n = put(out, cap, n, 0);
+		n = put(out, cap, n, (uint8_t)(int8_t)step);
+		delta -= step;
+	}
+	n = put(out, cap, n, 2);
+	n = put(out, cap, n, (uint8_t)(int8_t)delta);
+	end = end > 2 ? end - 2 : 0;
+	while (end > 0) {
+		uint32_t len = end > 254 ? 254 : end;
+		n = put(out, cap, n, (uint8_t)len);
+		n = put(out, cap, n, 0);
+		end -= len;
+	}
+	return n;
+}
+
+static size_t enc_varint(uint32_t v, uint8_t *out, size_t cap, size_t n)
+{
+	while (v >= 64) {
+		n = put(out, cap, n, (uint8_t)(0x40 | (v & 63)));
+		v >>= 6;
+	}
+	return put(out, cap, n, (uint8_t)v);
+}
+
+/* 3.11+: short-form entries up to idx, then a "no columns" entry with the delta. */
+static size_t enc_locations(int32_t delta, uint32_t idx, uint32_t ncode, uint8_t *out, size_t cap)
+{
+	size_t n = 0;
+	uint32_t u = 0;
+	while (u < idx) {
+		uint32_t k = idx - u > 8 ? 8 : idx - u;
+		n = put(out, cap, n, (uint8_t)(0x80 | (0 << 3) | (k - 1)));
+		n = put(out, cap, n, 0x01);
+		u += k;
+	}
+	n = put(out, cap, n, (uint8_t)(0x80 | (13 << 3) | 0));
+	uint32_t sv = delta < 0 ? ((uint32_t)(-delta) << 1) | 1 : (uint32_t)delta << 1;
+	n = enc_varint(sv, out, cap, n);
+	u++;
+	while (u < ncode) {
+		uint32_t k = ncode - u > 8 ? 8 : ncode - u;
+		n = put(out, cap, n, (uint8_t)(0x80 | (0 << 3) | (k - 1)));
+		n = put(out, cap, n, 0x01);
+		u += k;
+	}
+	return n;
+}
+
+size_t fakepy_linetable(int model, int32_t firstlineno, uint32_t ncode, uint32_t idx, int32_t line,
+			uint8_t *out, size_t cap)
+{
+	int32_t delta = line - firstlineno;
+	switch (model) {
+	case PYLINE_LNOTAB_U8:
+		return enc_lnotab(0, delta, 2 * idx, out, cap);
+	case PYLINE_LNOTAB_S8:
+		return enc_lnotab(1, delta, 2 * idx, out, cap);
+	case PYLINE_LINETABLE_310:
+		return enc_310(delta, 2 * idx, 2 * ncode, out, cap);
+	case PYLINE_LOCATIONS:
+		return enc_locations(delta, idx, ncode, out, cap);
+	default:
+		return 0;
+	}
+}
+
+spy_addr_t fakepy_code(struct fakepy *fp, const char *name, const char *file, int32_t firstlineno,
+		       uint32_t ncode, uint32_t idx, int32_t line)
+{
+	const struct pyoffsets *o = &fp->row;
+	uint8_t tab[8192];
+	size_t tlen = fakepy_linetable(o->line_model, firstlineno, ncode, idx, line, tab, sizeof(tab));
+	if (tlen > sizeof(tab)) {
+		SPY_BUG("fakepy: line table too long");
+	}
+	size_t extra = o->code_adaptive != PYOFF_NONE ? 2 * (size_t)ncode : 0;
+	spy_addr_t c = fakepy_alloc(fp, o->code_size + extra + 16);
+	fakepy_w64(fp, c, 1);
+	fakepy_w64(fp, c + o->ob_type, fp->code_type);
+	if (o->code_adaptive != PYOFF_NONE) {
+		/* 3.11+ code objects are var-sized: ob_size counts code units. */
+		fakepy_w64(fp, c + o->ob_size, ncode);
+		fakepy_w32(fp, c + o->code_firsttraceable, 0);
+	}
+	fakepy_w32(fp, c + o->code_firstlineno, (uint32_t)firstlineno);
+	const char *dot = strrchr(name, '.');
+	fakepy_w64(fp, c + o->code_name, fakepy_str(fp, dot ? dot + 1 : name));
+	if (o->code_qualname != PYOFF_NONE) {
+		fakepy_w64(fp, c + o->code_qualname, fakepy_str(fp, name));
+	}
+	fakepy_w64(fp, c + o->code_filename, fakepy_str(fp, file));
+	fakepy_w64(fp, c + o->code_linetable, fakepy_bytes(fp, tab, tlen));
+	return c;
+}
+
+/* ---- runtime, interpreters, threads ---- */
+
+static void write_debug_offsets(struct fakepy *fp)
+{
+	const struct pyoffsets *o = &fp->row;
+	const struct pydebug_layout *d = &o->dbg;
+	spy_addr_t r = fp->runtime;
+	memcpy(fakepy_at(fp, r), PYDEBUG_COOKIE, 8);
+#define W(field, val)                                            \
+	do {                                                     \
+		if (d->field != PYOFF_NONE) {                    \
+			fakepy_w64(fp, r + d->field, (val));     \
+		}                                                \
+	} while (0)
+	W(version, fp->version);
+	W(free_threaded, 0);
+	W(rt_interpreters_head, o->rt_interpreters_head);
+	W(interp_id, o->interp_id);
+	W(interp_next, o->interp_next);
+	W(interp_tstate_head, o->interp_tstate_head);
+	W(interp_ceval_gil, o->interp_ceval_gil);
+	/* _gil placed at an arbitrary interp offset; only the differences matter. */
+	W(interp_gil_state, 0x1000);
+	W(interp_gil_locked, 0x1000 + o->gil_locked);
+	W(interp_gil_holder, 0x1000 + o->gil_last_holder);
+	W(tstate_size, o->tstate_size);
+	W(tstate_next, o->tstate_next);
+	W(tstate_interp, o->tstate_interp);
+	W(tstate_current_frame, o->tstate_current_frame);
+	W(tstate_thread_id, o->tstate_thread_id);
+	W(tstate_native_thread_id, o->tstate_native_thread_id);
+	W(iframe_size, o->iframe_size);
+	W(iframe_previous, o->iframe_previous);
+	W(iframe_code, o->iframe_code);
+	W(iframe_instr, o->iframe_instr);
+	W(iframe_localsplus, o->iframe_localsplus);
+	W(iframe_owner, o->iframe_owner);
+	W(code_size, o->code_size);
+	W(code_filename, o->code_filename);
+	W(code_name, o->code_name);
+	W(code_qualname, o->code_qualname);
+	W(code_linetable, o->code_linetable);
+	W(code_firstlineno, o->code_firstlineno);
+	W(code_adaptive, o->code_adaptive);
+	W(ob_type, o->ob_type);
+	W(type_name, o->type_name);
+	W(tuple_item, o->tuple_item);
+	W(bytes_sval, o->bytes_sval);
+	W(str_state, o->str_state);
+	W(str_length, o->str_length);
+	W(str_ascii_size, o->str_ascii_data);
+#undef W
+}
+
+static spy_addr_t head_slot(struct fakepy *fp)
+{
+	return fp->runtime ? fp->runtime + fp->row.rt_interpreters_head : fp->interp_head_var;
+}
+
+spy_addr_t fakepy_new_interp(struct fakepy *fp, int64_t id)
+{
+	const struct pyoffsets *o = &fp->row;
+	spy_addr_t ip = fakepy_alloc(fp, o->interp_size);
+	if (o->interp_id != PYOFF_NONE) {
+		fakepy_w64(fp, ip + o->interp_id, (uint64_t)id);
+	}
+	if (o->interp_ceval_gil != PYOFF_NONE) {
+		fakepy_w64(fp, ip + o->interp_ceval_gil, fakepy_alloc(fp, 0x100));
+	}
+	fakepy_w64(fp, ip + o->interp_next, fakepy_r64(fp, head_slot(fp)));
+	fakepy_w64(fp, head_slot(fp), ip);
+	return ip;
+}
+
+spy_addr_t fakepy_main_interp(struct fakepy *fp)
+{
+	return fp->main_interp;
+}
+
+struct fakepy *fakepy_new(const struct pyoffsets *row, uint32_t version)
+{
+	struct fakepy *fp = spy_xcalloc(1, sizeof(*fp));
+	const struct pyoffsets *o = &fp->row;
+	fp->row = *row;
+	fp->version = version;
+	fp->mem = spy_xcalloc(1, ARENA);
+	fp->used = 0x1000; /* keep the base itself unused, like a real heap */
+	fp->map.lo = FAKEPY_BASE;
+	fp->map.hi = FAKEPY_BASE + ARENA;
+	fp->map.perms = SPY_MAP_R | SPY_MAP_W;
+	fp->map.path = "";
+	fp->smem.read = fake_read;
+	fp->smem.ctx = fp;
+	fp->smem.maps = &fp->map;
+	fp->smem.nmaps = 1;
+	fp->hints.binary = "fakepy";
+	fp->hints.pid = FAKEPY_PID;
+
+	fp->code_type = fakepy_type(fp, "code");
+	fp->str_type = fakepy_type(fp, "str");
+	fp->bytes_type = o->str_model == PYSTR_BYTES27 ? fp->str_type : fakepy_type(fp, "bytes");
+	fp->none_type = fakepy_type(fp, "NoneType");
+	fp->none = fakepy_alloc(fp, 16);
+	fakepy_w64(fp, fp->none + o->ob_type, fp->none_type);
+
+	if (o->rt_interpreters_head != PYOFF_NONE) {
+		fp->runtime = fakepy_alloc(fp, o->rt_size);
+		fp->hints.runtime = fp->runtime;
+	} else {
+		fp->interp_head_var = fakepy_alloc(fp, 8);
+		fp->hints.interp_head = fp->interp_head_var;
+	}
+	if (o->gil_model == PYGIL_TSTATE_CURRENT) {
+		fp->tstate_current_var = fakepy_alloc(fp, 8);
+		fp->hints.tstate_current = fp->tstate_current_var;
+	}
+	if (version >= 0x030b0000) {
+		spy_addr_t pv = fakepy_alloc(fp, 4);
+		fakepy_w32(fp, pv, version);
+		fp->hints.py_version = pv;
+	} else {
+		fp->hints.version_hint = version;
+	}
+	if (o->dbg.size) {
+		write_debug_offsets(fp);
+	}
+	fp->main_interp = fakepy_new_interp(fp, 0);
+	return fp;
+}
+
+void fakepy_free(struct fakepy *fp)
+{
+	if (!fp) {
+		return;
+	}
+	free(fp->mem);
+	free(fp);
+}
+
+spy_addr_t fakepy_thread(struct fakepy *fp, spy_addr_t interp, int32_t tid)
+{
+	const struct pyoffsets *o = &fp->row;
+	spy_addr_t t = fakepy_alloc(fp, o->tstate_size);
+	spy_addr_t pt = fakepy_alloc(fp, PTHREAD_SIZE);
+	fakepy_w32(fp, pt + PTHREAD_TID, (uint32_t)tid);
+	fakepy_w64(fp, pt, pt); /* glibc's header.self, like the real thing */
+	fakepy_w64(fp, t + o->tstate_thread_id, pt);
+	if (o->tstate_native_thread_id != PYOFF_NONE) {
+		fakepy_w64(fp, t + o->tstate_native_thread_id, (uint64_t)tid);
+	}
+	fakepy_w64(fp, t + o->tstate_interp, interp);
+	if (o->tstate_cframe != PYOFF_NONE) {
+		fakepy_w64(fp, t + o->tstate_cframe, fakepy_alloc(fp, 0x40));
+	}
+	spy_addr_t old = fakepy_r64(fp, interp + o->interp_tstate_head);
+	fakepy_w64(fp, t + o->tstate_next, old);
+	if (old && o->tstate_prev != PYOFF_NONE) {
+		fakepy_w64(fp, old + o->tstate_prev, t);
+	}
+	fakepy_w64(fp, interp + o->interp_tstate_head, t);
+	return t;
+}
+
+uint64_t fakepy_thread_id(struct fakepy *fp, spy_addr_t tstate)
+{
+	return fakepy_r64(fp, tstate + fp->row.tstate_thread_id);
+}
+
+void fakepy_set_gil(struct fakepy *fp, spy_addr_t interp, spy_addr_t tstate)
+{
+	const struct pyoffsets *o = &fp->row;
+	switch (o->gil_model) {
+	case PYGIL_TSTATE_CURRENT:
+		fakepy_w64(fp, fp->tstate_current_var, tstate);
+		break;
+	case PYGIL_RUNTIME:
+		fakepy_w64(fp, fp->runtime + o->rt_gilstate_tstate_current, tstate);
+		if (tstate) {
+			fakepy_w64(fp, fp->runtime + o->rt_gil_last_holder, tstate);
+		}
+		fakepy_w32(fp, fp->runtime + o->rt_gil_locked, tstate != 0);
+		break;
+	case PYGIL_INTERP: {
+		spy_addr_t g = fakepy_r64(fp, interp + o->interp_ceval_gil);
+		if (tstate) {
+			fakepy_w64(fp, g + o->gil_last_holder, tstate);
+		}
+		fakepy_w32(fp, g + o->gil_locked, tstate != 0);
+		break;
+	}
+	}
+}
+
+spy_addr_t fakepy_top_slot(struct fakepy *fp, spy_addr_t tstate)
+{
+	const struct pyoffsets *o = &fp->row;
+	if (o->frame_model == PYFRAME_OBJECT) {
+		return tstate + o->tstate_frame;
+	}
+	if (o->tstate_current_frame != PYOFF_NONE) {
+		return tstate + o->tstate_current_frame;
+	}
+	return fakepy_r64(fp, tstate + o->tstate_cframe) + o->cframe_current_frame;
+}
+
+spy_addr_t fakepy_back_slot(struct fakepy *fp, spy_addr_t frame)
+{
+	const struct pyoffsets *o = &fp->row;
+	return frame + (o->frame_model == PYFRAME_OBJECT ? o->frame_back : o->iframe_previous);
+}
+
+spy_addr_t fakepy_code_slot(struct fakepy *fp, spy_addr_t frame)
+{
+	const struct pyoffsets *o = &fp->row;
+	return frame + (o->frame_model == PYFRAME_OBJECT ? o->frame_code : o->iframe_code);
+}
+
+spy_addr_t fakepy_push_frame(struct fakepy *fp, spy_addr_t tstate, spy_addr_t code, uint32_t idx,
+			     uint8_t owner)
+{
+	const struct pyoffsets *o = &fp->row;
+	spy_addr_t slot = fakepy_top_slot(fp, tstate);
+	spy_addr_t f;
+	if (o->frame_model == PYFRAME_OBJECT) {
+		f = fakepy_alloc(fp, 0x100);
+		fakepy_w64(fp, f, 1);
+		fakepy_w32(fp, f + o->frame_lasti,
+			   o->instr_model == PYINSTR_LASTI_UNITS ? idx : 2 * idx);
+	} else {
+		f = fakepy_alloc(fp, o->iframe_size + 0x40);
+		/* prev_instr (3.11/3.12) points at the instruction being run during a
+		 * call, instr_ptr (3.13) too: both give code unit idx. */
+		fakepy_w64(fp, f + o->iframe_instr, code + o->code_adaptive + 2 * (uint64_t)idx);
+		fakepy_w8(fp, f + o->iframe_owner, owner);
+	}
+	fakepy_w64(fp, fakepy_code_slot(fp, f), code);
+	fakepy_w64(fp, fakepy_back_slot(fp, f), fakepy_r64(fp, slot));
+	fakepy_w64(fp, slot, f);
+	return f;
+}
+
+spy_addr_t fakepy_push_shim(struct fakepy *fp, spy_addr_t tstate)
+{
+	const struct pyoffsets *o = &fp->row;
+	if (o->owner_cstack == PYOWNER_NONE) {
+		SPY_BUG("fakepy: this row has no C-stack shims");
+	}
+	spy_addr_t code;
+	if (o->frame_model == PYFRAME_IFRAME_EXEC) {
+		code = fp->none; /* 3.13: the shim's f_executable is None */
+	} else {
+		if (!fp->trampoline) {
+			fp->trampoline = fakepy_code(fp, "<interpreter trampoline>", "<shim>", 0, 4, 0, 0);
+		}
+		code = fp->trampoline;
+	}
+	return fakepy_push_frame(fp, tstate, code, 0, o->owner_cstack);
+}

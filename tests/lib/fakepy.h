@@ -1,0 +1,104 @@
+/*
+ * Synthetic CPython process images for unit tests and fuzzers.
+ *
+ * A fakepy is one block of zeroed memory posing as a target's address space
+ * (one readable mapping at a realistic address), laid out with the offsets of
+ * a struct pyoffsets row: runtime, interpreters, thread states, frames of the
+ * row's frame model, code objects with line tables in the row's format, and
+ * str/bytes objects in the row's string model. It is served through a
+ * struct spy_mem, and fakepy_hints() gives the anchors cmd/target.c would
+ * find, so pystate runs on it unchanged.
+ *
+ * Tests corrupt an image with fakepy_w64() and friends: nothing here checks
+ * that what you write makes sense. All addresses are remote (spy_addr_t).
+ */
+#ifndef SPY_TESTS_LIB_FAKEPY_H
+#define SPY_TESTS_LIB_FAKEPY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/mem.h"
+#include "pystate/offsets.h"
+#include "pystate/pystate.h"
+
+struct fakepy;
+
+/* The pid fakepy pretends the target has (the main thread's tid). */
+#define FAKEPY_PID 4242
+
+/* Where the image lives in the fake address space. */
+#define FAKEPY_BASE 0x555500000000ull
+
+/*
+ * A new image for row, claiming to be version (full PY_VERSION_HEX, e.g.
+ * 0x030b07f0). It has one interpreter and no threads yet. 3.13+ rows get a
+ * _Py_DebugOffsets table at the runtime's start, written from row.
+ */
+struct fakepy *fakepy_new(const struct pyoffsets *row, uint32_t version);
+void fakepy_free(struct fakepy *fp);
+
+const struct spy_mem *fakepy_mem(struct fakepy *fp);
+/* The anchors. Tests may edit the returned struct before pyrt_new. */
+struct pyrt_hints *fakepy_hints(struct fakepy *fp);
+const struct pyoffsets *fakepy_row(struct fakepy *fp);
+
+/* Raw memory: zeroed, 16-aligned allocations inside the image. */
+spy_addr_t fakepy_alloc(struct fakepy *fp, size_t size);
+void *fakepy_at(struct fakepy *fp, spy_addr_t addr);
+void fakepy_w64(struct fakepy *fp, spy_addr_t addr, uint64_t v);
+void fakepy_w32(struct fakepy *fp, spy_addr_t addr, uint32_t v);
+void fakepy_w8(struct fakepy *fp, spy_addr_t addr, uint8_t v);
+uint64_t fakepy_r64(struct fakepy *fp, spy_addr_t addr);
+
+/* Objects. Strings are given in UTF-8; the image stores them in the row's model. */
+spy_addr_t fakepy_str(struct fakepy *fp, const char *utf8);
+/* A PEP 393 str with an explicit header (for corrupt variants); data copied after the header. */
+spy_addr_t fakepy_str_raw(struct fakepy *fp, int64_t length, uint32_t state, const void *data,
+			  size_t datalen);
+spy_addr_t fakepy_bytes(struct fakepy *fp, const void *data, size_t len);
+spy_addr_t fakepy_type(struct fakepy *fp, const char *tp_name);
+spy_addr_t fakepy_code_type(struct fakepy *fp);
+
+/*
+ * A code object named name (qualname where the row has one; then co_name is
+ * the part after the last '.'), in file, starting at firstlineno, of ncode
+ * code units, whose line table maps code unit idx to line.
+ */
+spy_addr_t fakepy_code(struct fakepy *fp, const char *name, const char *file, int32_t firstlineno,
+		       uint32_t ncode, uint32_t idx, int32_t line);
+/* Encode a table in model mapping byte offset 2*idx to line; returns its length. */
+size_t fakepy_linetable(int model, int32_t firstlineno, uint32_t ncode, uint32_t idx, int32_t line,
+			uint8_t *out, size_t cap);
+
+/* The first interpreter, and new (sub)interpreters pushed at the list head. */
+spy_addr_t fakepy_main_interp(struct fakepy *fp);
+spy_addr_t fakepy_new_interp(struct fakepy *fp, int64_t id);
+/*
+ * A new thread state pushed at the head of interp's list. Its thread_id
+ * points at a fake struct pthread holding tid at glibc's 0x2d0 (pass
+ * FAKEPY_PID for the main thread); native_thread_id is tid where the row has
+ * it. Returns the tstate.
+ */
+spy_addr_t fakepy_thread(struct fakepy *fp, spy_addr_t interp, int32_t tid);
+uint64_t fakepy_thread_id(struct fakepy *fp, spy_addr_t tstate);
+/* Mark tstate (or 0) as holding the GIL, per the row's GIL model. */
+void fakepy_set_gil(struct fakepy *fp, spy_addr_t interp, spy_addr_t tstate);
+
+/*
+ * Push a new innermost frame running code at code unit idx (the current
+ * instruction). owner is the iframe owner (0 thread, 1 generator, ...);
+ * ignored for frame objects. Returns the frame's address.
+ */
+spy_addr_t fakepy_push_frame(struct fakepy *fp, spy_addr_t tstate, spy_addr_t code, uint32_t idx,
+			     uint8_t owner);
+/* A 3.12+ C-stack shim frame (owner_cstack), whose code is a trampoline. */
+spy_addr_t fakepy_push_shim(struct fakepy *fp, spy_addr_t tstate);
+/* Where tstate's top-frame pointer lives (to corrupt it). */
+spy_addr_t fakepy_top_slot(struct fakepy *fp, spy_addr_t tstate);
+/* The address of a frame's link to its caller (f_back / previous). */
+spy_addr_t fakepy_back_slot(struct fakepy *fp, spy_addr_t frame);
+/* The address of a frame's code pointer. */
+spy_addr_t fakepy_code_slot(struct fakepy *fp, spy_addr_t frame);
+
+#endif

@@ -1,0 +1,610 @@
+/*
+ * pyrt_new / pyrt_threads / pyrt_stack on synthetic images (tests/lib/fakepy)
+ * for every row of the generated offsets table, plus corrupt variants: a
+ * frame cycle, a thread-list loop, an interpreter loop, a 2^40-character
+ * name, pointers into unmapped memory, misaligned pointers, a wrong code
+ * type, an oversized line table, the depth bound -- each must give a bounded
+ * or truncated result or an error, never a crash or a hang. And a 3.13-style
+ * image whose layout only _Py_DebugOffsets describes correctly.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bounds.h"
+#include "common/err.h"
+#include "common/strtab.h"
+#include "common/util.h"
+#include "pystate/internal.h"
+#include "pystate/pystate.h"
+#include "tests/lib/check.h"
+#include "tests/lib/fakepy.h"
+
+#define UNMAPPED 0x7f0000001000ull
+
+struct exp {
+	const char *func, *file;
+	uint32_t line;
+};
+
+struct scene {
+	struct fakepy *fp;
+	const struct pyoffsets *row;
+	uint32_t version;
+	spy_addr_t interp, t1, t2;
+	spy_addr_t f_module, f_cafe, f_func, f_klass; /* t1's frames */
+	spy_addr_t c_func;
+	struct exp e1[8], e2[4];
+	size_t n1, n2;
+	size_t entry_idx; /* index in e1 of the frame above the 3.12+ shim, or SIZE_MAX */
+	struct spy_strtab strs;
+};
+
+static bool has_qualname(const struct pyoffsets *row)
+{
+	return row->code_qualname != PYOFF_NONE;
+}
+
+/* What the walker should name a code object called qual. */
+static const char *shown(const struct pyoffsets *row, const char *qual)
+{
+	const char *dot = strrchr(qual, '.');
+	return has_qualname(row) || !dot ? qual : dot + 1;
+}
+
+static void expect(struct exp *e, size_t *n, const struct pyoffsets *row, const char *qual,
+		   const char *file, uint32_t line)
+{
+	e[*n].func = shown(row, qual);
+	e[*n].file = file;
+	e[*n].line = line;
+	(*n)++;
+}
+
+/*
+ * t1: <module> -> café -> [shim, 3.12+] -> Outer.функция -> Klass.𠀀 ->
+ * [gen, 3.11+ generator] -> [not-started frame, 3.11+] -> [non-code, 3.13+].
+ * t2: Worker.run -> 计算. t1 holds the GIL.
+ */
+static void scene_init(struct scene *s, const struct pyoffsets *row)
+{
+	memset(s, 0, sizeof(*s));
+	s->row = row;
+	s->version = row->version | 0x01f0; /* X.Y.1 final */
+	s->fp = fakepy_new(row, s->version);
+	s->interp = fakepy_main_interp(s->fp);
+	s->entry_idx = SIZE_MAX;
+	struct spy_strtab init = SPY_STRTAB_INIT;
+	s->strs = init;
+	struct fakepy *fp = s->fp;
+	bool iframes = row->frame_model != PYFRAME_OBJECT;
+	bool u8 = row->line_model == PYLINE_LNOTAB_U8;
+
+	s->t1 = fakepy_thread(fp, s->interp, FAKEPY_PID);
+	s->t2 = fakepy_thread(fp, s->interp, 4300);
+
+	spy_addr_t c;
+	c = fakepy_code(fp, "<module>", "main.py", 1, 20, 3, 10);
+	s->f_module = fakepy_push_frame(fp, s->t1, c, 3, 0);
+	c = fakepy_code(fp, "café", "main.py", 20, 400, 300, 320); /* 300-line gap, > 255 bytes in */
+	s->f_cafe = fakepy_push_frame(fp, s->t1, c, 300, 0);
+	if (row->owner_cstack != PYOWNER_NONE) {
+		fakepy_push_shim(fp, s->t1);
+	}
+	s->c_func = fakepy_code(fp, "Outer.функция", "lib/мод.py", 400, 10, 5, u8 ? 402 : 398);
+	s->f_func = fakepy_push_frame(fp, s->t1, s->c_func, 5, 0);
+	c = fakepy_code(fp, "Klass.𠀀", "计算.py", 1000, 300, 250, 1005);
+	s->f_klass = fakepy_push_frame(fp, s->t1, c, 250, 0);
+	if (iframes) {
+		/* A generator is never "incomplete", whatever _co_firsttraceable says. */
+		c = fakepy_code(fp, "gen", "main.py", 70, 20, 2, 72);
+		fakepy_w32(fp, c + row->code_firsttraceable, 10);
+		fakepy_push_frame(fp, s->t1, c, 2, row->owner_generator);
+		/* Pushed but RESUME not reached: skipped. */
+		c = fakepy_code(fp, "pending", "main.py", 80, 20, 0, 80);
+		fakepy_w32(fp, c + row->code_firsttraceable, 4);
+		fakepy_push_frame(fp, s->t1, c, 0, 0);
+	}
+	if (row->frame_model == PYFRAME_IFRAME_EXEC) {
+		/* f_executable that is not a code object (3.13+): skipped. */
+		fakepy_push_frame(fp, s->t1, fakepy_str(fp, "not code"), 0, 0);
+	}
+	if (iframes) {
+		expect(s->e1, &s->n1, row, "gen", "main.py", 72);
+	}
+	expect(s->e1, &s->n1, row, "Klass.𠀀", "计算.py", 1005);
+	expect(s->e1, &s->n1, row, "Outer.функция", "lib/мод.py", u8 ? 402 : 398);
+	if (row->owner_cstack != PYOWNER_NONE) {
+		s->entry_idx = s->n1 - 1;
+	}
+	expect(s->e1, &s->n1, row, "café", "main.py", 320);
+	expect(s->e1, &s->n1, row, "<module>", "main.py", 10);
+
+	c = fakepy_code(fp, "Worker.run", "threading.py", 50, 30, 7, 60);
+	fakepy_push_frame(fp, s->t2, c, 7, 0);
+	c = fakepy_code(fp, "计算", "w.py", 1, 4, 0, 1);
+	fakepy_push_frame(fp, s->t2, c, 0, 0);
+	expect(s->e2, &s->n2, row, "计算", "w.py", 1);
+	expect(s->e2, &s->n2, row, "Worker.run", "threading.py", 60);
+
+	fakepy_set_gil(fp, s->interp, s->t1);
+}
+
+static void scene_release(struct scene *s)
+{
+	fakepy_free(s->fp);
+	spy_strtab_release(&s->strs);
+}
+
+static struct pyrt *open_rt(struct scene *s)
+{
+	struct pyrt *rt = NULL;
+	struct spy_err err = SPY_ERR_INIT;
+	int rc = pyrt_new(&rt, fakepy_mem(s->fp), fakepy_hints(s->fp), &s->strs, &err);
+	if (rc < 0) {
+		fprintf(stderr, "pyrt_new(%x): %s\n", s->version, err.msg);
+	}
+	CHECK_INT(rc, 0);
+	return rc < 0 ? NULL : rt;
+}
+
+static void check_stack(const struct spy_stack *st, const struct exp *e, size_t n, uint32_t version)
+{
+	CHECK_INT(st->n, n);
+	CHECK_INT(st->truncated, 0);
+	for (size_t i = 0; i < n && i < st->n; i++) {
+		CHECK_STR(st->v[i].func, e[i].func);
+		CHECK_STR(st->v[i].file, e[i].file);
+		if (st->v[i].line != e[i].line) {
+			fprintf(stderr, "  version %x frame %zu (%s)\n", version, i, e[i].func);
+		}
+		CHECK_INT(st->v[i].line, e[i].line);
+		CHECK_INT(st->v[i].kind, SPY_FRAME_PYTHON);
+		CHECK(st->v[i].addr != 0);
+	}
+}
+
+static void test_row(const struct pyoffsets *row)
+{
+	struct scene s;
+	scene_init(&s, row);
+	struct pyrt *rt = open_rt(&s);
+	if (!rt) {
+		scene_release(&s);
+		return;
+	}
+	char vs[32];
+	snprintf(vs, sizeof(vs), "%u.%u.1", row->version >> 24, (row->version >> 16) & 0xff);
+	CHECK_STR(pyrt_version_string(rt), vs);
+	CHECK_INT(pyrt_version(rt), s.version);
+
+	struct py_thread th[8];
+	size_t n = 0;
+	CHECK_INT(pyrt_threads(rt, th, 8, &n, NULL), 0);
+	CHECK_INT(n, 2);
+	CHECK_INT(th[0].tstate, s.t1);
+	CHECK_INT(th[1].tstate, s.t2);
+	CHECK_INT(th[0].thread_id, fakepy_thread_id(s.fp, s.t1));
+	CHECK_INT(th[1].thread_id, fakepy_thread_id(s.fp, s.t2));
+	/* 3.11+ native_thread_id; before, the struct pthread tid discovery. */
+	CHECK_INT(th[0].native_tid, FAKEPY_PID);
+	CHECK_INT(th[1].native_tid, 4300);
+	CHECK(th[0].holds_gil);
+	CHECK(!th[1].holds_gil);
+	CHECK_INT(th[0].interp, s.interp);
+
+	struct spy_stack st = SPY_STACK_INIT;
+	CHECK_INT(pyrt_stack(rt, &th[0], &st, NULL), 0);
+	check_stack(&st, s.e1, s.n1, s.version);
+	if (row->frame_model == PYFRAME_OBJECT) {
+		for (size_t i = 0; i < st.n; i++) {
+			CHECK(st.v[i].flags & SPY_FRAME_PY_ENTRY);
+		}
+	} else if (s.entry_idx != SIZE_MAX && s.entry_idx < st.n) {
+		CHECK(st.v[s.entry_idx].flags & SPY_FRAME_PY_ENTRY);
+		CHECK(!(st.v[0].flags & SPY_FRAME_PY_ENTRY));
+	}
+	/* Steady state: the second walk decodes nothing new. */
+	uint64_t misses = rt->cache_misses;
+	spy_stack_reset(&st);
+	CHECK_INT(pyrt_stack(rt, &th[0], &st, NULL), 0);
+	check_stack(&st, s.e1, s.n1, s.version);
+	CHECK_INT(rt->cache_misses, misses);
+	CHECK(rt->cache_hits >= s.n1);
+
+	spy_stack_reset(&st);
+	CHECK_INT(pyrt_stack(rt, &th[1], &st, NULL), 0);
+	check_stack(&st, s.e2, s.n2, s.version);
+
+	/* GIL released: nobody holds it (3.12+ keeps last_holder, unlocked). */
+	fakepy_set_gil(s.fp, s.interp, 0);
+	CHECK_INT(pyrt_threads(rt, th, 8, &n, NULL), 0);
+	CHECK(!th[0].holds_gil && !th[1].holds_gil);
+	fakepy_set_gil(s.fp, s.interp, s.t2);
+	CHECK_INT(pyrt_threads(rt, th, 8, &n, NULL), 0);
+	CHECK(!th[0].holds_gil && th[1].holds_gil);
+
+	/* A subinterpreter: listed after the main interpreter's threads. */
+	spy_addr_t sub = fakepy_new_interp(s.fp, 1);
+	spy_addr_t t3 = fakepy_thread(s.fp, sub, 4400);
+	CHECK_INT(pyrt_threads(rt, th, 8, &n, NULL), 0);
+	CHECK_INT(n, 3);
+	CHECK_INT(th[0].tstate, s.t1);
+	CHECK_INT(th[2].tstate, t3);
+	CHECK_INT(th[2].interp, sub);
+	if (row->interp_id != PYOFF_NONE) {
+		CHECK_INT(th[2].interp_id, 1);
+		CHECK_INT(th[0].interp_id, 0);
+	}
+	/* max smaller than the count: fills max, reports all. */
+	CHECK_INT(pyrt_threads(rt, th, 1, &n, NULL), 0);
+	CHECK_INT(n, 3);
+	CHECK_INT(th[0].tstate, s.t1);
+
+	spy_stack_release(&st);
+	pyrt_free(rt);
+	scene_release(&s);
+}
+
+/* Walk t1 after corrupting the image with fn; check the result is bounded. */
+static void walk_t1(struct scene *s, struct pyrt *rt, struct spy_stack *st, int *rc)
+{
+	if (!rt) {
+		SPY_BUG("no runtime");
+	}
+	struct py_thread t;
+	memset(&t, 0, sizeof(t));
+	t.tstate = s->t1;
+	t.interp = s->interp;
+	spy_stack_reset(st);
+	*rc = pyrt_stack(rt, &t, st, NULL);
+}
+
+static void test_corrupt(const struct pyoffsets *row)
+{
+	struct spy_stack st = SPY_STACK_INIT;
+	struct py_thread th[16];
+	size_t n;
+	int rc;
+	struct scene s;
+	struct pyrt *rt;
+
+	/* Frame cycle: <module>'s caller is the innermost real frame. */
+	scene_init(&s, row);
+	rt = open_rt(&s);
+	fakepy_w64(s.fp, fakepy_back_slot(s.fp, s.f_module), s.f_klass);
+	walk_t1(&s, rt, &st, &rc);
+	CHECK_INT(rc, 0);
+	CHECK_INT(st.truncated, 1);
+	CHECK_INT(st.n, s.n1); /* every frame once, then the repeat is noticed */
+	CHECK(st.v[st.n - 1].flags & SPY_FRAME_TRUNCATED);
+	pyrt_free(rt);
+	scene_release(&s);
+
+	/* A self-loop. */
+	scene_init(&s, row);
+	rt = open_rt(&s);
+	fakepy_w64(s.fp, fakepy_back_slot(s.fp, s.f_module), s.f_module);
+	walk_t1(&s, rt, &st, &rc);
+	CHECK_INT(rc, 0);
+	CHECK_INT(st.truncated, 1);
+	CHECK_INT(st.n, s.n1);
+	pyrt_free(rt);
+	scene_release(&s);
+
+	/* Caller pointer into unmapped memory: keep the frames above. */
+	scene_init(&s, row);
+	rt = open_rt(&s);
+	fakepy_w64(s.fp, fakepy_back_slot(s.fp, s.f_func), UNMAPPED);
+	walk_t1(&s, rt, &st, &rc);
+	CHECK_INT(rc, 0);
+	CHECK_INT(st.truncated, 1);
+	CHECK_INT(st.n, s.n1 - 2);
+	CHECK(st.n && (st.v[st.n - 1].flags & SPY_FRAME_TRUNCATED));
+	/* Misaligned caller pointer. */
+	fakepy_w64(s.fp, fakepy_back_slot(s.fp, s.f_func), s.f_cafe + 3);
+	walk_t1(&s, rt, &st, &rc);
+	CHECK_INT(rc, 0);
+	CHECK_INT(st.truncated, 1);
+	CHECK_INT(st.n, s.n1 - 2);
+	/* Top-of-stack pointer unmapped: nothing, truncated. */
+	fakepy_w64(s.fp, fakepy_top_slot(s.fp, s.t1), UNMAPPED);
+	walk_t1(&s, rt, &st, &rc);
+	CHECK_INT(rc, 0);
+	CHECK_INT(st.n, 0);
+	CHECK_INT(st.truncated, 1);
+	/* tstate itself unmapped: an error, not a crash. */
+	struct py_thread bad;
+	memset(&bad, 0, sizeof(bad));
+	bad.tstate = UNMAPPED;
+	spy_stack_reset(&st);
+	CHECK(pyrt_stack(rt, &bad, &st, NULL) < 0);
+	pyrt_free(rt);
+	scene_release(&s);
+
+	/* Wrong code type: truncated before 3.13, skipped in 3.13+. */
+	scene_init(&s, row);
+	rt = open_rt(&s);
+	spy_addr_t str_type = fakepy_r64(s.fp, fakepy_str(s.fp, "x") + row->ob_type);
+	fakepy_w64(s.fp, s.c_func + row->ob_type, str_type);
+	walk_t1(&s, rt, &st, &rc);
+	CHECK_INT(rc, 0);
+	if (row->frame_model == PYFRAME_IFRAME_EXEC) {
+		CHECK_INT(st.truncated, 0);
+		CHECK_INT(st.n, s.n1 - 1);
+	} else {
+		CHECK_INT(st.truncated, 1);
+		CHECK_INT(st.n, s.n1 - 3);
+	}
+	/* Code pointer into unmapped memory and misaligned. */
+	fakepy_w64(s.fp, fakepy_code_slot(s.fp, s.f_func), UNMAPPED);
+	walk_t1(&s, rt, &st, &rc);
+	CHECK_INT(rc, 0);
+	CHECK(st.n < s.n1);
+	fakepy_w64(s.fp, fakepy_code_slot(s.fp, s.f_func), s.c_func + 1);
+	walk_t1(&s, rt, &st, &rc);
+	CHECK_INT(rc, 0);
+	CHECK(st.n < s.n1);
+	pyrt_free(rt);
+	scene_release(&s);
+
+	/* A 2^40-character name, and an oversized line table. */
+	scene_init(&s, row);
+	rt = open_rt(&s);
+	uint32_t name_off = has_qualname(row) ? row->code_qualname : row->code_name;
+	spy_addr_t name = fakepy_r64(s.fp, s.c_func + name_off);
+	fakepy_w64(s.fp, name + (row->str_model == PYSTR_BYTES27 ? row->ob_size : row->str_length), 1ull << 40);
+	walk_t1(&s, rt, &st, &rc);
+	CHECK_INT(rc, 0);
+	CHECK_INT(st.n, s.n1);
+	for (size_t i = 0; i < st.n; i++) {
+		CHECK(strlen(st.v[i].func) <= SPY_MAX_STR);
+	}
+	pyrt_free(rt);
+	scene_release(&s);
+
+	scene_init(&s, row);
+	rt = open_rt(&s);
+	spy_addr_t tab = fakepy_r64(s.fp, s.c_func + row->code_linetable);
+	fakepy_w64(s.fp, tab + row->ob_size, (uint64_t)SPY_MAX_LINETABLE + 1);
+	walk_t1(&s, rt, &st, &rc);
+	CHECK_INT(rc, 0);
+	CHECK_INT(st.truncated, 1);
+	CHECK(st.n < s.n1);
+	pyrt_free(rt);
+	scene_release(&s);
+
+	/* Thread-list loop: pyrt_new refuses it, pyrt_threads stays bounded. */
+	scene_init(&s, row);
+	rt = open_rt(&s);
+	fakepy_w64(s.fp, s.t1 + row->tstate_next, s.t2);
+	CHECK_INT(pyrt_threads(rt, th, 16, &n, NULL), 0);
+	CHECK(n >= 2 && n <= 16);
+	struct pyrt *rt2 = NULL;
+	struct spy_err err = SPY_ERR_INIT;
+	CHECK_INT(pyrt_new(&rt2, fakepy_mem(s.fp), fakepy_hints(s.fp), &s.strs, &err), -SPY_ENOPY);
+	CHECK(rt2 == NULL);
+	/* A thread whose interp does not point back: the list is cut there. */
+	fakepy_w64(s.fp, s.t1 + row->tstate_next, 0);
+	fakepy_w64(s.fp, s.t1 + row->tstate_interp, UNMAPPED);
+	CHECK_INT(pyrt_threads(rt, th, 16, &n, NULL), 0);
+	CHECK_INT(n, 1);
+	CHECK_INT(th[0].tstate, s.t2);
+	/* Head thread unmapped: no thread at all is an error. */
+	fakepy_w64(s.fp, s.interp + row->interp_tstate_head, UNMAPPED);
+	CHECK_INT(pyrt_threads(rt, th, 16, &n, NULL), -SPY_ECORRUPT);
+	CHECK_INT(n, 0);
+	pyrt_free(rt);
+	scene_release(&s);
+
+	/* Interpreter loop. */
+	scene_init(&s, row);
+	rt = open_rt(&s);
+	fakepy_w64(s.fp, s.interp + row->interp_next, s.interp);
+	CHECK_INT(pyrt_threads(rt, th, 16, &n, NULL), 0);
+	CHECK(n >= 2 && n <= 16);
+	pyrt_free(rt);
+	scene_release(&s);
+
+	/* Depth bound: a chain longer than SPY_MAX_PY_DEPTH. */
+	scene_init(&s, row);
+	rt = open_rt(&s);
+	spy_addr_t deep = fakepy_thread(s.fp, s.interp, 4500);
+	spy_addr_t code = fakepy_code(s.fp, "rec", "deep.py", 1, 4, 1, 2);
+	for (int i = 0; i < SPY_MAX_PY_DEPTH + 10; i++) {
+		fakepy_push_frame(s.fp, deep, code, 1, 0);
+	}
+	struct py_thread dt;
+	memset(&dt, 0, sizeof(dt));
+	dt.tstate = deep;
+	spy_stack_reset(&st);
+	CHECK_INT(pyrt_stack(rt, &dt, &st, NULL), 0);
+	CHECK_INT(st.n, SPY_MAX_PY_DEPTH);
+	CHECK_INT(st.truncated, 1);
+	CHECK_STR(st.v[0].func, "rec");
+	CHECK_INT(st.v[0].line, 2);
+	pyrt_free(rt);
+	scene_release(&s);
+
+	spy_stack_release(&st);
+}
+
+static void test_errors(const struct pyoffsets *row)
+{
+	struct scene s;
+	struct pyrt *rt = NULL;
+	struct spy_err err = SPY_ERR_INIT;
+	struct pyrt_hints h;
+
+	scene_init(&s, row);
+	h = *fakepy_hints(s.fp);
+
+	/* No anchors at all. */
+	struct pyrt_hints none;
+	memset(&none, 0, sizeof(none));
+	none.binary = "/usr/bin/nothing";
+	CHECK_INT(pyrt_new(&rt, fakepy_mem(s.fp), &none, &s.strs, &err), -SPY_ENOPY);
+	CHECK_STR(err.msg, "no Python interpreter found in /usr/bin/nothing");
+
+	/* An unknown version. */
+	struct pyrt_hints *hp = fakepy_hints(s.fp);
+	if (hp->py_version && !row->dbg.size) {
+		fakepy_w32(s.fp, hp->py_version, 0x031400f0);
+		CHECK_INT(pyrt_new(&rt, fakepy_mem(s.fp), hp, &s.strs, &err), -SPY_EVERSION);
+		CHECK(!strncmp(err.msg, "Python 3.20: unsupported layout", 31));
+		fakepy_w32(s.fp, hp->py_version, s.version);
+	} else if (!hp->py_version) {
+		hp->version_hint = 0x030500f0;
+		CHECK_INT(pyrt_new(&rt, fakepy_mem(s.fp), hp, &s.strs, &err), -SPY_EVERSION);
+		CHECK(!strncmp(err.msg, "Python 3.5: unsupported layout", 30));
+		hp->version_hint = 0;
+		CHECK_INT(pyrt_new(&rt, fakepy_mem(s.fp), hp, &s.strs, &err), -SPY_ENOPY);
+		*hp = h;
+	}
+
+	/* No interpreter yet. */
+	spy_addr_t slot = h.runtime ? h.runtime + row->rt_interpreters_head : h.interp_head;
+	fakepy_w64(s.fp, slot, 0);
+	CHECK_INT(pyrt_new(&rt, fakepy_mem(s.fp), hp, &s.strs, &err), -SPY_ENOPY);
+	/* Interpreter pointer into nowhere. */
+	fakepy_w64(s.fp, slot, UNMAPPED);
+	CHECK_INT(pyrt_new(&rt, fakepy_mem(s.fp), hp, &s.strs, &err), -SPY_ENOPY);
+	CHECK(strstr(err.msg, "does not validate") != NULL);
+	fakepy_w64(s.fp, slot, s.interp);
+	CHECK_INT(pyrt_new(&rt, fakepy_mem(s.fp), hp, &s.strs, &err), 0);
+	pyrt_free(rt);
+
+	/* 2.7/3.6 without interp_head: decode PyInterpreterState_Head(). */
+	if (!h.runtime) {
+		spy_addr_t fn = fakepy_alloc(s.fp, 16);
+		int32_t disp = (int32_t)(h.interp_head - (fn + 7));
+		unsigned char code[8] = { 0x48, 0x8b, 0x05, 0, 0, 0, 0, 0xc3 };
+		memcpy(code + 3, &disp, 4);
+		memcpy(fakepy_at(s.fp, fn), code, 8);
+		hp->interp_head = 0;
+		hp->interp_head_fn = fn;
+		rt = NULL;
+		CHECK_INT(pyrt_new(&rt, fakepy_mem(s.fp), hp, &s.strs, &err), 0);
+		struct py_thread th[4];
+		size_t n;
+		if (rt) {
+			CHECK_INT(pyrt_threads(rt, th, 4, &n, NULL), 0);
+			CHECK_INT(n, 2);
+			pyrt_free(rt);
+		}
+		/* A function that is not the expected pattern is not trusted. */
+		fakepy_w8(s.fp, fn + 7, 0x90);
+		CHECK_INT(pyrt_new(&rt, fakepy_mem(s.fp), hp, &s.strs, &err), -SPY_ENOPY);
+		*hp = h;
+	}
+
+	/* Without a pid, old versions cannot find TIDs: 0, not garbage. */
+	if (row->tstate_native_thread_id == PYOFF_NONE) {
+		hp->pid = 0;
+		CHECK_INT(pyrt_new(&rt, fakepy_mem(s.fp), hp, &s.strs, &err), 0);
+		struct py_thread th[4];
+		size_t n;
+		CHECK_INT(pyrt_threads(rt, th, 4, &n, NULL), 0);
+		CHECK_INT(th[0].native_tid, 0);
+		pyrt_free(rt);
+		*hp = h;
+	}
+	scene_release(&s);
+}
+
+/*
+ * 3.13-style: an image whose real layout differs from our 3.13 row in many
+ * fields, described correctly only by its _Py_DebugOffsets. pyrt must follow
+ * the debug offsets; with the cookie broken, the same image must not walk.
+ */
+static void test_debug_offsets(void)
+{
+	const struct pyoffsets *row = pyoffsets_find(0x030d0000);
+	if (!row || !row->dbg.size) {
+		return;
+	}
+	struct pyoffsets moved = *row;
+	moved.rt_interpreters_head += 0x100;
+	moved.interp_tstate_head += 0x100;
+	moved.interp_next += 0x80;
+	moved.tstate_thread_id = row->tstate_native_thread_id;
+	moved.tstate_native_thread_id = row->tstate_thread_id;
+	moved.code_filename = row->code_name;
+	moved.code_name = row->code_filename;
+	moved.iframe_code = row->iframe_previous;
+	moved.iframe_previous = row->iframe_code;
+	moved.gil_locked = row->gil_last_holder;
+	moved.gil_last_holder = row->gil_locked + 8;
+
+	struct scene s;
+	scene_init(&s, &moved);
+	struct pyrt *rt = open_rt(&s);
+	if (rt) {
+		struct py_thread th[4];
+		size_t n;
+		CHECK_INT(pyrt_threads(rt, th, 4, &n, NULL), 0);
+		CHECK_INT(n, 2);
+		CHECK_INT(th[0].native_tid, FAKEPY_PID);
+		CHECK(th[0].holds_gil);
+		struct spy_stack st = SPY_STACK_INIT;
+		CHECK_INT(pyrt_stack(rt, &th[0], &st, NULL), 0);
+		check_stack(&st, s.e1, s.n1, s.version);
+		spy_stack_release(&st);
+		pyrt_free(rt);
+	}
+	/* Same image, cookie broken: falls back to Py_Version and the table row,
+	 * which does not describe this image. */
+	fakepy_w8(s.fp, fakepy_hints(s.fp)->runtime + 7, 'X');
+	struct spy_err err = SPY_ERR_INIT;
+	rt = NULL;
+	CHECK(pyrt_new(&rt, fakepy_mem(s.fp), fakepy_hints(s.fp), &s.strs, &err) < 0);
+	pyrt_free(rt);
+	scene_release(&s);
+
+	/* A 3.14 cookie: the version comes from the debug offsets, and is refused. */
+	scene_init(&s, row);
+	fakepy_w64(s.fp, fakepy_hints(s.fp)->runtime + 8, 0x030e00f0);
+	rt = NULL;
+	CHECK_INT(pyrt_new(&rt, fakepy_mem(s.fp), fakepy_hints(s.fp), &s.strs, &err), -SPY_EVERSION);
+	CHECK(!strncmp(err.msg, "Python 3.14: unsupported layout", 31));
+	/* Free-threaded builds are refused. */
+	fakepy_w64(s.fp, fakepy_hints(s.fp)->runtime + 8, s.version);
+	fakepy_w64(s.fp, fakepy_hints(s.fp)->runtime + row->dbg.free_threaded, 1);
+	CHECK_INT(pyrt_new(&rt, fakepy_mem(s.fp), fakepy_hints(s.fp), &s.strs, &err), -SPY_EVERSION);
+	scene_release(&s);
+}
+
+static void test_table(void)
+{
+	CHECK(pyoffsets_count >= 9);
+	CHECK(pyoffsets_find(0x02070000) != NULL);
+	CHECK(pyoffsets_find(0x030b07f0) == pyoffsets_find(0x030b0000));
+	CHECK(pyoffsets_find(0x03050000) == NULL);
+	CHECK(pyoffsets_find(0x03140000) == NULL);
+	for (unsigned i = 0; i < pyoffsets_count; i++) {
+		const struct pyoffsets *r = &pyoffsets_table[i];
+		CHECK(r->source && *r->source);
+		CHECK(r->interp_tstate_head != PYOFF_NONE);
+		CHECK(r->tstate_next != PYOFF_NONE && r->tstate_interp != PYOFF_NONE);
+		CHECK(r->code_filename != PYOFF_NONE && r->code_name != PYOFF_NONE);
+		CHECK(r->code_linetable != PYOFF_NONE && r->code_firstlineno != PYOFF_NONE);
+		if (r->frame_model == PYFRAME_OBJECT) {
+			CHECK(r->tstate_frame != PYOFF_NONE && r->frame_lasti != PYOFF_NONE);
+		} else {
+			CHECK(r->iframe_previous != PYOFF_NONE && r->code_adaptive != PYOFF_NONE);
+			CHECK(r->tstate_current_frame != PYOFF_NONE || r->tstate_cframe != PYOFF_NONE);
+		}
+	}
+}
+
+int main(void)
+{
+	test_table();
+	for (unsigned i = 0; i < pyoffsets_count; i++) {
+		const struct pyoffsets *row = &pyoffsets_table[i];
+		test_row(row);
+		test_corrupt(row);
+		test_errors(row);
+	}
+	test_debug_offsets();
+	return check_done();
+}
