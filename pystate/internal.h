@@ -48,9 +48,11 @@ struct pyrt {
 	struct pyoffsets off;
 	uint32_t version;
 	char version_str[24];
-	const char *version_source; /* "debug offsets", "Py_Version", "hint" */
+	const char *version_source; /* "_Py_DebugOffsets", "Py_Version", "sys.version", "file name" */
 	spy_addr_t runtime;         /* _PyRuntime, 0 for 2.7/3.6 */
 	spy_addr_t interp_head_var; /* 2.7/3.6: the interp_head pointer variable */
+	spy_addr_t interp_fixed;    /* found with no variable to re-read (_PyThreadState_Current) */
+	const char *interp_source;  /* the ladder rung that found it, for the debug log */
 	spy_addr_t tstate_current;  /* 2.7/3.6: _PyThreadState_Current */
 	int32_t pid;
 
@@ -79,6 +81,71 @@ struct pyrt {
 
 	const char *unknown;        /* interned "<unknown>" */
 };
+
+/*
+ * Scans of the writable data (scan.c). The range comes from section
+ * headers; a corrupt ELF can make it any size, and libpython's .data+.bss
+ * is ~0.5-2 MiB (3.12: 1.6 MiB), a static python's a few MiB.
+ */
+#define PYRT_SCAN_MAX (32u << 20)
+/* One read per chunk: big enough that a scan is a few dozen reads. */
+#define PYRT_SCAN_CHUNK (64u << 10)
+/* PY_VERSION's longest plausible suffix after X.Y.Z ("rc12+local"). */
+#define PYRT_VERSION_SUFFIX_MAX 24
+
+/*
+ * Called with the n + lookahead bytes at base (avail in all, n <= avail):
+ * matches may start in buf[0, n) and read on to buf[avail - 1]. base is
+ * 8-aligned. Return true to stop the scan.
+ */
+typedef bool (*pyrt_scan_fn)(void *ctx, spy_addr_t base, const unsigned char *buf, size_t n,
+			     size_t avail);
+/* Feed [lo, hi) (lo rounded up to 8, capped at PYRT_SCAN_MAX) to fn in chunks. */
+void pyrt_scan(const struct spy_mem *mem, spy_addr_t lo, spy_addr_t hi, size_t overlap,
+	       pyrt_scan_fn fn, void *ctx);
+/* PY_VERSION_HEX of "X.Y.Z[suffix] (" at s, or 0. */
+uint32_t pyrt_parse_sys_version(const unsigned char *s, size_t len);
+/* The sys.version text in [lo, hi): the first match agreeing with hint's
+ * major.minor, else the first match; 0 if none. */
+uint32_t pyrt_scan_sys_version(const struct spy_mem *mem, spy_addr_t lo, spy_addr_t hi,
+			       uint32_t hint);
+/* The address of an 8-aligned "xdebugpy" followed by a 3.13+ version, or 0. */
+spy_addr_t pyrt_scan_cookie(const struct spy_mem *mem, spy_addr_t lo, spy_addr_t hi);
+
+/* find.c */
+/*
+ * Every thread of interp points back at it (bounded, cycle-checked). strict
+ * adds the proof a guess needs (see find.c): at least one thread, modules
+ * and sysdict of type "dict", sane innermost frames before 3.11.
+ */
+bool pyrt_interp_ok(struct pyrt *rt, spy_addr_t interp, bool strict);
+/*
+ * Walk the ladder for rt->off (rt->runtime and rt->interp_head_var preset
+ * from the hints): the interpreter list head, or 0. Sets rt->runtime,
+ * interp_head_var or interp_fixed as the rung found it. *checked: the
+ * result already passed pyrt_interp_ok(strict).
+ */
+spy_addr_t pyrt_find_interp(struct pyrt *rt, const struct pyrt_hints *h, bool *checked);
+/* The current head of the interpreter list, re-read each call. */
+spy_addr_t pyrt_first_interp(struct pyrt *rt);
+
+/* debugoffs.c */
+/*
+ * Refine rt->off from the _Py_DebugOffsets at rt->runtime, decoded with
+ * rt->off.dbg. future: the table is the only source, so an impossible value
+ * is -SPY_EVERSION. Free-threaded builds are -SPY_EVERSION either way.
+ */
+int pyrt_apply_debug_offsets(struct pyrt *rt, bool future, const char *binary, struct spy_err *err);
+
+/* layouts.c */
+const struct pyoffsets *pyoffsets_newest(void);
+/* Same major, newer minor than every row. */
+bool pyoffsets_is_future(uint32_t version);
+/* Where the fields of version's _Py_DebugOffsets sit: a row's own, or for
+ * versions newer than every row the newest known table layout; NULL if none. */
+const struct pydebug_layout *pydebug_layout_for(uint32_t version);
+/* Patch o for per-micro exceptions of the exact version; returns how many. */
+unsigned pyoffsets_apply_quirks(struct pyoffsets *o, uint32_t version);
 
 /* code.c */
 void pycode_cache_init(struct pyrt *rt);

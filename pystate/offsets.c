@@ -5,9 +5,10 @@
  *
  * Rows are keyed on major.minor only. CPython promises no layout stability
  * across minor versions, and in practice keeps it across micro releases; the
- * known exception (3.7.0-3.7.3 moved gilstate in _PyRuntimeState) is left to
- * runtime validation rather than encoded here, because no header of those
- * releases is installed to generate a row from.
+ * known exception (3.7.0-3.7.3 moved gilstate in _PyRuntimeState) is a
+ * hand-written per-micro patch in layouts.c, applied by pyrt_new once the
+ * exact version is known, because no header of those releases is installed
+ * to generate a row from.
  */
 #include <stddef.h>
 

@@ -5,17 +5,27 @@
  *   1. the _Py_DebugOffsets cookie "xdebugpy" at _PyRuntime (3.13+), whose
  *      version word follows it; the table's own offsets then refine the row;
  *   2. the exported Py_Version word (3.11+);
- *   3. the caller's hint (from the library's file name).
- * It then picks the layout row and strategies, finds the interpreter list
- * head, and accepts it only if every thread on the interpreter's list points
- * back at it (austin's check): a wrong version or a stale symbol fails here
- * rather than producing garbage stacks later.
+ *   3. the sys.version text that Py_GetVersion() formats into a static
+ *      buffer at start-up, found by scanning the writable data (scan.c):
+ *      the only exact source before 3.11;
+ *   4. the caller's hint (from the library's file name: major.minor only).
+ * When 3 and 4 disagree on major.minor, both are tried and the first whose
+ * layout validates strictly wins: a file can be misnamed, and text in .bss
+ * can be something else, but the layout that fits the memory is the truth.
  *
- * Why the interpreter-head lookup is a ladder of small functions: 3.7+ read
- * _PyRuntime.interpreters.head, but 2.7/3.6 keep a static interp_head that
- * stripped builds hide. The methods that work without it (decoding
- * PyInterpreterState_Head, following _PyThreadState_Current, and a .bss
- * scan) each slot in as one more rung without touching the walk.
+ * It then picks the layout row (with per-micro quirks, layouts.c) and
+ * strategies, and finds the interpreter (find.c's ladder), accepting it
+ * only if every thread on its list points back at it (austin's check): a
+ * wrong version or a stale symbol fails here rather than producing garbage
+ * stacks later.
+ *
+ * A version newer than every row (3.14, 3.15, ...) is read from its own
+ * _Py_DebugOffsets: the newest row supplies the models and the constants the
+ * debug table lacks, the table every offset it has, decoded with the newest
+ * table layout we know. Because that is a guess about a CPython we have
+ * never seen, it must also decode a real frame before it is trusted;
+ * otherwise, and when the cookie is absent, the answer is -SPY_EVERSION
+ * "Python 3.N: unsupported layout (...)".
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +41,11 @@
 static const char *binary_name(const struct pyrt_hints *h)
 {
 	return h->binary && *h->binary ? h->binary : "the target";
+}
+
+static bool has_data(const struct pyrt_hints *h)
+{
+	return h->data_lo && h->data_hi > h->data_lo;
 }
 
 static size_t span_of(const uint32_t *offs, size_t n, size_t width)
@@ -77,256 +92,92 @@ static void format_version(struct pyrt *rt)
 	}
 }
 
-/* The version ladder. Returns 0 with rt->version set, or 0 with it 0. */
-static bool read_cookie(struct pyrt *rt, const struct pyrt_hints *h)
+static bool read_cookie(const struct spy_mem *mem, spy_addr_t runtime)
 {
 	char cookie[8];
-	return h->runtime && spy_mem_read(rt->mem, h->runtime, cookie, sizeof(cookie)) == 0 &&
+	return runtime && spy_mem_read(mem, runtime, cookie, sizeof(cookie)) == 0 &&
 	       memcmp(cookie, PYDEBUG_COOKIE, sizeof(cookie)) == 0;
 }
 
-static void detect_version(struct pyrt *rt, const struct pyrt_hints *h, bool cookie)
+struct vcand {
+	uint32_t version;
+	const char *source;
+};
+
+/* The versions to try, most trusted first (see the top of the file). */
+static size_t version_candidates(struct pyrt *rt, const struct pyrt_hints *h, spy_addr_t runtime,
+				 bool cookie, struct vcand out[2])
 {
 	uint64_t v64;
 	uint32_t v32;
+	size_t n = 0;
+
 	/* The cookie is followed by PY_VERSION_HEX as a uint64 (pycore_runtime.h 3.13). */
-	if (cookie && spy_mem_read(rt->mem, h->runtime + 8, &v64, sizeof(v64)) == 0 &&
-	    v64 <= UINT32_MAX) {
-		rt->version = (uint32_t)v64;
-		rt->version_source = "_Py_DebugOffsets";
-		return;
+	if (cookie && spy_mem_read(rt->mem, runtime + 8, &v64, sizeof(v64)) == 0 && v64 <= UINT32_MAX) {
+		out[0].version = (uint32_t)v64;
+		out[0].source = "_Py_DebugOffsets";
+		return 1;
 	}
 	if (h->py_version && spy_mem_read(rt->mem, h->py_version, &v32, sizeof(v32)) == 0) {
-		rt->version = v32;
-		rt->version_source = "Py_Version";
-		return;
+		out[0].version = v32;
+		out[0].source = "Py_Version";
+		return 1;
 	}
-	rt->version = h->version_hint;
-	rt->version_source = "file name";
-}
-
-/*
- * 3.13+: take the layout from the target's own _Py_DebugOffsets where it
- * has one, so a micro release that moved a field still walks. Fields the
- * table lacks (cframe, _co_firsttraceable, str kinds) stay from the row.
- */
-static int apply_debug_offsets(struct pyrt *rt, struct spy_err *err, const struct pyrt_hints *h)
-{
-	const struct pydebug_layout *d = &rt->off.dbg;
-	unsigned char buf[0x400];
-	if (d->size == 0 || d->size > sizeof(buf)) {
-		return 0;
+	uint32_t sv = 0;
+	if (has_data(h)) {
+		sv = pyrt_scan_sys_version(rt->mem, h->data_lo, h->data_hi, h->version_hint);
 	}
-	if (spy_mem_read(rt->mem, rt->runtime, buf, d->size) < 0) {
-		return spy_err_set(err, SPY_ENOPY, "no Python interpreter found in %s: cannot read _Py_DebugOffsets",
-				   binary_name(h));
+	if (sv) {
+		out[n].version = sv;
+		out[n++].source = "sys.version";
 	}
-	if (pyrt_u64(buf, d->free_threaded)) {
-		return spy_err_set(err, SPY_EVERSION, "Python %u.%u: unsupported layout (free-threaded build)",
-				   rt->version >> 24, (rt->version >> 16) & 0xff);
-	}
-	struct pyoffsets *o = &rt->off;
-	int changed = 0;
-	/* Each value is a uint64 offset; anything past 1 MiB is not a layout. */
-#define DBG(field, dst)                                                        \
-	do {                                                                   \
-		uint64_t v_ = pyrt_u64(buf, d->field);                         \
-		if (d->field != PYOFF_NONE && v_ < (1u << 20) && v_ != (dst)) { \
-			spy_log(SPY_LOG_DEBUG, "pystate: debug offsets: " #dst " 0x%x -> 0x%llx", \
-				(unsigned)(dst), (unsigned long long)v_);      \
-			(dst) = (uint32_t)v_;                                  \
-			changed++;                                             \
-		}                                                              \
-	} while (0)
-	DBG(rt_interpreters_head, o->rt_interpreters_head);
-	DBG(interp_id, o->interp_id);
-	DBG(interp_next, o->interp_next);
-	DBG(interp_tstate_head, o->interp_tstate_head);
-	DBG(interp_ceval_gil, o->interp_ceval_gil);
-	DBG(tstate_next, o->tstate_next);
-	DBG(tstate_interp, o->tstate_interp);
-	DBG(tstate_current_frame, o->tstate_current_frame);
-	DBG(tstate_thread_id, o->tstate_thread_id);
-	DBG(tstate_native_thread_id, o->tstate_native_thread_id);
-	DBG(iframe_previous, o->iframe_previous);
-	DBG(iframe_code, o->iframe_code);
-	DBG(iframe_instr, o->iframe_instr);
-	DBG(iframe_owner, o->iframe_owner);
-	DBG(code_filename, o->code_filename);
-	DBG(code_name, o->code_name);
-	DBG(code_qualname, o->code_qualname);
-	DBG(code_linetable, o->code_linetable);
-	DBG(code_firstlineno, o->code_firstlineno);
-	DBG(code_adaptive, o->code_adaptive);
-	DBG(ob_type, o->ob_type);
-	DBG(type_name, o->type_name);
-	DBG(bytes_sval, o->bytes_sval);
-	DBG(str_state, o->str_state);
-	DBG(str_length, o->str_length);
-#undef DBG
-	/* The GIL values are relative to the interpreter; ours to the GIL struct. */
-	uint64_t gs = pyrt_u64(buf, d->interp_gil_state);
-	uint64_t lk = pyrt_u64(buf, d->interp_gil_locked), hd = pyrt_u64(buf, d->interp_gil_holder);
-	if (gs && lk >= gs && hd >= gs && lk - gs < 0x1000 && hd - gs < 0x1000) {
-		o->gil_locked = (uint32_t)(lk - gs);
-		o->gil_last_holder = (uint32_t)(hd - gs);
-	}
-	/* Only the ASCII data offset is in the table; the compact header is
-	 * PyASCIIObject + {utf8_length, utf8} in 3.13 (cpython/unicodeobject.h). */
-	uint64_t asz = pyrt_u64(buf, d->str_ascii_size);
-	if (asz && asz < 0x100 && asz != o->str_ascii_data) {
-		o->str_compact_data = (uint32_t)(asz + (o->str_compact_data - o->str_ascii_data));
-		o->str_ascii_data = (uint32_t)asz;
-		changed++;
-	}
-	spy_log(SPY_LOG_DEBUG, "pystate: _Py_DebugOffsets read, %d fields differ from the table", changed);
-	return 0;
-}
-
-/* ---- the interpreter-head ladder ---- */
-
-/* 3.7+: _PyRuntime.interpreters.head. */
-static spy_addr_t head_from_runtime(struct pyrt *rt)
-{
-	spy_addr_t p = 0;
-	if (rt->runtime && rt->off.rt_interpreters_head != PYOFF_NONE) {
-		if (spy_mem_read_addr(rt->mem, rt->runtime + rt->off.rt_interpreters_head, &p) < 0) {
-			return 0;
+	if (h->version_hint && (!sv || (sv & 0xffff0000u) != (h->version_hint & 0xffff0000u))) {
+		if (sv) {
+			spy_log(SPY_LOG_DEBUG, "pystate: sys.version 0x%08x and file name 0x%08x disagree",
+				sv, h->version_hint);
 		}
+		out[n].version = h->version_hint;
+		out[n++].source = "file name";
 	}
-	return p;
-}
-
-/* 2.7/3.6: the static interp_head pointer variable. */
-static spy_addr_t head_from_var(struct pyrt *rt)
-{
-	spy_addr_t p = 0;
-	if (rt->interp_head_var && spy_mem_read_addr(rt->mem, rt->interp_head_var, &p) < 0) {
-		return 0;
-	}
-	return p;
+	return n;
 }
 
 /*
- * 2.7/3.6 without .symtab: PyInterpreterState_Head() compiles to
- * `mov rax, [rip+disp32]; ret` (48 8b 05 d32 c3); its slot is interp_head.
- * Checked byte for byte: -O0 or instrumented builds simply do not match.
+ * For a layout read from a version we have never seen: decode real frames
+ * before trusting it. Accepted when, among the first few threads, one
+ * stack decodes whole (not truncated by bad memory) into at least one frame
+ * with a line number; every code object on it passed pycode_get's "code"
+ * type-name check and its names decoded as str.
  */
-static spy_addr_t head_from_fn(struct pyrt *rt, spy_addr_t fn)
-{
-	unsigned char code[8];
-	int32_t disp;
-	spy_addr_t p = 0;
-	if (!fn || spy_mem_read(rt->mem, fn, code, sizeof(code)) < 0 || code[0] != 0x48 ||
-	    code[1] != 0x8b || code[2] != 0x05 || code[7] != 0xc3) {
-		return 0;
-	}
-	memcpy(&disp, code + 3, 4);
-	spy_addr_t slot = fn + 7 + (spy_addr_t)(int64_t)disp;
-	if (spy_mem_read_addr(rt->mem, slot, &p) < 0) {
-		return 0;
-	}
-	rt->interp_head_var = slot;
-	return p;
-}
-
-/* Does every thread of interp point back at it? Bounded, cycle-checked. */
-static bool interp_valid(struct pyrt *rt, spy_addr_t interp)
+static bool frames_decode(struct pyrt *rt, spy_addr_t interp)
 {
 	const struct pyoffsets *o = &rt->off;
-	spy_addr_t t;
-	if (!spy_mem_plausible(rt->mem, interp, 8) ||
-	    spy_mem_read_addr(rt->mem, interp + o->interp_tstate_head, &t) < 0) {
-		return false;
-	}
-	pyrt_seen_reset(rt);
-	for (size_t n = 0; t; n++) {
-		spy_addr_t back, next;
-		if (n >= SPY_MAX_THREADS || pyrt_seen(rt, t) || !spy_mem_plausible(rt->mem, t, 8) ||
-		    spy_mem_read_addr(rt->mem, t + o->tstate_interp, &back) < 0 || back != interp ||
-		    spy_mem_read_addr(rt->mem, t + o->tstate_next, &next) < 0) {
-			return false;
+	struct spy_stack st = SPY_STACK_INIT;
+	spy_addr_t t = 0;
+	bool ok = false;
+
+	(void)spy_mem_read_addr(rt->mem, interp + o->interp_tstate_head, &t);
+	for (size_t n = 0; t && n < 16 && !ok; n++) {
+		struct py_thread th;
+		memset(&th, 0, sizeof(th));
+		th.tstate = t;
+		th.interp = interp;
+		spy_stack_reset(&st);
+		if (rt->walk(rt, &th, &st) == 0 && st.n > 0 && !st.truncated) {
+			for (size_t i = 0; i < st.n && !ok; i++) {
+				ok = st.v[i].line > 0;
+			}
 		}
-		t = next;
+		if (spy_mem_read_addr(rt->mem, t + o->tstate_next, &t) < 0) {
+			break;
+		}
 	}
-	return true;
+	spy_stack_release(&st);
+	return ok;
 }
 
-static spy_addr_t first_interp(struct pyrt *rt)
+static void pick_strategies(struct pyrt *rt)
 {
-	return rt->runtime && rt->off.rt_interpreters_head != PYOFF_NONE ? head_from_runtime(rt)
-									 : head_from_var(rt);
-}
-
-int pyrt_new(struct pyrt **out, const struct spy_mem *mem, const struct pyrt_hints *hints,
-	     struct spy_strtab *strs, struct spy_err *err)
-{
-	struct pyrt *rt = spy_xcalloc(1, sizeof(*rt));
-	int rc;
-	rt->seen = spy_xcalloc(PYRT_SEEN_SLOTS, sizeof(*rt->seen));
-	*out = NULL;
-	rt->mem = mem;
-	rt->strs = strs;
-	rt->pid = hints->pid;
-	rt->tstate_current = hints->tstate_current;
-
-	bool cookie = read_cookie(rt, hints);
-	detect_version(rt, hints, cookie);
-	uint32_t major = rt->version >> 24, minor = (rt->version >> 16) & 0xff;
-	if (!hints->runtime && !hints->interp_head && !hints->interp_head_fn) {
-		rc = spy_err_set(err, SPY_ENOPY, "no Python interpreter found in %s", binary_name(hints));
-		goto fail;
-	}
-	if (major != 2 && major != 3) {
-		rc = spy_err_set(err, SPY_ENOPY, "no Python interpreter found in %s: cannot tell its version",
-				 binary_name(hints));
-		goto fail;
-	}
-	const struct pyoffsets *row = pyoffsets_find(rt->version);
-	if (!row) {
-		rc = spy_err_set(err, SPY_EVERSION, "Python %u.%u: unsupported layout (spy knows 2.7 and 3.6-3.13)",
-				 major, minor);
-		goto fail;
-	}
-	rt->off = *row;
-	format_version(rt);
-	if (rt->off.rt_interpreters_head != PYOFF_NONE) {
-		if (!hints->runtime) {
-			rc = spy_err_set(err, SPY_ENOPY, "no Python interpreter found in %s: no _PyRuntime",
-					 binary_name(hints));
-			goto fail;
-		}
-		rt->runtime = hints->runtime;
-	}
-	if (cookie && (rc = apply_debug_offsets(rt, err, hints)) < 0) {
-		goto fail;
-	}
-	rt->interp_head_var = hints->interp_head;
-	compute_spans(rt);
-	if (rt->tstate_span > PYRT_MAX_SPAN || rt->frame_span > PYRT_MAX_SPAN ||
-	    rt->code_span > PYRT_MAX_SPAN) {
-		rc = spy_err_set(err, SPY_EVERSION, "Python %u.%u: unsupported layout (structs too large)",
-				 major, minor);
-		goto fail;
-	}
-
-	spy_addr_t interp = first_interp(rt);
-	if (!interp && !rt->runtime && hints->interp_head_fn) {
-		interp = head_from_fn(rt, hints->interp_head_fn);
-	}
-	/* Later rungs (.bss scan over hints->data_lo..data_hi) go here. */
-	if (!interp) {
-		rc = spy_err_set(err, SPY_ENOPY, "no Python interpreter found in %s: no interpreter yet",
-				 binary_name(hints));
-		goto fail;
-	}
-	if (!interp_valid(rt, interp)) {
-		rc = spy_err_set(err, SPY_ENOPY,
-				 "no Python interpreter found in %s: Python %s interpreter at 0x%llx does not validate",
-				 binary_name(hints), rt->version_str, (unsigned long long)interp);
-		goto fail;
-	}
-
 	rt->walk = rt->off.frame_model == PYFRAME_OBJECT ? pyrt_walk_frameobj : pyrt_walk_iframe;
 	switch (rt->off.gil_model) {
 	case PYGIL_TSTATE_CURRENT:
@@ -339,13 +190,180 @@ int pyrt_new(struct pyrt **out, const struct spy_mem *mem, const struct pyrt_hin
 		rt->gil_holder = pyrt_gil_interp;
 		break;
 	}
+}
+
+/* Forget one attempt's layout, so that another version can be tried. */
+static void reset_attempt(struct pyrt *rt)
+{
+	pycode_cache_release(rt);
+	memset(&rt->off, 0, sizeof(rt->off));
+	rt->runtime = rt->interp_head_var = rt->interp_fixed = 0;
+	rt->code_type = rt->str_type = rt->bytes_type = 0;
+	rt->cache_hits = rt->cache_misses = 0;
+	rt->walk = NULL;
+	rt->gil_holder = NULL;
+	rt->interp_source = NULL;
+}
+
+/*
+ * Set rt up for one candidate version: row, debug offsets, interpreter,
+ * validation. strict: also demand that the interpreter look real (find.c),
+ * for when the version itself is in doubt.
+ */
+static int attempt(struct pyrt *rt, const struct pyrt_hints *h, spy_addr_t runtime, bool cookie,
+		   const struct vcand *vc, bool strict, struct spy_err *err)
+{
+	uint32_t v = vc->version;
+	unsigned major = v >> 24, minor = (v >> 16) & 0xff;
+	const struct pyoffsets *newest = pyoffsets_newest();
+	bool future = false;
+	int rc;
+
+	rt->version = v;
+	rt->version_source = vc->source;
+	if (major != 2 && major != 3) {
+		return spy_err_set(err, SPY_ENOPY, "no Python interpreter found in %s: cannot tell its version",
+				   binary_name(h));
+	}
+	const struct pyoffsets *row = pyoffsets_find(v);
+	if (row) {
+		rt->off = *row;
+		/* Quirks are keyed on the micro version: only for an exact
+		 * version (a release level is set), never for a file-name guess. */
+		unsigned nq = (v & 0xf0) ? pyoffsets_apply_quirks(&rt->off, v) : 0;
+		if (nq) {
+			spy_log(SPY_LOG_DEBUG, "pystate: %u per-micro exceptions applied for 0x%08x", nq, v);
+		}
+	} else if (pyoffsets_is_future(v) && pydebug_layout_for(v)) {
+		if (!cookie) {
+			return spy_err_set(err, SPY_EVERSION,
+					   "Python %u.%u: unsupported layout (newer than %u.%u, and no _Py_DebugOffsets found)",
+					   major, minor, newest->version >> 24, (newest->version >> 16) & 0xff);
+		}
+		rt->off = *newest;
+		rt->off.version = v & 0xffff0000u;
+		rt->off.source = "the newest row, refined by the target's _Py_DebugOffsets";
+		rt->off.dbg = *pydebug_layout_for(v);
+		future = true;
+	} else {
+		return spy_err_set(err, SPY_EVERSION,
+				   "Python %u.%u: unsupported layout (spy knows 2.7 and 3.6-%u.%u)", major, minor, newest->version >> 24, (newest->version >> 16) & 0xff);
+	}
+	format_version(rt);
+	if (rt->off.rt_interpreters_head != PYOFF_NONE) {
+		if (!runtime && !has_data(h)) {
+			return spy_err_set(err, SPY_ENOPY, "no Python interpreter found in %s: no _PyRuntime",
+					   binary_name(h));
+		}
+		rt->runtime = runtime;
+	} else {
+		rt->interp_head_var = h->interp_head;
+	}
+	if (cookie && (rc = pyrt_apply_debug_offsets(rt, future, binary_name(h), err)) < 0) {
+		return rc;
+	}
+	compute_spans(rt);
+	if (rt->tstate_span > PYRT_MAX_SPAN || rt->frame_span > PYRT_MAX_SPAN ||
+	    rt->code_span > PYRT_MAX_SPAN) {
+		return spy_err_set(err, SPY_EVERSION, "Python %u.%u: unsupported layout (structs too large)",
+				   major, minor);
+	}
+
+	bool checked;
+	spy_addr_t interp = pyrt_find_interp(rt, h, &checked);
+	if (runtime && runtime != h->runtime && rt->runtime == runtime) {
+		rt->interp_source = "data scan (_Py_DebugOffsets cookie)";
+	}
+	if (!interp || (!checked && !pyrt_interp_ok(rt, interp, strict && !future))) {
+		if (future) {
+			return spy_err_set(err, SPY_EVERSION,
+					   "Python %u.%u: unsupported layout "
+					   "(its _Py_DebugOffsets do not lead to a valid interpreter)",
+					   major, minor);
+		}
+		if (rt->off.rt_interpreters_head != PYOFF_NONE && !rt->runtime) {
+			return spy_err_set(err, SPY_ENOPY, "no Python interpreter found in %s: no _PyRuntime",
+					   binary_name(h));
+		}
+		if (!interp) {
+			return spy_err_set(err, SPY_ENOPY, "no Python interpreter found in %s: no interpreter yet",
+					   binary_name(h));
+		}
+		return spy_err_set(err, SPY_ENOPY,
+				   "no Python interpreter found in %s: Python %s interpreter at 0x%llx does not validate",
+				   binary_name(h), rt->version_str, (unsigned long long)interp);
+	}
+
+	pick_strategies(rt);
 	pycode_cache_init(rt);
+	if (future && !frames_decode(rt, interp)) {
+		return spy_err_set(err, SPY_EVERSION,
+				   "Python %u.%u: unsupported layout (no frame decodes with its _Py_DebugOffsets)",
+				   major, minor);
+	}
+	spy_log(SPY_LOG_DEBUG, "pystate: Python %s (version from %s), layout %s, interp 0x%llx via %s",
+		rt->version_str, rt->version_source, rt->off.source, (unsigned long long)interp,
+		rt->interp_source ? rt->interp_source : "?");
+	return 0;
+}
+
+int pyrt_new(struct pyrt **out, const struct spy_mem *mem, const struct pyrt_hints *hints,
+	     struct spy_strtab *strs, struct spy_err *err)
+{
+	struct pyrt *rt = spy_xcalloc(1, sizeof(*rt));
+	struct spy_err first = SPY_ERR_INIT;
+	int rc = 0, first_rc = 0;
+
+	rt->seen = spy_xcalloc(PYRT_SEEN_SLOTS, sizeof(*rt->seen));
+	*out = NULL;
+	rt->mem = mem;
+	rt->strs = strs;
+	rt->pid = hints->pid;
+	rt->tstate_current = hints->tstate_current;
+
+	if (!hints->runtime && !hints->interp_head && !hints->interp_head_fn && !hints->tstate_current &&
+	    !has_data(hints)) {
+		rc = spy_err_set(err, SPY_ENOPY, "no Python interpreter found in %s", binary_name(hints));
+		goto fail;
+	}
+	/* 3.13+ without _PyRuntime's symbol or section: its cookie is in .data. */
+	spy_addr_t runtime = hints->runtime;
+	if (!runtime && has_data(hints)) {
+		runtime = pyrt_scan_cookie(mem, hints->data_lo, hints->data_hi);
+	}
+	bool cookie = read_cookie(mem, runtime);
+	struct vcand vc[2];
+	size_t nv = version_candidates(rt, hints, runtime, cookie, vc);
+	if (nv == 0) {
+		rc = spy_err_set(err, SPY_ENOPY, "no Python interpreter found in %s: cannot tell its version",
+				 binary_name(hints));
+		goto fail;
+	}
+	for (size_t i = 0; i < nv; i++) {
+		struct spy_err e = SPY_ERR_INIT;
+		rc = attempt(rt, hints, runtime, cookie, &vc[i], nv > 1, &e);
+		if (rc == 0) {
+			break;
+		}
+		if (i == 0) {
+			/* The most trusted candidate's failure is the one to report. */
+			first = e;
+			first_rc = rc;
+		}
+		reset_attempt(rt);
+	}
+	if (rc < 0) {
+		if (err) {
+			*err = first;
+		}
+		rc = first_rc;
+		goto fail;
+	}
 	rt->unknown = spy_strtab_interns(strs, "<unknown>");
-	spy_log(SPY_LOG_DEBUG, "pystate: Python %s (version from %s), layout %s, interp 0x%llx",
-		rt->version_str, rt->version_source, rt->off.source, (unsigned long long)interp);
 	*out = rt;
 	return 0;
 fail:
+	pycode_cache_release(rt);
 	free(rt->seen);
 	free(rt);
 	return rc;
@@ -495,7 +513,7 @@ int pyrt_threads(struct pyrt *rt, struct py_thread *out, size_t max, size_t *n, 
 	bool cut = false;
 
 	*n = 0;
-	spy_addr_t ip = first_interp(rt);
+	spy_addr_t ip = pyrt_first_interp(rt);
 	while (ip) {
 		spy_addr_t next;
 		bool loop = false;
@@ -526,7 +544,10 @@ int pyrt_threads(struct pyrt *rt, struct py_thread *out, size_t max, size_t *n, 
 		}
 	}
 	fill_native_tids(rt, rt->tmp, k);
-	memcpy(out, rt->tmp, (k < max ? k : max) * sizeof(*out));
+	if (k && max) {
+		/* rt->tmp is still NULL when no thread was ever found */
+		memcpy(out, rt->tmp, (k < max ? k : max) * sizeof(*out));
+	}
 	*n = k;
 	if (cut) {
 		spy_log(SPY_LOG_DEBUG, "pystate: thread walk cut short after %zu threads", k);

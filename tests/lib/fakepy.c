@@ -12,6 +12,8 @@
  * Memory is one calloc'd arena: allocations never move, so fakepy_at()
  * pointers stay valid for the image's life.
  */
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +24,11 @@
 #define ARENA (24u << 20)
 #define PTHREAD_SIZE 0x800
 #define PTHREAD_TID 0x2d0
+/* The "writable data section": first the tests' area (fakepy_data_alloc),
+ * then the image's own statics, then the runtime struct if the row has one. */
+#define DATA_FRONT 0x10000
+#define DATA_STATICS 0x4000
+#define SYS_VERSION_LEN 250 /* Py_GetVersion()'s static char version[250] */
 
 struct fakepy {
 	struct pyoffsets row;
@@ -33,8 +40,11 @@ struct fakepy {
 	struct pyrt_hints hints;
 	spy_addr_t runtime, interp_head_var, tstate_current_var;
 	spy_addr_t main_interp;
-	spy_addr_t code_type, str_type, bytes_type, none_type, none;
+	spy_addr_t type_type, code_type, str_type, bytes_type, dict_type, frame_type, none_type, none;
 	spy_addr_t trampoline;
+	/* data section: [data_lo, data_hi); front and statics bump pointers */
+	spy_addr_t data_lo, data_hi, front_next, statics_next, statics_end;
+	spy_addr_t sys_version;
 };
 
 static int fake_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
@@ -95,12 +105,59 @@ static spy_addr_t cstring(struct fakepy *fp, const char *s)
 	return a;
 }
 
+/* Static data (types, runtime, variables) goes in the data section while it
+ * has room, as in a real libpython; the heap takes the overflow. */
+static spy_addr_t static_alloc(struct fakepy *fp, size_t size)
+{
+	spy_addr_t at = (fp->statics_next + 31) & ~(spy_addr_t)31;
+	if (fp->statics_end && at + size <= fp->statics_end) {
+		fp->statics_next = at + size;
+		return at;
+	}
+	return fakepy_alloc(fp, size);
+}
+
+spy_addr_t fakepy_data_alloc(struct fakepy *fp, size_t size)
+{
+	spy_addr_t at = (fp->front_next + 15) & ~(spy_addr_t)15;
+	if (at + size > fp->data_lo + DATA_FRONT) {
+		SPY_BUG("fakepy: data front area full");
+	}
+	fp->front_next = at + size;
+	return at;
+}
+
 spy_addr_t fakepy_type(struct fakepy *fp, const char *tp_name)
 {
-	spy_addr_t t = fakepy_alloc(fp, 0x200);
+	spy_addr_t t = static_alloc(fp, 0x200);
 	fakepy_w64(fp, t, 1);
+	/* Every type's type is `type`, itself included (the first one made). */
+	fakepy_w64(fp, t + fp->row.ob_type, fp->type_type ? fp->type_type : t);
 	fakepy_w64(fp, t + fp->row.type_name, cstring(fp, tp_name));
 	return t;
+}
+
+spy_addr_t fakepy_type_type(struct fakepy *fp)
+{
+	return fp->type_type;
+}
+
+spy_addr_t fakepy_sys_version(struct fakepy *fp)
+{
+	return fp->sys_version;
+}
+
+spy_addr_t fakepy_object(struct fakepy *fp, spy_addr_t type, size_t size)
+{
+	spy_addr_t o = fakepy_alloc(fp, size < 0x20 ? 0x20 : size);
+	fakepy_w64(fp, o, 1);
+	fakepy_w64(fp, o + fp->row.ob_type, type);
+	return o;
+}
+
+spy_addr_t fakepy_dict_type(struct fakepy *fp)
+{
+	return fp->dict_type;
 }
 
 spy_addr_t fakepy_code_type(struct fakepy *fp)
@@ -429,6 +486,13 @@ spy_addr_t fakepy_new_interp(struct fakepy *fp, int64_t id)
 	if (o->interp_ceval_gil != PYOFF_NONE) {
 		fakepy_w64(fp, ip + o->interp_ceval_gil, fakepy_alloc(fp, 0x100));
 	}
+	/* sys.modules and the sys dict: what a guessed interpreter must have. */
+	if (o->interp_modules != PYOFF_NONE) {
+		fakepy_w64(fp, ip + o->interp_modules, fakepy_object(fp, fp->dict_type, 0x30));
+	}
+	if (o->interp_sysdict != PYOFF_NONE) {
+		fakepy_w64(fp, ip + o->interp_sysdict, fakepy_object(fp, fp->dict_type, 0x30));
+	}
 	fakepy_w64(fp, ip + o->interp_next, fakepy_r64(fp, head_slot(fp)));
 	fakepy_w64(fp, head_slot(fp), ip);
 	return ip;
@@ -437,6 +501,23 @@ spy_addr_t fakepy_new_interp(struct fakepy *fp, int64_t id)
 spy_addr_t fakepy_main_interp(struct fakepy *fp)
 {
 	return fp->main_interp;
+}
+
+/* What Py_GetVersion() leaves in .bss: "X.Y.Z[level N] (build) [compiler]". */
+static void write_sys_version(struct fakepy *fp)
+{
+	uint32_t v = fp->version;
+	unsigned level = (v >> 4) & 0xf;
+	const char *lv = level == 0xa ? "a" : level == 0xb ? "b" : level == 0xc ? "rc" : "";
+	char text[SYS_VERSION_LEN];
+	char serial[8] = "";
+	if (*lv) {
+		snprintf(serial, sizeof(serial), "%u", v & 0xf);
+	}
+	snprintf(text, sizeof(text), "%u.%u.%u%s%s (default, Jan  1 2024, 00:00:00) \n[GCC 12.2.0]",
+		 v >> 24, (v >> 16) & 0xff, (v >> 8) & 0xff, lv, serial);
+	fp->sys_version = static_alloc(fp, SYS_VERSION_LEN);
+	memcpy(fakepy_at(fp, fp->sys_version), text, strlen(text) + 1);
 }
 
 struct fakepy *fakepy_new(const struct pyoffsets *row, uint32_t version)
@@ -458,35 +539,55 @@ struct fakepy *fakepy_new(const struct pyoffsets *row, uint32_t version)
 	fp->hints.binary = "fakepy";
 	fp->hints.pid = FAKEPY_PID;
 
+	bool has_rt = o->rt_interpreters_head != PYOFF_NONE;
+	size_t dsize = DATA_FRONT + DATA_STATICS + (has_rt ? o->rt_size : 0);
+	fp->data_lo = fakepy_alloc(fp, dsize);
+	fp->data_hi = fp->data_lo + dsize;
+	fp->front_next = fp->data_lo;
+	fp->statics_next = fp->data_lo + DATA_FRONT;
+	fp->statics_end = fp->data_hi;
+	fp->hints.data_lo = fp->data_lo;
+	fp->hints.data_hi = fp->data_hi;
+
+	fp->type_type = fakepy_type(fp, "type");
 	fp->code_type = fakepy_type(fp, "code");
 	fp->str_type = fakepy_type(fp, "str");
 	fp->bytes_type = o->str_model == PYSTR_BYTES27 ? fp->str_type : fakepy_type(fp, "bytes");
+	fp->dict_type = fakepy_type(fp, "dict");
+	fp->frame_type = fakepy_type(fp, "frame");
 	fp->none_type = fakepy_type(fp, "NoneType");
-	fp->none = fakepy_alloc(fp, 16);
+	fp->none = static_alloc(fp, 16);
+	fakepy_w64(fp, fp->none, 1);
 	fakepy_w64(fp, fp->none + o->ob_type, fp->none_type);
+	write_sys_version(fp);
 
-	if (o->rt_interpreters_head != PYOFF_NONE) {
-		fp->runtime = fakepy_alloc(fp, o->rt_size);
+	if (has_rt) {
+		fp->runtime = static_alloc(fp, o->rt_size);
 		fp->hints.runtime = fp->runtime;
 	} else {
-		fp->interp_head_var = fakepy_alloc(fp, 8);
+		fp->interp_head_var = static_alloc(fp, 8);
 		fp->hints.interp_head = fp->interp_head_var;
 	}
 	if (o->gil_model == PYGIL_TSTATE_CURRENT) {
-		fp->tstate_current_var = fakepy_alloc(fp, 8);
+		fp->tstate_current_var = static_alloc(fp, 8);
 		fp->hints.tstate_current = fp->tstate_current_var;
 	}
 	if (version >= 0x030b0000) {
+		/* Py_Version is in .rodata: outside the data section. */
 		spy_addr_t pv = fakepy_alloc(fp, 4);
 		fakepy_w32(fp, pv, version);
 		fp->hints.py_version = pv;
 	} else {
-		fp->hints.version_hint = version;
+		/* What cmd/target.c gets from a file name: major.minor only. */
+		fp->hints.version_hint = version & 0xffff0000u;
 	}
 	if (o->dbg.size) {
 		write_debug_offsets(fp);
 	}
 	fp->main_interp = fakepy_new_interp(fp, 0);
+	if (fp->runtime && o->rt_interpreters_main != PYOFF_NONE) {
+		fakepy_w64(fp, fp->runtime + o->rt_interpreters_main, fp->main_interp);
+	}
 	return fp;
 }
 
@@ -537,10 +638,13 @@ void fakepy_set_gil(struct fakepy *fp, spy_addr_t interp, spy_addr_t tstate)
 		break;
 	case PYGIL_RUNTIME:
 		fakepy_w64(fp, fp->runtime + o->rt_gilstate_tstate_current, tstate);
-		if (tstate) {
+		/* Absent in rows patched for 3.7.0-3.7.3 (pystate/layouts.c). */
+		if (tstate && o->rt_gil_last_holder != PYOFF_NONE) {
 			fakepy_w64(fp, fp->runtime + o->rt_gil_last_holder, tstate);
 		}
-		fakepy_w32(fp, fp->runtime + o->rt_gil_locked, tstate != 0);
+		if (o->rt_gil_locked != PYOFF_NONE) {
+			fakepy_w32(fp, fp->runtime + o->rt_gil_locked, tstate != 0);
+		}
 		break;
 	case PYGIL_INTERP: {
 		spy_addr_t g = fakepy_r64(fp, interp + o->interp_ceval_gil);
@@ -584,8 +688,7 @@ spy_addr_t fakepy_push_frame(struct fakepy *fp, spy_addr_t tstate, spy_addr_t co
 	spy_addr_t slot = fakepy_top_slot(fp, tstate);
 	spy_addr_t f;
 	if (o->frame_model == PYFRAME_OBJECT) {
-		f = fakepy_alloc(fp, 0x100);
-		fakepy_w64(fp, f, 1);
+		f = fakepy_object(fp, fp->frame_type, 0x100);
 		fakepy_w32(fp, f + o->frame_lasti,
 			   o->instr_model == PYINSTR_LASTI_UNITS ? idx : 2 * idx);
 	} else {

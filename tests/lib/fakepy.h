@@ -11,6 +11,13 @@
  *
  * Tests corrupt an image with fakepy_w64() and friends: nothing here checks
  * that what you write makes sense. All addresses are remote (spy_addr_t).
+ *
+ * Like a real libpython, the image has a writable data section (hints'
+ * data_lo..data_hi) holding its statics: the type objects, the runtime
+ * struct or the interp_head / _PyThreadState_Current variables, and the
+ * sys.version text. Its first bytes are the tests' own (fakepy_data_alloc),
+ * so a scan meets whatever a test puts there -- decoys -- before the real
+ * statics.
  */
 #ifndef SPY_TESTS_LIB_FAKEPY_H
 #define SPY_TESTS_LIB_FAKEPY_H
@@ -32,8 +39,11 @@ struct fakepy;
 
 /*
  * A new image for row, claiming to be version (full PY_VERSION_HEX, e.g.
- * 0x030b07f0). It has one interpreter and no threads yet. 3.13+ rows get a
- * _Py_DebugOffsets table at the runtime's start, written from row.
+ * 0x030b07f0). It has one interpreter (with sys.modules and sys dicts) and
+ * no threads yet. Rows with dbg.size get a _Py_DebugOffsets table at the
+ * runtime's start, laid out as row->dbg says, with row's offsets in it.
+ * Before 3.11 the hints carry only major.minor as version_hint, as a file
+ * name would; the exact version is in the sys.version text.
  */
 struct fakepy *fakepy_new(const struct pyoffsets *row, uint32_t version);
 void fakepy_free(struct fakepy *fp);
@@ -59,6 +69,16 @@ spy_addr_t fakepy_str_raw(struct fakepy *fp, int64_t length, uint32_t state, con
 spy_addr_t fakepy_bytes(struct fakepy *fp, const void *data, size_t len);
 spy_addr_t fakepy_type(struct fakepy *fp, const char *tp_name);
 spy_addr_t fakepy_code_type(struct fakepy *fp);
+/* `type`, the type of every type object, itself included. */
+spy_addr_t fakepy_type_type(struct fakepy *fp);
+spy_addr_t fakepy_dict_type(struct fakepy *fp);
+/* A heap object of size bytes (at least a header) whose ob_type is type. */
+spy_addr_t fakepy_object(struct fakepy *fp, spy_addr_t type, size_t size);
+
+/* Zeroed bytes at the front of the data section, before every static. */
+spy_addr_t fakepy_data_alloc(struct fakepy *fp, size_t size);
+/* The sys.version buffer ("X.Y.Z (default, ...) \n[GCC ...]", 250 bytes). */
+spy_addr_t fakepy_sys_version(struct fakepy *fp);
 
 /*
  * A code object named name (qualname where the row has one; then co_name is

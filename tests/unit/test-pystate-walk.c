@@ -29,6 +29,7 @@ struct exp {
 struct scene {
 	struct fakepy *fp;
 	const struct pyoffsets *row;
+	struct pyoffsets layout; /* row with the scene version's per-micro quirks */
 	uint32_t version;
 	spy_addr_t interp, t1, t2;
 	spy_addr_t f_module, f_cafe, f_func, f_klass; /* t1's frames */
@@ -70,7 +71,10 @@ static void scene_init(struct scene *s, const struct pyoffsets *row)
 	memset(s, 0, sizeof(*s));
 	s->row = row;
 	s->version = row->version | 0x01f0; /* X.Y.1 final */
-	s->fp = fakepy_new(row, s->version);
+	/* X.Y.1 is 3.7.1 for the 3.7 row: lay it out as 3.7.1 was. */
+	s->layout = *row;
+	pyoffsets_apply_quirks(&s->layout, s->version);
+	s->fp = fakepy_new(&s->layout, s->version);
 	s->interp = fakepy_main_interp(s->fp);
 	s->entry_idx = SIZE_MAX;
 	struct spy_strtab init = SPY_STRTAB_INIT;
@@ -453,11 +457,24 @@ static void test_errors(const struct pyoffsets *row)
 		CHECK(!strncmp(err.msg, "Python 3.20: unsupported layout", 31));
 		fakepy_w32(s.fp, hp->py_version, s.version);
 	} else if (!hp->py_version) {
+		/* A file name that disagrees with sys.version loses to it:
+		 * the layout of the sys.version version is the one that fits. */
 		hp->version_hint = 0x030500f0;
+		CHECK_INT(pyrt_new(&rt, fakepy_mem(s.fp), hp, &s.strs, &err), 0);
+		if (rt) {
+			CHECK_INT(pyrt_version(rt), s.version);
+			pyrt_free(rt);
+			rt = NULL;
+		}
+		/* Without the sys.version text, the file name is all there is. */
+		spy_addr_t sv = fakepy_sys_version(s.fp);
+		uint8_t c0 = *(uint8_t *)fakepy_at(s.fp, sv);
+		fakepy_w8(s.fp, sv, 0);
 		CHECK_INT(pyrt_new(&rt, fakepy_mem(s.fp), hp, &s.strs, &err), -SPY_EVERSION);
 		CHECK(!strncmp(err.msg, "Python 3.5: unsupported layout", 30));
 		hp->version_hint = 0;
 		CHECK_INT(pyrt_new(&rt, fakepy_mem(s.fp), hp, &s.strs, &err), -SPY_ENOPY);
+		fakepy_w8(s.fp, sv, c0);
 		*hp = h;
 	}
 
@@ -491,8 +508,11 @@ static void test_errors(const struct pyoffsets *row)
 			CHECK_INT(n, 2);
 			pyrt_free(rt);
 		}
-		/* A function that is not the expected pattern is not trusted. */
+		/* A function that is not the expected pattern is not trusted
+		 * (with the later rungs -- GIL holder, data scan -- hidden). */
 		fakepy_w8(s.fp, fn + 7, 0x90);
+		hp->tstate_current = 0;
+		hp->data_lo = hp->data_hi = 0;
 		CHECK_INT(pyrt_new(&rt, fakepy_mem(s.fp), hp, &s.strs, &err), -SPY_ENOPY);
 		*hp = h;
 	}

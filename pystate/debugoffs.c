@@ -1,0 +1,172 @@
+/*
+ * Reading the target's own _Py_DebugOffsets (3.13+): the table CPython
+ * fills with offsetof/sizeof of its own structures at the start of
+ * _PyRuntime (docs/cpython-internals.md §4), decoded with a descriptor of
+ * the table's layout (the row's own, or layouts.c's newest for a version
+ * newer than every row).
+ *
+ * Why the two modes: for a version we generated a row for, the table only
+ * refines the row (a micro release that moved a field), so a value that
+ * makes no sense is ignored and the row stands. For a future version the
+ * table is all we have, so one impossible value or struct size refuses the
+ * whole layout, before anything is followed.
+ */
+#include <string.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "pystate/internal.h"
+
+/* The end of the last 8-byte field among offs (absent ones skipped). */
+static size_t end_of(const uint32_t *offs, size_t n)
+{
+	size_t end = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (offs[i] != PYOFF_NONE && offs[i] + 8 > end) {
+			end = offs[i] + 8;
+		}
+	}
+	return end;
+}
+
+/*
+ * Sanity of a layout we did not generate (a future version's debug table):
+ * struct sizes in range, and every field we read inside its struct.
+ */
+static bool debug_sizes_sane(const struct pyoffsets *o, uint64_t tsz, uint64_t fsz, uint64_t csz)
+{
+	uint32_t ts[] = { o->tstate_next, o->tstate_interp, o->tstate_current_frame,
+			  o->tstate_thread_id, o->tstate_native_thread_id };
+	uint32_t fr[] = { o->iframe_previous, o->iframe_code, o->iframe_instr };
+	uint32_t co[] = { o->code_filename, o->code_name, o->code_qualname, o->code_linetable };
+	if (tsz < 0x40 || tsz > 0x10000 || fsz < 0x20 || fsz > PYRT_MAX_SPAN || csz < 0x40 ||
+	    csz > PYRT_MAX_SPAN) {
+		return false;
+	}
+	return end_of(ts, SPY_ARRAY_SIZE(ts)) <= tsz && end_of(fr, SPY_ARRAY_SIZE(fr)) <= fsz &&
+	       o->iframe_owner < fsz && end_of(co, SPY_ARRAY_SIZE(co)) <= csz &&
+	       o->code_firstlineno + 4 <= csz && o->code_adaptive <= csz;
+}
+
+/*
+ * 3.13+: take the layout from the target's own _Py_DebugOffsets, so a micro
+ * release that moved a field still walks, and a newer minor release can walk
+ * at all. Fields the table lacks (cframe, str kinds, the shim owner value)
+ * stay from the row. For a row we generated, an impossible value is ignored
+ * (the row stands); for a future version the table is all we have, so an
+ * impossible value refuses the layout.
+ */
+int pyrt_apply_debug_offsets(struct pyrt *rt, bool future, const char *binary, struct spy_err *err)
+{
+	const struct pydebug_layout *d = &rt->off.dbg;
+	unsigned major = rt->version >> 24, minor = (rt->version >> 16) & 0xff;
+	unsigned char buf[0x400];
+	if (d->size == 0 || d->size > sizeof(buf)) {
+		return 0;
+	}
+	if (spy_mem_read(rt->mem, rt->runtime, buf, d->size) < 0) {
+		return spy_err_set(err, SPY_ENOPY,
+				   "no Python interpreter found in %s: cannot read _Py_DebugOffsets", binary);
+	}
+	if (pyrt_u64(buf, d->free_threaded)) {
+		return spy_err_set(err, SPY_EVERSION, "Python %u.%u: unsupported layout (free-threaded build)",
+				   major, minor);
+	}
+	struct pyoffsets *o = &rt->off;
+	uint32_t adaptive_was = o->code_adaptive;
+	int changed = 0, bad = 0;
+	/* Each value is a uint64 offset; anything past 1 MiB is not a layout. */
+#define DBG(field, dst)                                                        \
+	do {                                                                   \
+		if (d->field == PYOFF_NONE || d->field + 8 > d->size) {       \
+			break;                                                 \
+		}                                                              \
+		uint64_t v_ = pyrt_u64(buf, d->field);                         \
+		if (v_ >= (1u << 20)) {                                        \
+			spy_log(SPY_LOG_DEBUG, "pystate: debug offsets: " #dst " impossible: 0x%llx", \
+				(unsigned long long)v_);                       \
+			bad++;                                                 \
+		} else if (v_ != (dst)) {                                      \
+			spy_log(SPY_LOG_DEBUG, "pystate: debug offsets: " #dst " 0x%x -> 0x%llx", \
+				(unsigned)(dst), (unsigned long long)v_);      \
+			(dst) = (uint32_t)v_;                                  \
+			changed++;                                             \
+		}                                                              \
+	} while (0)
+	DBG(rt_interpreters_head, o->rt_interpreters_head);
+	DBG(interp_id, o->interp_id);
+	DBG(interp_next, o->interp_next);
+	DBG(interp_tstate_head, o->interp_tstate_head);
+	DBG(interp_ceval_gil, o->interp_ceval_gil);
+	DBG(tstate_next, o->tstate_next);
+	DBG(tstate_interp, o->tstate_interp);
+	DBG(tstate_current_frame, o->tstate_current_frame);
+	DBG(tstate_thread_id, o->tstate_thread_id);
+	DBG(tstate_native_thread_id, o->tstate_native_thread_id);
+	DBG(iframe_previous, o->iframe_previous);
+	DBG(iframe_code, o->iframe_code);
+	DBG(iframe_instr, o->iframe_instr);
+	DBG(iframe_owner, o->iframe_owner);
+	DBG(code_filename, o->code_filename);
+	DBG(code_name, o->code_name);
+	DBG(code_qualname, o->code_qualname);
+	DBG(code_linetable, o->code_linetable);
+	DBG(code_firstlineno, o->code_firstlineno);
+	DBG(code_adaptive, o->code_adaptive);
+	DBG(ob_type, o->ob_type);
+	DBG(type_name, o->type_name);
+	DBG(bytes_sval, o->bytes_sval);
+	DBG(str_state, o->str_state);
+	DBG(str_length, o->str_length);
+#undef DBG
+	/*
+	 * _co_firsttraceable is not in the table. In 3.11, 3.12 and 3.13 alike
+	 * it sits 0x10 before co_code_adaptive (int, padding, co_extra), so
+	 * when the table moves co_code_adaptive, keep that relation.
+	 */
+	if (o->code_firsttraceable != PYOFF_NONE && o->code_adaptive != adaptive_was &&
+	    o->code_firsttraceable < adaptive_was) {
+		uint32_t gap = adaptive_was - o->code_firsttraceable;
+		if (o->code_adaptive >= gap) {
+			o->code_firsttraceable = o->code_adaptive - gap;
+		}
+	}
+	/* The GIL values are relative to the interpreter; ours to the GIL struct. */
+	uint64_t gs = pyrt_u64(buf, d->interp_gil_state);
+	uint64_t lk = pyrt_u64(buf, d->interp_gil_locked), hd = pyrt_u64(buf, d->interp_gil_holder);
+	if (gs && lk >= gs && hd >= gs && lk - gs < 0x1000 && hd - gs < 0x1000) {
+		o->gil_locked = (uint32_t)(lk - gs);
+		o->gil_last_holder = (uint32_t)(hd - gs);
+	} else if (future) {
+		bad++;
+	}
+	/* Only the ASCII data offset is in the table; the compact header is
+	 * PyASCIIObject + {utf8_length, utf8} in 3.12/3.13 (cpython/unicodeobject.h). */
+	uint64_t asz = pyrt_u64(buf, d->str_ascii_size);
+	if (asz && asz < 0x100 && asz != o->str_ascii_data) {
+		o->str_compact_data = (uint32_t)(asz + (o->str_compact_data - o->str_ascii_data));
+		o->str_ascii_data = (uint32_t)asz;
+		changed++;
+	} else if (future && (asz == 0 || asz >= 0x100)) {
+		bad++;
+	}
+	uint64_t tsz = pyrt_u64(buf, d->tstate_size), fsz = pyrt_u64(buf, d->iframe_size);
+	uint64_t csz = pyrt_u64(buf, d->code_size);
+	bool sane = debug_sizes_sane(o, tsz, fsz, csz);
+	spy_log(SPY_LOG_DEBUG,
+		"pystate: _Py_DebugOffsets read, %d fields differ from the table, %d impossible, sizes %s",
+		changed, bad, sane ? "sane" : "insane");
+	if (future && (bad || !sane)) {
+		return spy_err_set(err, SPY_EVERSION,
+				   "Python %u.%u: unsupported layout (its _Py_DebugOffsets hold impossible values)",
+				   major, minor);
+	}
+	if (sane) {
+		o->tstate_size = (uint32_t)tsz;
+		o->iframe_size = (uint32_t)fsz;
+		o->code_size = (uint32_t)csz;
+	}
+	return 0;
+}
+

@@ -1,0 +1,303 @@
+/*
+ * Fuzzing pystate: each input builds a synthetic CPython image (fakepy) of
+ * one layout, hides some of the hints, then patches the image where the
+ * input says -- pointers swapped for other objects, unmapped or misaligned
+ * addresses, sizes and raw bytes -- and runs what a profiler runs:
+ * pyrt_new, then pyrt_threads and pyrt_stack on every thread. pyrt_new may
+ * fail; nothing may crash, hang or read out of bounds (build with
+ * -Db_sanitize=address,undefined to make the last one loud).
+ *
+ * Input: byte 0 picks the layout (every row, plus a 3.15 read from its
+ * _Py_DebugOffsets), byte 1 hides hints (the HIDE_* bits), byte 2 is
+ * the micro version; then patches of 5 to 12 bytes: op, object, a 16-bit
+ * offset into the object, and a value whose form depends on op.
+ *
+ * Why patches on a valid scene rather than raw memory: a random byte image
+ * never gets past pyrt_new, so everything after it would go untested.
+ *
+ * Built two ways: with -Dfuzz=true for libFuzzer (LLVMFuzzerTestOneInput);
+ * otherwise with a replay main that runs each file of the seed corpus
+ * given on the command line plus a fixed-seed batch of generated inputs,
+ * so the unit suite exercises the same code without libFuzzer.
+ */
+#include <dirent.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/strtab.h"
+#include "pystate/internal.h"
+#include "pystate/pystate.h"
+#include "tests/lib/fakepy.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+enum {
+	HIDE_RUNTIME = 1,
+	HIDE_HEAD = 2,
+	HIDE_TSTATE_CURRENT = 4,
+	HIDE_DATA = 8,
+	HIDE_PY_VERSION = 16,
+	HIDE_HINT = 32,
+	GIL_RELEASED = 64,
+	ADD_SUBINTERP = 128,
+};
+
+enum { OP_U64, OP_U8, OP_PTR, OP_U32, OP_COUNT };
+
+#define NOBJ 16
+
+struct scene {
+	struct fakepy *fp;
+	struct pyoffsets layout;
+	spy_addr_t obj[NOBJ];
+	size_t nobj;
+};
+
+static spy_addr_t add(struct scene *s, spy_addr_t a)
+{
+	if (s->nobj < NOBJ) {
+		s->obj[s->nobj++] = a;
+	}
+	return a;
+}
+
+/* The 3.15 test layout: the 3.13 row with fields moved, 3.14 table layout. */
+static void future_layout(struct pyoffsets *o)
+{
+	const struct pyoffsets *row = pyoffsets_find(0x030d0000);
+	*o = *row;
+	o->version = 0x030f0000;
+	o->dbg = *pydebug_layout_for(0x030f0000);
+	o->rt_interpreters_head += 0x100;
+	o->rt_interpreters_main += 0x100;
+	o->interp_tstate_head += 0x100;
+	o->code_filename = row->code_name;
+	o->code_name = row->code_filename;
+	o->iframe_code = row->iframe_previous;
+	o->iframe_previous = row->iframe_code;
+}
+
+static void build(struct scene *s, const uint8_t *data, size_t size)
+{
+	unsigned pick = size > 0 ? data[0] % (pyoffsets_count + 1) : 0;
+	unsigned flags = size > 1 ? data[1] : 0;
+	unsigned micro = size > 2 ? data[2] % 32 : 1;
+	uint32_t version;
+
+	if (pick == pyoffsets_count) {
+		future_layout(&s->layout);
+	} else {
+		s->layout = pyoffsets_table[pick];
+	}
+	version = s->layout.version | (micro << 8) | 0xf0;
+	pyoffsets_apply_quirks(&s->layout, version);
+	s->fp = fakepy_new(&s->layout, version);
+	struct fakepy *fp = s->fp;
+	struct pyrt_hints *h = fakepy_hints(fp);
+	const struct pyoffsets *o = &s->layout;
+
+	spy_addr_t ip = add(s, fakepy_main_interp(fp));
+	spy_addr_t t1 = add(s, fakepy_thread(fp, ip, FAKEPY_PID));
+	spy_addr_t t2 = add(s, fakepy_thread(fp, ip, 4300));
+	spy_addr_t c1 = add(s, fakepy_code(fp, "<module>", "main.py", 1, 20, 3, 10));
+	spy_addr_t c2 = add(s, fakepy_code(fp, "Klass.f", "lib.py", 40, 300, 260, 90));
+	add(s, fakepy_push_frame(fp, t1, c1, 3, 0));
+	if (o->owner_cstack != PYOWNER_NONE) {
+		add(s, fakepy_push_shim(fp, t1));
+	}
+	add(s, fakepy_push_frame(fp, t1, c2, 260, 0));
+	uint8_t gen = o->owner_generator == PYOWNER_NONE ? 0 : o->owner_generator;
+	add(s, fakepy_push_frame(fp, t2, c2, 7, gen));
+	add(s, h->runtime ? h->runtime : h->interp_head);
+	add(s, h->data_lo);
+	add(s, fakepy_sys_version(fp));
+	add(s, fakepy_code_type(fp));
+	add(s, fakepy_r64(fp, c2 + o->code_linetable));
+	add(s, fakepy_r64(fp, c2 + (o->code_qualname != PYOFF_NONE ? o->code_qualname : o->code_name)));
+	if (flags & ADD_SUBINTERP) {
+		spy_addr_t sub = add(s, fakepy_new_interp(fp, 1));
+		add(s, fakepy_thread(fp, sub, 4400));
+	}
+	fakepy_set_gil(fp, ip, flags & GIL_RELEASED ? 0 : t1);
+
+	if (flags & HIDE_RUNTIME) {
+		h->runtime = 0;
+	}
+	if (flags & HIDE_HEAD) {
+		h->interp_head = 0;
+	}
+	if (flags & HIDE_TSTATE_CURRENT) {
+		h->tstate_current = 0;
+	}
+	if (flags & HIDE_DATA) {
+		h->data_lo = h->data_hi = 0;
+	}
+	if (flags & HIDE_PY_VERSION) {
+		h->py_version = 0;
+	}
+	if (flags & HIDE_HINT) {
+		h->version_hint = 0;
+	}
+}
+
+/* Values a patch may write: the scene's own pointers, bent. */
+static uint64_t pointer_value(struct scene *s, uint8_t sel)
+{
+	static const uint64_t odd[] = { 0, 1, 0x7f0000001000ull, 0xffffffffffffffffull,
+					(1ull << 47), FAKEPY_BASE - 8 };
+	if (sel < sizeof(odd) / sizeof(odd[0])) {
+		return odd[sel];
+	}
+	spy_addr_t a = s->obj[sel % s->nobj];
+	switch ((sel >> 4) & 3) {
+	case 0:
+		return a;
+	case 1:
+		return a + 1;
+	case 2:
+		return a + 8;
+	default:
+		return a - 8;
+	}
+}
+
+static void patch(struct scene *s, const uint8_t *p, size_t n)
+{
+	while (n >= 5) {
+		unsigned op = p[0] % OP_COUNT;
+		spy_addr_t at = s->obj[p[1] % s->nobj] + (uint16_t)(p[2] | (p[3] << 8));
+		size_t need = op == OP_U64 ? 12 : op == OP_U32 ? 8 : 5;
+		if (n < need) {
+			break;
+		}
+		/* Stay inside the image: fakepy itself SPY_BUGs on wild writes. */
+		if (at >= FAKEPY_BASE + 0x1000 && at + 8 <= FAKEPY_BASE + (24u << 20)) {
+			switch (op) {
+			case OP_U64: {
+				uint64_t v;
+				memcpy(&v, p + 4, 8);
+				fakepy_w64(s->fp, at, v);
+				break;
+			}
+			case OP_U32: {
+				uint32_t v;
+				memcpy(&v, p + 4, 4);
+				fakepy_w32(s->fp, at, v);
+				break;
+			}
+			case OP_U8:
+				fakepy_w8(s->fp, at, p[4]);
+				break;
+			default:
+				fakepy_w64(s->fp, at, pointer_value(s, p[4]));
+				break;
+			}
+		}
+		p += need;
+		n -= need;
+	}
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct scene s;
+	struct spy_strtab strs = SPY_STRTAB_INIT;
+	struct pyrt *rt = NULL;
+
+	memset(&s, 0, sizeof(s));
+	build(&s, data, size);
+	if (size > 3) {
+		patch(&s, data + 3, size - 3);
+	}
+	if (pyrt_new(&rt, fakepy_mem(s.fp), fakepy_hints(s.fp), &strs, NULL) == 0) {
+		struct py_thread th[32];
+		size_t n = 0;
+		(void)pyrt_version_string(rt);
+		if (pyrt_threads(rt, th, 32, &n, NULL) == 0) {
+			struct spy_stack st = SPY_STACK_INIT;
+			for (size_t i = 0; i < n && i < 32; i++) {
+				spy_stack_reset(&st);
+				(void)pyrt_stack(rt, &th[i], &st, NULL);
+				/* Twice: the second walk goes through the code cache. */
+				spy_stack_reset(&st);
+				(void)pyrt_stack(rt, &th[i], &st, NULL);
+			}
+			spy_stack_release(&st);
+		}
+		pyrt_free(rt);
+	}
+	fakepy_free(s.fp);
+	spy_strtab_release(&strs);
+	return 0;
+}
+
+#ifdef SPY_FUZZ_REPLAY
+static int run_file(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f) {
+		perror(path);
+		return -1;
+	}
+	uint8_t buf[4096];
+	size_t n = fread(buf, 1, sizeof(buf), f);
+	fclose(f);
+	LLVMFuzzerTestOneInput(buf, n);
+	return 0;
+}
+
+static uint64_t rng;
+
+static uint64_t rnd(void)
+{
+	rng ^= rng >> 12;
+	rng ^= rng << 25;
+	rng ^= rng >> 27;
+	return rng * 0x2545f4914f6cdd1dull;
+}
+
+/*
+ * Replay: every file under each argument (a corpus directory or a file),
+ * then SPY_FUZZ_ITERS (default 300) generated inputs from SPY_FUZZ_SEED.
+ * A crash is the failure; the count line matches the unit tests'.
+ */
+int main(int argc, char **argv)
+{
+	int ran = 0, failed = 0;
+	for (int i = 1; i < argc; i++) {
+		DIR *d = opendir(argv[i]);
+		if (!d) {
+			failed += run_file(argv[i]) < 0;
+			ran++;
+			continue;
+		}
+		struct dirent *e;
+		while ((e = readdir(d))) {
+			if (e->d_name[0] == '.') {
+				continue;
+			}
+			char path[4096];
+			snprintf(path, sizeof(path), "%s/%s", argv[i], e->d_name);
+			failed += run_file(path) < 0;
+			ran++;
+		}
+		closedir(d);
+	}
+	const char *seed = getenv("SPY_FUZZ_SEED"), *iters = getenv("SPY_FUZZ_ITERS");
+	rng = seed ? strtoull(seed, NULL, 0) : 0x5eed5eedull;
+	long nit = iters ? strtol(iters, NULL, 0) : 300;
+	for (long k = 0; k < nit; k++) {
+		uint8_t buf[3 + 12 * 8];
+		size_t len = 3 + (size_t)(rnd() % (sizeof(buf) - 2));
+		for (size_t j = 0; j < len; j++) {
+			buf[j] = (uint8_t)rnd();
+		}
+		LLVMFuzzerTestOneInput(buf, len);
+		ran++;
+	}
+	printf("%d passed, %d failed\n", ran - failed, failed);
+	return failed ? 1 : 0;
+}
+#endif

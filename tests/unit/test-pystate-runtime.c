@@ -1,0 +1,719 @@
+/*
+ * pyrt_new's ladders on synthetic images (tests/lib/fakepy): finding the
+ * interpreter without its symbols (PyInterpreterState_Head decode,
+ * _PyThreadState_Current, the data scan, the _PyRuntime scan, the
+ * _Py_DebugOffsets cookie scan) past decoys built to fool a naive
+ * back-pointer test; the exact version from the sys.version text and its
+ * cross-check against the file name; per-micro quirks; and a Python newer
+ * than every row, walked from its own _Py_DebugOffsets or refused.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "common/strtab.h"
+#include "pystate/internal.h"
+#include "pystate/pystate.h"
+#include "tests/lib/check.h"
+#include "tests/lib/fakepy.h"
+
+#define UNMAPPED 0x7f0000001000ull
+
+struct img {
+	struct fakepy *fp;
+	struct pyoffsets layout;
+	uint32_t version;
+	bool gil; /* t1 holds the GIL (check_walk's expectation) */
+	spy_addr_t interp, t1, t2;
+	struct spy_strtab strs;
+	struct spy_err err;
+};
+
+/*
+ * t1 (the pid's thread, holding the GIL): <module> -> work -> Klass.leaf,
+ * with a C-stack shim and a non-code frame where the row's model has them;
+ * t2: Worker.run.
+ */
+static void img_init(struct img *m, const struct pyoffsets *row, uint32_t version)
+{
+	struct spy_strtab init = SPY_STRTAB_INIT;
+	struct spy_err einit = SPY_ERR_INIT;
+	memset(m, 0, sizeof(*m));
+	m->strs = init;
+	m->err = einit;
+	m->version = version;
+	m->layout = *row;
+	pyoffsets_apply_quirks(&m->layout, version);
+	m->fp = fakepy_new(&m->layout, version);
+	struct fakepy *fp = m->fp;
+	m->interp = fakepy_main_interp(fp);
+	m->t1 = fakepy_thread(fp, m->interp, FAKEPY_PID);
+	m->t2 = fakepy_thread(fp, m->interp, 4300);
+	fakepy_push_frame(fp, m->t1, fakepy_code(fp, "<module>", "main.py", 1, 20, 3, 10), 3, 0);
+	if (row->owner_cstack != PYOWNER_NONE) {
+		fakepy_push_shim(fp, m->t1);
+	}
+	fakepy_push_frame(fp, m->t1, fakepy_code(fp, "work", "main.py", 20, 40, 30, 33), 30, 0);
+	fakepy_push_frame(fp, m->t1, fakepy_code(fp, "Klass.leaf", "lib.py", 100, 10, 5, 104), 5, 0);
+	if (row->frame_model == PYFRAME_IFRAME_EXEC) {
+		fakepy_push_frame(fp, m->t1, fakepy_str(fp, "not code"), 0, 0);
+	}
+	fakepy_push_frame(fp, m->t2, fakepy_code(fp, "Worker.run", "threading.py", 50, 30, 7, 60), 7, 0);
+	fakepy_set_gil(fp, m->interp, m->t1);
+	m->gil = true;
+}
+
+static void img_release_gil(struct img *m)
+{
+	fakepy_set_gil(m->fp, m->interp, 0);
+	m->gil = false;
+}
+
+static void img_release(struct img *m)
+{
+	fakepy_free(m->fp);
+	spy_strtab_release(&m->strs);
+}
+
+static int img_open(struct img *m, struct pyrt **rt)
+{
+	*rt = NULL;
+	spy_err_clear(&m->err);
+	return pyrt_new(rt, fakepy_mem(m->fp), fakepy_hints(m->fp), &m->strs, &m->err);
+}
+
+static const char *shown(const struct pyoffsets *row, const char *qual)
+{
+	const char *dot = strrchr(qual, '.');
+	return row->code_qualname != PYOFF_NONE || !dot ? qual : dot + 1;
+}
+
+/* Threads and stacks are what img_init built. */
+static void check_walk(struct img *m, struct pyrt *rt)
+{
+	const struct pyoffsets *row = &m->layout;
+	struct py_thread th[8];
+	size_t n = 0;
+	CHECK_INT(pyrt_threads(rt, th, 8, &n, NULL), 0);
+	CHECK_INT(n, 2);
+	if (n != 2) {
+		return;
+	}
+	CHECK_INT(th[0].tstate, m->t1);
+	CHECK_INT(th[1].tstate, m->t2);
+	CHECK_INT(th[0].native_tid, FAKEPY_PID);
+	CHECK_INT(th[1].native_tid, 4300);
+	CHECK(th[0].holds_gil == m->gil);
+	CHECK(!th[1].holds_gil);
+
+	struct spy_stack st = SPY_STACK_INIT;
+	CHECK_INT(pyrt_stack(rt, &th[0], &st, NULL), 0);
+	CHECK_INT(st.n, 3);
+	CHECK_INT(st.truncated, 0);
+	if (st.n == 3) {
+		CHECK_STR(st.v[0].func, shown(row, "Klass.leaf"));
+		CHECK_STR(st.v[0].file, "lib.py");
+		CHECK_INT(st.v[0].line, 104);
+		CHECK_STR(st.v[1].func, "work");
+		CHECK_INT(st.v[1].line, 33);
+		CHECK_STR(st.v[2].func, "<module>");
+		CHECK_STR(st.v[2].file, "main.py");
+		CHECK_INT(st.v[2].line, 10);
+		if (row->owner_cstack != PYOWNER_NONE) {
+			CHECK(st.v[1].flags & SPY_FRAME_PY_ENTRY);
+		}
+	}
+	spy_stack_reset(&st);
+	CHECK_INT(pyrt_stack(rt, &th[1], &st, NULL), 0);
+	CHECK_INT(st.n, 1);
+	if (st.n == 1) {
+		CHECK_STR(st.v[0].func, shown(row, "Worker.run"));
+		CHECK_INT(st.v[0].line, 60);
+	}
+	spy_stack_release(&st);
+}
+
+/* ---- sys.version ---- */
+
+static uint32_t parse(const char *s)
+{
+	return pyrt_parse_sys_version((const unsigned char *)s, strlen(s));
+}
+
+static void test_parse_sys_version(void)
+{
+	CHECK_INT(parse("3.8.18 (default, Nov 22 2025, 04:40:00) \n[GCC 12.2.0]"), 0x030812f0);
+	CHECK_INT(parse("2.7.18 (default, Nov 22 2025, 04:40:00) \n[GCC 12.2.0]"), 0x020712f0);
+	CHECK_INT(parse("3.10.13 (main, Nov 22 2025"), 0x030a0df0);
+	CHECK_INT(parse("3.9.0rc1 (default"), 0x030900c1);
+	CHECK_INT(parse("3.11.0a7 ("), 0x030b00a7);
+	CHECK_INT(parse("3.12.0b4 ("), 0x030c00b4);
+	CHECK_INT(parse("3.8.18+ (heads/3.8:deadbeef"), 0x030812f0);
+	CHECK_INT(parse("3.8.18-local ("), 0x030812f0);
+	CHECK_INT(parse("3.7.255 ("), 0x0307fff0);
+	/* Not the text Py_GetVersion() writes. */
+	CHECK_INT(parse("3.8 (default"), 0);
+	CHECK_INT(parse("3.8.18(default"), 0);
+	CHECK_INT(parse("3.8.18  (default"), 0);
+	CHECK_INT(parse("3.8.18 x (default"), 0);
+	CHECK_INT(parse("3.8.18"), 0);
+	CHECK_INT(parse("3.8.18 "), 0);
+	CHECK_INT(parse("4.0.0 ("), 0);
+	CHECK_INT(parse("3.8.256 ("), 0);
+	CHECK_INT(parse("3.8.1234 ("), 0);
+	CHECK_INT(parse("3.123.1 ("), 0);
+	CHECK_INT(parse("3.8.18verylongsuffixthatgoesonandon ("), 0);
+	CHECK_INT(parse("3.8.18\x01 ("), 0);
+	CHECK_INT(parse(""), 0);
+}
+
+/* Write text (with its NUL) at addr. */
+static void put_text(struct fakepy *fp, spy_addr_t addr, const char *text)
+{
+	memcpy(fakepy_at(fp, addr), text, strlen(text) + 1);
+}
+
+static void test_scan_sys_version(void)
+{
+	struct fakepy *fp = fakepy_new(pyoffsets_find(0x03080000), 0x030812f0);
+	const struct spy_mem *mem = fakepy_mem(fp);
+	struct pyrt_hints *h = fakepy_hints(fp);
+
+	CHECK_INT(pyrt_scan_sys_version(mem, h->data_lo, h->data_hi, 0), 0x030812f0);
+	CHECK_INT(pyrt_scan_sys_version(mem, h->data_lo, h->data_hi, 0x03080000), 0x030812f0);
+
+	/* Look-alikes ahead of the real text: inside a longer number, after a
+	 * letter, without " (". */
+	spy_addr_t d = fakepy_data_alloc(fp, 256);
+	put_text(fp, d, "13.9.1 (x");
+	put_text(fp, d + 32, "v3.9.2 (x");
+	put_text(fp, d + 64, "3.9.3 x");
+	CHECK_INT(pyrt_scan_sys_version(mem, h->data_lo, h->data_hi, 0), 0x030812f0);
+	/* A real-looking one ahead: first wins without a hint, the hint's
+	 * major.minor wins with one. */
+	put_text(fp, d + 96, "3.9.4 (x");
+	CHECK_INT(pyrt_scan_sys_version(mem, h->data_lo, h->data_hi, 0), 0x030904f0);
+	CHECK_INT(pyrt_scan_sys_version(mem, h->data_lo, h->data_hi, 0x03080000), 0x030812f0);
+	CHECK_INT(pyrt_scan_sys_version(mem, h->data_lo, h->data_hi, 0x03070000), 0x030904f0);
+	/* Nothing at all. */
+	CHECK_INT(pyrt_scan_sys_version(mem, h->data_lo, h->data_lo + 8, 0), 0);
+	CHECK_INT(pyrt_scan_sys_version(mem, h->data_hi, h->data_lo, 0), 0);
+
+	/* Straddling a chunk boundary, and past a hole: a range that runs off
+	 * the end of the image is read page by page where chunks fail. */
+	spy_addr_t big = fakepy_alloc(fp, 3 * PYRT_SCAN_CHUNK);
+	spy_addr_t at = big + PYRT_SCAN_CHUNK - 4;
+	put_text(fp, at, "2.7.18 (default");
+	CHECK_INT(pyrt_scan_sys_version(mem, big, big + 3 * PYRT_SCAN_CHUNK, 0), 0x020712f0);
+	CHECK_INT(pyrt_scan_sys_version(mem, big, FAKEPY_BASE + (24u << 20) + 5 * PYRT_SCAN_CHUNK, 0),
+		  0x020712f0);
+	put_text(fp, at, "xxxxxx");
+	spy_addr_t tail = FAKEPY_BASE + (24u << 20) - 40;
+	put_text(fp, tail, "3.6.15 (default, Jan");
+	CHECK_INT(pyrt_scan_sys_version(mem, tail - 3 * PYRT_SCAN_CHUNK - 8,
+					tail + 5 * PYRT_SCAN_CHUNK, 0), 0x03060ff0);
+	/* An absurd range is capped, not read for ever. */
+	CHECK_INT(pyrt_scan_sys_version(mem, FAKEPY_BASE, FAKEPY_BASE + (1ull << 40), 0x03060000),
+		  0x03060ff0);
+	fakepy_free(fp);
+}
+
+/* Each interesting version prints exactly, from the sys.version text. */
+static void test_exact_versions(void)
+{
+	static const uint32_t versions[] = { 0x020712f0, 0x03060ff0, 0x030710f0, 0x030812f0,
+					     0x030912f0, 0x030a0df0, 0x030900c1, 0x030a00b2 };
+	static const char *const strs[] = { "2.7.18", "3.6.15", "3.7.16", "3.8.18",
+					    "3.9.18", "3.10.13", "3.9.0rc1", "3.10.0b2" };
+	for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]); i++) {
+		struct img m;
+		struct pyrt *rt;
+		img_init(&m, pyoffsets_find(versions[i]), versions[i]);
+		CHECK_INT(fakepy_hints(m.fp)->version_hint, versions[i] & 0xffff0000u);
+		CHECK_INT(img_open(&m, &rt), 0);
+		if (rt) {
+			CHECK_STR(pyrt_version_string(rt), strs[i]);
+			CHECK_INT(pyrt_version(rt), versions[i]);
+			CHECK_STR(rt->version_source, "sys.version");
+			check_walk(&m, rt);
+			pyrt_free(rt);
+		}
+		img_release(&m);
+	}
+}
+
+/*
+ * The text and the file name disagree: whichever version's layout fits the
+ * memory wins, even when it is the file name's.
+ */
+static void test_version_disagreement(void)
+{
+	struct img m;
+	struct pyrt *rt;
+
+	/* Text right, file name wrong. */
+	img_init(&m, pyoffsets_find(0x03080000), 0x030812f0);
+	fakepy_hints(m.fp)->version_hint = 0x03090000;
+	CHECK_INT(img_open(&m, &rt), 0);
+	if (rt) {
+		CHECK_STR(pyrt_version_string(rt), "3.8.18");
+		pyrt_free(rt);
+	}
+	/* Text wrong (a 3.9 layout passes the 3.8 back-pointer test: only
+	 * the strict checks tell them apart), file name right. */
+	put_text(m.fp, fakepy_sys_version(m.fp), "3.9.18 (default, Jan  1 2024)");
+	fakepy_hints(m.fp)->version_hint = 0x03080000;
+	CHECK_INT(img_open(&m, &rt), 0);
+	if (rt) {
+		CHECK_STR(pyrt_version_string(rt), "3.8");
+		CHECK_STR(rt->version_source, "file name");
+		check_walk(&m, rt);
+		pyrt_free(rt);
+	}
+	/* Neither fits: the more trusted candidate's error is reported. */
+	fakepy_hints(m.fp)->version_hint = 0x03060000;
+	fakepy_w64(m.fp, m.t1 + m.layout.tstate_interp, UNMAPPED);
+	CHECK_INT(img_open(&m, &rt), -SPY_ENOPY);
+	CHECK(strstr(m.err.msg, "Python 3.9.18 interpreter") != NULL);
+	img_release(&m);
+
+	/* 2.7 named 3.6 (and the reverse): the 2.7 layout is the one that fits. */
+	img_init(&m, pyoffsets_find(0x02070000), 0x020712f0);
+	fakepy_hints(m.fp)->version_hint = 0x03060000;
+	CHECK_INT(img_open(&m, &rt), 0);
+	if (rt) {
+		CHECK_STR(pyrt_version_string(rt), "2.7.18");
+		pyrt_free(rt);
+	}
+	put_text(m.fp, fakepy_sys_version(m.fp), "3.6.15 (default, Jan  1 2024)");
+	fakepy_hints(m.fp)->version_hint = 0x02070000;
+	CHECK_INT(img_open(&m, &rt), 0);
+	if (rt) {
+		CHECK_STR(pyrt_version_string(rt), "2.7");
+		check_walk(&m, rt);
+		pyrt_free(rt);
+	}
+	img_release(&m);
+}
+
+/* ---- finding the interpreter without interp_head (2.7, 3.6) ---- */
+
+/* Put a word pointing at target in the data section's front, ahead of the statics. */
+static spy_addr_t data_word(struct fakepy *fp, spy_addr_t target)
+{
+	spy_addr_t w = fakepy_data_alloc(fp, 8);
+	fakepy_w64(fp, w, target);
+	return w;
+}
+
+/* `type`-like: an object that is its own type, refcount 0 (2.7's next == NULL). */
+static spy_addr_t self_typed(struct fakepy *fp, const struct pyoffsets *o)
+{
+	spy_addr_t t = fakepy_data_alloc(fp, 0x200);
+	fakepy_w64(fp, t + o->ob_type, t);
+	fakepy_w64(fp, t + o->type_name, fakepy_str(fp, "decoy"));
+	return t;
+}
+
+/* A block whose only thread points back at it: passes the naive test. */
+static spy_addr_t naive_decoy(struct fakepy *fp, const struct pyoffsets *o, bool with_dicts)
+{
+	uint32_t top = o->interp_tstate_head;
+	if (with_dicts) {
+		top = top > o->interp_modules ? top : o->interp_modules;
+		top = top > o->interp_sysdict ? top : o->interp_sysdict;
+	}
+	spy_addr_t d = fakepy_data_alloc(fp, top + 8);
+	spy_addr_t t = fakepy_alloc(fp, o->tstate_size + 16);
+	fakepy_w64(fp, d + o->interp_tstate_head, t);
+	fakepy_w64(fp, t + o->tstate_interp, d);
+	fakepy_w64(fp, t + o->tstate_thread_id, 0x7f0012345000ull);
+	if (with_dicts) {
+		fakepy_w64(fp, d + o->interp_modules, fakepy_object(fp, fakepy_dict_type(fp), 0x30));
+		fakepy_w64(fp, d + o->interp_sysdict, fakepy_object(fp, fakepy_dict_type(fp), 0x30));
+		/* ... but its thread's frame is a str, not a frame. */
+		fakepy_w64(fp, t + o->tstate_frame, fakepy_str(fp, "not a frame"));
+	}
+	return d;
+}
+
+static void test_static_head(const struct pyoffsets *row)
+{
+	struct img m;
+	struct pyrt *rt;
+	struct pyrt_hints *h, saved;
+	uint32_t version = row->version | 0x01f0;
+
+	/* c: _PyThreadState_Current -> interp, while t1 holds the GIL. */
+	img_init(&m, row, version);
+	h = fakepy_hints(m.fp);
+	saved = *h;
+	spy_addr_t var = h->interp_head;
+	h->interp_head = 0;
+	h->data_lo = h->data_hi = 0;
+	CHECK_INT(img_open(&m, &rt), 0);
+	if (rt) {
+		CHECK_STR(rt->interp_source, "_PyThreadState_Current");
+		CHECK_INT(rt->interp_fixed, m.interp);
+		check_walk(&m, rt);
+		pyrt_free(rt);
+	}
+	/* Nobody holds the GIL (all in time.sleep): nothing to follow. */
+	img_release_gil(&m);
+	CHECK_INT(img_open(&m, &rt), -SPY_ENOPY);
+	CHECK(strstr(m.err.msg, "no interpreter yet") != NULL);
+	/* The GIL holder's interp is garbage: refused, not followed. */
+	fakepy_set_gil(m.fp, m.interp, m.t2);
+	spy_addr_t decoy = naive_decoy(m.fp, row, false);
+	fakepy_w64(m.fp, m.t2 + row->tstate_interp, decoy);
+	CHECK_INT(img_open(&m, &rt), -SPY_ENOPY);
+	fakepy_w64(m.fp, m.t2 + row->tstate_interp, m.interp);
+	img_release_gil(&m);
+
+	/* d: the data scan, past decoys that precede the real variable. */
+	*h = saved;
+	h->interp_head = 0;
+	spy_addr_t self = self_typed(m.fp, row);
+	data_word(m.fp, self);
+	data_word(m.fp, naive_decoy(m.fp, row, false));
+	data_word(m.fp, naive_decoy(m.fp, row, true));
+	data_word(m.fp, decoy);
+	/* The 2.7 trap: a self-typed object passes the back-pointer test when
+	 * tstate_head and tstate->interp are both at ob_type's +0x8. */
+	CHECK_INT(img_open(&m, &rt), 0);
+	if (rt) {
+		CHECK_STR(rt->interp_source, "data scan");
+		CHECK_INT(rt->interp_head_var, var);
+		if (row->interp_tstate_head == row->ob_type && row->tstate_interp == row->ob_type) {
+			CHECK(pyrt_interp_ok(rt, self, false));
+		}
+		CHECK(!pyrt_interp_ok(rt, self, true));
+		CHECK(pyrt_interp_ok(rt, decoy, false));
+		CHECK(!pyrt_interp_ok(rt, decoy, true));
+		check_walk(&m, rt);
+		/* It found the variable, not a copy: later interpreters show. */
+		spy_addr_t sub = fakepy_new_interp(m.fp, 1);
+		fakepy_thread(m.fp, sub, 4400);
+		struct py_thread th[8];
+		size_t n = 0;
+		CHECK_INT(pyrt_threads(rt, th, 8, &n, NULL), 0);
+		CHECK_INT(n, 3);
+		pyrt_free(rt);
+	}
+	/* A second word for the main interpreter ahead of interp_head (2.7's
+	 * autoInterpreterState): interp_head reaches more interpreters. */
+	data_word(m.fp, m.interp);
+	CHECK_INT(img_open(&m, &rt), 0);
+	if (rt) {
+		CHECK_INT(rt->interp_head_var, var);
+		pyrt_free(rt);
+	}
+	/* A data range running into unmapped memory still finds it. */
+	h->data_hi = FAKEPY_BASE + (24u << 20) + (1u << 20);
+	h->data_lo = var - 0x100;
+	CHECK_INT(img_open(&m, &rt), 0);
+	pyrt_free(rt);
+	h->data_lo = saved.data_lo;
+	h->data_hi = saved.data_hi;
+	/* Only decoys left: nothing, rather than a decoy. */
+	fakepy_w64(m.fp, var, 0);
+	for (spy_addr_t a = h->data_lo; a < h->data_hi; a += 8) {
+		if (fakepy_r64(m.fp, a) == m.interp) {
+			fakepy_w64(m.fp, a, 0);
+		}
+	}
+	CHECK_INT(img_open(&m, &rt), -SPY_ENOPY);
+	CHECK(rt == NULL);
+	img_release(&m);
+
+	/* b then d: a PyInterpreterState_Head whose slot holds a decoy is
+	 * refused, and the scan takes over. */
+	img_init(&m, row, version);
+	h = fakepy_hints(m.fp);
+	var = h->interp_head;
+	spy_addr_t dslot = data_word(m.fp, naive_decoy(m.fp, row, false));
+	spy_addr_t fn = fakepy_alloc(m.fp, 16);
+	int32_t disp = (int32_t)(dslot - (fn + 7));
+	unsigned char code[8] = { 0x48, 0x8b, 0x05, 0, 0, 0, 0, 0xc3 };
+	memcpy(code + 3, &disp, 4);
+	memcpy(fakepy_at(m.fp, fn), code, 8);
+	h->interp_head = 0;
+	h->interp_head_fn = fn;
+	img_release_gil(&m);
+	CHECK_INT(img_open(&m, &rt), 0);
+	if (rt) {
+		CHECK_STR(rt->interp_source, "data scan");
+		CHECK_INT(rt->interp_head_var, var);
+		pyrt_free(rt);
+	}
+	img_release(&m);
+}
+
+/* ---- finding _PyRuntime without its symbol (3.7+) ---- */
+
+static void test_runtime_scan(const struct pyoffsets *row)
+{
+	struct img m;
+	struct pyrt *rt;
+	uint32_t version = row->version | 0x05f0;
+
+	img_init(&m, row, version);
+	struct pyrt_hints *h = fakepy_hints(m.fp);
+	spy_addr_t runtime = h->runtime;
+	/* Other words that point at the main interpreter come first (3.7-3.11
+	 * gilstate.autoInterpreterState; any static), and a naive decoy. */
+	data_word(m.fp, m.interp);
+	data_word(m.fp, m.interp);
+	data_word(m.fp, naive_decoy(m.fp, row, false));
+	h->runtime = 0;
+	CHECK_INT(img_open(&m, &rt), 0);
+	if (rt) {
+		CHECK_INT(rt->runtime, runtime);
+		CHECK_INT(pyrt_version(rt), version);
+		check_walk(&m, rt);
+		pyrt_free(rt);
+	}
+	/* Without data either, nothing to go on. */
+	h->data_lo = h->data_hi = 0;
+	if (!h->py_version) {
+		h->version_hint = row->version;
+	}
+	CHECK_INT(img_open(&m, &rt), -SPY_ENOPY);
+	CHECK(!strncmp(m.err.msg, "no Python interpreter found in fakepy", 37));
+	img_release(&m);
+}
+
+/* ---- per-micro quirks ---- */
+
+static void test_quirks(void)
+{
+	const struct pyoffsets *r37 = pyoffsets_find(0x03070000);
+	struct pyoffsets o = *r37;
+	CHECK_INT(pyoffsets_apply_quirks(&o, 0x030710f0), 0);
+	CHECK_INT(o.rt_gilstate_tstate_current, r37->rt_gilstate_tstate_current);
+	CHECK_INT(pyoffsets_apply_quirks(&o, 0x030704f0), 0);
+	CHECK_INT(pyoffsets_apply_quirks(&o, 0x030703f0), 3);
+	CHECK_INT(o.rt_gilstate_tstate_current, 0x570);
+	CHECK_INT(o.rt_interpreters_head, r37->rt_interpreters_head);
+	o = *r37;
+	CHECK_INT(pyoffsets_apply_quirks(&o, 0x030700a1), 3);
+	CHECK_INT(pyoffsets_apply_quirks(&o, 0x030800f0), 0);
+
+	/* A 3.7.2 image has its GIL holder at 0x570; pyrt finds it there. */
+	struct img m;
+	struct pyrt *rt;
+	img_init(&m, r37, 0x030702f0);
+	CHECK_INT(m.layout.rt_gilstate_tstate_current, 0x570);
+	CHECK_INT(img_open(&m, &rt), 0);
+	if (rt) {
+		CHECK_INT(rt->off.rt_gilstate_tstate_current, 0x570);
+		check_walk(&m, rt);
+		pyrt_free(rt);
+	}
+	/* Known only as "3.7" from a file name: the row as generated. */
+	fakepy_w8(m.fp, fakepy_sys_version(m.fp), 0);
+	CHECK_INT(img_open(&m, &rt), 0);
+	if (rt) {
+		CHECK_STR(pyrt_version_string(rt), "3.7");
+		CHECK_INT(rt->off.rt_gilstate_tstate_current, r37->rt_gilstate_tstate_current);
+		pyrt_free(rt);
+	}
+	img_release(&m);
+}
+
+/* ---- Pythons newer than every row ---- */
+
+/* The 3.14 table layout: every position 8-aligned, distinct, inside the table. */
+static void test_debug_layouts(void)
+{
+	const struct pyoffsets *newest = pyoffsets_newest();
+	CHECK(newest != NULL && newest->dbg.size != 0);
+	CHECK(pydebug_layout_for(0x03070000) == NULL);
+	CHECK(pydebug_layout_for(0x030d0000) == &pyoffsets_find(0x030d0000)->dbg);
+	const struct pydebug_layout *d = pydebug_layout_for(0x030e00f0);
+	CHECK(d != NULL && d != &newest->dbg);
+	CHECK(pydebug_layout_for(0x031500f0) == d);
+	CHECK(pyoffsets_is_future(0x030e00f0));
+	CHECK(pyoffsets_is_future(0x031f00f0));
+	CHECK(!pyoffsets_is_future(0x030d00f0));
+	CHECK(!pyoffsets_is_future(0x040000f0));
+	if (!d) {
+		return;
+	}
+	const uint32_t *f = (const uint32_t *)d;
+	size_t nf = sizeof(*d) / sizeof(uint32_t);
+	for (size_t i = 1; i < nf; i++) {
+		CHECK(f[i] % 8 == 0 && f[i] >= 8 && f[i] + 8 <= d->size);
+		for (size_t j = 1; j < i; j++) {
+			CHECK(f[i] != f[j]);
+		}
+	}
+	/* Where 3.14 did not insert anything before a field, it did not move. */
+	CHECK_INT(d->version, newest->dbg.version);
+	CHECK_INT(d->free_threaded, newest->dbg.free_threaded);
+	CHECK_INT(d->rt_interpreters_head, newest->dbg.rt_interpreters_head);
+	CHECK_INT(d->interp_tstate_head, newest->dbg.interp_tstate_head);
+}
+
+/*
+ * A 3.13-model image whose fields sit elsewhere than in our 3.13 row, and
+ * whose _Py_DebugOffsets are laid out as table_version's.
+ */
+static struct pyoffsets future_layout(uint32_t table_version)
+{
+	const struct pyoffsets *row = pyoffsets_find(0x030d0000);
+	struct pyoffsets o = *row;
+	o.version = table_version & 0xffff0000u;
+	o.dbg = *pydebug_layout_for(table_version);
+	/* past the end of the (longer) 3.14 table, as in a real runtime */
+	o.rt_interpreters_head += 0x100;
+	o.rt_interpreters_main += 0x100;
+	o.interp_tstate_head += 0x100;
+	o.interp_next += 0x80;
+	o.interp_id += 0x80;
+	o.tstate_current_frame = 0x50;
+	o.tstate_thread_id = row->tstate_native_thread_id + 0x10;
+	o.tstate_native_thread_id = row->tstate_thread_id + 0x10;
+	o.iframe_code = row->iframe_previous;
+	o.iframe_previous = row->iframe_code;
+	o.iframe_owner = 0x44;
+	o.code_filename = row->code_name;
+	o.code_name = row->code_filename;
+	o.code_qualname = 0x90;
+	o.code_linetable = 0x98;
+	o.code_size = 0xe0;
+	o.code_adaptive = 0xd8;
+	o.code_firsttraceable = 0xc8; /* still 0x10 before co_code_adaptive */
+	o.gil_locked = row->gil_last_holder + 0x10;
+	o.gil_last_holder = row->gil_locked + 0x10;
+	o.str_ascii_data = 0x30;
+	o.str_compact_data = 0x40;
+	return o;
+}
+
+static void test_future(void)
+{
+	struct img m;
+	struct pyrt *rt;
+	struct pyoffsets o = future_layout(0x030f00f0);
+
+	/* (a) 3.15 with debug offsets: walked from them alone. */
+	img_init(&m, &o, 0x030f02f0);
+	CHECK_INT(img_open(&m, &rt), 0);
+	if (rt) {
+		CHECK_STR(pyrt_version_string(rt), "3.15.2");
+		CHECK_STR(rt->version_source, "_Py_DebugOffsets");
+		CHECK_INT(rt->off.code_firsttraceable, 0xc8);
+		CHECK_INT(rt->off.str_compact_data, 0x40);
+		check_walk(&m, rt);
+		pyrt_free(rt);
+	} else {
+		fprintf(stderr, "3.15: %s\n", m.err.msg);
+	}
+	/* Found without _PyRuntime's symbol: the cookie is in the data. */
+	struct pyrt_hints saved = *fakepy_hints(m.fp);
+	fakepy_hints(m.fp)->runtime = 0;
+	CHECK_INT(img_open(&m, &rt), 0);
+	if (rt) {
+		CHECK_INT(rt->runtime, saved.runtime);
+		check_walk(&m, rt);
+		pyrt_free(rt);
+	}
+	*fakepy_hints(m.fp) = saved;
+
+	/* Idle threads only: nothing to prove the layout with. */
+	spy_addr_t top1 = fakepy_r64(m.fp, fakepy_top_slot(m.fp, m.t1));
+	spy_addr_t top2 = fakepy_r64(m.fp, fakepy_top_slot(m.fp, m.t2));
+	fakepy_w64(m.fp, fakepy_top_slot(m.fp, m.t1), 0);
+	fakepy_w64(m.fp, fakepy_top_slot(m.fp, m.t2), 0);
+	CHECK_INT(img_open(&m, &rt), -SPY_EVERSION);
+	CHECK(!strncmp(m.err.msg, "Python 3.15: unsupported layout (", 33));
+	fakepy_w64(m.fp, fakepy_top_slot(m.fp, m.t1), top1);
+	fakepy_w64(m.fp, fakepy_top_slot(m.fp, m.t2), top2);
+
+	/* A table that lies (filename where the linetable is): refused. */
+	spy_addr_t dbg_ln = saved.runtime + o.dbg.code_linetable;
+	uint64_t ln = fakepy_r64(m.fp, dbg_ln);
+	fakepy_w64(m.fp, dbg_ln, o.code_filename);
+	CHECK_INT(img_open(&m, &rt), -SPY_EVERSION);
+	CHECK(!strncmp(m.err.msg, "Python 3.15: unsupported layout (", 33));
+	/* Impossible values: refused. */
+	fakepy_w64(m.fp, dbg_ln, 1ull << 40);
+	CHECK_INT(img_open(&m, &rt), -SPY_EVERSION);
+	CHECK(strstr(m.err.msg, "impossible") != NULL);
+	fakepy_w64(m.fp, dbg_ln, ln);
+	spy_addr_t dbg_tsz = saved.runtime + o.dbg.tstate_size;
+	fakepy_w64(m.fp, dbg_tsz, 0x10);
+	CHECK_INT(img_open(&m, &rt), -SPY_EVERSION);
+	fakepy_w64(m.fp, dbg_tsz, o.tstate_size);
+	/* An interpreter head that leads nowhere. */
+	spy_addr_t dbg_head = saved.runtime + o.dbg.rt_interpreters_head;
+	fakepy_w64(m.fp, dbg_head, o.rt_interpreters_head + 0x10);
+	CHECK_INT(img_open(&m, &rt), -SPY_EVERSION);
+	fakepy_w64(m.fp, dbg_head, o.rt_interpreters_head);
+	CHECK_INT(img_open(&m, &rt), 0);
+	pyrt_free(rt);
+
+	/* (c) free-threaded: refused. */
+	fakepy_w64(m.fp, saved.runtime + o.dbg.free_threaded, 1);
+	CHECK_INT(img_open(&m, &rt), -SPY_EVERSION);
+	CHECK_STR(m.err.msg, "Python 3.15: unsupported layout (free-threaded build)");
+	fakepy_w64(m.fp, saved.runtime + o.dbg.free_threaded, 0);
+
+	/* (b) no cookie: Py_Version says 3.15, and there is nothing to read
+	 * the layout from. */
+	fakepy_w8(m.fp, saved.runtime, 'X');
+	CHECK_INT(img_open(&m, &rt), -SPY_EVERSION);
+	CHECK_STR(m.err.msg,
+		  "Python 3.15: unsupported layout (newer than 3.13, and no _Py_DebugOffsets found)");
+	CHECK(rt == NULL);
+	img_release(&m);
+
+	/* 3.14 itself, and a 3.14 cookie on a table laid out as 3.13's (what
+	 * a wrong table-layout guess looks like): the latter is refused. */
+	o = future_layout(0x030e00f0);
+	img_init(&m, &o, 0x030e01f0);
+	CHECK_INT(img_open(&m, &rt), 0);
+	if (rt) {
+		CHECK_STR(pyrt_version_string(rt), "3.14.1");
+		check_walk(&m, rt);
+		pyrt_free(rt);
+	}
+	img_release(&m);
+	img_init(&m, pyoffsets_find(0x030d0000), 0x030e00f0);
+	CHECK_INT(img_open(&m, &rt), -SPY_EVERSION);
+	CHECK(!strncmp(m.err.msg, "Python 3.14: unsupported layout (", 33));
+	img_release(&m);
+
+	/* A pre-release of a future version prints as one. */
+	o = future_layout(0x030f00a1);
+	img_init(&m, &o, 0x030f00a1);
+	CHECK_INT(img_open(&m, &rt), 0);
+	if (rt) {
+		CHECK_STR(pyrt_version_string(rt), "3.15.0a1");
+		pyrt_free(rt);
+	}
+	img_release(&m);
+}
+
+int main(void)
+{
+	spy_log_init_from_env();
+	test_parse_sys_version();
+	test_scan_sys_version();
+	test_exact_versions();
+	test_version_disagreement();
+	for (unsigned i = 0; i < pyoffsets_count; i++) {
+		const struct pyoffsets *row = &pyoffsets_table[i];
+		if (row->rt_interpreters_head == PYOFF_NONE) {
+			test_static_head(row);
+		} else {
+			test_runtime_scan(row);
+		}
+	}
+	test_quirks();
+	test_debug_layouts();
+	test_future();
+	return check_done();
+}
