@@ -1,1 +1,107 @@
-int main(void) { return 0; }
+/*
+ * spy's entry point: one table of subcommands, a dispatcher, the single place
+ * that prints errors, and the mapping from error codes to the exit codes of
+ * the CLI contract. Subcommands live one per file (cmd/dump.c, ...).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cmd/cmd.h"
+#include "common/log.h"
+
+struct command {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *summary;
+};
+
+static const struct command commands[] = {
+	{ "record", cmd_record, "sample a process and write a profile (flame graph, table, ...)" },
+	{ "dump", cmd_dump, "print the current Python stack of every thread" },
+	{ "top", cmd_top, "live view of the functions using the most time" },
+	{ "report", cmd_report, "re-render a saved profile in another format" },
+	{ "diff", cmd_diff, "compare two saved profiles (CI regression gate)" },
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: spy COMMAND [OPTIONS]\n"
+		   "       spy --version | spy help [COMMAND] | spy COMMAND --help\n\ncommands:\n");
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		fprintf(f, "    %-8s %s\n", commands[i].name, commands[i].summary);
+	}
+}
+
+int cmd_fail(const struct spy_err *err)
+{
+	if (err->remedy[0]) {
+		fprintf(stderr, "spy: %s; %s\n", err->msg, err->remedy);
+	} else {
+		fprintf(stderr, "spy: %s\n", err->msg);
+	}
+	return spy_err_exit_code(err->code);
+}
+
+int cmd_usage_error(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "spy%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	if (cmd) {
+		fprintf(stderr, " (see 'spy %s --help')\n", cmd);
+	} else {
+		fprintf(stderr, " (see 'spy help')\n");
+	}
+	return 2;
+}
+
+static const struct command *find_command(const char *name)
+{
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		if (!strcmp(commands[i].name, name)) {
+			return &commands[i];
+		}
+	}
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	spy_log_init_from_env();
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	const char *name = argv[1];
+	if (!strcmp(name, "--version") || !strcmp(name, "-V")) {
+		printf("spy %s\n", SPY_VERSION);
+		return 0;
+	}
+	if (!strcmp(name, "-h") || !strcmp(name, "--help")) {
+		usage(stdout);
+		return 0;
+	}
+	if (!strcmp(name, "help")) {
+		if (argc < 3) {
+			usage(stdout);
+			return 0;
+		}
+		const struct command *c = find_command(argv[2]);
+		if (!c) {
+			return cmd_usage_error(NULL, "unknown command '%s'", argv[2]);
+		}
+		char *help_argv[] = { argv[2], "--help", NULL };
+		return c->fn(2, help_argv);
+	}
+	const struct command *c = find_command(name);
+	if (!c) {
+		if (name[0] == '-') {
+			return cmd_usage_error(NULL, "unknown option '%s'", name);
+		}
+		return cmd_usage_error(NULL, "unknown command '%s'", name);
+	}
+	return c->fn(argc - 1, argv + 1);
+}

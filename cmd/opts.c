@@ -1,1 +1,195 @@
-/* placeholder: being written */
+/*
+ * The option parser behind every subcommand (see opts.h). It never exits or
+ * prints: errors come back as SPY_EUSAGE in a spy_err, and cmd/main.c decides
+ * how to show them, so the parser is unit-testable.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd/opts.h"
+#include "common/util.h"
+
+static int describe(const struct opt *o, char *buf, size_t n)
+{
+	if (o->long_name) {
+		return snprintf(buf, n, "--%s", o->long_name);
+	}
+	return snprintf(buf, n, "-%c", o->short_name);
+}
+
+static int set_value(const struct opt *o, const char *arg, struct spy_err *err)
+{
+	char name[64];
+	describe(o, name, sizeof(name));
+	char *end = NULL;
+	switch (o->type) {
+	case OPT_PID: {
+		errno = 0;
+		long v = strtol(arg, &end, 10);
+		if (errno || end == arg || *end || v <= 0 || v > INT_MAX) {
+			return spy_err_set(err, SPY_EUSAGE, "option %s: '%s' is not a valid process id", name, arg);
+		}
+		*(int *)o->value = (int)v;
+		return 0;
+	}
+	case OPT_UINT: {
+		errno = 0;
+		if (arg[0] == '-') {
+			return spy_err_set(err, SPY_EUSAGE, "option %s: '%s' must not be negative", name, arg);
+		}
+		unsigned long v = strtoul(arg, &end, 10);
+		if (errno || end == arg || *end || v > UINT_MAX) {
+			return spy_err_set(err, SPY_EUSAGE, "option %s: '%s' is not a whole number", name, arg);
+		}
+		*(unsigned *)o->value = (unsigned)v;
+		return 0;
+	}
+	case OPT_DOUBLE: {
+		errno = 0;
+		double v = strtod(arg, &end);
+		if (errno || end == arg || *end || !isfinite(v)) {
+			return spy_err_set(err, SPY_EUSAGE, "option %s: '%s' is not a number", name, arg);
+		}
+		if (v < 0) {
+			return spy_err_set(err, SPY_EUSAGE, "option %s: '%s' must not be negative", name, arg);
+		}
+		*(double *)o->value = v;
+		return 0;
+	}
+	case OPT_STRING:
+		*(const char **)o->value = arg;
+		return 0;
+	case OPT_BOOL:
+	case OPT_END:
+		break;
+	}
+	SPY_BUG("set_value on option type %d", (int)o->type);
+}
+
+static const struct opt *find_long(const struct opt *opts, const char *name, size_t len)
+{
+	for (const struct opt *o = opts; o->type != OPT_END; o++) {
+		if (o->long_name && strlen(o->long_name) == len && !strncmp(o->long_name, name, len)) {
+			return o;
+		}
+	}
+	return NULL;
+}
+
+static const struct opt *find_short(const struct opt *opts, char c)
+{
+	for (const struct opt *o = opts; o->type != OPT_END; o++) {
+		if (o->short_name == c) {
+			return o;
+		}
+	}
+	return NULL;
+}
+
+int opts_parse(const struct opt *opts, int argc, char **argv, char **rest, int *nrest,
+	       struct spy_err *err)
+{
+	int nr = 0;
+	int i;
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--")) {
+			i++;
+			break;
+		}
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			*nrest = nr;
+			return OPTS_HELP;
+		}
+		if (a[0] == '-' && a[1] == '-') {
+			const char *name = a + 2;
+			const char *eq = strchr(name, '=');
+			size_t len = eq ? (size_t)(eq - name) : strlen(name);
+			const struct opt *o = find_long(opts, name, len);
+			if (!o) {
+				return spy_err_set(err, SPY_EUSAGE, "unknown option '--%.*s'", (int)len, name);
+			}
+			if (o->type == OPT_BOOL) {
+				if (eq) {
+					return spy_err_set(err, SPY_EUSAGE, "option --%s takes no value", o->long_name);
+				}
+				*(bool *)o->value = true;
+				continue;
+			}
+			const char *arg = eq ? eq + 1 : NULL;
+			if (!arg) {
+				if (i + 1 >= argc) {
+					return spy_err_set(err, SPY_EUSAGE, "option --%s needs a value (%s)",
+							   o->long_name, o->argh ? o->argh : "value");
+				}
+				arg = argv[++i];
+			}
+			int rc = set_value(o, arg, err);
+			if (rc < 0) {
+				return rc;
+			}
+			continue;
+		}
+		if (a[0] == '-' && a[1] != '\0') {
+			/* A group of short options; the first one taking a value ends it. */
+			for (const char *p = a + 1; *p; p++) {
+				const struct opt *o = find_short(opts, *p);
+				if (!o) {
+					return spy_err_set(err, SPY_EUSAGE, "unknown option '-%c'", *p);
+				}
+				if (o->type == OPT_BOOL) {
+					*(bool *)o->value = true;
+					continue;
+				}
+				const char *arg = p[1] ? p + 1 : NULL;
+				if (!arg) {
+					if (i + 1 >= argc) {
+						return spy_err_set(err, SPY_EUSAGE, "option -%c needs a value (%s)",
+								   *p, o->argh ? o->argh : "value");
+					}
+					arg = argv[++i];
+				}
+				int rc = set_value(o, arg, err);
+				if (rc < 0) {
+					return rc;
+				}
+				break;
+			}
+			continue;
+		}
+		rest[nr++] = argv[i];
+	}
+	for (; i < argc; i++) {
+		rest[nr++] = argv[i];
+	}
+	*nrest = nr;
+	return OPTS_OK;
+}
+
+void opts_usage(FILE *f, const char *const *usage, const struct opt *opts)
+{
+	for (int i = 0; usage[i]; i++) {
+		fprintf(f, "%s %s\n", i == 0 ? "usage:" : "      ", usage[i]);
+	}
+	fputc('\n', f);
+	for (const struct opt *o = opts; o->type != OPT_END; o++) {
+		char left[64];
+		int n = 0;
+		if (o->short_name) {
+			n += snprintf(left + n, sizeof(left) - (size_t)n, "-%c, ", o->short_name);
+		} else {
+			n += snprintf(left + n, sizeof(left) - (size_t)n, "    ");
+		}
+		if (o->long_name) {
+			n += snprintf(left + n, sizeof(left) - (size_t)n, "--%s", o->long_name);
+		}
+		if (o->type != OPT_BOOL && n < (int)sizeof(left)) {
+			snprintf(left + n, sizeof(left) - (size_t)n, " %s", o->argh ? o->argh : "VALUE");
+		}
+		fprintf(f, "    %-24s %s\n", left, o->help);
+	}
+	fprintf(f, "    %-24s %s\n", "-h, --help", "show this help");
+}

@@ -90,15 +90,20 @@ void spy_buf_addch(struct spy_buf *b, char c)
 
 void spy_buf_vaddf(struct spy_buf *b, const char *fmt, va_list ap)
 {
+	/* Format straight into the spare room; only a long result formats twice. */
 	va_list cp;
+	spy_buf_grow(b, 64);
 	va_copy(cp, ap);
-	int n = vsnprintf(NULL, 0, fmt, cp);
+	int n = vsnprintf(b->buf + b->len, b->alloc - b->len, fmt, cp);
 	va_end(cp);
 	if (n < 0) {
+		b->buf[b->len] = '\0';
 		return;
 	}
-	spy_buf_grow(b, (size_t)n);
-	vsnprintf(b->buf + b->len, (size_t)n + 1, fmt, ap);
+	if ((size_t)n >= b->alloc - b->len) {
+		spy_buf_grow(b, (size_t)n);
+		vsnprintf(b->buf + b->len, (size_t)n + 1, fmt, ap);
+	}
 	b->len += (size_t)n;
 }
 

@@ -1,1 +1,376 @@
-/* placeholder: being written */
+/*
+ * struct proc: opening a live process, its identity (cmdline, exe, root), its
+ * mappings, and the spy_mem that reads its memory.
+ *
+ * The memory reader is process_vm_readv, one syscall per read with no
+ * allocation, because pystate calls it thousands of times per sample. Some
+ * kernels or seccomp policies refuse it while still allowing /proc/PID/mem
+ * (the two are gated by the same ptrace access check, but process_vm_readv
+ * can be compiled out or filtered), so proc_open() probes it once on a real
+ * mapping and falls back to pread() on a /proc/PID/mem descriptor kept open
+ * for the life of the proc. That descriptor also pins the target's address
+ * space, so unlike a PID it cannot start reading a different process.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "common/bounds.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "sampler/internal.h"
+
+static int mem_read_vm(void *ctx, spy_addr_t addr, void *dst, size_t len)
+{
+	const struct proc *p = ctx;
+	if (len == 0) {
+		return 0;
+	}
+	if (len > SSIZE_MAX || addr > UINTPTR_MAX - len) {
+		return -SPY_EMEM;
+	}
+	struct iovec local = { .iov_base = dst, .iov_len = len };
+	struct iovec remote = { .iov_base = (void *)(uintptr_t)addr, .iov_len = len };
+	ssize_t n = process_vm_readv(p->mem_tid, &local, 1, &remote, 1, 0);
+	return n == (ssize_t)len ? 0 : -SPY_EMEM;
+}
+
+static int mem_read_pread(void *ctx, spy_addr_t addr, void *dst, size_t len)
+{
+	const struct proc *p = ctx;
+	if (len == 0) {
+		return 0;
+	}
+	/* pread takes a signed offset; the upper half is kernel space anyway. */
+	if (len > SSIZE_MAX || addr > (uint64_t)INT64_MAX - len) {
+		return -SPY_EMEM;
+	}
+	ssize_t n = pread(p->memfd, dst, len, (off_t)addr);
+	return n == (ssize_t)len ? 0 : -SPY_EMEM;
+}
+
+/*
+ * Mappings worth probing: readable, and backed by ordinary memory. [vvar]
+ * and device mappings are VM_PFNMAP/VM_IO, which both readers refuse with
+ * EFAULT/EIO however permissive the kernel is.
+ */
+static bool probe_candidate(const struct spy_map *m)
+{
+	if (!(m->perms & SPY_MAP_R)) {
+		return false;
+	}
+	if (m->path[0] == '[') {
+		return !strcmp(m->path, "[heap]") || !strcmp(m->path, "[stack]");
+	}
+	return strncmp(m->path, "/dev/", 5) != 0;
+}
+
+static int perm_error(struct proc *p, int e, struct spy_err *err)
+{
+	int rc = spy_err_set(err, SPY_EPERM, "cannot read the memory of process %d: %s",
+			     (int)p->pid, strerror(e));
+	spy_err_remedy(err, "%s", SAMPLER_REMEDY_PERM);
+	return rc;
+}
+
+static int check_memory(struct proc *p, struct spy_err *err)
+{
+	/* The probes try a few mappings: one may be unmapped since we read maps. */
+	const int max_probes = 4;
+	uint64_t word;
+	int probes = 0, e = 0;
+
+	p->mem.read = mem_read_vm;
+	for (size_t i = 0; i < p->nmaps && probes < max_probes; i++) {
+		if (!probe_candidate(&p->maps[i])) {
+			continue;
+		}
+		probes++;
+		struct iovec local = { .iov_base = &word, .iov_len = sizeof(word) };
+		struct iovec remote = { .iov_base = (void *)(uintptr_t)p->maps[i].lo,
+					.iov_len = sizeof(word) };
+		ssize_t n = process_vm_readv(p->mem_tid, &local, 1, &remote, 1, 0);
+		if (n == (ssize_t)sizeof(word)) {
+			return 0;
+		}
+		e = n < 0 ? errno : EFAULT;
+		if (e == ESRCH) {
+			return spy_err_set(err, SPY_ENOPROC, "process %d exited", (int)p->pid);
+		}
+		if (e != EFAULT) {
+			break;
+		}
+	}
+	if (probes == 0) {
+		/* Nothing to read (a kernel thread has no maps): nothing to refuse us either. */
+		return 0;
+	}
+	spy_log(SPY_LOG_DEBUG, "process_vm_readv on %d failed (%s); trying /proc/%d/mem",
+		(int)p->pid, strerror(e), (int)p->pid);
+
+	p->memfd = openat(p->memdirfd, "mem", O_RDONLY | O_CLOEXEC);
+	if (p->memfd < 0) {
+		return perm_error(p, errno == ENOENT ? e : errno, err);
+	}
+	p->mem.read = mem_read_pread;
+	probes = 0;
+	for (size_t i = 0; i < p->nmaps && probes < max_probes; i++) {
+		if (!probe_candidate(&p->maps[i])) {
+			continue;
+		}
+		probes++;
+		errno = EIO;
+		if (mem_read_pread(p, p->maps[i].lo, &word, sizeof(word)) == 0) {
+			return 0;
+		}
+		e = errno;
+	}
+	close(p->memfd);
+	p->memfd = -1;
+	p->mem.read = mem_read_vm;
+	return perm_error(p, e, err);
+}
+
+/* NUL-separated arguments, joined by single spaces. */
+static void read_cmdline(struct proc *p)
+{
+	struct spy_buf b = SPY_BUF_INIT;
+	size_t len;
+	int rc = procfs_read_file(p->memdirfd, "cmdline", SPY_MAX_PROCFILE, &b);
+	if (rc < 0 && rc != -SPY_EBOUND) {
+		spy_buf_reset(&b);
+	}
+	char *s = spy_buf_detach(&b, &len);
+	while (len > 0 && s[len - 1] == '\0') {
+		len--;
+	}
+	for (size_t i = 0; i < len; i++) {
+		if (s[i] == '\0') {
+			s[i] = ' ';
+		}
+	}
+	s[len] = '\0';
+	p->cmdline = s;
+}
+
+static void read_exe(struct proc *p)
+{
+	static const char deleted[] = " (deleted)";
+	const size_t ndeleted = sizeof(deleted) - 1;
+	char buf[PATH_MAX + 1];
+
+	/* Unreadable (a kernel thread, or no permission) is "", as sampler.h promises. */
+	ssize_t n = readlinkat(p->memdirfd, "exe", buf, sizeof(buf) - 1);
+	if (n < 0) {
+		n = 0;
+	}
+	size_t len = (size_t)n;
+	if (len >= ndeleted && !memcmp(buf + len - ndeleted, deleted, ndeleted)) {
+		len -= ndeleted;
+	}
+	buf[len] = '\0';
+	p->exe = spy_xstrdup(buf);
+}
+
+int proc_read_maps(struct proc *p, struct spy_err *err)
+{
+	struct spy_buf b = SPY_BUF_INIT;
+	struct spy_map *maps;
+	char *paths;
+	size_t n;
+
+	int rc = procfs_read_file(p->memdirfd, "maps", SPY_MAX_PROCFILE, &b);
+	if (rc < 0) {
+		spy_buf_release(&b);
+		switch (-rc) {
+		case SPY_EGONE:
+			return spy_err_set(err, SPY_EGONE, "process %d has exited", (int)p->pid);
+		case SPY_EPERM:
+			rc = spy_err_set(err, SPY_EPERM, "cannot read /proc/%d/maps: permission denied",
+					 (int)p->pid);
+			spy_err_remedy(err, "%s", SAMPLER_REMEDY_PERM);
+			return rc;
+		case SPY_EBOUND:
+			return spy_err_set(err, SPY_EBOUND, "/proc/%d/maps is larger than %u bytes",
+					   (int)p->pid, SPY_MAX_PROCFILE);
+		default:
+			return spy_err_set(err, SPY_EIO, "cannot read /proc/%d/maps", (int)p->pid);
+		}
+	}
+	rc = proc_parse_maps(b.buf, b.len, &maps, &n, &paths, err);
+	spy_buf_release(&b);
+	if (rc < 0) {
+		spy_err_prefix(err, "/proc/%d/maps: ", (int)p->pid);
+		return rc;
+	}
+	free(p->maps);
+	free(p->map_paths);
+	p->maps = maps;
+	p->map_paths = paths;
+	p->nmaps = n;
+	p->mem.maps = maps;
+	p->mem.nmaps = n;
+	return 0;
+}
+
+static bool is_dead_state(char state)
+{
+	return state == 'Z' || state == 'X' || state == 'x';
+}
+
+/*
+ * Choose memdirfd and mem_tid (see internal.h). Returns 0, or -SPY_ENOPROC
+ * when no thread is alive: a zombie still has a /proc entry, but nothing to
+ * sample.
+ */
+static int choose_live_thread(struct proc *p, struct spy_err *err)
+{
+	char state = 0, path[32];
+	size_t n;
+
+	int rc = procfs_thread_state(p->dirfd, p->pid, &state);
+	if (rc == 0 && !is_dead_state(state)) {
+		p->memdirfd = p->dirfd;
+		p->mem_tid = p->pid;
+		return 0;
+	}
+	if (rc == 0 && procfs_list_tids(p, &n) == 0) {
+		for (size_t i = 0; i < n; i++) {
+			if (procfs_thread_state(p->dirfd, p->tids[i], &state) < 0 ||
+			    is_dead_state(state)) {
+				continue;
+			}
+			snprintf(path, sizeof(path), "task/%d", (int)p->tids[i]);
+			p->memdirfd = openat(p->dirfd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+			if (p->memdirfd >= 0) {
+				p->mem_tid = p->tids[i];
+				spy_log(SPY_LOG_DEBUG,
+					"process %d: main thread has exited; reading through thread %d",
+					(int)p->pid, (int)p->mem_tid);
+				return 0;
+			}
+		}
+	}
+	return spy_err_set(err, SPY_ENOPROC, "process %d has exited", (int)p->pid);
+}
+
+int proc_open(struct proc **out, pid_t pid, struct spy_err *err)
+{
+	char path[32];
+	int rc;
+
+	*out = NULL;
+	/* kill() gives 0 and -1 meanings of their own; they are never a target. */
+	if (pid <= 0) {
+		return spy_err_set(err, SPY_ENOPROC, "process %d not found", (int)pid);
+	}
+	/* EPERM means it exists but is not ours to signal; the ptrace check comes later. */
+	if (kill(pid, 0) < 0 && errno == ESRCH) {
+		return spy_err_set(err, SPY_ENOPROC, "process %d not found", (int)pid);
+	}
+
+	struct proc *p = spy_xcalloc(1, sizeof(*p));
+	p->pid = pid;
+	p->mem_tid = pid;
+	p->memdirfd = -1;
+	p->memfd = -1;
+	p->mem.read = mem_read_vm;
+	p->mem.ctx = p;
+	snprintf(p->root, sizeof(p->root), "/proc/%d/root", (int)pid);
+
+	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+	p->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (p->dirfd < 0) {
+		if (errno == ENOENT) {
+			rc = spy_err_set(err, SPY_ENOPROC,
+					 "process %d not found in /proc (another PID namespace?)",
+					 (int)pid);
+		} else {
+			rc = spy_err_set(err, SPY_EIO, "cannot open %s: %s", path, strerror(errno));
+		}
+		goto fail;
+	}
+
+	rc = choose_live_thread(p, err);
+	if (rc < 0) {
+		goto fail;
+	}
+
+	read_cmdline(p);
+	read_exe(p);
+	rc = proc_read_maps(p, err);
+	if (rc == -SPY_EGONE) {
+		rc = spy_err_set(err, SPY_ENOPROC, "process %d has exited", (int)pid);
+	}
+	if (rc < 0) {
+		goto fail;
+	}
+	rc = check_memory(p, err);
+	if (rc < 0) {
+		goto fail;
+	}
+	*out = p;
+	return 0;
+fail:
+	proc_free(p);
+	return rc;
+}
+
+void proc_free(struct proc *p)
+{
+	if (!p) {
+		return;
+	}
+	proc_detach(p);
+	tracer_forget(p);
+	if (p->memfd >= 0) {
+		close(p->memfd);
+	}
+	if (p->memdirfd >= 0 && p->memdirfd != p->dirfd) {
+		close(p->memdirfd);
+	}
+	if (p->dirfd >= 0) {
+		close(p->dirfd);
+	}
+	free(p->cmdline);
+	free(p->exe);
+	free(p->maps);
+	free(p->map_paths);
+	free(p->threads);
+	free(p->tids);
+	free(p->tracees);
+	free(p);
+}
+
+pid_t proc_pid(const struct proc *p)
+{
+	return p->pid;
+}
+
+const char *proc_cmdline(const struct proc *p)
+{
+	return p->cmdline;
+}
+
+const char *proc_exe(const struct proc *p)
+{
+	return p->exe;
+}
+
+const char *proc_root(const struct proc *p)
+{
+	return p->root;
+}
+
+const struct spy_mem *proc_mem(const struct proc *p)
+{
+	return &p->mem;
+}

@@ -1,1 +1,642 @@
-/* placeholder: being written */
+/*
+ * ptrace control of a live target: seize every thread, stop them all for a
+ * sample, restart them, and always let go.
+ *
+ * Threads are seized with PTRACE_SEIZE and stopped with PTRACE_INTERRUPT,
+ * never PTRACE_ATTACH, which stops with SIGSTOP. That choice is the safety
+ * net for a spy that dies: when a tracer exits, even by SIGKILL, the kernel
+ * detaches its tracees and restarts those in a ptrace-stop, but leaves
+ * group-stopped ones stopped, and a SIGSTOP attach is what would put them in
+ * group-stop. So we never cause a group-stop and never fight the kernel's
+ * cleanup; the atexit() registry below covers every exit() path on top.
+ *
+ * The design decision to question is what happens when waitpid() reports a
+ * signal-delivery-stop while we are pausing. A seized thread stops for every
+ * signal sent to it, so a SIGCHLD or SIGALRM can beat our PTRACE_INTERRUPT.
+ * Any trap clears a pending INTERRUPT in the kernel, but an INTERRUPT sent to
+ * a thread that is already trapped stays pending and fires as a
+ * PTRACE_EVENT_STOP as soon as the thread is restarted, with nobody waiting:
+ * the thread would then sit stopped until the next tick, where the same thing
+ * happens again. From user space the two cases look the same. So we make them
+ * the same: the signal is re-delivered at once (PTRACE_CONT with it) and the
+ * thread is interrupted again, which leaves exactly one trap to collect. The
+ * kernel checks for a pending trap before it dequeues another signal and
+ * before the handler runs one instruction, so the thread stops again at once,
+ * at the entry of its handler, and the signal is neither held nor swallowed.
+ * Two backstops keep any stray trap (a timed-out wait, a group-stop racing us)
+ * from outliving one tick: pause first collects, without blocking, threads
+ * that stopped on their own and does not interrupt those (interrupting a
+ * trapped thread is what leaves a trap pending), and PTRACE_DETACH clears
+ * every pending trap in the kernel.
+ *
+ * Waits poll waitpid(WNOHANG) against a deadline instead of blocking: a
+ * thread in uninterruptible sleep stops only when the kernel lets go of it,
+ * and a thread-group leader that has exited is not reported to waitpid while
+ * other threads live, which a blocking wait would turn into a hang with the
+ * whole target stopped.
+ *
+ * ptrace binds a tracee to the tracing *thread*: every call below must come
+ * from the thread that called proc_attach().
+ */
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ptrace.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/bounds.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "sampler/internal.h"
+
+/*
+ * How long proc_pause() waits for every thread to stop. A thread that takes
+ * longer (uninterruptible sleep, a starved CPU) is not executing user code,
+ * so rather than hold every other thread stopped behind it we sample without
+ * it; its interrupt stays pending and a later pause collects the trap.
+ */
+#define PAUSE_TIMEOUT_NS (250ull * 1000 * 1000)
+/* proc_detach() waits longer: leaving a thread traced is worse than a slow exit. */
+#define DETACH_TIMEOUT_NS (2000ull * 1000 * 1000)
+/*
+ * Listings of task/ per attach or pause. Once every known thread is stopped
+ * none can clone, so a round or two settles it; more are needed only when
+ * dying threads cut listings short (see seize_new). The bound stops a target
+ * that spawns threads faster than we seize them from holding us.
+ */
+#define RELIST_ROUNDS 8
+/*
+ * Signals one thread may have re-delivered during one pause. Past this the
+ * thread stays in its signal-delivery-stop and gets the signal at resume.
+ */
+#define MAX_REDELIVERIES 16
+
+volatile sig_atomic_t proc_stop_requested;
+
+/* What to do with a stop that waitpid() reports. */
+enum collect_mode {
+	COLLECT_PAUSE,  /* keep the thread stopped; re-deliver signals and re-interrupt */
+	COLLECT_POLL,   /* restart the thread at once */
+	COLLECT_DETACH, /* keep it stopped, remember the signal for PTRACE_DETACH */
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static long xptrace(enum __ptrace_request req, pid_t tid, long data)
+{
+	return ptrace(req, tid, NULL, (void *)data);
+}
+
+/* ---- the registry of attached procs, for atexit() ---- */
+
+static struct proc *attached_procs;
+
+static void detach_all_at_exit(void)
+{
+	while (attached_procs) {
+		struct proc *p = attached_procs;
+		proc_detach(p);
+		/* A thread that would not stop keeps p attached; the kernel frees it when we exit. */
+		tracer_forget(p);
+	}
+}
+
+static void remember(struct proc *p)
+{
+	static bool installed;
+	if (!installed) {
+		installed = atexit(detach_all_at_exit) == 0;
+	}
+	for (struct proc *q = attached_procs; q; q = q->next_attached) {
+		if (q == p) {
+			return;
+		}
+	}
+	p->next_attached = attached_procs;
+	attached_procs = p;
+}
+
+void tracer_forget(struct proc *p)
+{
+	for (struct proc **pp = &attached_procs; *pp; pp = &(*pp)->next_attached) {
+		if (*pp == p) {
+			*pp = p->next_attached;
+			p->next_attached = NULL;
+			return;
+		}
+	}
+}
+
+/* ---- stop handlers ---- */
+
+static void on_stop_signal(int sig)
+{
+	/* The signal number, so that cmd can exit with 128 + sig. */
+	proc_stop_requested = sig;
+}
+
+void proc_install_stop_handlers(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_stop_signal;
+	sigemptyset(&sa.sa_mask);
+	/* No SA_RESTART: a blocking call must return EINTR so its caller sees the flag. */
+	sa.sa_flags = 0;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+}
+
+/* ---- the per-thread state machine ---- */
+
+static bool thread_is_dead(struct proc *p, pid_t tid)
+{
+	char state = 0;
+	int rc = procfs_thread_state(p->dirfd, tid, &state);
+	return rc == -SPY_EGONE || state == 'Z' || state == 'X' || state == 'x';
+}
+
+static void interrupt(struct proc_tracee *t)
+{
+	/* On ESRCH the thread died or is not ours any more; the next wait says which. */
+	if (xptrace(PTRACE_INTERRUPT, t->tid, 0) == 0) {
+		t->interrupted = true;
+	}
+}
+
+/* Restart a stopped thread, giving it the signal it is owed. */
+static void restart(struct proc_tracee *t)
+{
+	/*
+	 * A thread in group-stop (the target was sent SIGSTOP) is resumed with
+	 * PTRACE_LISTEN: it stays stopped, as job control wants, but is no
+	 * longer ours to collect, and SIGCONT wakes it without us.
+	 */
+	if (!t->sig && t->group_stop && xptrace(PTRACE_LISTEN, t->tid, 0) == 0) {
+		t->state = TRACEE_RUNNING;
+		return;
+	}
+	/* ESRCH: it was killed while stopped, and its exit is the next thing to collect. */
+	if (xptrace(PTRACE_CONT, t->tid, t->sig) < 0 && errno != ESRCH) {
+		spy_log(SPY_LOG_DEBUG, "PTRACE_CONT %d: %s", (int)t->tid, strerror(errno));
+	}
+	t->sig = 0;
+	t->state = TRACEE_RUNNING;
+}
+
+static bool is_stop_signal(int sig)
+{
+	return sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU;
+}
+
+/* Record what waitpid() said about t, then act on it as mode says. */
+static void collect(struct proc *p, struct proc_tracee *t, int st, enum collect_mode mode)
+{
+	if (WIFEXITED(st) || WIFSIGNALED(st)) {
+		t->state = TRACEE_GONE;
+		if (t->tid == p->pid) {
+			p->exited = true;
+			p->exit_status = st;
+		}
+		return;
+	}
+	if (!WIFSTOPPED(st)) {
+		return;
+	}
+	int sig = WSTOPSIG(st);
+	int event = (int)((unsigned)st >> 16);
+	/* Any trap consumes a pending interrupt. */
+	t->interrupted = false;
+	t->state = TRACEE_STOPPED;
+	t->sig = 0;
+	if (event == PTRACE_EVENT_STOP) {
+		/* An interrupt reports SIGTRAP; a group-stop reports the stopping signal. */
+		t->group_stop = is_stop_signal(sig);
+	} else if (event == 0) {
+		t->group_stop = false;
+		t->sig = sig;
+	}
+	/* We set no PTRACE_O_* options, so no other event can arrive; treat one as a plain stop. */
+
+	spy_log(SPY_LOG_TRACE, "thread %d: %s stop, signal %d", (int)t->tid,
+		event == PTRACE_EVENT_STOP ? "event" : event ? "other" : "signal-delivery", sig);
+	switch (mode) {
+	case COLLECT_PAUSE:
+		if (t->sig && t->redeliveries < MAX_REDELIVERIES) {
+			/* See the top of the file: deliver now, leave exactly one trap to collect. */
+			t->redeliveries++;
+			restart(t);
+			interrupt(t);
+		}
+		break;
+	case COLLECT_POLL:
+		restart(t);
+		break;
+	case COLLECT_DETACH:
+		break;
+	}
+}
+
+/*
+ * Wait for t to report something, until deadline. Returns 1 with *st, 0 on
+ * timeout, -SPY_EGONE if t can no longer be waited for, or -SPY_EINTR when
+ * interruptible and a stop was requested.
+ */
+static int wait_one(struct proc *p, struct proc_tracee *t, uint64_t deadline,
+		    bool interruptible, int *st)
+{
+	for (unsigned i = 0;; i++) {
+		pid_t r = waitpid(t->tid, st, __WALL | WNOHANG);
+		if (r == t->tid) {
+			return 1;
+		}
+		/* ECHILD: reaped already (SIGCHLD ignored), or it is no longer traced by us. */
+		if (r < 0 && errno == ECHILD) {
+			return -SPY_EGONE;
+		}
+		if (interruptible && proc_stop_requested) {
+			return -SPY_EINTR;
+		}
+		if (now_ns() >= deadline) {
+			return 0;
+		}
+		/*
+		 * An exited leader is not reported while other threads live:
+		 * ask /proc. A thread that died between the waitpid above and
+		 * this look must still be reaped, or it would stay our zombie,
+		 * so wait once more before giving up on it.
+		 */
+		if ((i == 16 || (i > 0 && i % 64 == 0)) && thread_is_dead(p, t->tid)) {
+			r = waitpid(t->tid, st, __WALL | WNOHANG);
+			return r == t->tid ? 1 : -SPY_EGONE;
+		}
+		/* Most threads stop within microseconds: yield first, then back off to 1 ms. */
+		if (i < 32) {
+			sched_yield();
+		} else {
+			unsigned shift = i - 32 < 6 ? i - 32 : 6;
+			struct timespec ts = { 0, (long)(16000u << shift) };
+			nanosleep(&ts, NULL);
+		}
+	}
+}
+
+/*
+ * Bring every running tracee to a stop (or to its end), interrupting those
+ * not yet interrupted. Returns 0 or -SPY_EINTR; a thread that does not stop
+ * by the deadline is left running, still interrupted.
+ */
+static int stop_all(struct proc *p, uint64_t deadline, enum collect_mode mode, bool interruptible)
+{
+	for (size_t i = 0; i < p->ntracees; i++) {
+		if (p->tracees[i].state == TRACEE_RUNNING && !p->tracees[i].interrupted) {
+			interrupt(&p->tracees[i]);
+		}
+	}
+	for (size_t i = 0; i < p->ntracees; i++) {
+		struct proc_tracee *t = &p->tracees[i];
+		while (t->state == TRACEE_RUNNING) {
+			if (!t->interrupted) {
+				interrupt(t);
+			}
+			int st;
+			int rc = wait_one(p, t, deadline, interruptible, &st);
+			if (rc == 1) {
+				collect(p, t, st, mode);
+			} else if (rc == -SPY_EGONE) {
+				t->state = TRACEE_GONE;
+			} else if (rc == -SPY_EINTR) {
+				return rc;
+			} else {
+				spy_log(SPY_LOG_DEBUG, "thread %d of process %d did not stop in time",
+					(int)t->tid, (int)p->pid);
+				break;
+			}
+		}
+	}
+	return 0;
+}
+
+/*
+ * One non-blocking look at every running tracee: threads that stopped on
+ * their own since we last looked (a signal arrived, a stale trap fired, the
+ * process exited) are collected without being interrupted.
+ */
+static void collect_pending(struct proc *p, enum collect_mode mode)
+{
+	for (size_t i = 0; i < p->ntracees; i++) {
+		struct proc_tracee *t = &p->tracees[i];
+		int st;
+		if (t->state != TRACEE_RUNNING) {
+			continue;
+		}
+		pid_t r = waitpid(t->tid, &st, __WALL | WNOHANG);
+		if (r == t->tid) {
+			collect(p, t, st, mode);
+		} else if (r < 0 && errno == ECHILD) {
+			t->state = TRACEE_GONE;
+		}
+	}
+}
+
+static void drop_gone(struct proc *p)
+{
+	size_t out = 0;
+	for (size_t i = 0; i < p->ntracees; i++) {
+		if (p->tracees[i].state != TRACEE_GONE) {
+			p->tracees[out++] = p->tracees[i];
+		}
+	}
+	p->ntracees = out;
+}
+
+static void restart_all(struct proc *p)
+{
+	for (size_t i = 0; i < p->ntracees; i++) {
+		if (p->tracees[i].state == TRACEE_STOPPED) {
+			restart(&p->tracees[i]);
+		}
+	}
+	p->paused = false;
+}
+
+static struct proc_tracee *find_tracee(struct proc_tracee *v, size_t n, pid_t tid)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (v[mid].tid == tid) {
+			return &v[mid];
+		}
+		if (v[mid].tid < tid) {
+			lo = mid + 1;
+		} else {
+			hi = mid;
+		}
+	}
+	return NULL;
+}
+
+static int tracee_cmp(const void *a, const void *b)
+{
+	const struct proc_tracee *x = a, *y = b;
+	return x->tid < y->tid ? -1 : x->tid > y->tid;
+}
+
+static int seize_error(struct proc *p, pid_t tid, int e, struct spy_err *err)
+{
+	pid_t tracer = procfs_tracer_pid(p->dirfd, tid);
+	int rc;
+	if (tracer > 0) {
+		rc = spy_err_set(err, SPY_EPERM,
+				 "cannot attach to process %d: thread %d is already traced by process %d%s",
+				 (int)p->pid, (int)tid, (int)tracer,
+				 tracer == getpid() ? " (this spy)" : "");
+		spy_err_remedy(err, "stop the other tracer (a debugger or another profiler) first");
+		return rc;
+	}
+	rc = spy_err_set(err, SPY_EPERM, "cannot attach to process %d (thread %d): %s",
+			 (int)p->pid, (int)tid, strerror(e));
+	spy_err_remedy(err, "%s", SAMPLER_REMEDY_PERM);
+	return rc;
+}
+
+/*
+ * Seize the threads listed in task/ that we do not trace yet. While attaching
+ * a refusal is an error; while pausing, the threads already held matter more
+ * than one newcomer, which is skipped.
+ *
+ * *again is set when the listing should be repeated: we seized someone (who
+ * may have cloned before we stopped it), or a listed thread vanished under
+ * us, and a dying thread can cut a listing short (see procfs_list_tids).
+ */
+static int seize_new(struct proc *p, bool attaching, bool *again, struct spy_err *err)
+{
+	size_t n, known = p->ntracees, added = 0;
+	int rc = procfs_list_tids(p, &n);
+
+	*again = false;
+	if (rc == -SPY_EGONE) {
+		return spy_err_set(err, SPY_EGONE, "process %d has exited", (int)p->pid);
+	}
+	if (rc < 0) {
+		rc = spy_err_set(err, -rc, "cannot list the threads of process %d", (int)p->pid);
+		spy_err_remedy(err, "%s", SAMPLER_REMEDY_PERM);
+		return rc;
+	}
+	for (size_t i = 0; i < n; i++) {
+		pid_t tid = p->tids[i];
+		if (find_tracee(p->tracees, known, tid)) {
+			continue;
+		}
+		if (p->ntracees >= SPY_MAX_THREADS) {
+			spy_log(SPY_LOG_DEBUG, "process %d: not seizing more than %d threads",
+				(int)p->pid, SPY_MAX_THREADS);
+			break;
+		}
+		/* No options: no clone/exec/syscall stops while the target runs between samples. */
+		if (xptrace(PTRACE_SEIZE, tid, 0) < 0) {
+			int e = errno;
+			char state = 0;
+			if (e == ESRCH) {
+				*again = true;
+				continue;
+			}
+			/*
+			 * The kernel refuses exiting threads with EPERM. A zombie
+			 * leader stays listed until the process ends, so only
+			 * a thread on its way out of the list calls for a relist.
+			 */
+			if (e == EPERM && (procfs_thread_state(p->dirfd, tid, &state) == -SPY_EGONE ||
+					   state == 'X' || state == 'x' || state == 'Z')) {
+				*again = *again || state != 'Z';
+				continue;
+			}
+			if (!attaching) {
+				spy_log(SPY_LOG_DEBUG, "cannot seize new thread %d: %s", (int)tid,
+					strerror(e));
+				continue;
+			}
+			return seize_error(p, tid, e, err);
+		}
+		SPY_GROW(p->tracees, p->tracees_alloc, p->ntracees + 1);
+		struct proc_tracee *t = &p->tracees[p->ntracees++];
+		memset(t, 0, sizeof(*t));
+		t->tid = tid;
+		t->state = TRACEE_RUNNING;
+		added++;
+	}
+	if (added) {
+		qsort(p->tracees, p->ntracees, sizeof(*p->tracees), tracee_cmp);
+		*again = true;
+	}
+	return 0;
+}
+
+/* ---- the public operations ---- */
+
+int proc_attach(struct proc *p, struct spy_err *err)
+{
+	if (p->attached) {
+		return 0;
+	}
+	p->attached = true;
+	p->paused = false;
+	p->tracer = getpid();
+	remember(p);
+	/*
+	 * Threads cloned while we seize are missed by one listing; the next
+	 * catches them, and the next pause seizes any still missing.
+	 */
+	for (int round = 0; round < RELIST_ROUNDS; round++) {
+		bool again;
+		int rc = seize_new(p, true, &again, err);
+		if (rc < 0) {
+			proc_detach(p);
+			return rc;
+		}
+		if (!again) {
+			break;
+		}
+	}
+	if (p->ntracees == 0) {
+		proc_detach(p);
+		return spy_err_set(err, SPY_EGONE, "process %d has exited", (int)p->pid);
+	}
+	return 0;
+}
+
+int proc_pause(struct proc *p, struct spy_err *err)
+{
+	if (!p->attached) {
+		return spy_err_set(err, SPY_EUSAGE, "process %d: pause before attach", (int)p->pid);
+	}
+	if (p->paused) {
+		return 0;
+	}
+	if (proc_stop_requested) {
+		return spy_err_set(err, SPY_EINTR, "interrupted");
+	}
+	uint64_t deadline = now_ns() + PAUSE_TIMEOUT_NS;
+	for (size_t i = 0; i < p->ntracees; i++) {
+		p->tracees[i].redeliveries = 0;
+	}
+	collect_pending(p, COLLECT_PAUSE);
+	for (int round = 0;; round++) {
+		int rc = stop_all(p, deadline, COLLECT_PAUSE, true);
+		if (rc == -SPY_EINTR) {
+			restart_all(p);
+			drop_gone(p);
+			return spy_err_set(err, SPY_EINTR, "interrupted while pausing process %d",
+					   (int)p->pid);
+		}
+		bool again = false;
+		if (round + 1 >= RELIST_ROUNDS || seize_new(p, false, &again, NULL) < 0 || !again) {
+			break;
+		}
+	}
+	drop_gone(p);
+	if (p->ntracees == 0) {
+		return spy_err_set(err, SPY_EGONE, "process %d has exited", (int)p->pid);
+	}
+	p->paused = true;
+	return 0;
+}
+
+int proc_resume(struct proc *p, struct spy_err *err)
+{
+	if (!p->attached || !p->paused) {
+		return 0;
+	}
+	restart_all(p);
+	return 0;
+}
+
+int proc_poll(struct proc *p)
+{
+	if (!p->attached || p->paused) {
+		return 0;
+	}
+	collect_pending(p, COLLECT_POLL);
+	drop_gone(p);
+	return p->ntracees ? 0 : -SPY_EGONE;
+}
+
+bool proc_is_paused(const struct proc *p)
+{
+	return p->paused;
+}
+
+bool proc_exit_status(const struct proc *p, int *status)
+{
+	if (p->exited && status) {
+		*status = p->exit_status;
+	}
+	return p->exited;
+}
+
+void proc_detach(struct proc *p)
+{
+	if (!p || !p->attached) {
+		return;
+	}
+	if (p->tracer != getpid()) {
+		/* A fork of spy inherited this struct but not the tracing; only forget. */
+		p->ntracees = 0;
+		p->attached = false;
+		p->paused = false;
+		tracer_forget(p);
+		return;
+	}
+	/*
+	 * PTRACE_DETACH works only on a thread in a ptrace-stop, so running
+	 * ones are interrupted first. A thread found in a signal-delivery-stop
+	 * is detached with its signal, which delivers it; detaching also drops
+	 * any interrupt still pending, so nothing is left to trap later.
+	 */
+	stop_all(p, now_ns() + DETACH_TIMEOUT_NS, COLLECT_DETACH, false);
+	size_t left = 0;
+	for (size_t i = 0; i < p->ntracees; i++) {
+		struct proc_tracee *t = &p->tracees[i];
+		if (t->state == TRACEE_STOPPED) {
+			if (xptrace(PTRACE_DETACH, t->tid, t->sig) < 0 && errno != ESRCH) {
+				spy_log(SPY_LOG_DEBUG, "PTRACE_DETACH %d: %s", (int)t->tid,
+					strerror(errno));
+			}
+			continue;
+		}
+		/*
+		 * A GONE thread needs nothing. One case is worth knowing: a main
+		 * thread that exited while others live is a zombie we cannot
+		 * detach. It stays traced by us until spy exits; should the
+		 * whole process end first, its parent learns so only then.
+		 */
+		if (t->state == TRACEE_RUNNING) {
+			/*
+			 * It never stopped. Keep it so that a later call can try
+			 * again; if none does, the kernel detaches it when spy
+			 * exits, restarting it if it has trapped by then.
+			 */
+			spy_log(SPY_LOG_DEBUG, "thread %d of process %d stays traced: it did not stop",
+				(int)t->tid, (int)p->pid);
+			p->tracees[left++] = *t;
+		}
+	}
+	p->ntracees = left;
+	p->paused = false;
+	if (left == 0) {
+		p->attached = false;
+		tracer_forget(p);
+	}
+}

@@ -31,7 +31,10 @@ struct proc_thread {
 	char comm[17];   /* /proc/PID/task/TID/comm, without the newline */
 };
 
-/* Set by the SIGINT/SIGTERM handler; the one stop flag spy allows. */
+/*
+ * Set by the SIGINT/SIGTERM handler to the signal's number; the one stop flag
+ * spy allows.
+ */
 extern volatile sig_atomic_t proc_stop_requested;
 
 /*
@@ -72,7 +75,11 @@ const struct proc_thread *proc_threads(const struct proc *p, size_t *n);
 /* Re-read one thread's state letter and comm; -SPY_EGONE if it exited. */
 int proc_thread_refresh(struct proc *p, struct proc_thread *t);
 
-/* PTRACE_SEIZE every thread. -SPY_EPERM (with remedy) if refused. */
+/*
+ * PTRACE_SEIZE every thread. -SPY_EPERM (with remedy) if refused. ptrace ties
+ * tracees to the tracing thread: from here to proc_detach(), call the ptrace
+ * functions below from the thread that attached.
+ */
 int proc_attach(struct proc *p, struct spy_err *err);
 /*
  * Stop every seized thread (PTRACE_INTERRUPT, then wait for each stop).
@@ -86,6 +93,22 @@ int proc_resume(struct proc *p, struct spy_err *err);
 /* Detach from every thread (resuming any that is stopped). Idempotent. */
 void proc_detach(struct proc *p);
 bool proc_is_paused(const struct proc *p);
+/*
+ * While attached and not paused, restart threads that stopped on their own.
+ * A seized thread stops for every signal sent to it until its tracer restarts
+ * it; proc_pause() and proc_detach() deliver such signals, so without this a
+ * signal to the target waits until the next pause. Call it while waiting
+ * between ticks to bound that delay. Never blocks. Returns 0, or -SPY_EGONE
+ * once every thread has exited.
+ */
+int proc_poll(struct proc *p);
+/*
+ * True if the sampler reaped the exit of the thread-group leader, with its
+ * wait status in *status (may be NULL). When spy started the target it is
+ * both parent and tracer, and the sampler's waitpid() consumes that status:
+ * this is then the only place to learn it.
+ */
+bool proc_exit_status(const struct proc *p, int *status);
 
 /* Parse the text of /proc/.../stat: state letter, or 0 if malformed. Exposed for unit tests. */
 char proc_parse_stat_state(const char *text, size_t len);
@@ -96,5 +119,74 @@ char proc_parse_stat_state(const char *text, size_t len);
  */
 int proc_parse_maps(const char *text, size_t len, struct spy_map **maps_out, size_t *n_out,
 		    char **paths_out, struct spy_err *err);
+
+/*
+ * The tick loop and launching a program (sampler/ticker.c, sampler/spawn.c).
+ *
+ * A ticker keeps absolute deadlines start + k * period on CLOCK_MONOTONIC,
+ * so a slow sample never shifts the ones after it. When the caller falls
+ * more than a whole period behind, the deadlines that passed are skipped and
+ * counted in missed rather than sampled in a burst: for any run,
+ * taken + missed is the number of deadlines that fell in it.
+ */
+#include <stdint.h>
+
+struct ticker {
+	uint64_t start_ns;   /* the first deadline */
+	uint64_t period_ns;
+	uint64_t next;       /* index of the next deadline */
+	uint64_t taken;      /* deadlines handed to the caller */
+	uint64_t missed;     /* deadlines skipped because the caller was late */
+};
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t ticker_now_ns(void);
+/* Period from a rate; hz must be > 0. The first deadline is now_ns. */
+void ticker_init(struct ticker *t, double hz, uint64_t now_ns);
+/* The next deadline, in CLOCK_MONOTONIC nanoseconds. */
+uint64_t ticker_deadline(const struct ticker *t);
+/*
+ * Called once the tick at ticker_deadline() has been sampled, with now_ns
+ * the time the sample finished: move to the next deadline, and if that one
+ * is already a whole period or more in the past, skip to the latest
+ * deadline <= now_ns (to be taken late), counting the skipped ones in
+ * missed. Pure arithmetic, for unit tests.
+ */
+void ticker_take(struct ticker *t, uint64_t now_ns);
+/*
+ * Sleep (clock_nanosleep, TIMER_ABSTIME) until the next deadline or for at
+ * most max_ns, whichever comes first, so the caller can do housekeeping
+ * (proc_poll) while waiting for a slow tick. Returns 1 when the deadline has
+ * been reached (call ticker_take), 0 when max_ns ran out first, -SPY_EINTR
+ * when a signal interrupted the sleep.
+ */
+int ticker_wait(struct ticker *t, uint64_t max_ns);
+
+/*
+ * Launching `-- PROGRAM ARGS`: fork and execvp, reporting an exec failure
+ * (program not found) as an error here rather than as a child that exits
+ * 127. The child keeps spy's process group and terminal, so Ctrl-C reaches
+ * it from the terminal on its own. spawn_install_signals() replaces the stop
+ * handlers with ones that also note whether the signal came from the
+ * terminal (si_code SI_KERNEL): only a signal sent to spy alone (kill, a
+ * supervisor's SIGTERM) needs forwarding with spawn_forward().
+ */
+struct spawn {
+	pid_t pid;
+	bool reaped;
+	int status;    /* wait status once reaped */
+};
+
+int spawn_start(struct spawn *s, char *const argv[], struct spy_err *err);
+/* Set up SIGINT/SIGTERM for launch mode (see above); sets proc_stop_requested too. */
+void spawn_install_signals(void);
+/* Send the child the stop signal received, unless the terminal already sent it. */
+void spawn_forward(struct spawn *s);
+/*
+ * Reap the child if it has exited (never blocks unless block is set).
+ * Returns true once it has been reaped, with the wait status in s->status.
+ * A blocking wait returns false early when a signal interrupts it.
+ */
+bool spawn_reap(struct spawn *s, bool block);
 
 #endif

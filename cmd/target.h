@@ -1,0 +1,35 @@
+/*
+ * A target: a live process with its Python runtime located. This is where
+ * the modules meet: sampler opens the process, symbolize finds CPython's
+ * anchors in the ELF file that holds the interpreter, and pystate is handed
+ * those anchors as hints. No module talks to another directly.
+ */
+#ifndef SPY_CMD_TARGET_H
+#define SPY_CMD_TARGET_H
+
+#include <sys/types.h>
+
+#include "common/err.h"
+#include "common/strtab.h"
+#include "pystate/pystate.h"
+#include "sampler/sampler.h"
+
+struct target {
+	struct proc *proc;
+	struct pyrt *rt;
+	struct spy_strtab strs;
+	char *binary;   /* path (as the target sees it) of the ELF holding the runtime */
+};
+
+/* Open pid and find its Python runtime. On failure everything is released. */
+int target_open_pid(struct target *t, pid_t pid, struct spy_err *err);
+/* Detach and free; safe on a zeroed or partly opened target. */
+void target_release(struct target *t);
+
+/* Exposed for unit tests: PY_VERSION_HEX (major.minor) from a path such as
+ * ".../libpython3.11.so.1.0" or "/usr/bin/python2.7"; 0 if none. */
+unsigned target_version_from_path(const char *path);
+/* Whether a mapped file's name looks like libpython. */
+int target_is_libpython(const char *path);
+
+#endif

@@ -1,0 +1,112 @@
+/*
+ * Private to sampler/: the layout of struct proc and the helpers its files
+ * share. Nothing outside sampler/ includes this header.
+ *
+ * All ptrace bookkeeping lives in tracees[], one entry per thread we have
+ * seized, holding what waitpid() last told us about it. The invariant the
+ * ptrace code keeps: a tracee is TRACEE_STOPPED only while it sits in a
+ * ptrace-stop that we have collected and not yet restarted, and its sig is
+ * nonzero only if that stop is a signal-delivery-stop whose signal is still
+ * owed to the thread.
+ */
+#ifndef SPY_SAMPLER_INTERNAL_H
+#define SPY_SAMPLER_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/buf.h"
+#include "common/mem.h"
+#include "sampler/sampler.h"
+
+enum tracee_state {
+	TRACEE_RUNNING = 0, /* seized, and not in a stop we have collected */
+	TRACEE_STOPPED,     /* in a ptrace-stop we collected */
+	TRACEE_GONE,        /* exited, or no longer ours to wait for */
+};
+
+struct proc_tracee {
+	pid_t tid;
+	uint8_t state;         /* enum tracee_state */
+	bool interrupted;      /* PTRACE_INTERRUPT sent, its trap not collected yet */
+	bool group_stop;       /* last stop was a group-stop: restart with PTRACE_LISTEN */
+	int sig;               /* signal owed to the thread (see the invariant above) */
+	unsigned redeliveries; /* signals re-delivered during the current pause */
+};
+
+struct proc {
+	pid_t pid;
+	/*
+	 * /proc/PID opened once: it keeps naming the process we opened after
+	 * that process exits and its PID is reused, where a fresh path would
+	 * quietly start describing a stranger.
+	 */
+	int dirfd;
+	/*
+	 * Where cmdline, exe, maps and mem are read, and whose tid
+	 * process_vm_readv is given: the process itself, unless its main
+	 * thread has exited (pthread_exit) while others run on. That zombie
+	 * has no address space left, so its maps read empty and reads through
+	 * its pid fail with ESRCH; a live thread's task/TID serves instead.
+	 */
+	int memdirfd;
+	pid_t mem_tid;
+	int memfd;             /* mem under memdirfd when process_vm_readv is refused, else -1 */
+	char root[32];
+	char *cmdline;
+	char *exe;
+
+	struct spy_mem mem;
+	struct spy_map *maps;
+	char *map_paths;       /* storage behind maps[i].path */
+	size_t nmaps;
+
+	struct proc_thread *threads;
+	size_t nthreads, threads_alloc;
+	pid_t *tids;           /* scratch for procfs_list_tids(), sorted */
+	size_t tids_alloc;
+
+	struct proc_tracee *tracees; /* sorted by tid */
+	size_t ntracees, tracees_alloc;
+	bool attached;
+	bool paused;
+	pid_t tracer;          /* getpid() of the process that attached */
+	bool exited;           /* we reaped the thread-group leader's exit ... */
+	int exit_status;       /* ... and this is its wait status */
+	struct proc *next_attached; /* link in ptrace.c's registry of attached procs */
+};
+
+/*
+ * Read the file name (relative to dirfd) whole into out, which is reset
+ * first. Returns 0, -SPY_EGONE (ENOENT/ESRCH), -SPY_EPERM (EACCES/EPERM),
+ * -SPY_EIO, or -SPY_EBOUND when the file holds more than max bytes (out then
+ * holds the first max bytes).
+ */
+int procfs_read_file(int dirfd, const char *name, size_t max, struct spy_buf *out);
+
+/*
+ * List the thread ids in task/ into p->tids, ascending, at most
+ * SPY_MAX_THREADS of them. Returns 0 (and *n) or a negative code as above.
+ * Allocates only when the list outgrows every earlier one.
+ */
+int procfs_list_tids(struct proc *p, size_t *n);
+
+/* The state letter of task/TID/stat into *state; -SPY_EGONE if the thread is gone. */
+int procfs_thread_state(int dirfd, pid_t tid, char *state);
+
+/* TracerPid from task/TID/status, 0 if untraced or unreadable. */
+pid_t procfs_tracer_pid(int dirfd, pid_t tid);
+
+/* ptrace.c: drop p from the registry of attached procs (see proc_free). */
+void tracer_forget(struct proc *p);
+
+/* The remedy attached to every -SPY_EPERM about reaching the target. */
+#define SAMPLER_REMEDY_PERM \
+	"run as root, or set kernel.yama.ptrace_scope=0 / grant CAP_SYS_PTRACE"
+
+/* Map an errno from a /proc access to a spy code (negative). */
+int procfs_errno_code(int e);
+
+#endif

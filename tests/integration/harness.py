@@ -1,0 +1,727 @@
+"""Shared code for spy's integration tests (Python 3.7+, stdlib only).
+
+Each test_*.py script runs the built spy (path in $SPY) against small target
+scripts in targets/, once per Python interpreter found on this machine, and
+prints one line per interpreter (or per check):
+
+    PASS 3.11.7 (pyenv)
+    FAIL 3.11.2 (/usr/bin/python3.11): main thread: expected ..., got ...
+    SKIP 3.9 (not installed): no Python 3.9 found (searched pyenv, PATH, /usr/bin)
+
+then exits 0 (something ran, nothing failed), 1 (something failed) or 77,
+meson's skip code, only when nothing could run at all, saying why.
+
+What is in here:
+  - interpreter discovery (SPY_PYTHONS overrides; else pyenv, PATH, /usr/bin),
+  - starting a target and waiting for its "ready {json}" line,
+  - running spy with a timeout,
+  - parsing `spy dump` text output,
+  - /proc/PID/stat and per-task states,
+  - markers: expected line numbers come from "# @name" comments in the
+    target source, never from numbers written in a test,
+  - the per-interpreter reporter.
+
+Every process a test starts goes through spawn(), and only those are ever
+signalled or killed (see cleanup()).
+"""
+
+import ast
+import atexit
+import glob
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+# The minor versions spy supports. Every interpreter found is tested,
+# whatever its version (one that spy does not support FAILs: exit 4); these
+# are the versions a test that asks for it (for_each_interp(expect=...))
+# reports as "SKIP <minor> (not installed)" when none of them is found, so
+# the matrix shows what was not covered.
+SUPPORTED = ("2.7", "3.6", "3.7", "3.8", "3.9", "3.10", "3.11", "3.12",
+             "3.13")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TARGETS = os.path.join(HERE, "targets")
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+EXIT_SKIP = 77
+
+
+class HarnessError(Exception):
+    """Something went wrong around spy (a target would not start, ...)."""
+
+
+# ---------------------------------------------------------------------------
+# Processes we started, and only those.
+
+_started = []
+
+
+def spawn(argv, **kwargs):
+    """subprocess.Popen that remembers the child, so cleanup() can reap it."""
+    kwargs.setdefault("stdin", subprocess.DEVNULL)
+    p = subprocess.Popen(argv, **kwargs)
+    _started.append(p)
+    return p
+
+
+def kill(p, sig=signal.SIGKILL, timeout=10):
+    """Signal a process started by spawn() (if it still runs) and reap it."""
+    if p.poll() is None:
+        try:
+            p.send_signal(sig)
+        except OSError:
+            pass
+    try:
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    for f in (p.stdout, p.stderr):
+        if f is not None:
+            f.close()
+    if p in _started:
+        _started.remove(p)
+
+
+def cleanup():
+    while _started:
+        kill(_started.pop())
+
+
+def _on_term(signum, frame):
+    # meson sends SIGTERM on timeout or ^C: leave nothing behind.
+    cleanup()
+    sys.exit(128 + signum)
+
+
+atexit.register(cleanup)
+signal.signal(signal.SIGTERM, _on_term)
+
+
+# ---------------------------------------------------------------------------
+# Interpreters.
+
+class Interp(object):
+    """One Python interpreter: path to run, exact version, label to print."""
+
+    def __init__(self, path, version, executable, origin):
+        # Run its sys.executable: a pyenv shim given in SPY_PYTHONS would
+        # otherwise stand between us and the interpreter (a shell process
+        # whose pid is not the target's).
+        self.path = executable if os.access(executable, os.X_OK) else path
+        self.given = path                 # where it was found
+        self.version = version            # (3, 11, 7)
+        self.executable = executable      # its sys.executable
+        self.origin = origin              # "pyenv", or where it was found
+        self.minor = "%d.%d" % version[:2]
+        vs = "%d.%d.%d" % version
+        self.vstring = vs
+        self.label = "%s (%s)" % (vs, origin)
+
+    def __repr__(self):
+        return "Interp(%r, %r)" % (self.path, self.label)
+
+
+_PY_NAME = re.compile(r"^python(2\.7|3\.\d+)$")
+
+
+def _pyenv_root():
+    root = os.environ.get("PYENV_ROOT")
+    if root:
+        return root
+    if shutil.which("pyenv"):
+        try:
+            out = subprocess.run(["pyenv", "root"], stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL,
+                                 universal_newlines=True, timeout=20).stdout
+            if out.strip():
+                return out.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return os.path.expanduser("~/.pyenv")
+
+
+def _is_elf(path):
+    # PATH holds pyenv shims (shell scripts that pick a version at run time);
+    # the real interpreters behind them are found through pyenv itself.
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"\x7fELF"
+    except OSError:
+        return False
+
+
+def _candidates():
+    """[(path, origin, explicit)] in order of preference."""
+    env = os.environ.get("SPY_PYTHONS", "")
+    if env.strip():
+        return [(p, p, True) for p in env.split(os.pathsep) if p.strip()]
+    out = []
+    versions = os.path.join(_pyenv_root(), "versions")
+    for vdir in sorted(glob.glob(os.path.join(versions, "*"))):
+        bindir = os.path.join(vdir, "bin")
+        names = sorted(n for n in _listdir(bindir) if _PY_NAME.match(n))
+        names += [n for n in ("python3", "python2", "python")
+                  if not names and os.path.exists(os.path.join(bindir, n))]
+        if names:
+            out.append((os.path.join(bindir, names[0]), "pyenv", False))
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        for n in sorted(_listdir(d)):
+            p = os.path.join(d, n)
+            if _PY_NAME.match(n) and _is_elf(p):
+                out.append((p, p, False))
+    for p in sorted(glob.glob("/usr/bin/python3.*")):
+        if _PY_NAME.match(os.path.basename(p)) and _is_elf(p):
+            out.append((p, p, False))
+    return out
+
+
+def _listdir(d):
+    try:
+        return os.listdir(d or ".")
+    except OSError:
+        return []
+
+
+_PROBE = "import sys; print(tuple(sys.version_info[:3])); print(sys.executable)"
+
+
+def probe(path):
+    """Run an interpreter to learn its exact version: ((x, y, z), executable)."""
+    r = subprocess.run([path, "-c", _PROBE], stdin=subprocess.DEVNULL,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True, timeout=60)
+    if r.returncode != 0:
+        raise HarnessError("exit %d: %s" % (r.returncode,
+                                             _last_line(r.stderr)))
+    lines = r.stdout.splitlines()
+    version = tuple(ast.literal_eval(lines[0].strip()))
+    if len(version) != 3 or not all(isinstance(v, int) for v in version):
+        raise HarnessError("unexpected version output %r" % r.stdout)
+    executable = lines[1].strip() if len(lines) > 1 else ""
+    return version, executable or path
+
+
+def discover():
+    """Find interpreters. Returns (interps, problems).
+
+    interps are deduplicated by the real path of their sys.executable and
+    sorted by version; problems is [(path, reason, explicit)] for candidates
+    that could not be run (explicit: it came from SPY_PYTHONS).
+    """
+    interps, problems, seen = [], [], set()
+    for path, origin, explicit in _candidates():
+        try:
+            version, executable = probe(path)
+        except (OSError, ValueError, SyntaxError, IndexError,
+                subprocess.SubprocessError, HarnessError) as e:
+            problems.append((path, "cannot run it: %s" % e, explicit))
+            continue
+        key = os.path.realpath(executable)
+        if key in seen:
+            continue
+        seen.add(key)
+        interps.append(Interp(path, version, executable, origin))
+    labels = {}
+    for i in interps:
+        labels.setdefault(i.label, []).append(i)
+    for same in labels.values():
+        if len(same) > 1:              # e.g. two pyenv builds of one version
+            for i in same:
+                i.label = "%s (%s %s)" % (i.vstring, i.origin, i.given)
+    interps.sort(key=lambda i: (i.version, i.label))
+    return interps, problems
+
+
+def searched_where():
+    if os.environ.get("SPY_PYTHONS", "").strip():
+        return "SPY_PYTHONS=%s" % os.environ["SPY_PYTHONS"]
+    return "%s/versions/*/bin, python2.7/python3.N on PATH, /usr/bin/python3.N" \
+        % _pyenv_root()
+
+
+# ---------------------------------------------------------------------------
+# ptrace permission.
+
+_SEIZE_PROBE = r"""
+import ctypes, errno, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+PTRACE_SEIZE = 0x4206
+r = libc.ptrace(ctypes.c_long(PTRACE_SEIZE), ctypes.c_long(int(sys.argv[1])),
+                ctypes.c_void_p(0), ctypes.c_void_p(0))
+e = ctypes.get_errno()
+print("ok" if r == 0 else errno.errorcode.get(e, str(e)))
+"""
+
+
+def _ptrace_scope():
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def ptrace_problem():
+    """None if a process like spy may ptrace a process like a target, else why.
+
+    spy is never the target's ancestor (both are our children), which is what
+    Yama's ptrace_scope=1 refuses; so the check is made the same way: a
+    sibling process tries PTRACE_SEIZE on a child of ours.
+    """
+    victim = spawn([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        r = subprocess.run([sys.executable, "-c", _SEIZE_PROBE, str(victim.pid)],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, universal_newlines=True,
+                           timeout=60)
+        answer = r.stdout.strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        answer = "probe failed: %s" % e
+    finally:
+        kill(victim)
+    if answer == "ok":
+        return None
+    scope = _ptrace_scope()
+    if answer.startswith("probe failed") or not answer:
+        # No ctypes or the like: fall back to what the kernel settings say.
+        if scope in (None, "0") or (os.geteuid() == 0 and scope in ("1", "2")):
+            return None
+        return "ptrace not permitted (kernel.yama.ptrace_scope=%s)" % scope
+    return ("ptrace not permitted (%s, kernel.yama.ptrace_scope=%s): run as "
+            "root, or set kernel.yama.ptrace_scope=0, or grant CAP_SYS_PTRACE"
+            % (answer, scope if scope is not None else "absent"))
+
+
+# ---------------------------------------------------------------------------
+# Targets.
+
+# A marker is a trailing comment that is only "# @name".
+MARKER = re.compile(r"#\s*@([A-Za-z_][\w-]*)\s*$")
+
+
+def markers(path):
+    """{name: line} for every line ending in a "# @name" comment (1-based)."""
+    found = {}
+    with open(path, encoding="utf-8") as f:
+        for n, text in enumerate(f, 1):
+            for m in MARKER.finditer(text.rstrip("\n")):
+                if m.group(1) in found:
+                    raise HarnessError("%s: marker @%s on lines %d and %d"
+                                       % (path, m.group(1),
+                                          found[m.group(1)], n))
+                found[m.group(1)] = n
+    return found
+
+
+def target_path(name):
+    return os.path.join(TARGETS, name)
+
+
+class Target(object):
+    """A target script running under one interpreter, ready to be looked at."""
+
+    def __init__(self, interp, script, args=(), env=None, ready_timeout=60):
+        self.interp = interp
+        self.script = script
+        self.argv = [interp.path, script] + list(args)
+        self._err = tempfile.TemporaryFile()
+        self.proc = spawn(self.argv, stdout=subprocess.PIPE, stderr=self._err,
+                          env=env)
+        self.pid = self.proc.pid
+        self.info = self._wait_ready(ready_timeout)
+
+    def _wait_ready(self, timeout):
+        """Read stdout until the "ready {json}" line; return the json."""
+        fd = self.proc.stdout.fileno()
+        buf = b""
+        deadline = time.time() + timeout
+        while True:
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                if line.startswith(b"ready"):
+                    rest = line[len(b"ready"):].strip()
+                    return json.loads(rest.decode()) if rest else {}
+            left = deadline - time.time()
+            if left <= 0:
+                self.stop()
+                raise HarnessError("target %s did not get ready in %ds"
+                                   % (os.path.basename(self.script), timeout))
+            r, _, _ = select.select([fd], [], [], min(left, 0.5))
+            if r:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    self.proc.wait()
+                    raise HarnessError("target %s exited (%s) before getting "
+                                       "ready: %s"
+                                       % (os.path.basename(self.script),
+                                          self.proc.returncode, self.stderr()))
+                buf += chunk
+
+    def stderr(self):
+        self._err.seek(0)
+        return _last_line(self._err.read().decode("utf-8", "replace"))
+
+    def alive(self):
+        return self.proc.poll() is None and proc_state(self.pid) not in ("Z", "X", None)
+
+    def stop(self):
+        kill(self.proc)
+        self._err.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+# ---------------------------------------------------------------------------
+# Running spy.
+
+def spy_path():
+    p = os.environ.get("SPY") or os.path.join(REPO, "build", "spy")
+    if not os.access(p, os.X_OK):
+        raise HarnessError("spy not found at %s (set SPY or build it: "
+                           "meson setup build && meson compile -C build)" % p)
+    return p
+
+
+def spy_env(extra=None, keep_log=True):
+    env = dict(os.environ)
+    if not keep_log:
+        env.pop("SPY_LOG", None)     # debug logging would add stderr lines
+    env.update(extra or {})
+    return env
+
+
+class SpyResult(object):
+    def __init__(self, argv, rc, out, err, timed_out):
+        self.argv, self.rc, self.out, self.err = argv, rc, out, err
+        self.timed_out = timed_out
+
+    def err_lines(self):
+        return [l for l in self.err.splitlines() if l.strip()]
+
+    def describe(self):
+        """Short account for a FAIL line."""
+        if self.timed_out:
+            return "spy %s timed out" % " ".join(self.argv[1:])
+        return "spy %s exited %s, stderr: %s" % (
+            " ".join(self.argv[1:]), self.rc,
+            " | ".join(self.err_lines()[:3]) or "(empty)")
+
+
+def run_spy(args, timeout=30, env=None):
+    """Run spy to completion; never leaves it running."""
+    argv = [spy_path()] + list(args)
+    p = spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    timed_out = False
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        p.kill()
+        out, err = p.communicate()
+    kill(p)
+    return SpyResult(argv, p.returncode, out.decode("utf-8", "replace"),
+                     err.decode("utf-8", "replace"), timed_out)
+
+
+def start_spy(args, env=None):
+    """Start spy without waiting; stop it with kill() or signals."""
+    return spawn([spy_path()] + list(args), stdout=subprocess.PIPE,
+                 stderr=subprocess.PIPE, env=env)
+
+
+# ---------------------------------------------------------------------------
+# `spy dump` output.
+
+class Frame(object):
+    __slots__ = ("func", "file", "line")
+
+    def __init__(self, func, file, line):
+        self.func, self.file, self.line = func, file, line
+
+    def __eq__(self, other):
+        return (self.func, self.file, self.line) == \
+            (other.func, other.file, other.line)
+
+    def __ne__(self, other):
+        return not self == other
+
+    def __repr__(self):
+        if self.line is None:
+            return "%s (%s)" % (self.func, self.file)
+        return "%s (%s:%d)" % (self.func, self.file, self.line)
+
+
+class DumpThread(object):
+    def __init__(self, tid, pyid, name, state, gil):
+        self.tid, self.pyid, self.name = tid, pyid, name
+        self.state, self.gil = state, gil
+        self.frames = []
+
+    def __repr__(self):
+        return "Thread %d %s%s" % (self.tid, self.state,
+                                   ", holds the GIL" if self.gil else "")
+
+
+class Dump(object):
+    def __init__(self):
+        self.pid = None
+        self.cmdline = None
+        self.version = None      # "3.11.7"
+        self.binary = None       # file holding the runtime
+        self.threads = []
+
+
+class DumpParseError(Exception):
+    pass
+
+
+STATES = ("running", "idle", "waiting on a lock", "waiting for the GIL")
+GIL_MARK = ", holds the GIL"
+_THREAD = re.compile(r'^Thread (\d+) \(python 0x([0-9a-fA-F]+)\) "(.*)" (.+)$')
+_PROCESS = re.compile(r"^Process (\d+): (.*)$")
+_PYTHON = re.compile(r"^Python (\S+) \((.*)\)$")
+
+
+def parse_frame(body):
+    """`function (file:line)` -> Frame; `symbol (library)` -> Frame(line=None).
+
+    File paths may hold spaces and parens, so the location is what follows a
+    " (" up to the final ")", and the line number what follows its last ':'.
+    A Python function name (co_qualname: identifiers, dots, <locals>,
+    <module>...) never contains " (", so for Python frames the first " ("
+    ends the name, which keeps a path like "/a (copy)/x.py" whole; native
+    symbols (C++ may have " (" in them) end at the last " (".
+    """
+    if not body.endswith(")") or " (" not in body:
+        raise DumpParseError("bad frame %r" % body)
+    m = re.match(r"^(.+?) \((.*):(\d+)\)$", body)
+    if m:
+        return Frame(m.group(1), m.group(2), int(m.group(3)))
+    i = body.rfind(" (")
+    if i <= 0 or i + 3 >= len(body):
+        raise DumpParseError("bad frame %r" % body)
+    return Frame(body[:i], body[i + 2:-1], None)
+
+
+def parse_dump(text):
+    """Parse `spy dump` text output (README "Output"); DumpParseError if bad."""
+    d = Dump()
+    lines = text.split("\n")
+    while lines and lines[-1] == "":
+        lines.pop()
+    if len(lines) < 2:
+        raise DumpParseError("output too short: %r" % text)
+    m = _PROCESS.match(lines[0])
+    if not m:
+        raise DumpParseError("line 1: expected 'Process PID: cmdline', got %r"
+                             % lines[0])
+    d.pid, d.cmdline = int(m.group(1)), m.group(2)
+    m = _PYTHON.match(lines[1])
+    if not m:
+        raise DumpParseError("line 2: expected 'Python X.Y.Z (binary)', got %r"
+                             % lines[1])
+    d.version, d.binary = m.group(1), m.group(2)
+    cur = None
+    expect_blank = True
+    for n, line in enumerate(lines[2:], 3):
+        if line == "":
+            cur, expect_blank = None, False
+            continue
+        if expect_blank:
+            raise DumpParseError("line %d: expected a blank line, got %r"
+                                 % (n, line))
+        if line.startswith("    "):
+            if cur is None:
+                raise DumpParseError("line %d: frame outside a thread: %r"
+                                     % (n, line))
+            try:
+                cur.frames.append(parse_frame(line[4:]))
+            except DumpParseError as e:
+                raise DumpParseError("line %d: %s" % (n, e))
+            continue
+        if cur is not None:
+            raise DumpParseError("line %d: expected a frame or a blank line, "
+                                 "got %r" % (n, line))
+        m = _THREAD.match(line)
+        if not m:
+            raise DumpParseError("line %d: expected a Thread line, got %r"
+                                 % (n, line))
+        tail = m.group(4)
+        gil = tail.endswith(GIL_MARK)
+        if gil:
+            tail = tail[:-len(GIL_MARK)]
+        if tail not in STATES:
+            raise DumpParseError("line %d: unknown thread state %r" % (n, tail))
+        cur = DumpThread(int(m.group(1)), int(m.group(2), 16), m.group(3),
+                         tail, gil)
+        d.threads.append(cur)
+    return d
+
+
+# ---------------------------------------------------------------------------
+# /proc.
+
+def read_stat(path):
+    """Fields of a /proc/.../stat file after the comm, as a list, or None if
+    it is gone. comm may contain spaces and ')': parse after the last ')'."""
+    try:
+        with open(path) as f:
+            s = f.read()
+    except OSError:
+        return None
+    return s[s.rindex(")") + 2:].split()
+
+
+def proc_state(pid):
+    """One-letter state of a process (R, S, t, T, Z, ...) or None if gone."""
+    f = read_stat("/proc/%d/stat" % pid)
+    return f[0] if f else None
+
+
+def task_states(pid):
+    """{tid: state letter} for every task (thread) of a process."""
+    out = {}
+    for t in _listdir("/proc/%d/task" % pid):
+        f = read_stat("/proc/%d/task/%s/stat" % (pid, t))
+        if f:
+            out[int(t)] = f[0]
+    return out
+
+
+def cpu_ticks(pid):
+    """utime + stime of the whole process, in clock ticks."""
+    f = read_stat("/proc/%d/stat" % pid)
+    return int(f[11]) + int(f[12]) if f else None
+
+
+def mapped_files(pid):
+    """Paths of the files mapped into a process."""
+    out = set()
+    with open("/proc/%d/maps" % pid) as f:
+        for line in f:
+            parts = line.rstrip("\n").split(None, 5)
+            if len(parts) == 6 and parts[5].startswith("/"):
+                out.add(parts[5])
+    return out
+
+
+def wait_for(cond, timeout, step=0.02):
+    """Poll cond() until it returns something true or timeout passes."""
+    deadline = time.time() + timeout
+    while True:
+        v = cond()
+        if v or time.time() >= deadline:
+            return v
+        time.sleep(step)
+
+
+# ---------------------------------------------------------------------------
+# Reporting.
+
+def _last_line(s):
+    lines = [l for l in s.strip().splitlines() if l.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
+class Reporter(object):
+    """Collects PASS/FAIL/SKIP lines; finish() exits 0, 1 or 77."""
+
+    def __init__(self):
+        self.passed = self.failed = 0
+        self.skips = []
+
+    def _out(self, line):
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    def ok(self, label):
+        self.passed += 1
+        self._out("PASS %s" % label)
+
+    def fail(self, label, reason):
+        self.failed += 1
+        self._out("FAIL %s: %s" % (label, reason))
+
+    def skip(self, label, why):
+        self.skips.append(why)
+        self._out("SKIP %s: %s" % (label, why))
+
+    def check(self, label, problems):
+        """PASS if problems (a list of strings, or one string) is empty."""
+        if isinstance(problems, str):
+            problems = [problems]
+        problems = [p for p in problems if p]
+        if problems:
+            self.fail(label, "; ".join(problems))
+        else:
+            self.ok(label)
+
+    def finish(self, why_nothing=None):
+        if self.failed:
+            sys.exit(1)
+        if self.passed:
+            sys.exit(0)
+        why = why_nothing or (self.skips and "; ".join(sorted(set(self.skips)))) \
+            or "no checks ran"
+        self._out("nothing could run: %s" % why)
+        sys.exit(EXIT_SKIP)
+
+
+def for_each_interp(rep, run_one, need_ptrace=True, expect=()):
+    """The common main loop: discover interpreters, skip what cannot run,
+    call run_one(interp) -> list of problems for the rest, report each.
+
+    expect: minor versions ("3.9") to report as SKIP when no interpreter of
+    that version was found (only when discovering, not with SPY_PYTHONS,
+    where the caller chose). A failure on one interpreter never stops the
+    others.
+    """
+    interps, problems = discover()
+    for path, why, explicit in problems:
+        (rep.fail if explicit else rep.skip)(path, why)
+    missing = []
+    if not os.environ.get("SPY_PYTHONS", "").strip():
+        found = set(i.minor for i in interps)
+        missing = [m for m in expect if m not in found]
+    if not interps:
+        for minor in missing:
+            rep.skip("%s (not installed)" % minor, "no Python %s found" % minor)
+        rep.finish("no Python interpreter found (searched %s)"
+                   % searched_where())
+    no_ptrace = ptrace_problem() if need_ptrace else None
+    key = lambda minor: tuple(int(x) for x in minor.split("."))
+    for interp in interps:
+        # Keep the lines in version order, absent versions in their place.
+        while missing and key(missing[0]) < interp.version[:2]:
+            rep.skip("%s (not installed)" % missing[0],
+                     "no Python %s found (searched pyenv, PATH, /usr/bin)"
+                     % missing.pop(0))
+        label = interp.label
+        if no_ptrace:
+            rep.skip(label, no_ptrace)
+            continue
+        try:
+            rep.check(label, run_one(interp))
+        except (HarnessError, OSError, ValueError,
+                subprocess.SubprocessError) as e:
+            rep.fail(label, "%s: %s" % (type(e).__name__, e))
+        finally:
+            cleanup()
+    for minor in missing:
+        rep.skip("%s (not installed)" % minor,
+                 "no Python %s found (searched pyenv, PATH, /usr/bin)" % minor)
+    rep.finish(no_ptrace)

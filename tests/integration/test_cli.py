@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""The command-line contract (shared docs cli.md): help, version, usage
+errors and the exit codes for a missing process and a non-Python process.
+One PASS/FAIL/SKIP line per check; no Python interpreter is needed."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import harness
+
+# Commands that exist in the contract but not yet in spy: each must exit 2
+# saying it is not implemented. Remove a name here when its command lands
+# (its own test takes over).
+NOT_IMPLEMENTED = ["record", "top", "report", "diff"]
+
+
+def spy(*args):
+    # SPY_LOG off: the one-line-on-stderr rule is about errors, not logging.
+    return harness.run_spy(list(args), env=harness.spy_env(keep_log=False))
+
+
+def expect(r, rc, out=(), err=(), one_err_line=False):
+    """Problems with a spy run: exit code rc, each string of `out` in stdout
+    and each of `err` in stderr (case-insensitive), optionally exactly one
+    stderr line."""
+    p = []
+    if r.timed_out:
+        return ["timed out"]
+    if r.rc != rc:
+        p.append("exit %s, expected %d (stderr: %s)"
+                 % (r.rc, rc, " | ".join(r.err_lines()[:3]) or "empty"))
+    for s in out:
+        if s.lower() not in r.out.lower():
+            p.append("stdout lacks %r: %r" % (s, r.out[:300]))
+    for s in err:
+        if s.lower() not in r.err.lower():
+            p.append("stderr lacks %r: %r" % (s, r.err[:300]))
+    if one_err_line and len(r.err_lines()) != 1:
+        p.append("expected exactly one line on stderr, got %d: %r"
+                 % (len(r.err_lines()), r.err[:500]))
+    return p
+
+
+def free_pid():
+    """A pid with no process: that of a child we started and reaped."""
+    for _ in range(20):
+        p = harness.spawn([sys.executable, "-c", "pass"])
+        p.wait()
+        harness.kill(p)
+        if not os.path.exists("/proc/%d" % p.pid):
+            return p.pid
+    raise harness.HarnessError("could not find a free pid")
+
+
+def main():
+    rep = harness.Reporter()
+    try:
+        harness.spy_path()
+    except harness.HarnessError as e:
+        rep.fail("cli", str(e))
+        rep.finish()
+
+    version = os.environ.get("SPY_EXPECTED_VERSION")
+    r = spy("--version")
+    p = expect(r, 0)
+    if version and version not in r.out:
+        p.append("stdout %r lacks the version %s" % (r.out, version))
+    elif not re.search(r"\d+\.\d+\.\d+", r.out):
+        p.append("stdout %r holds no version number" % r.out[:200])
+    rep.check("spy --version", p)
+
+    rep.check("spy help", expect(spy("help"), 0, out=["dump"]))
+    rep.check("spy help dump", expect(spy("help", "dump"), 0, out=["--pid"]))
+    rep.check("spy dump --help", expect(spy("dump", "--help"), 0,
+                                        out=["--pid"]))
+
+    rep.check("spy dump --bogus", expect(spy("dump", "--bogus"), 2,
+                                         err=["bogus", "usage"]))
+    rep.check("spy frobnicate", expect(spy("frobnicate"), 2,
+                                       err=["frobnicate"]))
+    rep.check("spy (no command)", expect(spy(), 2, err=["usage"]))
+    rep.check("spy dump (no --pid)", expect(spy("dump"), 2))
+    rep.check("spy dump --pid (no value)", expect(spy("dump", "--pid"), 2))
+    rep.check("spy dump --pid abc", expect(spy("dump", "--pid", "abc"), 2,
+                                           err=["abc"]))
+
+    for cmd in NOT_IMPLEMENTED:
+        rep.check("spy %s (not implemented yet)" % cmd,
+                  expect(spy(cmd), 2, err=["not implemented"]))
+
+    pid = free_pid()
+    rep.check("spy dump --pid <no such process>",
+              expect(spy("dump", "--pid", str(pid)), 3, err=[str(pid)],
+                     one_err_line=True))
+
+    label = "spy dump --pid <sleep, not Python>"
+    no_ptrace = harness.ptrace_problem()
+    sleep = shutil.which("sleep")
+    if no_ptrace:
+        rep.skip(label, no_ptrace)
+    elif not sleep:
+        rep.skip(label, "no sleep program on PATH")
+    else:
+        victim = harness.spawn([sleep, "30"])
+        try:
+            rep.check(label, expect(spy("dump", "--pid", str(victim.pid)), 4,
+                                    err=["python"], one_err_line=True)
+                      + ([] if victim.poll() is None and
+                         harness.proc_state(victim.pid) not in ("t", "T")
+                         else ["sleep was left stopped or died: state %s"
+                               % harness.proc_state(victim.pid)]))
+        finally:
+            harness.kill(victim)
+    rep.finish()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except (harness.HarnessError, OSError, subprocess.SubprocessError) as e:
+        print("FAIL cli: %s: %s" % (type(e).__name__, e))
+        sys.exit(1)

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""spy never leaves its target stopped.
+
+On every interpreter found (2.7, 3.6-3.13: about a second each), with
+targets/nested.py (a spinning main thread and a sleeping one), four
+scenarios, each on a fresh target:
+  dump     after `spy dump --pid` returns, no task of the target is stopped
+           (state 't' or 'T' in /proc/PID/task/*/stat) and it uses CPU again;
+  SIGINT   spy runs with SPY_TEST_HOLD_PAUSED_MS=20000, which makes it hold
+  SIGTERM  the target paused after stopping it; once every task shows 't',
+  SIGKILL  spy gets the signal. spy must exit (130 for SIGINT, 143 for
+           SIGTERM; SIGKILL simply kills it and the kernel detaches), and
+           within a second of the signal the target must be running again,
+           still alive, and using CPU.
+One line per interpreter; a FAIL names every scenario that went wrong. A
+version of harness.SUPPORTED with no interpreter here prints
+"SKIP X.Y (not installed)".
+"""
+
+import os
+import signal
+import subprocess
+
+import harness
+
+TARGET = harness.target_path("nested.py")
+HOLD_MS = 20000
+PAUSE_TIMEOUT = 15.0     # for spy to stop every task of the target
+RESUME_TIMEOUT = 1.0     # from the signal to the target running again
+EXIT_TIMEOUT = 5.0       # from the signal to spy's exit
+STOPPED = ("t", "T")     # tracing stop, or left in a group stop
+
+
+def stopped_tasks(pid):
+    return {tid: s for tid, s in harness.task_states(pid).items()
+            if s in STOPPED}
+
+
+def all_traced(pid):
+    states = harness.task_states(pid)
+    return bool(states) and all(s == "t" for s in states.values())
+
+
+def runs_again(target, within, what):
+    """Problems if the target is not running (and using CPU) soon enough."""
+    pid = target.pid
+    if not harness.wait_for(lambda: not stopped_tasks(pid), within):
+        return ["%s: target still stopped %.1f s later: %s"
+                % (what, within, harness.task_states(pid))]
+    if not target.alive():
+        return ["%s: target died: %s" % (what, target.stderr())]
+    t0 = harness.cpu_ticks(pid)
+    if not harness.wait_for(lambda: harness.cpu_ticks(pid) > t0, 3.0):
+        return ["%s: target uses no CPU (states %s)"
+                % (what, harness.task_states(pid))]
+    return []
+
+
+def after_dump(interp):
+    with harness.Target(interp, TARGET) as target:
+        r = harness.run_spy(["dump", "--pid", str(target.pid)])
+        problems = [] if r.rc == 0 else ["dump: " + r.describe()]
+        if not r.out.startswith("Process %d:" % target.pid):
+            # Without this a spy that never attached would pass.
+            problems.append("dump: no dump of the target on stdout: %r"
+                            % r.out[:200])
+        if stopped_tasks(target.pid):
+            problems.append("dump: tasks stopped right after spy returned: %s"
+                            % harness.task_states(target.pid))
+        return problems + runs_again(target, 0.5, "dump")
+
+
+def hold_then_signal(interp, sig, want_rc):
+    name = signal.Signals(sig).name
+    with harness.Target(interp, TARGET) as target:
+        env = harness.spy_env({"SPY_TEST_HOLD_PAUSED_MS": str(HOLD_MS)})
+        spy = harness.start_spy(["dump", "--pid", str(target.pid)], env=env)
+        try:
+            harness.wait_for(lambda: spy.poll() is not None
+                             or all_traced(target.pid), PAUSE_TIMEOUT)
+            if spy.poll() is not None:
+                err = spy.stderr.read().decode("utf-8", "replace").strip()
+                return ["%s: spy exited %s before every task was seen in 't' "
+                        "(does it honour SPY_TEST_HOLD_PAUSED_MS?): %s"
+                        % (name, spy.returncode, err or "(no stderr)")]
+            if not all_traced(target.pid):
+                return ["%s: target not stopped %.0f s after spy started: %s"
+                        % (name, PAUSE_TIMEOUT,
+                           harness.task_states(target.pid))]
+            os.kill(spy.pid, sig)
+            problems = runs_again(target, RESUME_TIMEOUT, name)
+            try:
+                spy.wait(timeout=EXIT_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                return problems + ["%s: spy still running %.0f s after the "
+                                   "signal" % (name, EXIT_TIMEOUT)]
+            if spy.returncode != want_rc:
+                how = ("killed by signal %d" % -spy.returncode
+                       if spy.returncode < 0 else "exit %d" % spy.returncode)
+                problems.append("%s: spy ended with %s, expected %s"
+                                % (name, how, "exit %d" % want_rc
+                                   if want_rc >= 0 else "death by signal"))
+            return problems + runs_again(target, 0.5, name + ", after spy exit")
+        finally:
+            harness.kill(spy)
+
+
+def run_one(interp):
+    problems = after_dump(interp)
+    for sig, rc in ((signal.SIGINT, 130), (signal.SIGTERM, 143),
+                    (signal.SIGKILL, -signal.SIGKILL)):
+        problems += hold_then_signal(interp, sig, rc)
+        harness.cleanup()
+    return problems
+
+
+def main():
+    rep = harness.Reporter()
+    try:
+        harness.spy_path()
+    except harness.HarnessError as e:
+        rep.fail("detach", str(e))
+        rep.finish()
+    harness.for_each_interp(rep, run_one, expect=harness.SUPPORTED)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+/* Unit tests for cmd/: the option parser and the interpreter-path helpers. */
+#include <stdbool.h>
+
+#include "cmd/opts.h"
+#include "cmd/target.h"
+#include "tests/lib/check.h"
+
+struct vals {
+	int pid;
+	unsigned table;
+	double rate;
+	bool idle, quiet;
+	const char *out;
+};
+
+static int parse(struct vals *v, int argc, char **argv, char **rest, int *nrest, struct spy_err *err)
+{
+	const struct opt opts[] = {
+		{ 'p', "pid", OPT_PID, &v->pid, "PID", "pid" },
+		{ 'r', "rate", OPT_DOUBLE, &v->rate, "HZ", "rate" },
+		{ 0, "table", OPT_UINT, &v->table, "N", "table" },
+		{ 'i', "idle", OPT_BOOL, &v->idle, NULL, "idle" },
+		{ 'q', "quiet", OPT_BOOL, &v->quiet, NULL, "quiet" },
+		{ 'o', "output", OPT_STRING, &v->out, "FILE", "out" },
+		{ 0 },
+	};
+	*v = (struct vals){ 0 };
+	return opts_parse(opts, argc, argv, rest, nrest, err);
+}
+
+#define ARGV(...) ((char *[]){ "cmd", __VA_ARGS__, NULL })
+#define ARGC(...) ((int)(sizeof((char *[]){ "cmd", __VA_ARGS__ }) / sizeof(char *)))
+#define PARSE(...) parse(&v, ARGC(__VA_ARGS__), ARGV(__VA_ARGS__), rest, &nrest, &err)
+
+static void test_forms(void)
+{
+	struct vals v;
+	struct spy_err err = SPY_ERR_INIT;
+	char *rest[16];
+	int nrest;
+
+	CHECK_INT(PARSE("--pid", "42"), OPTS_OK);
+	CHECK_INT(v.pid, 42);
+	CHECK_INT(PARSE("--pid=43"), OPTS_OK);
+	CHECK_INT(v.pid, 43);
+	CHECK_INT(PARSE("-p", "44"), OPTS_OK);
+	CHECK_INT(v.pid, 44);
+	CHECK_INT(PARSE("-p45"), OPTS_OK);
+	CHECK_INT(v.pid, 45);
+	CHECK_INT(PARSE("-iq"), OPTS_OK);
+	CHECK(v.idle && v.quiet);
+	CHECK_INT(PARSE("-iqp", "46"), OPTS_OK);
+	CHECK(v.idle && v.quiet);
+	CHECK_INT(v.pid, 46);
+	CHECK_INT(PARSE("-r", "99.5", "--table", "7", "-o", "x.svg"), OPTS_OK);
+	CHECK(v.rate == 99.5);
+	CHECK_INT(v.table, 7);
+	CHECK_STR(v.out, "x.svg");
+	CHECK_INT(PARSE("a", "-i", "b", "--", "-q", "c"), OPTS_OK);
+	CHECK_INT(nrest, 4);
+	CHECK_STR(rest[0], "a");
+	CHECK_STR(rest[1], "b");
+	CHECK_STR(rest[2], "-q");
+	CHECK_STR(rest[3], "c");
+	CHECK(v.idle && !v.quiet);
+	CHECK_INT(PARSE("--help"), OPTS_HELP);
+	CHECK_INT(PARSE("-p", "1", "-h"), OPTS_HELP);
+}
+
+static void test_errors(void)
+{
+	struct vals v;
+	struct spy_err err = SPY_ERR_INIT;
+	char *rest[16];
+	int nrest;
+
+	CHECK_INT(PARSE("--bogus"), -SPY_EUSAGE);
+	CHECK_STR(err.msg, "unknown option '--bogus'");
+	CHECK_INT(PARSE("-x"), -SPY_EUSAGE);
+	CHECK_INT(PARSE("--pid"), -SPY_EUSAGE);
+	CHECK_INT(PARSE("--pid", "abc"), -SPY_EUSAGE);
+	CHECK_INT(PARSE("--pid", "0"), -SPY_EUSAGE);
+	CHECK_INT(PARSE("--pid", "-5"), -SPY_EUSAGE);
+	CHECK_INT(PARSE("--pid", "12x"), -SPY_EUSAGE);
+	CHECK_INT(PARSE("--pid", "99999999999"), -SPY_EUSAGE);
+	CHECK_INT(PARSE("--rate", "abc"), -SPY_EUSAGE);
+	CHECK_INT(PARSE("--rate", "-1"), -SPY_EUSAGE);
+	CHECK_INT(PARSE("--rate", "inf"), -SPY_EUSAGE);
+	CHECK_INT(PARSE("--rate", "nan"), -SPY_EUSAGE);
+	CHECK_INT(PARSE("--table", "-3"), -SPY_EUSAGE);
+	CHECK_INT(PARSE("--idle=1"), -SPY_EUSAGE);
+	CHECK_INT(PARSE("-o"), -SPY_EUSAGE);
+}
+
+static void test_paths(void)
+{
+	CHECK_INT(target_version_from_path("/x/lib/libpython3.11.so.1.0"), 0x030b0000);
+	CHECK_INT(target_version_from_path("/usr/bin/python3.11"), 0x030b0000);
+	CHECK_INT(target_version_from_path("/x/libpython3.6m.so.1.0"), 0x03060000);
+	CHECK_INT(target_version_from_path("/x/bin/python2.7"), 0x02070000);
+	CHECK_INT(target_version_from_path("/usr/bin/python3"), 0);
+	CHECK_INT(target_version_from_path("/usr/bin/sleep"), 0);
+	CHECK_INT(target_version_from_path("/opt/python3.11/bin/uwsgi"), 0);
+	CHECK(target_is_libpython("/a/b/libpython3.13.so.1.0"));
+	CHECK(target_is_libpython("/a/b/libpython2.7.so.1.0"));
+	CHECK(target_is_libpython("/a/b/libpython3.6m.so.1.0"));
+	CHECK(!target_is_libpython("/a/b/libpython3.so"));
+	CHECK(!target_is_libpython("/a/libpython3.11/python3.11"));
+	CHECK(!target_is_libpython("/a/b/mylibpython3.11.so"));
+}
+
+int main(void)
+{
+	test_forms();
+	test_errors();
+	test_paths();
+	return check_done();
+}
