@@ -337,4 +337,26 @@ void fg_table_release(struct fg_table *t);
  */
 void fg_table_render(const struct fg_table *t, struct spy_buf *out);
 
+/*
+ * SVG flame graph: one self-contained file (inline CSS and script, nothing
+ * fetched) drawn from the profile's trie, with hover details, click to zoom,
+ * search and a header from the metadata (title, command, python, duration,
+ * samples, rate, errors). Every target string is escaped, so a hostile name
+ * cannot add markup. Deterministic for a given profile. Frames narrower
+ * than one pixel of the 1200-pixel graph are not drawn one by one: a node's
+ * narrow children are summed into one "merged" block, so the file's size is
+ * bounded by the picture (a few MiB at most), not by the number of stacks.
+ * Colours: Python frames warm, native cool, by a hash of the file (so a
+ * module keeps its colour across runs); synthetic frames grey, or
+ * violet-grey when the name starts with "idle", "waiting", "sleeping" or
+ * "gil" (any case, optionally after '[' or '<'): name thread-state frames
+ * that way to have them stand out. Returns 0 or -SPY_EIO on a write error
+ * (f is flushed, not closed).
+ */
+struct fg_svg_opts {
+	const char *title;   /* NULL: "spy flame graph" */
+	bool inverted;       /* icicle: root at the top */
+};
+int fg_profile_write_svg(const struct fg_profile *p, FILE *f, const struct fg_svg_opts *opts, struct spy_err *err);
+
 #endif
