@@ -13,19 +13,9 @@ static int not_yet(const char *name)
 	return 2;
 }
 
-int cmd_record(int argc, char **argv)
-{
-	return not_yet("record");
-}
-
 int cmd_top(int argc, char **argv)
 {
 	return not_yet("top");
-}
-
-int cmd_report(int argc, char **argv)
-{
-	return not_yet("report");
 }
 
 int cmd_diff(int argc, char **argv)

@@ -14,7 +14,7 @@ import harness
 # Commands that exist in the contract but not yet in spy: each must exit 2
 # saying it is not implemented. Remove a name here when its command lands
 # (its own test takes over).
-NOT_IMPLEMENTED = ["record", "top", "report", "diff"]
+NOT_IMPLEMENTED = ["top", "diff"]
 
 
 def spy(*args):
@@ -86,6 +86,9 @@ def main():
     rep.check("spy dump --pid (no value)", expect(spy("dump", "--pid"), 2))
     rep.check("spy dump --pid abc", expect(spy("dump", "--pid", "abc"), 2,
                                            err=["abc"]))
+    rep.check("spy record --help", expect(spy("record", "--help"), 0,
+                                          out=["--pid", "--rate"]))
+    rep.check("spy record (no --pid or program)", expect(spy("record"), 2))
 
     for cmd in NOT_IMPLEMENTED:
         rep.check("spy %s (not implemented yet)" % cmd,

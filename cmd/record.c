@@ -1,0 +1,1264 @@
+/*
+ * spy record: sample a process at a fixed rate and write a profile.
+ *
+ * One sample is every Python thread of the process at one instant. By
+ * default the process is paused for it (proc_pause), and the stopped window
+ * holds only the memory walk: thread states are read from /proc before
+ * pausing (a paused thread reads as 't'), and interning, filtering and
+ * aggregation happen after proc_resume. With --nonblocking nothing is
+ * paused, so a walk can straddle two frames; a walk that does not reach the
+ * root is then counted as torn and not recorded, rather than recorded wrong.
+ *
+ * Ticks are absolute deadlines (sampler's ticker); between them the loop
+ * calls proc_poll, because a seized thread that receives a signal stays
+ * stopped until its tracer restarts it.
+ *
+ * With -s the descendants of the process are looked for every 100 ms
+ * (/proc/PID/task/TID/children) and each Python one is sampled as well,
+ * under its own `process PID "cmdline"` root.
+ *
+ * Every way out of the loop (duration, SIGINT/SIGTERM, the target exiting,
+ * an error) detaches first and then writes what was collected.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cmd/cmd.h"
+#include "cmd/opts.h"
+#include "cmd/record.h"
+#include "cmd/target.h"
+#include "common/bounds.h"
+#include "common/buf.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "flamegraph/flamegraph.h"
+
+/* Longest sleep between polls of the target while waiting for a tick. */
+#define POLL_NS (10 * 1000 * 1000ull)
+/* The progress line is redrawn at most this often. */
+#define PROGRESS_NS (250 * 1000 * 1000ull)
+/* Launch mode: how long a program has to become a Python interpreter, and how often we look. */
+#define LAUNCH_WAIT_NS (5 * 1000 * 1000 * 1000ull)
+#define LAUNCH_POLL_NS (10 * 1000 * 1000ull)
+/* Rates above this are not samples any more, they are a busy loop. */
+#define MAX_RATE_HZ 100000.0
+/*
+ * How often the target's maps are re-read. The memory reader refuses
+ * addresses outside the maps it knows, and a process that grows its heap
+ * (every interpreter during start-up, any program allocating) puts new
+ * frames and thread states in new mappings: soon after a walk fails, and
+ * every few seconds in any case, so a slowly growing heap is followed too.
+ */
+#define MAPS_RETRY_NS (100 * 1000 * 1000ull)
+#define MAPS_REFRESH_NS (2 * 1000 * 1000 * 1000ull)
+/* Entries of the string re-interning cache (a power of two). */
+#define ICACHE_SIZE 4096
+
+enum rec_error {
+	RERR_PAUSE,       /* the process could not be paused */
+	RERR_THREADS,     /* the thread list could not be read */
+	RERR_GONE,        /* a thread's stack could not be read (it exited) */
+	RERR_TORN,        /* --nonblocking: a walk did not reach the root */
+	RERR_TRUNCATED,   /* a walk stopped at a bound or bad memory (recorded) */
+	RERR_DROPPED,     /* the profile refused a stack (a limit was hit) */
+	RERR_MAX
+};
+
+static const char *const rerr_names[RERR_MAX] = {
+	"pause", "threads", "thread-gone", "torn", "truncated", "dropped",
+};
+
+/*
+ * A thread that reads R but ran less than this share of the wall time since
+ * the previous read is taken as idle. Each pause interrupts sleeping
+ * syscalls, and a thread restarting one stays runnable (R) until a CPU is
+ * free: on a loaded machine that can outlast a tick, so a sleeper would read
+ * R. It runs microseconds per tick; a thread doing work, even one starved
+ * of CPU, runs far more.
+ */
+#define ACTIVE_MIN_SHARE 0.05
+
+/* One OS thread we have seen: its stat files stay open, so a state read is two preads. */
+struct rthread {
+	pid_t tid;
+	int fd;
+	int sched_fd;        /* task/TID/schedstat: CPU time in ns, finer than stat's ticks */
+	char state;          /* state letter at the last read; 0 if unknown */
+	bool ran;            /* ran at least ACTIVE_MIN_SHARE since the previous read */
+	uint64_t cpu_ns, read_ns;  /* schedstat's run time, and when it was read */
+	bool seen;           /* found by this tick's walk */
+	const char *root;    /* interned `thread TID "name"` frame */
+};
+
+/* One process being sampled: the one named (or launched), or with -s a descendant. */
+struct rtarget {
+	struct target t;
+	bool attached;
+	bool gone;
+	const char *proc_root;   /* interned `process PID "cmdline"` frame */
+	struct rthread *rt;
+	size_t nrt, rt_alloc;
+	uint64_t last_maps_ns;
+};
+
+/* A descendant that was not (yet) a Python process, and when to look again. */
+struct rejected {
+	pid_t pid;
+	char exe[256];
+	int tries;
+};
+
+struct rec {
+	/* options */
+	double rate;
+	double duration;     /* < 0: until stopped */
+	bool idle, gil, threads, function, nonblocking, quiet, subprocesses;
+	bool progress;
+	struct fg_table_opts table_opts;   /* --table N, --sort */
+
+	/* tg[0] is the process named or launched, kept to the end; the rest come and go (-s) */
+	struct rtarget **tg;
+	size_t ntg, tg_alloc;
+	bool target_gone;        /* tg[0] has exited */
+	struct rejected *rej;
+	size_t nrej, rej_alloc;
+	uint64_t last_scan_ns;
+
+	/* per-sample scratch, reused every tick */
+	struct py_thread *py;
+	struct spy_stack *stacks;
+	int *stack_rc;
+	char *states;
+	struct spy_stack out;
+
+	/* aggregation */
+	struct spy_strtab strs;
+	struct fg_profile *profile;
+	const char *icache_src[ICACHE_SIZE];
+	const char *icache_dst[ICACHE_SIZE];
+
+	/* counters */
+	uint64_t samples;
+	uint64_t errors[RERR_MAX];
+	size_t threads_seen;
+	struct ticker tk;
+	uint64_t start_ns, end_ns, last_progress_ns;
+};
+
+static const char *const record_usage[] = {
+	"spy record [OPTIONS] --pid PID",
+	"spy record [OPTIONS] -- PROGRAM [ARGS...]",
+	NULL,
+};
+
+/* ---- strings: pystate interns in the target's table, the profile wants its own ---- */
+
+static const char *reintern(struct rec *r, const char *s)
+{
+	if (!s) {
+		return NULL;
+	}
+	size_t h = ((uintptr_t)s >> 3) & (ICACHE_SIZE - 1);
+	if (r->icache_src[h] == s) {
+		return r->icache_dst[h];
+	}
+	const char *d = spy_strtab_interns(&r->strs, s);
+	r->icache_src[h] = s;
+	r->icache_dst[h] = d;
+	return d;
+}
+
+/* ---- thread states ---- */
+
+static struct rthread *find_thread(struct rtarget *r, pid_t tid)
+{
+	for (size_t i = 0; i < r->nrt; i++) {
+		if (r->rt[i].tid == tid) {
+			return &r->rt[i];
+		}
+	}
+	return NULL;
+}
+
+static char read_state(int fd)
+{
+	char buf[512];
+	ssize_t n = pread(fd, buf, sizeof(buf), 0);
+	if (n <= 0) {
+		return 0;
+	}
+	return proc_parse_stat_state(buf, (size_t)n);
+}
+
+static uint64_t read_cpu_ns(int fd)
+{
+	char buf[128];
+	ssize_t n = fd >= 0 ? pread(fd, buf, sizeof(buf) - 1, 0) : -1;
+	if (n <= 0) {
+		return 0;
+	}
+	buf[n] = '\0';
+	return strtoull(buf, NULL, 10);
+}
+
+static void refresh_thread(struct rthread *t)
+{
+	uint64_t now = ticker_now_ns();
+	uint64_t cpu = read_cpu_ns(t->sched_fd);
+	t->state = t->fd >= 0 ? read_state(t->fd) : 0;
+	/* Without schedstat (or on the first read) the state letter decides alone. */
+	t->ran = t->sched_fd < 0 || !t->read_ns || now <= t->read_ns ||
+		 (double)(cpu - t->cpu_ns) >= ACTIVE_MIN_SHARE * (double)(now - t->read_ns);
+	t->cpu_ns = cpu;
+	t->read_ns = now;
+}
+
+static struct rthread *add_thread(struct rec *rec, struct rtarget *r, pid_t tid)
+{
+	char path[96], comm[64] = "";
+	pid_t pid = proc_pid(r->t.proc);
+	SPY_GROW(r->rt, r->rt_alloc, r->nrt + 1);
+	struct rthread *t = &r->rt[r->nrt++];
+	memset(t, 0, sizeof(*t));
+	t->tid = tid;
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+	t->fd = open(path, O_RDONLY | O_CLOEXEC);
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int)pid, (int)tid);
+	t->sched_fd = open(path, O_RDONLY | O_CLOEXEC);
+	refresh_thread(t);
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", (int)pid, (int)tid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		ssize_t n = read(fd, comm, sizeof(comm) - 1);
+		close(fd);
+		comm[n > 0 ? n : 0] = '\0';
+		comm[strcspn(comm, "\n")] = '\0';
+	}
+	struct spy_buf b = SPY_BUF_INIT;
+	spy_buf_addf(&b, "thread %d \"%s\"", (int)tid, comm);
+	t->root = spy_strtab_interns(&rec->strs, b.buf);
+	spy_buf_release(&b);
+	rec->threads_seen++;
+	return t;
+}
+
+static void drop_threads(struct rtarget *r, bool all)
+{
+	size_t out = 0;
+	for (size_t i = 0; i < r->nrt; i++) {
+		if (all || !r->rt[i].seen) {
+			if (r->rt[i].fd >= 0) {
+				close(r->rt[i].fd);
+			}
+			if (r->rt[i].sched_fd >= 0) {
+				close(r->rt[i].sched_fd);
+			}
+			continue;
+		}
+		r->rt[out++] = r->rt[i];
+	}
+	r->nrt = out;
+}
+
+static uint64_t total_errors(const struct rec *r);
+
+/* ---- one sample ---- */
+
+static void record_stack(struct rec *r, const struct rtarget *tg, const struct spy_stack *s,
+			 const struct rthread *th)
+{
+	spy_stack_reset(&r->out);
+	for (size_t i = 0; i < s->n; i++) {
+		struct spy_frame *f = spy_stack_push(&r->out);
+		*f = s->v[i];
+		f->func = reintern(r, s->v[i].func);
+		f->file = reintern(r, s->v[i].file);
+	}
+	if (r->threads && th) {
+		struct spy_frame *f = spy_stack_push(&r->out);
+		memset(f, 0, sizeof(*f));
+		f->func = th->root;
+		f->kind = SPY_FRAME_SYNTHETIC;
+	}
+	struct spy_frame *f = spy_stack_push(&r->out);
+	memset(f, 0, sizeof(*f));
+	f->func = tg->proc_root;
+	f->kind = SPY_FRAME_SYNTHETIC;
+	if (fg_profile_add(r->profile, &r->out, 1) < 0) {
+		r->errors[RERR_DROPPED]++;
+	}
+}
+
+static void refresh_maps(struct rtarget *r, bool trouble)
+{
+	uint64_t now = ticker_now_ns();
+	uint64_t since = now - r->last_maps_ns;
+	if (since >= MAPS_REFRESH_NS || (trouble && since >= MAPS_RETRY_NS)) {
+		proc_read_maps(r->t.proc, NULL);
+		r->last_maps_ns = now;
+	}
+}
+
+static void sample_target(struct rec *r, struct rtarget *tg)
+{
+	size_t n = 0;
+	int rc;
+	uint64_t errors_before = total_errors(r);
+
+	/* States first: once paused, every thread reads as 't'. */
+	for (size_t i = 0; i < tg->nrt; i++) {
+		refresh_thread(&tg->rt[i]);
+		tg->rt[i].seen = false;
+	}
+	if (tg->attached) {
+		rc = proc_pause(tg->t.proc, NULL);
+		if (rc == -SPY_EINTR) {
+			return;
+		}
+		if (rc == -SPY_EGONE) {
+			tg->gone = true;
+			return;
+		}
+		if (rc < 0) {
+			r->errors[RERR_PAUSE]++;
+			return;
+		}
+	}
+	rc = pyrt_threads(tg->t.rt, r->py, SPY_MAX_THREADS, &n, NULL);
+	if (n > SPY_MAX_THREADS) {
+		n = SPY_MAX_THREADS;
+	}
+	if (rc < 0) {
+		n = 0;
+	}
+	for (size_t i = 0; i < n; i++) {
+		spy_stack_reset(&r->stacks[i]);
+		r->stack_rc[i] = pyrt_stack(tg->t.rt, &r->py[i], &r->stacks[i], NULL);
+	}
+	if (tg->attached) {
+		proc_resume(tg->t.proc, NULL);
+	}
+
+	/* The target runs again; everything below is ours alone. */
+	if (rc < 0) {
+		r->errors[RERR_THREADS]++;
+		refresh_maps(tg, true);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct py_thread *pt = &r->py[i];
+		struct spy_stack *s = &r->stacks[i];
+		struct rthread *th = NULL;
+		if (pt->native_tid > 0) {
+			th = find_thread(tg, pt->native_tid);
+			if (!th) {
+				th = add_thread(r, tg, pt->native_tid);
+			}
+			th->seen = true;
+		}
+		if (r->stack_rc[i] < 0) {
+			r->errors[RERR_GONE]++;
+			continue;
+		}
+		if (s->truncated) {
+			if (r->nonblocking) {
+				r->errors[RERR_TORN]++;
+				continue;
+			}
+			r->errors[RERR_TRUNCATED]++;
+		}
+		if (r->gil && !pt->holds_gil) {
+			continue;
+		}
+		/*
+		 * Waiting for the GIL looks like sleeping (S), so the holder is
+		 * active whatever its state. Without a TID there is no state, and
+		 * a thread without the GIL is then taken as idle: it is not running
+		 * Python code.
+		 */
+		bool active = pt->holds_gil || (th && th->state == 'R' && th->ran);
+		if (!active && !r->idle) {
+			continue;
+		}
+		if (s->n == 0) {
+			continue;
+		}
+		record_stack(r, tg, s, th);
+	}
+	/* Forget threads that are gone, so their stat files do not pile up. */
+	drop_threads(tg, false);
+	refresh_maps(tg, total_errors(r) != errors_before);
+}
+
+/* One sample: every process, one after the other. */
+static void sample_once(struct rec *r)
+{
+	r->samples++;
+	for (size_t i = 0; i < r->ntg && !proc_stop_requested; i++) {
+		if (!r->tg[i]->gone) {
+			sample_target(r, r->tg[i]);
+		}
+	}
+}
+
+/* ---- progress and summary ---- */
+
+static uint64_t total_errors(const struct rec *r)
+{
+	uint64_t e = 0;
+	for (int i = 0; i < RERR_MAX; i++) {
+		e += r->errors[i];
+	}
+	return e;
+}
+
+static void format_errors(const struct rec *r, struct spy_buf *b)
+{
+	spy_buf_addf(b, "%llu", (unsigned long long)total_errors(r));
+	bool first = true;
+	for (int i = 0; i < RERR_MAX; i++) {
+		if (r->errors[i]) {
+			spy_buf_addf(b, "%s%s %llu", first ? " (" : ", ", rerr_names[i],
+				     (unsigned long long)r->errors[i]);
+			first = false;
+		}
+	}
+	if (!first) {
+		spy_buf_add(b, ")", 1);
+	}
+}
+
+static double elapsed_s(const struct rec *r, uint64_t now)
+{
+	return (double)(now - r->start_ns) / 1e9;
+}
+
+static void show_progress(struct rec *r, uint64_t now, bool force)
+{
+	if (!r->progress || (!force && now - r->last_progress_ns < PROGRESS_NS)) {
+		return;
+	}
+	r->last_progress_ns = now;
+	double el = elapsed_s(r, now);
+	fprintf(stderr, "\rspy: %.1f s, %llu samples (%.1f Hz), %llu errors, %zu threads\033[K",
+		el, (unsigned long long)r->samples, el > 0 ? (double)r->samples / el : 0.0,
+		(unsigned long long)total_errors(r), r->threads_seen);
+}
+
+static void clear_progress(struct rec *r)
+{
+	if (r->progress) {
+		fputs("\r\033[K", stderr);
+	}
+}
+
+/* ---- output ---- */
+
+struct output {
+	const char *path;
+	enum rec_format format;
+	bool in_place;     /* an existing non-regular file (/dev/stdout, a FIFO): written directly */
+	char *tmp;         /* the temporary beside path, created before sampling */
+	int fd;
+};
+
+/*
+ * Prove that the output can be written before a minute of sampling is spent:
+ * create the temporary file that will be renamed over path.
+ */
+static int output_prepare(struct output *o, struct spy_err *err)
+{
+	struct stat st;
+	o->fd = -1;
+	if (stat(o->path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		if (S_ISDIR(st.st_mode)) {
+			return spy_err_set(err, SPY_EIO, "cannot write %s: it is a directory", o->path);
+		}
+		o->in_place = true;
+		return 0;
+	}
+	const char *slash = strrchr(o->path, '/');
+	struct spy_buf b = SPY_BUF_INIT;
+	if (slash) {
+		spy_buf_add(&b, o->path, (size_t)(slash - o->path) + 1);
+	}
+	spy_buf_addf(&b, ".%s.spy-XXXXXX", slash ? slash + 1 : o->path);
+	o->tmp = spy_buf_detach(&b, NULL);
+	o->fd = mkostemp(o->tmp, O_CLOEXEC);
+	if (o->fd < 0) {
+		int e = errno;
+		free(o->tmp);
+		o->tmp = NULL;
+		return spy_err_set(err, SPY_EIO, "cannot write %s: %s", o->path, strerror(e));
+	}
+	return 0;
+}
+
+static void output_abandon(struct output *o)
+{
+	if (o->fd >= 0) {
+		close(o->fd);
+		o->fd = -1;
+	}
+	if (o->tmp) {
+		unlink(o->tmp);
+		free(o->tmp);
+		o->tmp = NULL;
+	}
+}
+
+/* Write the profile with fn into the temporary, then rename it over the path. */
+typedef int (*write_fn)(const struct rec *r, FILE *f, struct spy_err *err);
+
+static int output_write(struct output *o, const struct rec *r, write_fn fn, struct spy_err *err)
+{
+	FILE *f;
+	if (o->in_place) {
+		f = fopen(o->path, "w");
+	} else {
+		f = fdopen(o->fd, "w");
+		if (f) {
+			o->fd = -1;
+		}
+	}
+	if (!f) {
+		int e = errno;
+		output_abandon(o);
+		return spy_err_set(err, SPY_EIO, "cannot write %s: %s", o->path, strerror(e));
+	}
+	int rc = fn(r, f, err);
+	if (rc == 0 && fflush(f) != 0) {
+		rc = spy_err_set(err, SPY_EIO, "cannot write %s: %s", o->path, strerror(errno));
+	}
+	if (rc == 0 && !o->in_place && fsync(fileno(f)) != 0) {
+		rc = spy_err_set(err, SPY_EIO, "cannot write %s: %s", o->path, strerror(errno));
+	}
+	if (fclose(f) != 0 && rc == 0) {
+		rc = spy_err_set(err, SPY_EIO, "cannot write %s: %s", o->path, strerror(errno));
+	}
+	if (rc == 0 && o->tmp) {
+		/* mkstemp makes 0600; a profile is an ordinary file (0666 & ~umask). */
+		mode_t um = umask(0);
+		umask(um);
+		chmod(o->tmp, 0666 & ~um);
+		if (rename(o->tmp, o->path) != 0) {
+			rc = spy_err_set(err, SPY_EIO, "cannot write %s: %s", o->path, strerror(errno));
+		} else {
+			free(o->tmp);
+			o->tmp = NULL;
+		}
+	}
+	output_abandon(o);
+	return rc;
+}
+
+static int write_table(const struct rec *r, FILE *f, struct spy_err *err);
+
+static int write_svg(const struct rec *r, FILE *f, struct spy_err *err)
+{
+	struct fg_svg_opts so = { NULL, false };
+	return fg_profile_write_svg(r->profile, f, &so, err);
+}
+
+static int write_table(const struct rec *r, FILE *f, struct spy_err *err)
+{
+	struct fg_table t;
+	struct spy_buf b = SPY_BUF_INIT;
+	struct fg_table_opts o = r->table_opts;
+	o.rate_hz = r->rate;
+	fg_table_init(&t, r->profile, &o);
+	fg_table_render(&t, &b);
+	fg_table_release(&t);
+	int rc = 0;
+	if (fwrite(b.buf, 1, b.len, f) != b.len) {
+		rc = spy_err_set(err, SPY_EIO, "cannot write the table: %s", strerror(errno));
+	}
+	spy_buf_release(&b);
+	return rc;
+}
+
+static void set_metadata(struct rec *r, uint64_t now)
+{
+	struct fg_profile *p = r->profile;
+	struct spy_buf b = SPY_BUF_INIT;
+	fg_profile_meta_set(p, FG_META_SPY_VERSION, SPY_VERSION);
+	const struct target *t = &r->tg[0]->t;
+	fg_profile_meta_setf(p, FG_META_PID, "%d", (int)proc_pid(t->proc));
+	fg_profile_meta_set(p, FG_META_PYTHON, pyrt_version_string(t->rt));
+	fg_profile_meta_setf(p, FG_META_RATE_HZ, "%g", r->rate);
+	fg_profile_meta_setf(p, FG_META_DURATION_S, "%.3f", elapsed_s(r, now));
+	fg_profile_meta_setf(p, FG_META_SAMPLES, "%llu", (unsigned long long)r->samples);
+	format_errors(r, &b);
+	fg_profile_meta_set(p, FG_META_ERRORS, b.buf);
+	fg_profile_meta_set(p, FG_META_COMMAND, proc_cmdline(t->proc));
+	fg_profile_meta_setf(p, "missed-ticks", "%llu", (unsigned long long)r->tk.missed);
+	fg_profile_meta_set(p, "mode", r->nonblocking ? "nonblocking" : "blocking");
+	spy_buf_release(&b);
+}
+
+/* ---- the processes ---- */
+
+static struct rtarget *target_add(struct rec *r)
+{
+	struct rtarget *tg = spy_xcalloc(1, sizeof(*tg));
+	SPY_GROW(r->tg, r->tg_alloc, r->ntg + 1);
+	r->tg[r->ntg++] = tg;
+	return tg;
+}
+
+/* After target_open_pid: name the process root and, unless --nonblocking, seize it. */
+static int target_start(struct rec *r, struct rtarget *tg, struct spy_err *err)
+{
+	struct spy_buf b = SPY_BUF_INIT;
+	spy_buf_addf(&b, "process %d \"%s\"", (int)proc_pid(tg->t.proc), proc_cmdline(tg->t.proc));
+	tg->proc_root = spy_strtab_interns(&r->strs, b.buf);
+	spy_buf_release(&b);
+	tg->last_maps_ns = ticker_now_ns();
+	if (r->nonblocking) {
+		return 0;
+	}
+	int rc = proc_list_threads(tg->t.proc, err);
+	if (rc == 0) {
+		rc = proc_attach(tg->t.proc, err);
+	}
+	if (rc == 0) {
+		tg->attached = true;
+	}
+	return rc;
+}
+
+static void target_stop(struct rec *r, struct rtarget *tg)
+{
+	if (tg->attached) {
+		proc_detach(tg->t.proc);
+		tg->attached = false;
+	}
+	drop_threads(tg, true);
+}
+
+static void target_free(struct rec *r, struct rtarget *tg)
+{
+	target_stop(r, tg);
+	free(tg->rt);
+	target_release(&tg->t);
+	free(tg);
+	/* Its strings are gone, and their addresses may come back for another process's. */
+	memset(r->icache_src, 0, sizeof(r->icache_src));
+}
+
+/* Forget the descendants that have exited; tg[0] stays to the end. */
+static void reap_targets(struct rec *r)
+{
+	size_t out = 1;
+	for (size_t i = 1; i < r->ntg; i++) {
+		if (r->tg[i]->gone) {
+			target_free(r, r->tg[i]);
+			continue;
+		}
+		r->tg[out++] = r->tg[i];
+	}
+	if (r->ntg > 1) {
+		r->ntg = out;
+	}
+}
+
+static bool is_target(const struct rec *r, pid_t pid)
+{
+	for (size_t i = 0; i < r->ntg; i++) {
+		if (!r->tg[i]->gone && proc_pid(r->tg[i]->t.proc) == pid) {
+			return true;
+		}
+	}
+	return false;
+}
+
+/*
+ * A descendant that is not a Python process now may become one: a fork of
+ * a shell that execs python, or a python that has not finished starting.
+ * It is tried again while its executable stays the same for REJECT_TRIES
+ * scans, and again whenever its executable changes (an exec).
+ */
+#define REJECT_TRIES 20
+/* How often -s looks for new descendants. */
+#define SCAN_NS (100 * 1000 * 1000ull)
+
+static bool worth_trying(struct rec *r, pid_t pid)
+{
+	char path[64], exe[256];
+	snprintf(path, sizeof(path), "/proc/%d/exe", (int)pid);
+	ssize_t n = readlink(path, exe, sizeof(exe) - 1);
+	exe[n > 0 ? n : 0] = '\0';
+	for (size_t i = 0; i < r->nrej; i++) {
+		struct rejected *j = &r->rej[i];
+		if (j->pid != pid) {
+			continue;
+		}
+		if (strcmp(j->exe, exe)) {
+			memcpy(j->exe, exe, sizeof(j->exe));
+			j->tries = 0;
+		}
+		return ++j->tries <= REJECT_TRIES;
+	}
+	SPY_GROW(r->rej, r->rej_alloc, r->nrej + 1);
+	struct rejected *j = &r->rej[r->nrej++];
+	j->pid = pid;
+	memcpy(j->exe, exe, sizeof(j->exe));
+	j->tries = 1;
+	return true;
+}
+
+static void forget_rejected(struct rec *r, pid_t pid)
+{
+	for (size_t i = 0; i < r->nrej; i++) {
+		if (r->rej[i].pid == pid) {
+			r->rej[i] = r->rej[--r->nrej];
+			return;
+		}
+	}
+}
+
+/* Children of pid, from /proc/PID/task/TID/children (each thread's own). */
+static void list_children(pid_t pid, pid_t **v, size_t *n, size_t *alloc)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	DIR *d = opendir(path);
+	if (!d) {
+		return;
+	}
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] < '0' || e->d_name[0] > '9') {
+			continue;
+		}
+		char cpath[384], buf[4096];
+		snprintf(cpath, sizeof(cpath), "/proc/%d/task/%s/children", (int)pid, e->d_name);
+		int fd = open(cpath, O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			continue;
+		}
+		ssize_t len = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		if (len <= 0) {
+			continue;
+		}
+		buf[len] = '\0';
+		char *p = buf;
+		while (*p) {
+			char *end;
+			long c = strtol(p, &end, 10);
+			if (end == p) {
+				break;
+			}
+			if (c > 0 && *n < SPY_MAX_THREADS) {
+				SPY_GROW(*v, *alloc, *n + 1);
+				(*v)[(*n)++] = (pid_t)c;
+			}
+			p = end;
+		}
+	}
+	closedir(d);
+}
+
+/* -s: find the descendants of tg[0] and start sampling the Python ones. */
+static void scan_descendants(struct rec *r)
+{
+	pid_t *v = NULL;
+	size_t n = 0, alloc = 0;
+	list_children(proc_pid(r->tg[0]->t.proc), &v, &n, &alloc);
+	/* Breadth first; v grows while it is walked. Bounded by SPY_MAX_THREADS. */
+	for (size_t i = 0; i < n; i++) {
+		pid_t pid = v[i];
+		list_children(pid, &v, &n, &alloc);
+		if (is_target(r, pid) || !worth_trying(r, pid)) {
+			continue;
+		}
+		/* Opened in place: the pyrt keeps a pointer to the target's string table. */
+		struct rtarget *tg = target_add(r);
+		if (target_open_pid(&tg->t, pid, NULL) < 0) {
+			tg->gone = true;
+			continue;
+		}
+		forget_rejected(r, pid);
+		if (target_start(r, tg, NULL) < 0) {
+			tg->gone = true;
+		}
+		spy_log(SPY_LOG_DEBUG, "record: following process %d (%s)", (int)pid,
+			proc_cmdline(tg->t.proc));
+	}
+	free(v);
+}
+
+/* Notice which processes have exited, without blocking. */
+static void poll_targets(struct rec *r, struct spawn *sp)
+{
+	for (size_t i = 0; i < r->ntg; i++) {
+		struct rtarget *tg = r->tg[i];
+		if (tg->gone) {
+			continue;
+		}
+		if (tg->attached) {
+			tg->gone = proc_poll(tg->t.proc) == -SPY_EGONE;
+		} else if (i == 0 && sp) {
+			/* --nonblocking launch: our child, so only our wait tells its exit. */
+			tg->gone = spawn_reap(sp, false);
+		} else {
+			char path[64];
+			snprintf(path, sizeof(path), "/proc/%d/stat", (int)proc_pid(tg->t.proc));
+			char buf[512];
+			int fd = open(path, O_RDONLY | O_CLOEXEC);
+			ssize_t len = fd >= 0 ? read(fd, buf, sizeof(buf)) : -1;
+			if (fd >= 0) {
+				close(fd);
+			}
+			char st = len > 0 ? proc_parse_stat_state(buf, (size_t)len) : 0;
+			tg->gone = st == 0 || st == 'Z' || st == 'X';
+		}
+	}
+	r->target_gone = r->tg[0]->gone;
+}
+
+/* ---- the loop ---- */
+
+/* Wait for the next tick, polling the targets meanwhile. Returns false to stop. */
+static bool wait_tick(struct rec *r, struct spawn *sp)
+{
+	for (;;) {
+		poll_targets(r, sp);
+		if (proc_stop_requested || r->target_gone) {
+			return false;
+		}
+		uint64_t now = ticker_now_ns();
+		if (r->subprocesses && now - r->last_scan_ns >= SCAN_NS) {
+			reap_targets(r);
+			scan_descendants(r);
+			r->last_scan_ns = now;
+		}
+		if (r->duration >= 0 && ticker_deadline(&r->tk) >= r->end_ns) {
+			return false;
+		}
+		show_progress(r, now, false);
+		if (ticker_wait(&r->tk, POLL_NS) == 1) {
+			return true;
+		}
+	}
+}
+
+static void run_loop(struct rec *r, struct spawn *sp)
+{
+	r->start_ns = ticker_now_ns();
+	r->end_ns = r->duration >= 0 ? r->start_ns + (uint64_t)(r->duration * 1e9) : UINT64_MAX;
+	ticker_init(&r->tk, r->rate, r->start_ns);
+	while (wait_tick(r, sp)) {
+		sample_once(r);
+		/* Deadlines past the end were never due: a late last sample must not count them missed. */
+		uint64_t now = ticker_now_ns();
+		ticker_take(&r->tk, now < r->end_ns ? now : r->end_ns);
+	}
+}
+
+/* ---- setting up ---- */
+
+static void rec_release(struct rec *r)
+{
+	for (size_t i = 0; i < r->ntg; i++) {
+		target_free(r, r->tg[i]);
+	}
+	free(r->tg);
+	free(r->rej);
+	for (size_t i = 0; r->stacks && i < SPY_MAX_THREADS; i++) {
+		spy_stack_release(&r->stacks[i]);
+	}
+	free(r->stacks);
+	free(r->stack_rc);
+	free(r->py);
+	spy_stack_release(&r->out);
+	fg_profile_free(r->profile);
+	spy_strtab_release(&r->strs);
+}
+
+/*
+ * Launch mode: run argv and wait until its Python runtime can be found. A
+ * shim (pyenv's bash script) execs the real interpreter, so each try opens
+ * the process afresh: its maps change on exec.
+ */
+static int open_launched(struct target *t, struct spawn *sp, char **argv, struct spy_err *err)
+{
+	int rc = spawn_start(sp, argv, err);
+	if (rc < 0) {
+		return rc;
+	}
+	uint64_t give_up = ticker_now_ns() + LAUNCH_WAIT_NS;
+	for (;;) {
+		if (spawn_reap(sp, false)) {
+			return spy_err_set(err, SPY_ENOPY,
+					   "no Python interpreter found: '%s' exited before one appeared",
+					   argv[0]);
+		}
+		struct spy_err e2 = SPY_ERR_INIT;
+		rc = target_open_pid(t, sp->pid, &e2);
+		if (rc == 0) {
+			return 0;
+		}
+		if (rc == -SPY_EPERM) {
+			*err = e2;
+			return rc;
+		}
+		if (proc_stop_requested) {
+			spawn_forward(sp);
+			return spy_err_set(err, SPY_EINTR, "interrupted");
+		}
+		if (ticker_now_ns() >= give_up) {
+			return spy_err_set(err, SPY_ENOPY,
+					   "no Python interpreter found in '%s' (process %d) after %d s: %s",
+					   argv[0], (int)sp->pid, (int)(LAUNCH_WAIT_NS / 1000000000ull),
+					   e2.msg);
+		}
+		struct timespec ts = { 0, (long)LAUNCH_POLL_NS };
+		nanosleep(&ts, NULL);
+	}
+}
+
+static bool all_digits(const char *s)
+{
+	if (!*s) {
+		return false;
+	}
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9') {
+			return false;
+		}
+	}
+	return true;
+}
+
+static void describe_status(struct spy_buf *b, int st)
+{
+	if (st == -1) {
+		spy_buf_addf(b, "exited");
+	} else if (WIFEXITED(st)) {
+		spy_buf_addf(b, "exited with status %d", WEXITSTATUS(st));
+	} else if (WIFSIGNALED(st)) {
+		spy_buf_addf(b, "was killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
+	}
+}
+
+int cmd_record(int argc, char **argv)
+{
+	struct rec *r = spy_xcalloc(1, sizeof(*r));
+	int pid = 0;
+	const char *output = NULL, *format = NULL, *sort = NULL, *table = NULL;
+	double rate = 100, duration = -1;
+	bool native = false;
+	struct spy_err err = SPY_ERR_INIT;
+	struct spawn sp;
+	bool launched = false;
+	int exit_code = 0;
+	struct output out = { .fd = -1 };
+
+	const struct opt opts[] = {
+		{ 'p', "pid", OPT_PID, &pid, "PID", "attach to a running process" },
+		{ 'o', "output", OPT_STRING, &output, "FILE", "where to write (default spy-<pid>.svg)" },
+		{ 'f', "format", OPT_STRING, &format, "F",
+		  "svg, folded, table (speedscope, chrome, pprof, json: not yet)" },
+		{ 'r', "rate", OPT_DOUBLE, &rate, "HZ", "samples per second (default 100)" },
+		{ 'd', "duration", OPT_DOUBLE, &duration, "S", "stop after S seconds" },
+		{ 'n', "native", OPT_BOOL, &native, NULL, "merge native frames (not yet)" },
+		{ 'i', "idle", OPT_BOOL, &r->idle, NULL, "keep samples of idle threads" },
+		{ 'g', "gil", OPT_BOOL, &r->gil, NULL, "keep only the thread holding the GIL" },
+		{ 's', "subprocesses", OPT_BOOL, &r->subprocesses, NULL, "also profile child processes, present and future" },
+		{ 't', "threads", OPT_BOOL, &r->threads, NULL, "a root frame per thread" },
+		{ 'F', "function", OPT_BOOL, &r->function, NULL, "aggregate by function, not line" },
+		{ 0, "nonblocking", OPT_BOOL, &r->nonblocking, NULL, "never pause the target" },
+		{ 0, "table", OPT_STRING, &table, "[N]", "print the top N functions (default 20) after recording" },
+		{ 0, "sort", OPT_STRING, &sort, "KEY", "table order: cumtime, tottime or name" },
+		{ 'q', "quiet", OPT_BOOL, &r->quiet, NULL, "no progress line" },
+		{ 0 },
+	};
+
+	/*
+	 * Two things the option parser does not do: `--table` takes an optional
+	 * value, and everything after `--` is the program, even if it looks
+	 * like an option of ours.
+	 */
+	char **av = spy_xcalloc((size_t)argc + 1, sizeof(*av));
+	char **rest = spy_xcalloc((size_t)argc + 1, sizeof(*rest));
+	char **program = NULL;
+	char table_arg[32];
+	int ac = 0, nrest = 0;
+	for (int i = 0; i < argc; i++) {
+		if (i > 0 && !strcmp(argv[i], "--")) {
+			program = &argv[i + 1];
+			break;
+		}
+		if (i > 0 && !strcmp(argv[i], "--table")) {
+			if (i + 1 < argc && all_digits(argv[i + 1]) && strlen(argv[i + 1]) < 20) {
+				snprintf(table_arg, sizeof(table_arg), "--table=%s", argv[++i]);
+				av[ac++] = table_arg;
+			} else {
+				av[ac++] = "--table=20";
+			}
+			continue;
+		}
+		av[ac++] = argv[i];
+	}
+	int rc = opts_parse(opts, ac, av, rest, &nrest, &err);
+	if (rc == OPTS_HELP) {
+		opts_usage(stdout, record_usage, opts);
+		exit_code = 0;
+		goto out;
+	}
+	if (rc < 0) {
+		cmd_usage_error("record", "%s", err.msg);
+		exit_code = 2;
+		goto out;
+	}
+	if (nrest > 0) {
+		exit_code = cmd_usage_error("record", "unexpected argument '%s' (a program to run goes after '--')",
+					    rest[0]);
+		goto out;
+	}
+	if (program && !program[0]) {
+		program = NULL;
+		if (!pid) {
+			exit_code = cmd_usage_error("record", "no program after '--'");
+			goto out;
+		}
+	}
+	if (!pid && !program) {
+		exit_code = cmd_usage_error("record", "--pid PID or -- PROGRAM [ARGS...] is required");
+		goto out;
+	}
+	if (pid && program) {
+		exit_code = cmd_usage_error("record", "--pid and a program to run are exclusive");
+		goto out;
+	}
+	if (!(rate > 0) || rate > MAX_RATE_HZ) {
+		exit_code = cmd_usage_error("record", "--rate must be above 0 and at most %g", MAX_RATE_HZ);
+		goto out;
+	}
+	if (duration == 0) {
+		exit_code = cmd_usage_error("record", "--duration must be above 0");
+		goto out;
+	}
+	if (native) {
+		exit_code = cmd_usage_error("record", "--native: not implemented yet");
+		goto out;
+	}
+	if (sort && !fg_sort_parse(sort, &r->table_opts.sort)) {
+		exit_code = cmd_usage_error("record", "--sort: '%s' is not cumtime, tottime or name", sort);
+		goto out;
+	}
+	bool want_table = false;
+	if (table) {
+		errno = 0;
+		unsigned long nrows = strtoul(table, NULL, 10);
+		if (!all_digits(table) || errno || nrows > UINT_MAX) {
+			exit_code = cmd_usage_error("record", "--table: '%s' is not a number of rows", table);
+			goto out;
+		}
+		r->table_opts.top = nrows;
+		want_table = true;
+	} else {
+		r->table_opts.top = 20;
+		want_table = isatty(STDOUT_FILENO);
+	}
+	out.format = REC_SVG;
+	if (format && !record_format_parse(format, &out.format)) {
+		exit_code = cmd_usage_error("record", "--format: unknown format '%s'", format);
+		goto out;
+	}
+	if (!format && output) {
+		out.format = record_format_from_path(output);
+	}
+	if (!record_format_implemented(out.format)) {
+		exit_code = cmd_usage_error("record", "format %s: not implemented yet",
+					    record_format_name(out.format));
+		goto out;
+	}
+	/* A table with no file named goes to stdout, once. */
+	bool table_to_stdout = out.format == REC_TABLE && !output;
+	if (table_to_stdout) {
+		want_table = true;
+	}
+	r->rate = rate;
+	r->duration = duration;
+	r->progress = !r->quiet && isatty(STDERR_FILENO);
+
+	/* The output must be writable before anything is started or attached. */
+	struct spy_buf default_out = SPY_BUF_INIT;
+	if (!table_to_stdout) {
+		if (!output && pid) {
+			spy_buf_addf(&default_out, "spy-%d.svg", pid);
+			output = default_out.buf;
+		}
+		if (output) {
+			out.path = output;
+			if (output_prepare(&out, &err) < 0) {
+				exit_code = cmd_fail(&err);
+				goto out_buf;
+			}
+		}
+	}
+
+	if (program && !output && access(".", W_OK) != 0) {
+		/* The default name needs the child's pid; the directory can be checked now. */
+		spy_err_set(&err, SPY_EIO, "cannot write spy-<pid>.svg in the current directory: %s",
+			    strerror(errno));
+		exit_code = cmd_fail(&err);
+		goto out_buf;
+	}
+	if (program) {
+		spawn_install_signals();
+		launched = true;
+		rc = open_launched(&target_add(r)->t, &sp, program, &err);
+		if (rc < 0) {
+			exit_code = rc == -SPY_EINTR ? 128 + (int)proc_stop_requested : cmd_fail(&err);
+			output_abandon(&out);
+			goto out_buf;
+		}
+		if (!output) {
+			spy_buf_addf(&default_out, "spy-%d.svg", (int)sp.pid);
+			out.path = output = default_out.buf;
+			if (output_prepare(&out, &err) < 0) {
+				exit_code = cmd_fail(&err);
+				goto out_buf;
+			}
+		}
+	} else {
+		proc_install_stop_handlers();
+		rc = target_open_pid(&target_add(r)->t, pid, &err);
+		if (rc < 0) {
+			exit_code = cmd_fail(&err);
+			output_abandon(&out);
+			goto out_buf;
+		}
+	}
+
+	r->profile = fg_profile_new(&r->strs, r->function ? FG_FUNCTION : 0);
+	r->py = spy_xcalloc(SPY_MAX_THREADS, sizeof(*r->py));
+	r->stacks = spy_xcalloc(SPY_MAX_THREADS, sizeof(*r->stacks));
+	r->stack_rc = spy_xcalloc(SPY_MAX_THREADS, sizeof(*r->stack_rc));
+	rc = target_start(r, r->tg[0], &err);
+	if (rc < 0) {
+		exit_code = cmd_fail(&err);
+		output_abandon(&out);
+		goto out_buf;
+	}
+
+	run_loop(r, launched ? &sp : NULL);
+
+	uint64_t end = ticker_now_ns();
+	int status = -1;
+	bool have_status = false;
+	if (r->tg[0]->attached) {
+		have_status = proc_exit_status(r->tg[0]->t.proc, &status);
+	}
+	for (size_t i = 0; i < r->ntg; i++) {
+		target_stop(r, r->tg[i]);
+	}
+	clear_progress(r);
+	if (launched && proc_stop_requested) {
+		spawn_forward(&sp);
+	}
+
+	/* Detached: from here on nothing can leave the target stopped. */
+	set_metadata(r, end);
+	struct spy_err werr = SPY_ERR_INIT;
+	int wrc = 0;
+	if (!table_to_stdout) {
+		switch (out.format) {
+		case REC_FOLDED:
+			/* save_folded has its own temporary-and-rename (and gzip): ours only proved the directory writable. */
+			output_abandon(&out);
+			wrc = fg_profile_save_folded(r->profile, out.path, &werr);
+			break;
+		case REC_SVG:
+			wrc = output_write(&out, r, write_svg, &werr);
+			break;
+		case REC_TABLE:
+			wrc = output_write(&out, r, write_table, &werr);
+			break;
+		default:
+			SPY_BUG("record: unimplemented format %d", (int)out.format);
+		}
+	}
+	if (want_table && wrc == 0) {
+		write_table(r, stdout, NULL);
+		fflush(stdout);
+	}
+
+	bool left_running = false;
+	if (launched && !have_status && !r->target_gone && !proc_stop_requested) {
+		/* --duration ended the recording: the program goes on, as with --pid. */
+		have_status = spawn_reap(&sp, false);
+		status = sp.status;
+		left_running = !have_status;
+	} else if (launched && !have_status) {
+		/*
+		 * The program was told to stop (forwarded SIGINT/SIGTERM, or the
+		 * terminal's Ctrl-C) or has exited: spy ends when it does, so the
+		 * summary can give its status. A second signal stops the wait and
+		 * leaves it running.
+		 */
+		int signals = proc_stop_requested ? 1 : 0;
+		for (;;) {
+			proc_stop_requested = 0;
+			if (spawn_reap(&sp, true)) {
+				break;
+			}
+			if (proc_stop_requested) {
+				if (++signals >= 2) {
+					break;
+				}
+				spawn_forward(&sp);
+			}
+		}
+		if (sp.reaped) {
+			have_status = true;
+			status = sp.status;
+		} else {
+			left_running = true;
+		}
+	}
+
+	struct spy_buf sum = SPY_BUF_INIT;
+	double el = elapsed_s(r, end);
+	spy_buf_addf(&sum, "spy: %llu samples in %.2f s (%.1f Hz), %llu missed ticks, errors: ",
+		     (unsigned long long)r->samples, el, el > 0 ? (double)r->samples / el : 0.0,
+		     (unsigned long long)r->tk.missed);
+	format_errors(r, &sum);
+	if (wrc == 0 && out.path) {
+		spy_buf_addf(&sum, "; wrote %s", out.path);
+	}
+	if (launched && have_status) {
+		spy_buf_addf(&sum, "; %s ", program[0]);
+		describe_status(&sum, status);
+	} else if (launched && left_running) {
+		spy_buf_addf(&sum, "; %s (process %d) is still running", program[0], (int)sp.pid);
+	}
+	fprintf(stderr, "%s\n", sum.buf);
+	spy_buf_release(&sum);
+	if (wrc < 0) {
+		exit_code = cmd_fail(&werr);
+	}
+
+out_buf:
+	spy_buf_release(&default_out);
+out:
+	free(av);
+	free(rest);
+	rec_release(r);
+	free(r);
+	return exit_code;
+}

@@ -1,0 +1,268 @@
+/*
+ * spy report: re-render a profile saved by record (folded text, plain or
+ * gzip, told by its bytes) in another format, or as the table.
+ *
+ * The format is --format, else the output name's extension, else svg (as
+ * for record). Without -o, text formats go to stdout and an SVG is written
+ * beside the profile (PROFILE with .folded/.gz/... replaced by .svg), since
+ * a flame graph on a terminal helps nobody. "-" reads stdin or writes
+ * stdout. A file is replaced atomically (a temporary in the same directory,
+ * then rename), as record does, so a failed run leaves the old file whole.
+ *
+ * A malformed profile is exit 5 with the reader's "FILE:LINE: what" message.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cmd/cmd.h"
+#include "cmd/opts.h"
+#include "cmd/record.h"
+#include "common/buf.h"
+#include "common/util.h"
+#include "flamegraph/flamegraph.h"
+
+static const char *const report_usage[] = {
+	"spy report [OPTIONS] PROFILE",
+	"    PROFILE: a folded profile saved by record (plain or .gz; - for stdin)",
+	NULL,
+};
+
+struct report {
+	struct fg_profile *profile;
+	enum rec_format format;
+	struct fg_table_opts table;
+	struct fg_svg_opts svg;
+};
+
+typedef int (*write_fn)(const struct report *r, FILE *f, const char *name, struct spy_err *err);
+
+static int write_svg(const struct report *r, FILE *f, const char *name, struct spy_err *err)
+{
+	int rc = fg_profile_write_svg(r->profile, f, &r->svg, err);
+	if (rc) {
+		spy_err_prefix(err, "%s: ", name);
+	}
+	return rc;
+}
+
+static int write_folded(const struct report *r, FILE *f, const char *name, struct spy_err *err)
+{
+	return fg_profile_write_folded(r->profile, f, name, err);
+}
+
+static int write_table(const struct report *r, FILE *f, const char *name, struct spy_err *err)
+{
+	struct fg_table t;
+	struct spy_buf b = SPY_BUF_INIT;
+	fg_table_init(&t, r->profile, &r->table);
+	fg_table_render(&t, &b);
+	fg_table_release(&t);
+	int rc = 0;
+	if (fwrite(b.buf, 1, b.len, f) != b.len) {
+		rc = spy_err_set(err, SPY_EIO, "cannot write %s: %s", name, strerror(errno));
+	}
+	spy_buf_release(&b);
+	return rc;
+}
+
+/* Write to stdout, flushing and checking (a closed pipe or a full disk is exit 5). */
+static int output_stdout(const struct report *r, write_fn fn, struct spy_err *err)
+{
+	int rc = fn(r, stdout, "<stdout>", err);
+	if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout))) {
+		rc = spy_err_set(err, SPY_EIO, "cannot write <stdout>: %s", strerror(errno));
+	}
+	return rc;
+}
+
+/*
+ * Write path through fn: into a temporary beside it, renamed over it once
+ * complete. An existing path that is not a regular file (/dev/stdout, a
+ * FIFO) is written in place.
+ */
+static int output_file(const struct report *r, const char *path, write_fn fn, struct spy_err *err)
+{
+	struct stat st;
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		if (S_ISDIR(st.st_mode)) {
+			return spy_err_set(err, SPY_EIO, "cannot write %s: it is a directory", path);
+		}
+		FILE *f = fopen(path, "w");
+		if (!f) {
+			return spy_err_set(err, SPY_EIO, "cannot write %s: %s", path, strerror(errno));
+		}
+		int rc = fn(r, f, path, err);
+		if (fclose(f) != 0 && rc == 0) {
+			rc = spy_err_set(err, SPY_EIO, "cannot write %s: %s", path, strerror(errno));
+		}
+		return rc;
+	}
+	const char *slash = strrchr(path, '/');
+	struct spy_buf b = SPY_BUF_INIT;
+	if (slash) {
+		spy_buf_add(&b, path, (size_t)(slash - path) + 1);
+	}
+	spy_buf_addf(&b, ".%s.spy-XXXXXX", slash ? slash + 1 : path);
+	char *tmp = spy_buf_detach(&b, NULL);
+	int fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0) {
+		int e = errno;
+		free(tmp);
+		return spy_err_set(err, SPY_EIO, "cannot write %s: %s", path, strerror(e));
+	}
+	FILE *f = fdopen(fd, "w");
+	if (!f) {
+		int e = errno;
+		close(fd);
+		unlink(tmp);
+		free(tmp);
+		return spy_err_set(err, SPY_EIO, "cannot write %s: %s", path, strerror(e));
+	}
+	int rc = fn(r, f, path, err);
+	if (rc == 0 && fflush(f) != 0) {
+		rc = spy_err_set(err, SPY_EIO, "cannot write %s: %s", path, strerror(errno));
+	}
+	if (rc == 0 && fsync(fileno(f)) != 0) {
+		rc = spy_err_set(err, SPY_EIO, "cannot write %s: %s", path, strerror(errno));
+	}
+	if (fclose(f) != 0 && rc == 0) {
+		rc = spy_err_set(err, SPY_EIO, "cannot write %s: %s", path, strerror(errno));
+	}
+	if (rc == 0) {
+		/* mkstemp makes 0600; a profile is an ordinary file (0666 & ~umask). */
+		mode_t um = umask(0);
+		umask(um);
+		if (chmod(tmp, 0666 & ~um) != 0 || rename(tmp, path) != 0) {
+			rc = spy_err_set(err, SPY_EIO, "cannot write %s: %s", path, strerror(errno));
+		}
+	}
+	if (rc != 0) {
+		unlink(tmp);
+	}
+	free(tmp);
+	return rc;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), m = strlen(suffix);
+	return n >= m && !strcasecmp(s + n - m, suffix);
+}
+
+/* The SVG written for PROFILE when no -o is given: its name with .svg. */
+static char *default_svg_path(const char *profile)
+{
+	static const char *exts[] = { ".folded.gz", ".collapsed.gz", ".gz", ".folded", ".collapsed", ".txt" };
+	size_t len = strlen(profile);
+	for (size_t i = 0; i < SPY_ARRAY_SIZE(exts); i++) {
+		if (ends_with(profile, exts[i]) && len > strlen(exts[i])) {
+			len -= strlen(exts[i]);
+			break;
+		}
+	}
+	struct spy_buf b = SPY_BUF_INIT;
+	spy_buf_add(&b, profile, len);
+	spy_buf_adds(&b, ".svg");
+	return spy_buf_detach(&b, NULL);
+}
+
+int cmd_report(int argc, char **argv)
+{
+	const char *output = NULL, *format = NULL, *sort = NULL, *title = NULL;
+	unsigned top = 0;
+	bool function = false, inverted = false;
+	const struct opt opts[] = {
+		{ 'o', "output", OPT_STRING, &output, "FILE", "where to write (- for stdout); format follows the extension" },
+		{ 'f', "format", OPT_STRING, &format, "F", "svg, folded or table (default: from -o's extension, else svg)" },
+		{ 'F', "function", OPT_BOOL, &function, NULL, "aggregate by function, dropping line numbers" },
+		{ 0, "sort", OPT_STRING, &sort, "KEY", "table order: cumtime (default), tottime or name" },
+		{ 0, "top", OPT_UINT, &top, "N", "table: keep the first N rows (default: all)" },
+		{ 0, "title", OPT_STRING, &title, "TEXT", "svg: the title (default \"spy flame graph\")" },
+		{ 0, "inverted", OPT_BOOL, &inverted, NULL, "svg: icicle graph, roots at the top" },
+		{ 0 },
+	};
+	struct spy_err err = SPY_ERR_INIT;
+	char **rest = spy_xcalloc((size_t)argc + 1, sizeof(*rest));
+	int nrest = 0;
+	int rc = opts_parse(opts, argc, argv, rest, &nrest, &err);
+	const char *input = nrest > 0 ? rest[0] : NULL;
+	const char *extra = nrest > 1 ? rest[1] : NULL;
+	free(rest);
+	if (rc == OPTS_HELP) {
+		opts_usage(stdout, report_usage, opts);
+		return 0;
+	}
+	if (rc < 0) {
+		cmd_usage_error("report", "%s", err.msg);
+		opts_usage(stderr, report_usage, opts);
+		return 2;
+	}
+	if (!input) {
+		return cmd_usage_error("report", "which profile? (spy report PROFILE)");
+	}
+	if (extra) {
+		return cmd_usage_error("report", "unexpected argument '%s'", extra);
+	}
+
+	struct report r;
+	memset(&r, 0, sizeof(r));
+	r.table = (struct fg_table_opts)FG_TABLE_OPTS_INIT;
+	r.table.top = top;
+	r.svg.title = title;
+	r.svg.inverted = inverted;
+	if (format) {
+		if (!record_format_parse(format, &r.format)) {
+			return cmd_usage_error("report", "unknown format '%s'", format);
+		}
+	} else if (output && strcmp(output, "-")) {
+		r.format = record_format_from_path(output);
+	} else {
+		r.format = REC_SVG;
+	}
+	if (r.format != REC_SVG && r.format != REC_FOLDED && r.format != REC_TABLE) {
+		return cmd_usage_error("report", "format '%s' is not built in this version of spy",
+				       record_format_name(r.format));
+	}
+	if (sort && !fg_sort_parse(sort, &r.table.sort)) {
+		return cmd_usage_error("report", "unknown sort key '%s' (cumtime, tottime or name)", sort);
+	}
+
+	r.profile = fg_profile_new(NULL, function ? FG_FUNCTION : 0);
+	if (!strcmp(input, "-")) {
+		rc = fg_profile_read_folded_fd(r.profile, STDIN_FILENO, "<stdin>", &err);
+	} else {
+		rc = fg_profile_load_folded(r.profile, input, &err);
+	}
+	if (rc < 0) {
+		fg_profile_free(r.profile);
+		return cmd_fail(&err);
+	}
+
+	write_fn fn = r.format == REC_SVG ? write_svg : r.format == REC_TABLE ? write_table : write_folded;
+	char *path = NULL;
+	if (!output && r.format == REC_SVG) {
+		path = strcmp(input, "-") ? default_svg_path(input) : spy_xstrdup("spy-report.svg");
+	} else if (output && strcmp(output, "-")) {
+		path = spy_xstrdup(output);
+	}
+	if (!path) {
+		rc = output_stdout(&r, fn, &err);
+	} else if (r.format == REC_FOLDED) {
+		/* save_folded has its own temporary-and-rename, and gzips a .gz name. */
+		rc = fg_profile_save_folded(r.profile, path, &err);
+	} else {
+		rc = output_file(&r, path, fn, &err);
+	}
+	if (rc == 0 && path && !output) {
+		fprintf(stderr, "spy report: wrote %s\n", path);
+	}
+	free(path);
+	fg_profile_free(r.profile);
+	return rc < 0 ? cmd_fail(&err) : 0;
+}

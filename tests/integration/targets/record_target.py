@@ -1,0 +1,174 @@
+# Target for test_record.py and bench/record-overhead. One script, several
+# shapes, picked by argv[1]:
+#
+#   split    the main thread loops over units of identical cost: 7 in
+#            work_a, 3 in work_b per round (in a random order), so a profile
+#            must show them 70/30; a second
+#            thread sleeps in sleeper (idle: absent without -i).
+#   deep     the main thread recurses DEPTH (argv[2], default 200) levels in
+#            recurse, then spins in deep_leaf.
+#   gil      two threads spin in spin_one and spin_two; only one holds the GIL
+#            at a time.
+#   short    spins in short_work for 0.5 s, then exits 0.
+#   parent   starts a child (this script, mode child) after 0.3 s, then
+#            spins in parent_work; the child spins in child_work. For -s.
+#   bench    spins N (argv[2]) units in bench_unit at depth argv[3], prints
+#            the wall time it took, and exits (bench/record-overhead).
+#
+# Once in place it prints one line, "ready {json}" with its pid. It ends on
+# its own after LIFETIME seconds, so it never outlives a crashed test long.
+# Runs on every CPython from 2.7 on: no f-strings, explicit flushes.
+import json
+import os
+import random
+import sys
+import threading
+import time
+
+LIFETIME = 120.0
+START = time.time()
+
+
+def unit():
+    # One unit of CPU work; identical for every caller, so the split of
+    # samples between callers follows the number of calls.
+    x = 0
+    for i in range(2000):
+        x += i * i
+    return x
+
+
+def work_a():
+    unit()
+
+
+def work_b():
+    unit()
+
+
+def sleeper():
+    time.sleep(LIFETIME)
+
+
+def ready(**extra):
+    d = {"pid": os.getpid()}
+    d.update(extra)
+    sys.stdout.write("ready %s\n" % json.dumps(d))
+    sys.stdout.flush()
+
+
+def split():
+    t = threading.Thread(target=sleeper, name="sleeper")
+    t.daemon = True
+    t.start()
+    ready()
+    # Shuffled each round, so a sampling rate that beats with the loop's
+    # period cannot favour one function: the split is 70/30 in expectation.
+    order = [work_a] * 7 + [work_b] * 3
+    while time.time() - START < LIFETIME:
+        random.shuffle(order)
+        for f in order:
+            f()
+
+
+def deep_leaf():
+    ready()
+    while time.time() - START < LIFETIME:
+        unit()
+
+
+def recurse(n):
+    if n <= 1:
+        deep_leaf()
+    else:
+        recurse(n - 1)
+
+
+def spin_one():
+    while time.time() - START < LIFETIME:
+        unit()
+
+
+def spin_two():
+    while time.time() - START < LIFETIME:
+        unit()
+
+
+def gil():
+    t = threading.Thread(target=spin_two, name="spinner")
+    t.daemon = True
+    t.start()
+    ready()
+    spin_one()
+
+
+def short_work():
+    ready()
+    end = time.time() + 0.5
+    while time.time() < end:
+        unit()
+
+
+def parent_work():
+    while time.time() - START < LIFETIME:
+        unit()
+
+
+def child_work():
+    # Ends with its parent, whoever kills that.
+    ppid = os.getppid()
+    while time.time() - START < LIFETIME and os.getppid() == ppid:
+        unit()
+
+
+def parent():
+    import subprocess
+    ready()
+    # Started after spy has attached, so -s must find a future child.
+    time.sleep(0.3)
+    child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "child"])
+    try:
+        parent_work()
+    finally:
+        child.kill()
+
+
+def bench_depth(n, units):
+    if n > 1:
+        return bench_depth(n - 1, units)
+    t0 = time.time()
+    for _ in range(units):
+        unit()
+    return time.time() - t0
+
+
+def main():
+    mode = sys.argv[1] if len(sys.argv) > 1 else "split"
+    if mode == "split":
+        split()
+    elif mode == "deep":
+        depth = int(sys.argv[2]) if len(sys.argv) > 2 else 200
+        sys.setrecursionlimit(depth + 100)
+        recurse(depth)
+    elif mode == "gil":
+        gil()
+    elif mode == "short":
+        short_work()
+    elif mode == "parent":
+        parent()
+    elif mode == "child":
+        child_work()
+    elif mode == "bench":
+        units = int(sys.argv[2])
+        depth = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+        sys.setrecursionlimit(depth + 100)
+        ready()
+        sys.stdout.write("elapsed %.6f\n" % bench_depth(depth, units))
+        sys.stdout.flush()
+    else:
+        sys.exit("unknown mode %r" % mode)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

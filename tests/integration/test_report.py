@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""spy report: re-render a saved folded profile (plain or gzip) as svg,
+folded or table; usage errors exit 2, unreadable or malformed profiles
+exit 5 with one stderr line naming FILE:LINE. One PASS/FAIL line per check;
+no Python interpreter is needed (the profiles are written here)."""
+
+import gzip
+import os
+import subprocess
+import sys
+import tempfile
+import xml.dom.minidom
+
+import harness
+
+PROFILE = (
+    "# spy-version: 0.1.0\n"
+    "# python: 3.12.1\n"
+    "# rate-hz: 100\n"
+    "# samples: 20\n"
+    "# command: python3 app.py\n"
+    # In the order spy writes (children sorted), so that it round-trips.
+    "process 1;</text><script>alert(1)</script> (]]>.py:3) 3\n"
+    "process 1;main (app.py:10);sleep (libc.so.6) 5\n"
+    "process 1;main (app.py:10);work (app.py:20) 12\n"
+)
+
+
+def spy(*args, **kw):
+    return harness.run_spy(list(args), env=harness.spy_env(keep_log=False), **kw)
+
+
+def expect(r, rc, out=(), err=(), one_err_line=False):
+    p = []
+    if r.timed_out:
+        return ["timed out"]
+    if r.rc != rc:
+        p.append("exit %s, expected %d (stderr: %s)"
+                 % (r.rc, rc, " | ".join(r.err_lines()[:3]) or "empty"))
+    for s in out:
+        if s not in r.out:
+            p.append("stdout lacks %r: %r" % (s, r.out[:300]))
+    for s in err:
+        if s not in r.err:
+            p.append("stderr lacks %r: %r" % (s, r.err[:300]))
+    if one_err_line and len(r.err_lines()) != 1:
+        p.append("expected one stderr line, got %r" % r.err[:500])
+    return p
+
+
+def svg_problems(path):
+    try:
+        doc = xml.dom.minidom.parse(path)
+    except Exception as e:  # noqa: BLE001 - any parse error is the failure
+        return ["%s is not XML: %s" % (path, e)]
+    n = len(doc.getElementsByTagName("script"))
+    return [] if n == 1 else ["%s has %d script elements" % (path, n)]
+
+
+def main():
+    rep = harness.Reporter()
+    try:
+        harness.spy_path()
+    except harness.HarnessError as e:
+        rep.fail("report", str(e))
+        rep.finish()
+    d = tempfile.mkdtemp(prefix="spy-report-")
+    plain = os.path.join(d, "prof.folded")
+    gz = os.path.join(d, "prof2.folded.gz")
+    with open(plain, "w") as f:
+        f.write(PROFILE)
+    with gzip.open(gz, "wt") as f:
+        f.write(PROFILE)
+
+    rep.check("spy report --help", expect(spy("report", "--help"), 0, out=["--format"]))
+    rep.check("spy report (no profile)", expect(spy("report"), 2, one_err_line=True))
+    rep.check("spy report -f pprof (not built)",
+              expect(spy("report", plain, "-f", "pprof"), 2))
+
+    r = spy("report", plain)
+    p = expect(r, 0)
+    out = os.path.join(d, "prof.svg")
+    p += svg_problems(out) if os.path.exists(out) else ["no %s" % out]
+    rep.check("spy report PROFILE (svg beside it)", p)
+
+    out = os.path.join(d, "x.svg")
+    p = expect(spy("report", gz, "-o", out, "--inverted", "--title", "t<i>"), 0)
+    p += svg_problems(out) if os.path.exists(out) else ["no %s" % out]
+    rep.check("spy report PROFILE.gz -o x.svg --inverted", p)
+
+    rep.check("spy report -f table",
+              expect(spy("report", gz, "-f", "table"), 0,
+                     out=["main (app.py:10)", "work (app.py:20)", "total%"]))
+    r = spy("report", plain, "-f", "folded")
+    p = expect(r, 0)
+    if r.out != PROFILE:
+        p.append("folded round trip differs: %r" % r.out[:300])
+    rep.check("spy report -f folded (round trip)", p)
+
+    out = os.path.join(d, "back.folded.gz")
+    p = expect(spy("report", plain, "-o", out), 0)
+    try:
+        with gzip.open(out, "rt") as f:
+            if f.read() != PROFILE:
+                p.append("gzip round trip differs")
+    except OSError as e:
+        p.append("cannot read %s: %s" % (out, e))
+    rep.check("spy report -o X.folded.gz", p)
+
+    bad = os.path.join(d, "bad.folded")
+    with open(bad, "w") as f:
+        f.write("a;b 1\nthis is not a stack\n")
+    rep.check("spy report <malformed>",
+              expect(spy("report", bad), 5, err=["bad.folded:2:"], one_err_line=True))
+    rep.check("spy report <missing>",
+              expect(spy("report", os.path.join(d, "nope.folded")), 5,
+                     err=["nope.folded"], one_err_line=True))
+    if os.path.exists("/dev/full"):
+        rep.check("spy report -o /dev/full",
+                  expect(spy("report", plain, "-f", "table", "-o", "/dev/full"), 5,
+                         one_err_line=True))
+    rep.finish()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except (harness.HarnessError, OSError, subprocess.SubprocessError) as e:
+        print("FAIL report: %s: %s" % (type(e).__name__, e))
+        sys.exit(1)

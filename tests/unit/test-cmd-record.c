@@ -1,0 +1,131 @@
+/*
+ * Unit tests for the pure pieces of `spy record`: the format a file name
+ * implies, format names, and the ticker's deadline arithmetic (sampler/),
+ * which is what makes 100 Hz for 60 s give 6000 samples.
+ */
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cmd/record.h"
+#include "sampler/sampler.h"
+#include "tests/lib/check.h"
+
+static void test_formats(void)
+{
+	CHECK_INT(record_format_from_path("out.svg"), REC_SVG);
+	CHECK_INT(record_format_from_path("OUT.SVG"), REC_SVG);
+	CHECK_INT(record_format_from_path("out.folded"), REC_FOLDED);
+	CHECK_INT(record_format_from_path("out.collapsed"), REC_FOLDED);
+	CHECK_INT(record_format_from_path("out.folded.gz"), REC_FOLDED);
+	CHECK_INT(record_format_from_path("dir.svg/out.gz"), REC_FOLDED);
+	CHECK_INT(record_format_from_path("out.txt"), REC_TABLE);
+	CHECK_INT(record_format_from_path("out.json"), REC_JSON);
+	CHECK_INT(record_format_from_path("out.speedscope.json"), REC_SPEEDSCOPE);
+	CHECK_INT(record_format_from_path("out.trace.json"), REC_CHROME);
+	CHECK_INT(record_format_from_path("out.pb.gz"), REC_PPROF);
+	CHECK_INT(record_format_from_path("out.pprof"), REC_PPROF);
+	/* No or unknown extension: svg, as cli.md says. */
+	CHECK_INT(record_format_from_path("profile"), REC_SVG);
+	CHECK_INT(record_format_from_path("a.b/profile"), REC_SVG);
+	CHECK_INT(record_format_from_path(""), REC_SVG);
+
+	enum rec_format f;
+	CHECK(record_format_parse("folded", &f) && f == REC_FOLDED);
+	CHECK(record_format_parse("table", &f) && f == REC_TABLE);
+	CHECK(record_format_parse("svg", &f) && f == REC_SVG);
+	CHECK(record_format_parse("pprof", &f) && f == REC_PPROF);
+	CHECK(!record_format_parse("SVG", &f));
+	CHECK(!record_format_parse("", &f));
+	CHECK_STR(record_format_name(REC_SPEEDSCOPE), "speedscope");
+}
+
+static void test_ticker_on_time(void)
+{
+	struct ticker t;
+	const uint64_t s = 1000000000ull;
+	ticker_init(&t, 100, 5 * s);
+	CHECK_INT(t.period_ns, 10000000);
+	CHECK_INT(ticker_deadline(&t), 5 * s);
+	/* A sampler that always keeps up: 60 s at 100 Hz is 6000 ticks, none missed. */
+	uint64_t end = 5 * s + 60 * s;
+	uint64_t n = 0;
+	while (ticker_deadline(&t) < end) {
+		ticker_take(&t, ticker_deadline(&t) + 3000000); /* 3 ms per sample */
+		n++;
+	}
+	CHECK_INT(n, 6000);
+	CHECK_INT(t.taken, 6000);
+	CHECK_INT(t.missed, 0);
+}
+
+static void test_ticker_late(void)
+{
+	struct ticker t;
+	ticker_init(&t, 100, 0);
+	/* Late by less than a period: the next tick is taken late, nothing skipped. */
+	ticker_take(&t, 15000000);
+	CHECK_INT(t.missed, 0);
+	CHECK_INT(ticker_deadline(&t), 10000000);
+	/* Tick 1 (10 ms) finished at 45 ms: ticks 2 and 3 passed whole, 4 is taken late. */
+	ticker_take(&t, 45000000);
+	CHECK_INT(t.missed, 2);
+	CHECK_INT(t.taken, 2);
+	CHECK_INT(ticker_deadline(&t), 40000000);
+	/* The late sample takes deadline 4 (40 ms), and the schedule is intact. */
+	ticker_take(&t, 41000000);
+	CHECK_INT(ticker_deadline(&t), 50000000);
+	CHECK_INT(t.taken + t.missed, 5);
+	/* Finishing exactly on the next deadline is on time. */
+	ticker_take(&t, 60000000);
+	CHECK_INT(t.missed, 2);
+	CHECK_INT(ticker_deadline(&t), 60000000);
+	/* A whole period past the next deadline: that one is missed, never sampled in a burst. */
+	ticker_take(&t, 80000000);
+	CHECK_INT(t.missed, 3);
+	CHECK_INT(ticker_deadline(&t), 80000000);
+}
+
+static void test_ticker_rates(void)
+{
+	struct ticker t;
+	/* Rates that do not divide 1e9 round to the nearest nanosecond. */
+	ticker_init(&t, 3, 0);
+	CHECK_INT(t.period_ns, 333333333);
+	ticker_init(&t, 7000, 0);
+	CHECK_INT(t.period_ns, 142857);
+	/* Absurd rates never give a zero period. */
+	ticker_init(&t, 1e12, 0);
+	CHECK_INT(t.period_ns, 1);
+	/* Deadlines are start + k * period, so they do not drift over an hour. */
+	ticker_init(&t, 3, 100);
+	for (int i = 0; i < 3 * 3600; i++) {
+		ticker_take(&t, ticker_deadline(&t));
+	}
+	CHECK_INT(ticker_deadline(&t), 100 + (uint64_t)3 * 3600 * 333333333);
+}
+
+static void test_ticker_wait(void)
+{
+	struct ticker t;
+	ticker_init(&t, 1000, ticker_now_ns());
+	/* The first deadline is now. */
+	CHECK_INT(ticker_wait(&t, 1000000), 1);
+	ticker_take(&t, ticker_now_ns());
+	/* The next is ~1 ms away: a 0 ns slice runs out first, a long slice reaches it. */
+	uint64_t before = ticker_now_ns();
+	int rc = ticker_wait(&t, 0);
+	CHECK(rc == 0 || rc == 1);
+	CHECK_INT(ticker_wait(&t, 1000000000ull), 1);
+	CHECK(ticker_now_ns() >= ticker_deadline(&t));
+	CHECK(ticker_now_ns() - before < 500000000ull);
+}
+
+int main(void)
+{
+	test_formats();
+	test_ticker_on_time();
+	test_ticker_late();
+	test_ticker_rates();
+	test_ticker_wait();
+	return check_done();
+}
