@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include "common/buf.h"
 #include "common/mem.h"
@@ -34,6 +35,38 @@ struct proc_tracee {
 	bool group_stop;       /* last stop was a group-stop: restart with PTRACE_LISTEN */
 	int sig;               /* signal owed to the thread (see the invariant above) */
 	unsigned redeliveries; /* signals re-delivered during the current pause */
+};
+
+/*
+ * The page cache behind proc_mem() (memcache.c). Lines are 4 KiB, aligned:
+ * mappings are page-granular and pages are at least 4 KiB, so a line is
+ * either wholly readable or not at all, and fetching the whole line around a
+ * readable read cannot fail where the read itself would succeed. 256 lines
+ * (1 MiB) hold a deep stack's frames, code objects and strings with room to
+ * spare; direct-mapped by line number, so a lookup is one compare.
+ */
+#define MEMCACHE_LINE 4096u
+#define MEMCACHE_LINES 256u
+/* Larger reads go straight to the target: the syscall would not be saved. */
+#define MEMCACHE_MAX_READ (16u * 1024u)
+
+struct memcache {
+	/*
+	 * The current view. A line is valid only while its gen equals this,
+	 * so invalidating is one increment; 0 is never a view, so zeroed
+	 * entries start invalid.
+	 */
+	uint64_t gen;
+	/*
+	 * Whether reads may be served from the cache at all. Off while the
+	 * target runs unless the caller asked for a view (proc_mem_invalidate),
+	 * so code that polls a running target keeps seeing it move.
+	 */
+	bool on;
+	uint64_t line[MEMCACHE_LINES];     /* remote address / MEMCACHE_LINE */
+	uint64_t line_gen[MEMCACHE_LINES];
+	uint8_t (*data)[MEMCACHE_LINE];    /* MEMCACHE_LINES lines, allocated once */
+	struct proc_mem_stats stats;
 };
 
 struct proc {
@@ -58,7 +91,13 @@ struct proc {
 	char *cmdline;
 	char *exe;
 
+	/*
+	 * mem.read is memcache_read(), which goes to the target through
+	 * raw_read (process_vm_readv, or pread on memfd) on a miss.
+	 */
 	struct spy_mem mem;
+	int (*raw_read)(void *ctx, spy_addr_t addr, void *dst, size_t len);
+	struct memcache mc;
 	struct spy_map *maps;
 	char *map_paths;       /* storage behind maps[i].path */
 	size_t nmaps;
@@ -98,6 +137,24 @@ int procfs_thread_state(int dirfd, pid_t tid, char *state);
 
 /* TracerPid from task/TID/status, 0 if untraced or unreadable. */
 pid_t procfs_tracer_pid(int dirfd, pid_t tid);
+
+/*
+ * memcache.c. memcache_init() allocates the lines (once, in proc_open);
+ * memcache_free() releases them. memcache_read() is the spy_mem read
+ * callback. memcache_view() starts a new view (invalidates every line) and
+ * turns serving from the cache on or off: ptrace.c turns it on when a pause
+ * completes and off whenever the target is let run again.
+ */
+void memcache_init(struct proc *p);
+void memcache_free(struct proc *p);
+int memcache_read(void *ctx, spy_addr_t addr, void *dst, size_t len);
+void memcache_view(struct proc *p, bool on);
+/*
+ * proc.c: read len bytes at addr into the n buffers of local (each
+ * MEMCACHE_LINE long, one per line) with a single syscall. Returns the bytes
+ * read, which may stop short at an unreadable page, or -1.
+ */
+ssize_t proc_fetch_lines(struct proc *p, spy_addr_t addr, const struct iovec *local, size_t n);
 
 /* ptrace.c: drop p from the registry of attached procs (see proc_free). */
 void tracer_forget(struct proc *p);

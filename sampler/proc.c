@@ -2,14 +2,16 @@
  * struct proc: opening a live process, its identity (cmdline, exe, root), its
  * mappings, and the spy_mem that reads its memory.
  *
- * The memory reader is process_vm_readv, one syscall per read with no
- * allocation, because pystate calls it thousands of times per sample. Some
- * kernels or seccomp policies refuse it while still allowing /proc/PID/mem
- * (the two are gated by the same ptrace access check, but process_vm_readv
- * can be compiled out or filtered), so proc_open() probes it once on a real
- * mapping and falls back to pread() on a /proc/PID/mem descriptor kept open
- * for the life of the proc. That descriptor also pins the target's address
- * space, so unlike a PID it cannot start reading a different process.
+ * The memory reader is process_vm_readv, at most one syscall per read with
+ * no allocation, because pystate calls it thousands of times per sample;
+ * memcache.c sits in front of it and serves most reads of a paused target
+ * with none. Some kernels or seccomp policies refuse it while still allowing
+ * /proc/PID/mem (the two are gated by the same ptrace access check, but
+ * process_vm_readv can be compiled out or filtered), so proc_open() probes it
+ * once on a real mapping and falls back to pread() on a /proc/PID/mem
+ * descriptor kept open for the life of the proc. That descriptor also pins
+ * the target's address space, so unlike a PID it cannot start reading a
+ * different process.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -30,13 +32,14 @@
 
 static int mem_read_vm(void *ctx, spy_addr_t addr, void *dst, size_t len)
 {
-	const struct proc *p = ctx;
+	struct proc *p = ctx;
 	if (len == 0) {
 		return 0;
 	}
 	if (len > SSIZE_MAX || addr > UINTPTR_MAX - len) {
 		return -SPY_EMEM;
 	}
+	p->mc.stats.syscalls++;
 	struct iovec local = { .iov_base = dst, .iov_len = len };
 	struct iovec remote = { .iov_base = (void *)(uintptr_t)addr, .iov_len = len };
 	ssize_t n = process_vm_readv(p->mem_tid, &local, 1, &remote, 1, 0);
@@ -45,7 +48,7 @@ static int mem_read_vm(void *ctx, spy_addr_t addr, void *dst, size_t len)
 
 static int mem_read_pread(void *ctx, spy_addr_t addr, void *dst, size_t len)
 {
-	const struct proc *p = ctx;
+	struct proc *p = ctx;
 	if (len == 0) {
 		return 0;
 	}
@@ -53,8 +56,41 @@ static int mem_read_pread(void *ctx, spy_addr_t addr, void *dst, size_t len)
 	if (len > SSIZE_MAX || addr > (uint64_t)INT64_MAX - len) {
 		return -SPY_EMEM;
 	}
+	p->mc.stats.syscalls++;
 	ssize_t n = pread(p->memfd, dst, len, (off_t)addr);
 	return n == (ssize_t)len ? 0 : -SPY_EMEM;
+}
+
+ssize_t proc_fetch_lines(struct proc *p, spy_addr_t addr, const struct iovec *local, size_t n)
+{
+	/* memcache never asks for more lines than a bounded read spans. */
+	struct iovec remote[MEMCACHE_MAX_READ / MEMCACHE_LINE + 2];
+	uint64_t len = (uint64_t)n * MEMCACHE_LINE;
+
+	if (n == 0 || n > SPY_ARRAY_SIZE(remote)) {
+		return -1;
+	}
+	if (p->memfd >= 0) {
+		if (addr > (uint64_t)INT64_MAX - len) {
+			return -1;
+		}
+		p->mc.stats.syscalls++;
+		return preadv(p->memfd, local, (int)n, (off_t)addr);
+	}
+	if (addr > UINTPTR_MAX - len) {
+		return -1;
+	}
+	/*
+	 * One remote iovec per line: the kernel stops at the first page it
+	 * cannot read and reports the bytes before it, and whole lines are
+	 * what the caller can keep, whatever granularity that stop has.
+	 */
+	for (size_t i = 0; i < n; i++) {
+		remote[i].iov_base = (void *)(uintptr_t)(addr + (uint64_t)i * MEMCACHE_LINE);
+		remote[i].iov_len = MEMCACHE_LINE;
+	}
+	p->mc.stats.syscalls++;
+	return process_vm_readv(p->mem_tid, local, n, remote, n, 0);
 }
 
 /*
@@ -88,7 +124,7 @@ static int check_memory(struct proc *p, struct spy_err *err)
 	uint64_t word;
 	int probes = 0, e = 0;
 
-	p->mem.read = mem_read_vm;
+	p->raw_read = mem_read_vm;
 	for (size_t i = 0; i < p->nmaps && probes < max_probes; i++) {
 		if (!probe_candidate(&p->maps[i])) {
 			continue;
@@ -120,7 +156,7 @@ static int check_memory(struct proc *p, struct spy_err *err)
 	if (p->memfd < 0) {
 		return perm_error(p, errno == ENOENT ? e : errno, err);
 	}
-	p->mem.read = mem_read_pread;
+	p->raw_read = mem_read_pread;
 	probes = 0;
 	for (size_t i = 0; i < p->nmaps && probes < max_probes; i++) {
 		if (!probe_candidate(&p->maps[i])) {
@@ -135,7 +171,7 @@ static int check_memory(struct proc *p, struct spy_err *err)
 	}
 	close(p->memfd);
 	p->memfd = -1;
-	p->mem.read = mem_read_vm;
+	p->raw_read = mem_read_vm;
 	return perm_error(p, e, err);
 }
 
@@ -282,8 +318,10 @@ int proc_open(struct proc **out, pid_t pid, struct spy_err *err)
 	p->mem_tid = pid;
 	p->memdirfd = -1;
 	p->memfd = -1;
-	p->mem.read = mem_read_vm;
+	p->raw_read = mem_read_vm;
+	p->mem.read = memcache_read;
 	p->mem.ctx = p;
+	memcache_init(p);
 	snprintf(p->root, sizeof(p->root), "/proc/%d/root", (int)pid);
 
 	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
@@ -347,6 +385,7 @@ void proc_free(struct proc *p)
 	free(p->threads);
 	free(p->tids);
 	free(p->tracees);
+	memcache_free(p);
 	free(p);
 }
 

@@ -369,6 +369,8 @@ static void restart_all(struct proc *p)
 		}
 	}
 	p->paused = false;
+	/* Running threads may write anything: no cached page stays true. */
+	memcache_view(p, false);
 }
 
 static struct proc_tracee *find_tracee(struct proc_tracee *v, size_t n, pid_t tid)
@@ -551,6 +553,8 @@ int proc_pause(struct proc *p, struct spy_err *err)
 		return spy_err_set(err, SPY_EGONE, "process %d has exited", (int)p->pid);
 	}
 	p->paused = true;
+	/* Nothing can change the target until it is let run: one view serves the pause. */
+	memcache_view(p, true);
 	return 0;
 }
 
@@ -591,6 +595,8 @@ void proc_detach(struct proc *p)
 	if (!p || !p->attached) {
 		return;
 	}
+	/* Detached, the target runs on: stop serving pages read while it was paused. */
+	memcache_view(p, false);
 	if (p->tracer != getpid()) {
 		/* A fork of spy inherited this struct but not the tracing; only forget. */
 		p->ntracees = 0;

@@ -189,4 +189,37 @@ void spawn_forward(struct spawn *s);
  */
 bool spawn_reap(struct spawn *s, bool block);
 
+/*
+ * The page cache behind proc_mem() (sampler/memcache.c). A read of at most
+ * 16 KiB is served from cached 4 KiB lines of the target when they hold it,
+ * and otherwise fetches those whole lines with one syscall; a walk issues
+ * many small reads close together, and one process_vm_readv costs about the
+ * same for 64 bytes as for a page. Larger reads, and reads whose lines cannot
+ * all be fetched (the exact read is then retried alone), are never cached.
+ *
+ * Cached data is a view of the target at one moment, so it must be dropped
+ * whenever the target may have run since:
+ *   - proc_pause() starts a fresh view, served until the threads are let
+ *     run again (proc_resume(), an interrupted pause, proc_detach()), which
+ *     turns the cache off;
+ *   - while the target runs, the cache is off (every read goes to the
+ *     target) until proc_mem_invalidate(), which drops every cached line and
+ *     turns it on: a --nonblocking sampler calls it once per sample, and
+ *     each sample then sees lines fetched during it only.
+ * Not thread-safe: one thread reads a proc at a time, as before.
+ */
+struct proc_mem_stats {
+	uint64_t reads;     /* calls to the reader */
+	uint64_t hits;      /* served from cached lines, no syscall */
+	uint64_t misses;    /* fetched whole lines (one syscall) */
+	uint64_t uncached;  /* read exactly: cache off, read too large, or a failed fetch */
+	uint64_t fallbacks; /* of the misses, those whose fetch fell short (also uncached) */
+	uint64_t syscalls;  /* process_vm_readv / pread / preadv issued by the reader */
+};
+
+/* Drop every cached line (O(1)) and serve later reads from a fresh view. */
+void proc_mem_invalidate(struct proc *p);
+/* Counters since proc_open(). */
+void proc_mem_stats(const struct proc *p, struct proc_mem_stats *out);
+
 #endif

@@ -1,0 +1,137 @@
+/*
+ * The page cache behind proc_mem(): see sampler.h for what it promises and
+ * internal.h for its layout.
+ *
+ * A 50-frame walk issues over a hundred small reads, most of them into a few
+ * pages (the thread's frame stack, code objects, their strings), and each
+ * process_vm_readv costs the same few microseconds whether it copies 8 bytes
+ * or a page. So a read that misses fetches the whole 4 KiB lines it touches,
+ * all of them in one syscall, and the reads after it that land in those lines
+ * are a memcpy.
+ *
+ * Never worse than reading exactly: a fetch that comes back short (a line
+ * running into an unreadable page, or any error) keeps the whole lines it
+ * got and then does the caller's exact read, uncached, so the answer is the
+ * one the plain reader would have given.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/util.h"
+#include "sampler/internal.h"
+
+void memcache_init(struct proc *p)
+{
+	struct memcache *c = &p->mc;
+	/* calloc: the untouched lines cost no memory until first fetched into. */
+	c->data = spy_xcalloc(MEMCACHE_LINES, sizeof(*c->data));
+	c->gen = 1;
+	c->on = false;
+}
+
+void memcache_free(struct proc *p)
+{
+	free(p->mc.data);
+	p->mc.data = NULL;
+}
+
+void memcache_view(struct proc *p, bool on)
+{
+	p->mc.gen++;
+	p->mc.on = on;
+}
+
+void proc_mem_invalidate(struct proc *p)
+{
+	memcache_view(p, true);
+}
+
+void proc_mem_stats(const struct proc *p, struct proc_mem_stats *out)
+{
+	*out = p->mc.stats;
+}
+
+static bool line_valid(const struct memcache *c, uint64_t line)
+{
+	size_t slot = (size_t)(line % MEMCACHE_LINES);
+	return c->line_gen[slot] == c->gen && c->line[slot] == line;
+}
+
+/* Copy [addr, addr + len) out of lines that are all valid. */
+static void copy_out(const struct memcache *c, spy_addr_t addr, uint8_t *dst, size_t len)
+{
+	while (len > 0) {
+		uint64_t line = addr / MEMCACHE_LINE;
+		size_t off = (size_t)(addr % MEMCACHE_LINE);
+		size_t n = MEMCACHE_LINE - off;
+		if (n > len) {
+			n = len;
+		}
+		memcpy(dst, c->data[line % MEMCACHE_LINES] + off, n);
+		dst += n;
+		addr += n;
+		len -= n;
+	}
+}
+
+static int read_exact(struct proc *p, spy_addr_t addr, void *dst, size_t len)
+{
+	p->mc.stats.uncached++;
+	return p->raw_read(p, addr, dst, len);
+}
+
+int memcache_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
+{
+	struct proc *p = ctx;
+	struct memcache *c = &p->mc;
+
+	c->stats.reads++;
+	if (len == 0) {
+		return 0;
+	}
+	if (!c->on || !c->data || len > MEMCACHE_MAX_READ || addr > UINT64_MAX - (len - 1)) {
+		return read_exact(p, addr, dst, len);
+	}
+	uint64_t first = addr / MEMCACHE_LINE;
+	uint64_t last = (addr + (len - 1)) / MEMCACHE_LINE;
+	bool cached = true;
+	for (uint64_t l = first; l <= last && cached; l++) {
+		cached = line_valid(c, l);
+	}
+	if (cached) {
+		c->stats.hits++;
+		copy_out(c, addr, dst, len);
+		return 0;
+	}
+
+	/*
+	 * Fetch every line the read spans, the valid ones too: one syscall
+	 * either way, and the lines stay consecutive in a single remote
+	 * range. At most 5 lines (16 KiB unaligned), so the slots are
+	 * distinct. Each slot is marked invalid before the kernel writes into
+	 * it, and valid again only once its whole line has arrived.
+	 */
+	c->stats.misses++;
+	/* Zeroed: gcc cannot see that n >= 1 fills what proc_fetch_lines reads. */
+	struct iovec local[MEMCACHE_MAX_READ / MEMCACHE_LINE + 2] = { { NULL, 0 } };
+	size_t n = (size_t)(last - first + 1);
+	for (size_t i = 0; i < n; i++) {
+		size_t slot = (size_t)((first + i) % MEMCACHE_LINES);
+		c->line_gen[slot] = 0;
+		c->line[slot] = first + i;
+		local[i].iov_base = c->data[slot];
+		local[i].iov_len = MEMCACHE_LINE;
+	}
+	ssize_t got = proc_fetch_lines(p, first * MEMCACHE_LINE, local, n);
+	size_t whole = got > 0 ? (size_t)got / MEMCACHE_LINE : 0;
+	for (size_t i = 0; i < whole && i < n; i++) {
+		c->line_gen[(first + i) % MEMCACHE_LINES] = c->gen;
+	}
+	if (whole >= n) {
+		copy_out(c, addr, dst, len);
+		return 0;
+	}
+	c->stats.fallbacks++;
+	return read_exact(p, addr, dst, len);
+}
