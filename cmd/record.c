@@ -144,6 +144,7 @@ struct rec {
 	/* aggregation */
 	struct spy_strtab strs;
 	struct fg_profile *profile;
+	const char *idle_frame;   /* the synthetic leaf marking -i's idle samples */
 	const char *icache_src[ICACHE_SIZE];
 	const char *icache_dst[ICACHE_SIZE];
 
@@ -275,9 +276,19 @@ static uint64_t total_errors(const struct rec *r);
 /* ---- one sample ---- */
 
 static void record_stack(struct rec *r, const struct rtarget *tg, const struct spy_stack *s,
-			 const struct rthread *th)
+			 const struct rthread *th, bool idle)
 {
 	spy_stack_reset(&r->out);
+	/*
+	 * -i marks an idle sample with a synthetic leaf, so the flame graph
+	 * shows (and colours) time spent waiting apart from time running the
+	 * same line, and the folded file keeps the distinction.
+	 */
+	if (idle) {
+		struct spy_frame *f = spy_stack_push(&r->out);
+		f->func = r->idle_frame;
+		f->kind = SPY_FRAME_SYNTHETIC;
+	}
 	for (size_t i = 0; i < s->n; i++) {
 		struct spy_frame *f = spy_stack_push(&r->out);
 		*f = s->v[i];
@@ -334,6 +345,12 @@ static void sample_target(struct rec *r, struct rtarget *tg)
 			return;
 		}
 	}
+	/*
+	 * A fresh view of the target's memory for this walk, served from
+	 * sampler's page cache: pausing made one already, a --nonblocking
+	 * walk needs it asked for.
+	 */
+	proc_mem_invalidate(tg->t.proc);
 	rc = pyrt_threads(tg->t.rt, r->py, SPY_MAX_THREADS, &n, NULL);
 	if (n > SPY_MAX_THREADS) {
 		n = SPY_MAX_THREADS;
@@ -393,7 +410,7 @@ static void sample_target(struct rec *r, struct rtarget *tg)
 		if (s->n == 0) {
 			continue;
 		}
-		record_stack(r, tg, s, th);
+		record_stack(r, tg, s, th, !active);
 	}
 	/* Forget threads that are gone, so their stat files do not pile up. */
 	drop_threads(tg, false);
@@ -1146,6 +1163,7 @@ int cmd_record(int argc, char **argv)
 	}
 
 	r->profile = fg_profile_new(&r->strs, r->function ? FG_FUNCTION : 0);
+	r->idle_frame = spy_strtab_interns(&r->strs, "idle");
 	r->py = spy_xcalloc(SPY_MAX_THREADS, sizeof(*r->py));
 	r->stacks = spy_xcalloc(SPY_MAX_THREADS, sizeof(*r->stacks));
 	r->stack_rc = spy_xcalloc(SPY_MAX_THREADS, sizeof(*r->stack_rc));

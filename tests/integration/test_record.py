@@ -133,8 +133,27 @@ def check_split(interp, d):
 
         r = record(["--pid", str(t.pid), "-i", "-d", "0.5", "-o", out])
         p += expect_rc(r, 0, "idle")
-        if not r.rc and not Profile(out).count_with("sleeper"):
-            p.append("idle: sleeping thread absent with -i")
+        if not r.rc:
+            prof = Profile(out)
+            if not prof.count_with("sleeper"):
+                p.append("idle: sleeping thread absent with -i")
+            # -i marks idle samples with a synthetic "idle" leaf. A thread's
+            # first sample has no CPU history yet, and either thread can be
+            # caught mid-transition, so a few samples may go either way.
+            sl = [(f, c) for f, c in prof.stacks
+                  if any(func_of(x) == "sleeper" for x in f)]
+            sl_idle = sum(c for f, c in sl if f[-1] == "idle")
+            sl_all = sum(c for f, c in sl)
+            if sl_all and sl_idle < 0.9 * sl_all:
+                p.append("idle: only %d of %d sleeper samples marked idle"
+                         % (sl_idle, sl_all))
+            spin = [(f, c) for f, c in prof.stacks
+                    if any(func_of(x) in ("work_a", "work_b") for x in f)]
+            spin_idle = sum(c for f, c in spin if f[-1] == "idle")
+            spin_all = sum(c for f, c in spin)
+            if spin_all and spin_idle > 0.1 * spin_all:
+                p.append("idle: %d of %d spinning samples marked idle"
+                         % (spin_idle, spin_all))
 
         r = record(["--pid", str(t.pid), "--nonblocking", "-r", "500", "-d",
                     "0.5", "-o", out])
