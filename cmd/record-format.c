@@ -14,14 +14,15 @@ static const struct {
 	const char *name;
 	enum rec_format f;
 	bool implemented;
+	const char *ext;   /* of the default output name, spy-<pid>EXT */
 } formats[] = {
-	{ "svg", REC_SVG, true },
-	{ "folded", REC_FOLDED, true },
-	{ "table", REC_TABLE, true },
-	{ "speedscope", REC_SPEEDSCOPE, false },
-	{ "chrome", REC_CHROME, false },
-	{ "pprof", REC_PPROF, false },
-	{ "json", REC_JSON, false },
+	{ "svg", REC_SVG, true, ".svg" },
+	{ "folded", REC_FOLDED, true, ".folded" },
+	{ "table", REC_TABLE, true, ".txt" },
+	{ "speedscope", REC_SPEEDSCOPE, true, ".speedscope.json" },
+	{ "chrome", REC_CHROME, false, ".trace.json" },
+	{ "pprof", REC_PPROF, true, ".pb.gz" },
+	{ "json", REC_JSON, true, ".json" },
 };
 
 bool record_format_parse(const char *name, enum rec_format *out)
@@ -43,6 +44,16 @@ const char *record_format_name(enum rec_format f)
 		}
 	}
 	return "?";
+}
+
+const char *record_format_ext(enum rec_format f)
+{
+	for (size_t i = 0; i < SPY_ARRAY_SIZE(formats); i++) {
+		if (formats[i].f == f) {
+			return formats[i].ext;
+		}
+	}
+	return ".svg";
 }
 
 bool record_format_implemented(enum rec_format f)

@@ -21,6 +21,8 @@ bool record_format_parse(const char *name, enum rec_format *out);
 /* The format a file name implies (cli.md: "from extension, else svg"). */
 enum rec_format record_format_from_path(const char *path);
 const char *record_format_name(enum rec_format f);
+/* The extension that implies f, for default output names (".svg", ".pb.gz"). */
+const char *record_format_ext(enum rec_format f);
 /* Whether this build can write f. */
 bool record_format_implemented(enum rec_format f);
 

@@ -3,9 +3,10 @@
  * gzip, told by its bytes) in another format, or as the table.
  *
  * The format is --format, else the output name's extension, else svg (as
- * for record). Without -o, text formats go to stdout and an SVG is written
- * beside the profile (PROFILE with .folded/.gz/... replaced by .svg), since
- * a flame graph on a terminal helps nobody. "-" reads stdin or writes
+ * for record). Without -o, text formats (folded, table, json) go to stdout
+ * and an SVG, speedscope or pprof file is written beside the profile
+ * (PROFILE with .folded/.gz/... replaced by .svg, .speedscope.json or
+ * .pb.gz), since a flame graph or gzip bytes on a terminal help nobody. "-" reads stdin or writes
  * stdout. A file is replaced atomically (a temporary in the same directory,
  * then rename), as record does, so a failed run leaves the old file whole.
  *
@@ -45,6 +46,33 @@ typedef int (*write_fn)(const struct report *r, FILE *f, const char *name, struc
 static int write_svg(const struct report *r, FILE *f, const char *name, struct spy_err *err)
 {
 	int rc = fg_profile_write_svg(r->profile, f, &r->svg, err);
+	if (rc) {
+		spy_err_prefix(err, "%s: ", name);
+	}
+	return rc;
+}
+
+static int write_json(const struct report *r, FILE *f, const char *name, struct spy_err *err)
+{
+	int rc = fg_profile_write_json(r->profile, f, err);
+	if (rc) {
+		spy_err_prefix(err, "%s: ", name);
+	}
+	return rc;
+}
+
+static int write_speedscope(const struct report *r, FILE *f, const char *name, struct spy_err *err)
+{
+	int rc = fg_profile_write_speedscope(r->profile, f, err);
+	if (rc) {
+		spy_err_prefix(err, "%s: ", name);
+	}
+	return rc;
+}
+
+static int write_pprof(const struct report *r, FILE *f, const char *name, struct spy_err *err)
+{
+	int rc = fg_profile_write_pprof(r->profile, f, err);
 	if (rc) {
 		spy_err_prefix(err, "%s: ", name);
 	}
@@ -155,8 +183,11 @@ static bool ends_with(const char *s, const char *suffix)
 	return n >= m && !strcasecmp(s + n - m, suffix);
 }
 
-/* The SVG written for PROFILE when no -o is given: its name with .svg. */
-static char *default_svg_path(const char *profile)
+/*
+ * The file written for PROFILE when no -o is given and the format is not
+ * for a terminal: its name with ext (".svg", ".speedscope.json", ".pb.gz").
+ */
+static char *default_path(const char *profile, const char *ext)
 {
 	static const char *exts[] = { ".folded.gz", ".collapsed.gz", ".gz", ".folded", ".collapsed", ".txt" };
 	size_t len = strlen(profile);
@@ -168,7 +199,7 @@ static char *default_svg_path(const char *profile)
 	}
 	struct spy_buf b = SPY_BUF_INIT;
 	spy_buf_add(&b, profile, len);
-	spy_buf_adds(&b, ".svg");
+	spy_buf_adds(&b, ext);
 	return spy_buf_detach(&b, NULL);
 }
 
@@ -179,7 +210,7 @@ int cmd_report(int argc, char **argv)
 	bool function = false, inverted = false;
 	const struct opt opts[] = {
 		{ 'o', "output", OPT_STRING, &output, "FILE", "where to write (- for stdout); format follows the extension" },
-		{ 'f', "format", OPT_STRING, &format, "F", "svg, folded or table (default: from -o's extension, else svg)" },
+		{ 'f', "format", OPT_STRING, &format, "F", "svg, folded, table, json, speedscope or pprof (default: from -o's extension, else svg)" },
 		{ 'F', "function", OPT_BOOL, &function, NULL, "aggregate by function, dropping line numbers" },
 		{ 0, "sort", OPT_STRING, &sort, "KEY", "table order: cumtime (default), tottime or name" },
 		{ 0, "top", OPT_UINT, &top, "N", "table: keep the first N rows (default: all)" },
@@ -225,7 +256,7 @@ int cmd_report(int argc, char **argv)
 	} else {
 		r.format = REC_SVG;
 	}
-	if (r.format != REC_SVG && r.format != REC_FOLDED && r.format != REC_TABLE) {
+	if (!record_format_implemented(r.format)) {
 		return cmd_usage_error("report", "format '%s' is not built in this version of spy",
 				       record_format_name(r.format));
 	}
@@ -244,10 +275,39 @@ int cmd_report(int argc, char **argv)
 		return cmd_fail(&err);
 	}
 
-	write_fn fn = r.format == REC_SVG ? write_svg : r.format == REC_TABLE ? write_table : write_folded;
+	write_fn fn = write_folded;
+	const char *ext = NULL;  /* binary or graphical: a file, not the terminal */
+	switch (r.format) {
+	case REC_SVG:
+		fn = write_svg;
+		ext = ".svg";
+		break;
+	case REC_TABLE:
+		fn = write_table;
+		break;
+	case REC_JSON:
+		fn = write_json;
+		break;
+	case REC_SPEEDSCOPE:
+		fn = write_speedscope;
+		ext = ".speedscope.json";
+		break;
+	case REC_PPROF:
+		fn = write_pprof;
+		ext = ".pb.gz";
+		break;
+	default:
+		break;
+	}
 	char *path = NULL;
-	if (!output && r.format == REC_SVG) {
-		path = strcmp(input, "-") ? default_svg_path(input) : spy_xstrdup("spy-report.svg");
+	if (!output && ext) {
+		if (strcmp(input, "-")) {
+			path = default_path(input, ext);
+		} else {
+			struct spy_buf b = SPY_BUF_INIT;
+			spy_buf_addf(&b, "spy-report%s", ext);
+			path = spy_buf_detach(&b, NULL);
+		}
 	} else if (output && strcmp(output, "-")) {
 		path = spy_xstrdup(output);
 	}

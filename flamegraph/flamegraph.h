@@ -1,6 +1,7 @@
 /*
  * flamegraph: aggregating stacks into a profile, the folded format in and
- * out (plain or gzip), and the per-function cumtime table. It knows nothing
+ * out (plain or gzip), the per-function cumtime table, and the output
+ * formats (svg, json, speedscope, pprof). It knows nothing
  * of processes: its input is spy_stacks whose strings are already interned,
  * or a folded file.
  *
@@ -358,5 +359,25 @@ struct fg_svg_opts {
 	bool inverted;       /* icicle: root at the top */
 };
 int fg_profile_write_svg(const struct fg_profile *p, FILE *f, const struct fg_svg_opts *opts, struct spy_err *err);
+
+/*
+ * Other formats, each one document streamed to f (flushed, not closed;
+ * -SPY_EIO on a write error). Deterministic for a given profile. Target
+ * strings are escaped for the format, invalid UTF-8 becoming U+FFFD.
+ *  - json: metadata, frames (func, file, line, kind), threads and the
+ *    distinct stacks as frame ids root first with counts
+ *    (doc/json-format.md).
+ *  - speedscope: speedscope.app's file format, one "sampled" profile per
+ *    thread when stacks carry "thread ..." synthetic roots (those and the
+ *    "process ..." root become the profile's name), else one; weights in
+ *    seconds when "# rate-hz:" is known, else in samples.
+ *  - pprof: gzip-compressed profile.proto for `go tool pprof`: sample types
+ *    samples/count and, when the rate is known, wall/nanoseconds; one
+ *    location per frame, one function per (func, file); metadata as
+ *    comments.
+ */
+int fg_profile_write_json(const struct fg_profile *p, FILE *f, struct spy_err *err);
+int fg_profile_write_speedscope(const struct fg_profile *p, FILE *f, struct spy_err *err);
+int fg_profile_write_pprof(const struct fg_profile *p, FILE *f, struct spy_err *err);
 
 #endif

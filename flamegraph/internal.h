@@ -90,4 +90,21 @@ void fg_order_release(struct fg_order *o);
 int fg_order_foreach_stack(const struct fg_order *o, const struct fg_profile *p,
 			   fg_stack_fn fn, void *ctx);
 
+/*
+ * Helpers of the JSON-based writers (json.c). fg_utf8_decode reads one code
+ * point of s[0..n), n >= 1: returns the bytes used and sets *cp, or U+FFFD
+ * for a maximal invalid subpart (1 to 3 bytes). fg_json_string appends str
+ * as a quoted JSON string (the one JSON escaper: see json.c). fg_flush
+ * writes b to f when it holds 64 KiB or more, or always with force (then
+ * fflush too); -SPY_EIO "writing the WHAT: strerror" on error. fg_kind_name: "python", "native" or
+ * "synthetic". fg_frame_is_root: a synthetic frame whose name starts with
+ * prefix ("process ", "thread ").
+ */
+size_t fg_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp);
+void fg_json_string(struct spy_buf *out, const char *str);
+int fg_flush(struct spy_buf *b, FILE *f, bool force, const char *what,
+	     struct spy_err *err);
+const char *fg_kind_name(uint8_t kind);
+bool fg_frame_is_root(const struct fg_frame *f, const char *prefix);
+
 #endif

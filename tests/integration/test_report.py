@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """spy report: re-render a saved folded profile (plain or gzip) as svg,
-folded or table; usage errors exit 2, unreadable or malformed profiles
+folded, table, json, speedscope or pprof (chrome is not built: exit 2); usage errors exit 2, unreadable or malformed profiles
 exit 5 with one stderr line naming FILE:LINE. One PASS/FAIL line per check;
 no Python interpreter is needed (the profiles are written here)."""
 
 import gzip
+import json
 import os
 import subprocess
 import sys
@@ -74,8 +75,53 @@ def main():
 
     rep.check("spy report --help", expect(spy("report", "--help"), 0, out=["--format"]))
     rep.check("spy report (no profile)", expect(spy("report"), 2, one_err_line=True))
-    rep.check("spy report -f pprof (not built)",
-              expect(spy("report", plain, "-f", "pprof"), 2))
+    rep.check("spy report -f chrome (not built)",
+              expect(spy("report", plain, "-f", "chrome"), 2, one_err_line=True))
+
+    # json is text: stdout without -o.
+    r = spy("report", plain, "-f", "json")
+    p = expect(r, 0)
+    try:
+        doc = json.loads(r.out)
+        if doc.get("samples") != 20 or sum(s["count"] for s in doc["stacks"]) != 20:
+            p.append("json samples/counts do not add up to 20")
+        if doc.get("metadata", {}).get("command") != "python3 app.py":
+            p.append("json metadata lacks the command")
+    except (ValueError, KeyError, TypeError) as e:
+        p.append("stdout is not the json document: %s" % e)
+    rep.check("spy report -f json (stdout)", p)
+
+    # speedscope and pprof are files: beside the profile without -o.
+    r = spy("report", plain, "-f", "speedscope")
+    p = expect(r, 0)
+    out = os.path.join(d, "prof.speedscope.json")
+    try:
+        with open(out) as f:
+            ss = json.load(f)
+        if ss.get("$schema") != "https://www.speedscope.app/file-format-schema.json":
+            p.append("no speedscope $schema")
+        elif abs(sum(sum(pr["weights"]) for pr in ss["profiles"]) - 0.2) > 1e-9:
+            p.append("speedscope weights do not sum to 20 samples at 100 Hz")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        p.append("cannot read %s: %s" % (out, e))
+    rep.check("spy report -f speedscope (beside the profile)", p)
+
+    out = os.path.join(d, "x.pb.gz")
+    p = expect(spy("report", gz, "-o", out), 0)
+    try:
+        with gzip.open(out, "rb") as f:
+            data = f.read()
+        # Names are plain strings in the string table.
+        if b"work" not in data or b"app.py" not in data:
+            p.append("pprof string table lacks work/app.py")
+    except OSError as e:
+        p.append("cannot read %s: %s" % (out, e))
+    rep.check("spy report -o X.pb.gz (pprof)", p)
+    r = spy("report", plain, "-f", "pprof")
+    p = expect(r, 0)
+    if not os.path.exists(os.path.join(d, "prof.pb.gz")):
+        p.append("no prof.pb.gz beside the profile")
+    rep.check("spy report -f pprof (beside the profile)", p)
 
     r = spy("report", plain)
     p = expect(r, 0)

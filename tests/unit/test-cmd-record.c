@@ -37,6 +37,18 @@ static void test_formats(void)
 	CHECK(!record_format_parse("SVG", &f));
 	CHECK(!record_format_parse("", &f));
 	CHECK_STR(record_format_name(REC_SPEEDSCOPE), "speedscope");
+	/* A default name's extension must imply the format it was made for. */
+	for (int i = REC_SVG; i <= REC_JSON; i++) {
+		char name[64];
+		snprintf(name, sizeof(name), "spy-42%s", record_format_ext((enum rec_format)i));
+		CHECK_INT(record_format_from_path(name), i);
+	}
+	/* chrome needs a per-sample timeline the aggregate does not keep. */
+	CHECK(record_format_implemented(REC_JSON));
+	CHECK(record_format_implemented(REC_SPEEDSCOPE));
+	CHECK(record_format_implemented(REC_PPROF));
+	CHECK(!record_format_implemented(REC_CHROME));
+	CHECK_INT(record_format_from_path("out.pb.gz"), REC_PPROF);
 }
 
 static void test_ticker_on_time(void)

@@ -1,0 +1,224 @@
+/*
+ * The json output format (doc/json-format.md), and the one JSON string
+ * escaper that it and the speedscope writer share.
+ *
+ * The document is the profile as flamegraph.h describes it, nothing more:
+ * the metadata, the frames table (ids are array indices), the threads (the
+ * synthetic "thread ..." frames, so a reader need not parse names to split
+ * by thread) and every distinct stack as frame ids root first with its
+ * count, in the folded file's order. A consumer gets exactly what the
+ * folded file holds without re-parsing "func (file:line)" text, which is
+ * ambiguous for hostile names.
+ *
+ * Target strings are hostile and may not be UTF-8. JSON requires UTF-8 (RFC
+ * 8259), so the escaper decodes and replaces each maximal invalid subpart
+ * by U+FFFD, as Python's and the WHATWG decoders do; valid text passes
+ * through unchanged except for quotes, backslash, control characters and
+ * U+2028/U+2029 (legal JSON but line terminators to older JavaScript, which
+ * breaks anyone who pastes the file into a script).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <string.h>
+
+#include "flamegraph/internal.h"
+
+/* Bytes flushed to the FILE at a time: output size is unbounded, memory is not. */
+#define JSON_FLUSH 65536
+
+size_t fg_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
+{
+	unsigned char c = s[0];
+	if (c < 0x80) {
+		*cp = c;
+		return 1;
+	}
+	size_t need;
+	unsigned char lo = 0x80, hi = 0xbf;
+	uint32_t v;
+	if (c >= 0xc2 && c <= 0xdf) {
+		need = 1;
+		v = c & 0x1f;
+	} else if (c >= 0xe0 && c <= 0xef) {
+		need = 2;
+		v = c & 0x0f;
+		/* No overlong forms, no UTF-16 surrogates. */
+		lo = c == 0xe0 ? 0xa0 : 0x80;
+		hi = c == 0xed ? 0x9f : 0xbf;
+	} else if (c >= 0xf0 && c <= 0xf4) {
+		need = 3;
+		v = c & 0x07;
+		/* No overlong forms, nothing above U+10FFFF. */
+		lo = c == 0xf0 ? 0x90 : 0x80;
+		hi = c == 0xf4 ? 0x8f : 0xbf;
+	} else {
+		*cp = 0xfffd;
+		return 1;
+	}
+	size_t i = 1;
+	for (; i <= need; i++) {
+		if (i >= n || s[i] < lo || s[i] > hi) {
+			/* The maximal subpart so far becomes one U+FFFD. */
+			*cp = 0xfffd;
+			return i;
+		}
+		v = (v << 6) | (s[i] & 0x3f);
+		lo = 0x80;
+		hi = 0xbf;
+	}
+	*cp = v;
+	return i;
+}
+
+void fg_json_string(struct spy_buf *out, const char *str)
+{
+	const unsigned char *s = (const unsigned char *)(str ? str : "");
+	size_t n = strlen((const char *)s);
+	spy_buf_addch(out, '"');
+	size_t i = 0, run = 0;
+	while (i < n) {
+		uint32_t cp;
+		size_t len = fg_utf8_decode(s + i, n - i, &cp);
+		bool plain = cp != 0xfffd && cp >= 0x20 && cp != '"' && cp != '\\' &&
+			     cp != 0x7f && cp != 0x2028 && cp != 0x2029;
+		if (plain || (cp == 0xfffd && len == 3 && s[i] == 0xef)) {
+			/* Valid, needs no escape (a literal U+FFFD included). */
+			i += len;
+			continue;
+		}
+		spy_buf_add(out, s + run, i - run);
+		switch (cp) {
+		case '"':
+			spy_buf_adds(out, "\\\"");
+			break;
+		case '\\':
+			spy_buf_adds(out, "\\\\");
+			break;
+		case '\n':
+			spy_buf_adds(out, "\\n");
+			break;
+		case '\t':
+			spy_buf_adds(out, "\\t");
+			break;
+		case '\r':
+			spy_buf_adds(out, "\\r");
+			break;
+		default:
+			spy_buf_addf(out, "\\u%04" PRIx32, cp);
+			break;
+		}
+		i += len;
+		run = i;
+	}
+	spy_buf_add(out, s + run, i - run);
+	spy_buf_addch(out, '"');
+}
+
+int fg_flush(struct spy_buf *b, FILE *f, bool force, const char *what, struct spy_err *err)
+{
+	if (!force && b->len < JSON_FLUSH) {
+		return 0;
+	}
+	if (b->len && fwrite(b->buf, 1, b->len, f) != b->len) {
+		return spy_err_set(err, SPY_EIO, "writing the %s: %s", what, strerror(errno));
+	}
+	spy_buf_reset(b);
+	if (force && fflush(f) != 0) {
+		return spy_err_set(err, SPY_EIO, "writing the %s: %s", what, strerror(errno));
+	}
+	return 0;
+}
+
+const char *fg_kind_name(uint8_t kind)
+{
+	switch (kind) {
+	case SPY_FRAME_PYTHON:
+		return "python";
+	case SPY_FRAME_NATIVE:
+		return "native";
+	default:
+		return "synthetic";
+	}
+}
+
+bool fg_frame_is_root(const struct fg_frame *f, const char *prefix)
+{
+	return f->kind == SPY_FRAME_SYNTHETIC && !strncmp(f->func, prefix, strlen(prefix));
+}
+
+struct json_ctx {
+	struct spy_buf *b;
+	FILE *f;
+	struct spy_err *err;
+	bool first;
+};
+
+static int json_stack(void *ctx, const uint32_t *frames, size_t depth, uint64_t count)
+{
+	struct json_ctx *c = ctx;
+	spy_buf_adds(c->b, c->first ? "\n    {\"frames\": [" : ",\n    {\"frames\": [");
+	c->first = false;
+	for (size_t i = 0; i < depth; i++) {
+		spy_buf_addf(c->b, i ? ", %" PRIu32 : "%" PRIu32, frames[i]);
+	}
+	spy_buf_addf(c->b, "], \"count\": %" PRIu64 "}", count);
+	return fg_flush(c->b, c->f, false, "json profile", c->err);
+}
+
+int fg_profile_write_json(const struct fg_profile *p, FILE *f, struct spy_err *err)
+{
+	struct spy_buf b = SPY_BUF_INIT;
+	struct fg_stats st;
+	fg_profile_stats(p, &st);
+	spy_buf_adds(&b, "{\n  \"format\": \"spy-json\",\n  \"version\": 1,\n  \"metadata\": {");
+	size_t nmeta = fg_profile_meta_count(p);
+	for (size_t i = 0; i < nmeta; i++) {
+		const char *key, *value;
+		fg_profile_meta_at(p, i, &key, &value);
+		spy_buf_adds(&b, i ? ",\n    " : "\n    ");
+		fg_json_string(&b, key);
+		spy_buf_adds(&b, ": ");
+		fg_json_string(&b, value);
+	}
+	spy_buf_adds(&b, nmeta ? "\n  },\n" : "},\n");
+	spy_buf_addf(&b, "  \"samples\": %" PRIu64 ",\n  \"frames\": [", st.samples);
+	size_t nframes = fg_profile_frame_count(p);
+	int rc = 0;
+	for (uint32_t id = 0; id < nframes && !rc; id++) {
+		const struct fg_frame *fr = fg_profile_frame(p, id);
+		spy_buf_adds(&b, id ? ",\n    {\"func\": " : "\n    {\"func\": ");
+		fg_json_string(&b, fr->func);
+		spy_buf_adds(&b, ", \"file\": ");
+		if (fr->file) {
+			fg_json_string(&b, fr->file);
+		} else {
+			spy_buf_adds(&b, "null");
+		}
+		spy_buf_addf(&b, ", \"line\": %" PRIu32 ", \"kind\": \"%s\"}", fr->line,
+			     fg_kind_name(fr->kind));
+		rc = fg_flush(&b, f, false, "json profile", err);
+	}
+	spy_buf_adds(&b, nframes ? "\n  ],\n  \"threads\": [" : "],\n  \"threads\": [");
+	bool any = false;
+	for (uint32_t id = 0; id < nframes; id++) {
+		const struct fg_frame *fr = fg_profile_frame(p, id);
+		if (fg_frame_is_root(fr, "thread ")) {
+			spy_buf_addf(&b, "%s{\"frame\": %" PRIu32 ", \"name\": ",
+				     any ? ",\n    " : "\n    ", id);
+			fg_json_string(&b, fr->func);
+			spy_buf_addch(&b, '}');
+			any = true;
+		}
+	}
+	spy_buf_adds(&b, any ? "\n  ],\n  \"stacks\": [" : "],\n  \"stacks\": [");
+	struct json_ctx c = { &b, f, err, true };
+	if (!rc) {
+		rc = fg_profile_foreach_stack(p, json_stack, &c);
+	}
+	spy_buf_adds(&b, c.first ? "]\n}\n" : "\n  ]\n}\n");
+	if (!rc) {
+		rc = fg_flush(&b, f, true, "json profile", err);
+	}
+	spy_buf_release(&b);
+	return rc;
+}
