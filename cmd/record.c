@@ -587,6 +587,21 @@ static int write_svg(const struct rec *r, FILE *f, struct spy_err *err)
 	return fg_profile_write_svg(r->profile, f, &so, err);
 }
 
+static int write_json(const struct rec *r, FILE *f, struct spy_err *err)
+{
+	return fg_profile_write_json(r->profile, f, err);
+}
+
+static int write_speedscope(const struct rec *r, FILE *f, struct spy_err *err)
+{
+	return fg_profile_write_speedscope(r->profile, f, err);
+}
+
+static int write_pprof(const struct rec *r, FILE *f, struct spy_err *err)
+{
+	return fg_profile_write_pprof(r->profile, f, err);
+}
+
 static int write_table(const struct rec *r, FILE *f, struct spy_err *err)
 {
 	struct fg_table t;
@@ -985,9 +1000,9 @@ int cmd_record(int argc, char **argv)
 
 	const struct opt opts[] = {
 		{ 'p', "pid", OPT_PID, &pid, "PID", "attach to a running process" },
-		{ 'o', "output", OPT_STRING, &output, "FILE", "where to write (default spy-<pid>.svg)" },
+		{ 'o', "output", OPT_STRING, &output, "FILE", "where to write (default spy-<pid>.svg; with -f, that format's extension)" },
 		{ 'f', "format", OPT_STRING, &format, "F",
-		  "svg, folded, table (speedscope, chrome, pprof, json: not yet)" },
+		  "svg, folded, table, speedscope, pprof, json (chrome: not yet)" },
 		{ 'r', "rate", OPT_DOUBLE, &rate, "HZ", "samples per second (default 100)" },
 		{ 'd', "duration", OPT_DOUBLE, &duration, "S", "stop after S seconds" },
 		{ 'n', "native", OPT_BOOL, &native, NULL, "merge native frames (not yet)" },
@@ -1116,7 +1131,7 @@ int cmd_record(int argc, char **argv)
 	struct spy_buf default_out = SPY_BUF_INIT;
 	if (!table_to_stdout) {
 		if (!output && pid) {
-			spy_buf_addf(&default_out, "spy-%d.svg", pid);
+			spy_buf_addf(&default_out, "spy-%d%s", pid, record_format_ext(out.format));
 			output = default_out.buf;
 		}
 		if (output) {
@@ -1130,8 +1145,8 @@ int cmd_record(int argc, char **argv)
 
 	if (program && !output && access(".", W_OK) != 0) {
 		/* The default name needs the child's pid; the directory can be checked now. */
-		spy_err_set(&err, SPY_EIO, "cannot write spy-<pid>.svg in the current directory: %s",
-			    strerror(errno));
+		spy_err_set(&err, SPY_EIO, "cannot write spy-<pid>%s in the current directory: %s",
+			    record_format_ext(out.format), strerror(errno));
 		exit_code = cmd_fail(&err);
 		goto out_buf;
 	}
@@ -1145,7 +1160,7 @@ int cmd_record(int argc, char **argv)
 			goto out_buf;
 		}
 		if (!output) {
-			spy_buf_addf(&default_out, "spy-%d.svg", (int)sp.pid);
+			spy_buf_addf(&default_out, "spy-%d%s", (int)sp.pid, record_format_ext(out.format));
 			out.path = output = default_out.buf;
 			if (output_prepare(&out, &err) < 0) {
 				exit_code = cmd_fail(&err);
@@ -1206,6 +1221,15 @@ int cmd_record(int argc, char **argv)
 			break;
 		case REC_TABLE:
 			wrc = output_write(&out, r, write_table, &werr);
+			break;
+		case REC_JSON:
+			wrc = output_write(&out, r, write_json, &werr);
+			break;
+		case REC_SPEEDSCOPE:
+			wrc = output_write(&out, r, write_speedscope, &werr);
+			break;
+		case REC_PPROF:
+			wrc = output_write(&out, r, write_pprof, &werr);
 			break;
 		default:
 			SPY_BUG("record: unimplemented format %d", (int)out.format);
