@@ -30,44 +30,8 @@
 
 #include "common/sample.h"
 #include "common/strtab.h"
+#include "bench/bench.h"
 #include "flamegraph/flamegraph.h"
-
-#define NFUNCS 3000
-#define NFILES 300
-#define NTHREADS 8
-#define MIN_DEPTH 20
-#define MAX_DEPTH 60
-
-static uint64_t rng = 0x9e3779b97f4a7c15ULL;
-
-static uint64_t rnd(void)
-{
-	rng ^= rng >> 12;
-	rng ^= rng << 25;
-	rng ^= rng >> 27;
-	return rng * 0x2545f4914f6cdd1dULL;
-}
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* Resident set now, from /proc/self/statm, in MiB. */
-static double rss_now(void)
-{
-	long pages = 0, resident = 0;
-	FILE *f = fopen("/proc/self/statm", "r");
-	if (f) {
-		if (fscanf(f, "%ld %ld", &pages, &resident) != 2) {
-			resident = 0;
-		}
-		fclose(f);
-	}
-	return (double)resident * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0);
-}
 
 static double rss_peak(void)
 {

@@ -1,0 +1,54 @@
+/*
+ * What the C benchmark drivers share: a fixed-seed random source (so runs
+ * are comparable), a monotonic clock, the resident set now, and the shape of
+ * the synthetic profiles they generate. Header-only: each driver is built by
+ * its script with one cc call, no extra objects.
+ */
+#ifndef SPY_BENCH_BENCH_H
+#define SPY_BENCH_BENCH_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The synthetic workload: functions spread over files, stacks 20-60 deep. */
+#define NFUNCS 3000
+#define NFILES 300
+#define NTHREADS 8
+#define MIN_DEPTH 20
+#define MAX_DEPTH 60
+
+/* xorshift64*, fixed seed: the same profile on every run. */
+static uint64_t bench_rng = 0x9e3779b97f4a7c15ULL;
+
+static inline uint64_t rnd(void)
+{
+	bench_rng ^= bench_rng >> 12;
+	bench_rng ^= bench_rng << 25;
+	bench_rng ^= bench_rng >> 27;
+	return bench_rng * 0x2545f4914f6cdd1dULL;
+}
+
+static inline double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Resident set now, from /proc/self/statm, in MiB. */
+static inline double rss_now(void)
+{
+	long pages = 0, resident = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+	if (f) {
+		if (fscanf(f, "%ld %ld", &pages, &resident) != 2) {
+			resident = 0;
+		}
+		fclose(f);
+	}
+	return (double)resident * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0);
+}
+
+#endif
