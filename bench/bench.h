@@ -1,7 +1,7 @@
 /*
  * What the C benchmark drivers share: a fixed-seed random source (so runs
- * are comparable), a monotonic clock, the resident set now, and the shape of
- * the synthetic profiles they generate. Header-only: each driver is built by
+ * are comparable), a monotonic clock, the resident set now, and the shape
+ * and names of the synthetic profiles they generate. Header-only: each driver is built by
  * its script with one cc call, no extra objects.
  */
 #ifndef SPY_BENCH_BENCH_H
@@ -9,6 +9,9 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+
+#include "common/strtab.h"
 #include <time.h>
 #include <unistd.h>
 
@@ -49,6 +52,32 @@ static inline double rss_now(void)
 		fclose(f);
 	}
 	return (double)resident * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0);
+}
+
+/* Names of the synthetic workload, interned once in the session's table. */
+struct bench_vocab {
+	const char *funcs[NFUNCS];
+	const char *files[NFILES];
+	const char *threads[NTHREADS];
+	const char *process;
+};
+
+static inline void bench_vocab_init(struct bench_vocab *v, struct spy_strtab *t)
+{
+	char name[128];
+	for (int i = 0; i < NFILES; i++) {
+		snprintf(name, sizeof(name), "/usr/lib/python3.12/site-packages/pkg%d/module_%d.py", i % 17, i);
+		v->files[i] = spy_strtab_interns(t, name);
+	}
+	for (int i = 0; i < NFUNCS; i++) {
+		snprintf(name, sizeof(name), "Class%d.method_%d", i % 97, i);
+		v->funcs[i] = spy_strtab_interns(t, name);
+	}
+	for (int i = 0; i < NTHREADS; i++) {
+		snprintf(name, sizeof(name), "thread %d \"worker-%d\"", 1000 + i, i);
+		v->threads[i] = spy_strtab_interns(t, name);
+	}
+	v->process = spy_strtab_interns(t, "process 4242 \"python3 bench.py\"");
 }
 
 #endif

@@ -62,25 +62,12 @@ int main(int argc, char **argv)
 	}
 
 	struct spy_strtab session = SPY_STRTAB_INIT;
-	char name[128];
 
 	/* The vocabulary: function names, files and the roots, interned once. */
-	const char **funcs = malloc(NFUNCS * sizeof(*funcs));
-	const char **files = malloc(NFILES * sizeof(*files));
-	const char *threads[NTHREADS];
-	for (int i = 0; i < NFILES; i++) {
-		snprintf(name, sizeof(name), "/usr/lib/python3.12/site-packages/pkg%d/module_%d.py", i % 17, i);
-		files[i] = spy_strtab_interns(&session, name);
-	}
-	for (int i = 0; i < NFUNCS; i++) {
-		snprintf(name, sizeof(name), "Class%d.method_%d", i % 97, i);
-		funcs[i] = spy_strtab_interns(&session, name);
-	}
-	for (int i = 0; i < NTHREADS; i++) {
-		snprintf(name, sizeof(name), "thread %d \"worker-%d\"", 1000 + i, i);
-		threads[i] = spy_strtab_interns(&session, name);
-	}
-	const char *process = spy_strtab_interns(&session, "process 4242 \"python3 bench.py\"");
+	struct bench_vocab voc;
+	bench_vocab_init(&voc, &session);
+	const char **funcs = voc.funcs, **files = voc.files, **threads = voc.threads;
+	const char *process = voc.process;
 
 	/* Distinct stacks, root first, each sharing a prefix with an earlier one. */
 	struct frame_def **defs = malloc(nstacks * sizeof(*defs));
@@ -187,7 +174,7 @@ int main(int argc, char **argv)
 	fg_tree_release(&tree);
 
 	/* Output. */
-	char plain[4096], gz[4096];
+	char plain[4096], gz[4096 + 3];   /* room for plain + ".gz" */
 	snprintf(plain, sizeof(plain), "%s/fg-aggregate-bench.%ld.folded", outdir, (long)getpid());
 	snprintf(gz, sizeof(gz), "%s.gz", plain);
 	struct spy_err err = SPY_ERR_INIT;
@@ -247,8 +234,6 @@ int main(int argc, char **argv)
 	free(pick);
 	free(depth);
 	free(thread);
-	free(funcs);
-	free(files);
 	spy_strtab_release(&session);
 	return 0;
 }

@@ -137,23 +137,10 @@ int main(int argc, char **argv)
 	}
 
 	struct spy_strtab session = SPY_STRTAB_INIT;
-	char name[128];
-	const char **funcs = malloc(NFUNCS * sizeof(*funcs));
-	const char **files = malloc(NFILES * sizeof(*files));
-	const char *threads[NTHREADS];
-	for (int i = 0; i < NFILES; i++) {
-		snprintf(name, sizeof(name), "/usr/lib/python3.12/site-packages/pkg%d/module_%d.py", i % 17, i);
-		files[i] = spy_strtab_interns(&session, name);
-	}
-	for (int i = 0; i < NFUNCS; i++) {
-		snprintf(name, sizeof(name), "Class%d.method_%d", i % 97, i);
-		funcs[i] = spy_strtab_interns(&session, name);
-	}
-	for (int i = 0; i < NTHREADS; i++) {
-		snprintf(name, sizeof(name), "thread %d \"worker-%d\"", 1000 + i, i);
-		threads[i] = spy_strtab_interns(&session, name);
-	}
-	const char *process = spy_strtab_interns(&session, "process 4242 \"python3 bench.py\"");
+	struct bench_vocab voc;
+	bench_vocab_init(&voc, &session);
+	const char **funcs = voc.funcs, **files = voc.files, **threads = voc.threads;
+	const char *process = voc.process;
 
 	struct frame_def **defs = malloc(nstacks * sizeof(*defs));
 	uint8_t *depth = malloc(nstacks);
@@ -270,8 +257,6 @@ int main(int argc, char **argv)
 		printf("  kept:                     %s\n", path);
 	}
 	fg_profile_free(p);
-	free(funcs);
-	free(files);
 	free(depth);
 	free(thread);
 	spy_strtab_release(&session);
