@@ -41,6 +41,7 @@
 #include "common/util.h"
 #include "sampler/sampler.h"
 #include "tests/lib/check.h"
+#include "tests/lib/ptrace-helpers.h"
 
 /* More than the cache's 256 lines of 4 KiB, so some lines share a slot. */
 #define REGION_PAGES 264
@@ -331,15 +332,7 @@ static void test_pread_fallback(struct child *c)
 	fflush(stderr);
 	pid_t helper = fork();
 	if (helper == 0) {
-		struct sock_filter filter[] = {
-			BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-			BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 0, 1),
-			BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
-			BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-		};
-		struct sock_fprog prog = { SPY_ARRAY_SIZE(filter), filter };
-		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-		    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0) {
+		if (!test_refuse_process_vm_readv()) {
 			_exit(10);
 		}
 		struct proc *p;
@@ -357,22 +350,6 @@ static void test_pread_fallback(struct child *c)
 	CHECK_INT(WEXITSTATUS(st), 0);
 }
 
-static bool ptrace_permitted(void)
-{
-	pid_t pid = fork();
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		pause();
-		_exit(0);
-	}
-	bool ok = ptrace(PTRACE_SEIZE, pid, NULL, NULL) == 0;
-	int e = errno;
-	kill(pid, SIGKILL);
-	waitpid(pid, NULL, 0);
-	errno = e;
-	return ok;
-}
-
 int main(void)
 {
 	struct spy_err err = SPY_ERR_INIT;
@@ -380,7 +357,7 @@ int main(void)
 	struct proc *p;
 
 	spy_log_init_from_env();
-	if (!ptrace_permitted()) {
+	if (!test_ptrace_permitted()) {
 		printf("skipped: ptrace is not permitted here (%s)\n", strerror(errno));
 		return 77;
 	}

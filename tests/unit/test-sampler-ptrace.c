@@ -39,6 +39,7 @@
 #include "common/util.h"
 #include "sampler/sampler.h"
 #include "tests/lib/check.h"
+#include "tests/lib/ptrace-helpers.h"
 
 /* Globals the child runs on and we read remotely. */
 static volatile uint64_t child_magic = 0x5350595350595350ull;
@@ -830,15 +831,7 @@ static void test_mem_fallback(void)
 	fflush(stdout);
 	pid_t helper = fork();
 	if (helper == 0) {
-		struct sock_filter filter[] = {
-			BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-			BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 0, 1),
-			BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
-			BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-		};
-		struct sock_fprog prog = { SPY_ARRAY_SIZE(filter), filter };
-		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-		    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0) {
+		if (!test_refuse_process_vm_readv()) {
 			_exit(10);
 		}
 		uint64_t v = 0;
@@ -946,22 +939,6 @@ static void test_target_exit(void)
 	waitpid(pid, NULL, WNOHANG);
 }
 
-static bool ptrace_permitted(void)
-{
-	pid_t pid = fork();
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		pause();
-		_exit(0);
-	}
-	bool ok = ptrace(PTRACE_SEIZE, pid, NULL, NULL) == 0;
-	int e = errno;
-	kill(pid, SIGKILL);
-	waitpid(pid, NULL, 0);
-	errno = e;
-	return ok;
-}
-
 int main(void)
 {
 	struct spy_err err = SPY_ERR_INIT;
@@ -970,7 +947,7 @@ int main(void)
 
 	spy_log_init_from_env();
 	test_open_errors();
-	if (!ptrace_permitted()) {
+	if (!test_ptrace_permitted()) {
 		printf("skipped: ptrace is not permitted here (%s)\n", strerror(errno));
 		return 77;
 	}
