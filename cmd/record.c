@@ -78,24 +78,9 @@ static const char *const rerr_names[RERR_MAX] = {
 	"pause", "threads", "thread-gone", "torn", "truncated", "dropped",
 };
 
-/*
- * A thread that reads R but ran less than this share of the wall time since
- * the previous read is taken as idle. Each pause interrupts sleeping
- * syscalls, and a thread restarting one stays runnable (R) until a CPU is
- * free: on a loaded machine that can outlast a tick, so a sleeper would read
- * R. It runs microseconds per tick; a thread doing work, even one starved
- * of CPU, runs far more.
- */
-#define ACTIVE_MIN_SHARE 0.05
-
-/* One OS thread we have seen: its stat files stay open, so a state read is two preads. */
+/* One OS thread we have seen. */
 struct rthread {
-	pid_t tid;
-	int fd;
-	int sched_fd;        /* task/TID/schedstat: CPU time in ns, finer than stat's ticks */
-	char state;          /* state letter at the last read; 0 if unknown */
-	bool ran;            /* ran at least ACTIVE_MIN_SHARE since the previous read */
-	uint64_t cpu_ns, read_ns;  /* schedstat's run time, and when it was read */
+	struct proc_task task;
 	bool seen;           /* found by this tick's walk */
 	const char *root;    /* interned `thread TID "name"` frame */
 };
@@ -184,67 +169,21 @@ static const char *reintern(struct rec *r, const char *s)
 static struct rthread *find_thread(struct rtarget *r, pid_t tid)
 {
 	for (size_t i = 0; i < r->nrt; i++) {
-		if (r->rt[i].tid == tid) {
+		if (r->rt[i].task.tid == tid) {
 			return &r->rt[i];
 		}
 	}
 	return NULL;
 }
 
-static char read_state(int fd)
-{
-	char buf[512];
-	ssize_t n = pread(fd, buf, sizeof(buf), 0);
-	if (n <= 0) {
-		return 0;
-	}
-	return proc_parse_stat_state(buf, (size_t)n);
-}
-
-static uint64_t read_cpu_ns(int fd)
-{
-	char buf[128];
-	ssize_t n = fd >= 0 ? pread(fd, buf, sizeof(buf) - 1, 0) : -1;
-	if (n <= 0) {
-		return 0;
-	}
-	buf[n] = '\0';
-	return strtoull(buf, NULL, 10);
-}
-
-static void refresh_thread(struct rthread *t)
-{
-	uint64_t now = ticker_now_ns();
-	uint64_t cpu = read_cpu_ns(t->sched_fd);
-	t->state = t->fd >= 0 ? read_state(t->fd) : 0;
-	/* Without schedstat (or on the first read) the state letter decides alone. */
-	t->ran = t->sched_fd < 0 || !t->read_ns || now <= t->read_ns ||
-		 (double)(cpu - t->cpu_ns) >= ACTIVE_MIN_SHARE * (double)(now - t->read_ns);
-	t->cpu_ns = cpu;
-	t->read_ns = now;
-}
-
 static struct rthread *add_thread(struct rec *rec, struct rtarget *r, pid_t tid)
 {
-	char path[96], comm[64] = "";
-	pid_t pid = proc_pid(r->t.proc);
+	char comm[64];
 	SPY_GROW(r->rt, r->rt_alloc, r->nrt + 1);
 	struct rthread *t = &r->rt[r->nrt++];
 	memset(t, 0, sizeof(*t));
-	t->tid = tid;
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)tid);
-	t->fd = open(path, O_RDONLY | O_CLOEXEC);
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int)pid, (int)tid);
-	t->sched_fd = open(path, O_RDONLY | O_CLOEXEC);
-	refresh_thread(t);
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", (int)pid, (int)tid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd >= 0) {
-		ssize_t n = read(fd, comm, sizeof(comm) - 1);
-		close(fd);
-		comm[n > 0 ? n : 0] = '\0';
-		comm[strcspn(comm, "\n")] = '\0';
-	}
+	proc_task_open(r->t.proc, &t->task, tid);
+	proc_task_comm(r->t.proc, tid, comm, sizeof(comm));
 	struct spy_buf b = SPY_BUF_INIT;
 	spy_buf_addf(&b, "thread %d \"%s\"", (int)tid, comm);
 	t->root = spy_strtab_interns(&rec->strs, b.buf);
@@ -258,12 +197,7 @@ static void drop_threads(struct rtarget *r, bool all)
 	size_t out = 0;
 	for (size_t i = 0; i < r->nrt; i++) {
 		if (all || !r->rt[i].seen) {
-			if (r->rt[i].fd >= 0) {
-				close(r->rt[i].fd);
-			}
-			if (r->rt[i].sched_fd >= 0) {
-				close(r->rt[i].sched_fd);
-			}
+			proc_task_close(&r->rt[i].task);
 			continue;
 		}
 		r->rt[out++] = r->rt[i];
@@ -326,9 +260,15 @@ static void sample_target(struct rec *r, struct rtarget *tg)
 	int rc;
 	uint64_t errors_before = total_errors(r);
 
-	/* States first: once paused, every thread reads as 't'. */
+	/*
+	 * Paused, every thread reads 't', so a pausing sampler reads states
+	 * first, for every thread it knows. One that does not pause reads them
+	 * after the walk, and only where the walk leaves the question open.
+	 */
 	for (size_t i = 0; i < tg->nrt; i++) {
-		refresh_thread(&tg->rt[i]);
+		if (tg->attached) {
+			proc_task_refresh(&tg->rt[i].task, true);
+		}
 		tg->rt[i].seen = false;
 	}
 	if (tg->attached) {
@@ -376,9 +316,11 @@ static void sample_target(struct rec *r, struct rtarget *tg)
 		const struct py_thread *pt = &r->py[i];
 		struct spy_stack *s = &r->stacks[i];
 		struct rthread *th = NULL;
+		bool fresh = false;
 		if (pt->native_tid > 0) {
 			th = find_thread(tg, pt->native_tid);
-			if (!th) {
+			fresh = !th;
+			if (fresh) {
 				th = add_thread(r, tg, pt->native_tid);
 			}
 			th->seen = true;
@@ -403,7 +345,10 @@ static void sample_target(struct rec *r, struct rtarget *tg)
 		 * a thread without the GIL is then taken as idle: it is not running
 		 * Python code.
 		 */
-		bool active = pt->holds_gil || (th && th->state == 'R' && th->ran);
+		if (th && !pt->holds_gil && (fresh || !tg->attached)) {
+			proc_task_refresh(&th->task, tg->attached);
+		}
+		bool active = pt->holds_gil || (th && proc_task_active(&th->task));
 		if (!active && !r->idle) {
 			continue;
 		}
@@ -656,6 +601,7 @@ static int target_start(struct rec *r, struct rtarget *tg, struct spy_err *err)
 	tg->proc_root = spy_strtab_interns(&r->strs, b.buf);
 	spy_buf_release(&b);
 	tg->last_maps_ns = ticker_now_ns();
+	proc_mem_prefetch(tg->t.proc, true);
 	if (r->nonblocking) {
 		return 0;
 	}
@@ -845,16 +791,7 @@ static void poll_targets(struct rec *r, struct spawn *sp)
 			/* --nonblocking launch: our child, so only our wait tells its exit. */
 			tg->gone = spawn_reap(sp, false);
 		} else {
-			char path[64];
-			snprintf(path, sizeof(path), "/proc/%d/stat", (int)proc_pid(tg->t.proc));
-			char buf[512];
-			int fd = open(path, O_RDONLY | O_CLOEXEC);
-			ssize_t len = fd >= 0 ? read(fd, buf, sizeof(buf)) : -1;
-			if (fd >= 0) {
-				close(fd);
-			}
-			char st = len > 0 ? proc_parse_stat_state(buf, (size_t)len) : 0;
-			tg->gone = st == 0 || st == 'Z' || st == 'X';
+			tg->gone = !proc_alive(tg->t.proc);
 		}
 	}
 	r->target_gone = r->tg[0]->gone;

@@ -65,6 +65,10 @@ struct memcache {
 	bool on;
 	uint64_t line[MEMCACHE_LINES];     /* remote address / MEMCACHE_LINE */
 	uint64_t line_gen[MEMCACHE_LINES];
+	/* The view in which each slot's line was last read from (see proc_mem_prefetch). */
+	uint64_t line_used[MEMCACHE_LINES];
+	bool prefetch;
+	uint64_t last_view;   /* the gen of the last view that was on */
 	uint8_t (*data)[MEMCACHE_LINE];    /* MEMCACHE_LINES lines, allocated once */
 	struct proc_mem_stats stats;
 };
@@ -87,6 +91,7 @@ struct proc {
 	int memdirfd;
 	pid_t mem_tid;
 	int memfd;             /* mem under memdirfd when process_vm_readv is refused, else -1 */
+	int statfd;            /* dirfd's stat, opened by the first proc_alive(), else -1 */
 	char root[32];
 	char *cmdline;
 	char *exe;
@@ -155,6 +160,13 @@ void memcache_view(struct proc *p, bool on);
  * read, which may stop short at an unreadable page, or -1.
  */
 ssize_t proc_fetch_lines(struct proc *p, spy_addr_t addr, const struct iovec *local, size_t n);
+/*
+ * Fetch n lines at scattered remote line numbers into local[i], in one
+ * process_vm_readv. Returns the bytes read (the kernel stops at the first
+ * line it cannot read), or -1. Not available over /proc/PID/mem (-1).
+ */
+ssize_t proc_fetch_scattered(struct proc *p, const uint64_t *lines, const struct iovec *local,
+			     size_t n);
 
 /* ptrace.c: drop p from the registry of attached procs (see proc_free). */
 void tracer_forget(struct proc *p);

@@ -36,10 +36,61 @@ void memcache_free(struct proc *p)
 	p->mc.data = NULL;
 }
 
+/*
+ * Start a view by fetching, in one syscall, every line the previous view
+ * read: a sampler walks much the same memory each tick (the runtime, the
+ * thread states, the frame stack, the code objects), so in steady state a
+ * whole sample costs one process_vm_readv instead of one per line. Lines
+ * the walk no longer touches drop out after one view; lines that became
+ * unreadable simply fail here and are fetched (or not) on demand.
+ */
+static void prefetch_lines(struct proc *p, uint64_t prev)
+{
+	struct memcache *c = &p->mc;
+	uint64_t lines[MEMCACHE_LINES];
+	size_t slots[MEMCACHE_LINES];
+	struct iovec local[MEMCACHE_LINES];
+	size_t n = 0;
+
+	for (size_t slot = 0; slot < MEMCACHE_LINES; slot++) {
+		if (c->line_used[slot] != prev) {
+			continue;
+		}
+		c->line_gen[slot] = 0;
+		lines[n] = c->line[slot];
+		slots[n] = slot;
+		local[n].iov_base = c->data[slot];
+		local[n].iov_len = MEMCACHE_LINE;
+		n++;
+	}
+	if (n == 0) {
+		return;
+	}
+	ssize_t got = proc_fetch_scattered(p, lines, local, n);
+	size_t whole = got > 0 ? (size_t)got / MEMCACHE_LINE : 0;
+	for (size_t i = 0; i < whole && i < n; i++) {
+		c->line_gen[slots[i]] = c->gen;
+	}
+	c->stats.prefetched += whole < n ? whole : n;
+}
+
 void memcache_view(struct proc *p, bool on)
 {
-	p->mc.gen++;
-	p->mc.on = on;
+	struct memcache *c = &p->mc;
+	c->gen++;
+	c->on = on;
+	if (on) {
+		/* The views in between (the target running) read nothing cached. */
+		if (c->prefetch && c->data) {
+			prefetch_lines(p, c->last_view);
+		}
+		c->last_view = c->gen;
+	}
+}
+
+void proc_mem_prefetch(struct proc *p, bool on)
+{
+	p->mc.prefetch = on;
 }
 
 void proc_mem_invalidate(struct proc *p)
@@ -59,7 +110,7 @@ static bool line_valid(const struct memcache *c, uint64_t line)
 }
 
 /* Copy [addr, addr + len) out of lines that are all valid. */
-static void copy_out(const struct memcache *c, spy_addr_t addr, uint8_t *dst, size_t len)
+static void copy_out(struct memcache *c, spy_addr_t addr, uint8_t *dst, size_t len)
 {
 	while (len > 0) {
 		uint64_t line = addr / MEMCACHE_LINE;
@@ -68,6 +119,7 @@ static void copy_out(const struct memcache *c, spy_addr_t addr, uint8_t *dst, si
 		if (n > len) {
 			n = len;
 		}
+		c->line_used[line % MEMCACHE_LINES] = c->gen;
 		memcpy(dst, c->data[line % MEMCACHE_LINES] + off, n);
 		dst += n;
 		addr += n;

@@ -93,6 +93,25 @@ ssize_t proc_fetch_lines(struct proc *p, spy_addr_t addr, const struct iovec *lo
 	return process_vm_readv(p->mem_tid, local, n, remote, n, 0);
 }
 
+ssize_t proc_fetch_scattered(struct proc *p, const uint64_t *lines, const struct iovec *local,
+			     size_t n)
+{
+	struct iovec remote[MEMCACHE_LINES];
+
+	if (p->memfd >= 0 || n == 0 || n > SPY_ARRAY_SIZE(remote)) {
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (lines[i] > UINTPTR_MAX / MEMCACHE_LINE - 1) {
+			return -1;
+		}
+		remote[i].iov_base = (void *)(uintptr_t)(lines[i] * MEMCACHE_LINE);
+		remote[i].iov_len = MEMCACHE_LINE;
+	}
+	p->mc.stats.syscalls++;
+	return process_vm_readv(p->mem_tid, local, n, remote, n, 0);
+}
+
 /*
  * Mappings worth probing: readable, and backed by ordinary memory. [vvar]
  * and device mappings are VM_PFNMAP/VM_IO, which both readers refuse with
@@ -171,6 +190,7 @@ static int check_memory(struct proc *p, struct spy_err *err)
 	}
 	close(p->memfd);
 	p->memfd = -1;
+	p->statfd = -1;
 	p->raw_read = mem_read_vm;
 	return perm_error(p, e, err);
 }
@@ -318,6 +338,7 @@ int proc_open(struct proc **out, pid_t pid, struct spy_err *err)
 	p->mem_tid = pid;
 	p->memdirfd = -1;
 	p->memfd = -1;
+	p->statfd = -1;
 	p->raw_read = mem_read_vm;
 	p->mem.read = memcache_read;
 	p->mem.ctx = p;
@@ -371,6 +392,9 @@ void proc_free(struct proc *p)
 	tracer_forget(p);
 	if (p->memfd >= 0) {
 		close(p->memfd);
+	}
+	if (p->statfd >= 0) {
+		close(p->statfd);
 	}
 	if (p->memdirfd >= 0 && p->memdirfd != p->dirfd) {
 		close(p->memdirfd);

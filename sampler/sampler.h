@@ -18,6 +18,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "common/err.h"
@@ -76,6 +77,37 @@ const struct proc_thread *proc_threads(const struct proc *p, size_t *n);
 int proc_thread_refresh(struct proc *p, struct proc_thread *t);
 
 /*
+ * A thread watched across samples (tasks.c): its stat and schedstat files
+ * stay open, so a refresh costs one or two pread()s. Open with
+ * proc_task_open() (files that cannot be opened leave the state unknown),
+ * close with proc_task_close().
+ */
+struct proc_task {
+	pid_t tid;
+	int stat_fd, sched_fd;
+	char state;                /* the state letter at the last refresh; 0 if unknown */
+	bool ran;                  /* see proc_task_refresh() */
+	uint64_t cpu_ns, read_ns;  /* schedstat's run time, and when it was read */
+};
+
+void proc_task_open(const struct proc *p, struct proc_task *t, pid_t tid);
+void proc_task_close(struct proc_task *t);
+/*
+ * Re-read the state letter. A pause interrupts sleeping syscalls, so right
+ * after one a sleeper can read R for a while: with_cpu (for a sampler that
+ * pauses) then also reads schedstat, and ran says whether the thread ran a
+ * real share of the time since that was last read. Without with_cpu, or in
+ * any state but R, ran is true.
+ */
+void proc_task_refresh(struct proc_task *t, bool with_cpu);
+/* R, and (see above) really running. */
+bool proc_task_active(const struct proc_task *t);
+/* task/TID/comm without its newline ("" if unreadable) into buf. */
+void proc_task_comm(const struct proc *p, pid_t tid, char *buf, size_t size);
+/* False once the process has exited (zombie or reaped); one pread of a kept-open stat. */
+bool proc_alive(struct proc *p);
+
+/*
  * PTRACE_SEIZE every thread. -SPY_EPERM (with remedy) if refused. ptrace ties
  * tracees to the tracing thread: from here to proc_detach(), call the ptrace
  * functions below from the thread that attached.
@@ -125,12 +157,12 @@ int proc_parse_maps(const char *text, size_t len, struct spy_map **maps_out, siz
  *
  * A ticker keeps absolute deadlines start + k * period on CLOCK_MONOTONIC,
  * so a slow sample never shifts the ones after it. When the caller falls
- * more than a whole period behind, the deadlines that passed are skipped and
- * counted in missed rather than sampled in a burst: for any run,
- * taken + missed is the number of deadlines that fell in it.
+ * more than TICKER_SLACK_NS (or a whole period, if longer) behind, the
+ * deadlines that passed are skipped and counted in missed rather than
+ * sampled in a burst: for any run, taken + missed is the number of
+ * deadlines that fell in it.
  */
-#include <stdint.h>
-
+#define TICKER_SLACK_NS (10 * 1000 * 1000ull)
 struct ticker {
 	uint64_t start_ns;   /* the first deadline */
 	uint64_t period_ns;
@@ -148,7 +180,7 @@ uint64_t ticker_deadline(const struct ticker *t);
 /*
  * Called once the tick at ticker_deadline() has been sampled, with now_ns
  * the time the sample finished: move to the next deadline, and if that one
- * is already a whole period or more in the past, skip to the latest
+ * is already the slack (above) or more in the past, skip to the latest
  * deadline <= now_ns (to be taken late), counting the skipped ones in
  * missed. Pure arithmetic, for unit tests.
  */
@@ -215,10 +247,18 @@ struct proc_mem_stats {
 	uint64_t uncached;  /* read exactly: cache off, read too large, or a failed fetch */
 	uint64_t fallbacks; /* of the misses, those whose fetch fell short (also uncached) */
 	uint64_t syscalls;  /* process_vm_readv / pread / preadv issued by the reader */
+	uint64_t prefetched; /* lines fetched ahead by proc_mem_prefetch's views */
 };
 
 /* Drop every cached line (O(1)) and serve later reads from a fresh view. */
 void proc_mem_invalidate(struct proc *p);
+/*
+ * With on, each new view (a pause, proc_mem_invalidate) starts by fetching,
+ * in one syscall, every line the previous view read: for a sampler that
+ * walks much the same memory every tick. Off by default. Needs
+ * process_vm_readv (no effect over the /proc/PID/mem fallback).
+ */
+void proc_mem_prefetch(struct proc *p, bool on);
 /* Counters since proc_open(). */
 void proc_mem_stats(const struct proc *p, struct proc_mem_stats *out);
 

@@ -42,11 +42,15 @@ void ticker_take(struct ticker *t, uint64_t now_ns)
 	t->next++;
 	t->taken++;
 	uint64_t due = ticker_deadline(t);
-	if (now_ns >= due + t->period_ns) {
+	uint64_t slack = t->period_ns > TICKER_SLACK_NS ? t->period_ns : TICKER_SLACK_NS;
+	if (now_ns >= due + slack) {
 		/*
-		 * The next deadline passed a whole period ago: sampling it now
-		 * would be a burst. Skip to the latest deadline <= now, which is
-		 * still within a period and is taken late.
+		 * The next deadline passed too long ago: catching up would be a
+		 * burst of samples of one moment. Skip to the latest deadline
+		 * <= now, which is taken late. Behind by less, the ticks are
+		 * taken back to back: at kilohertz rates a scheduling hiccup of a
+		 * millisecond spans several periods, and skipping them all would
+		 * cost the rate more than the burst costs the profile.
 		 */
 		uint64_t latest = (now_ns - t->start_ns) / t->period_ns;
 		t->missed += latest - t->next;

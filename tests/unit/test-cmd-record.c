@@ -97,6 +97,29 @@ static void test_ticker_late(void)
 	CHECK_INT(ticker_deadline(&t), 80000000);
 }
 
+/* Above 100 Hz a period is shorter than the slack: a short hiccup is caught up. */
+static void test_ticker_catch_up(void)
+{
+	struct ticker t;
+	ticker_init(&t, 5000, 0);
+	CHECK_INT(t.period_ns, 200000);
+	/* Tick 0 finished 1 ms late: ticks 1-5 are all still due, none missed. */
+	ticker_take(&t, 1200000);
+	CHECK_INT(t.missed, 0);
+	CHECK_INT(ticker_deadline(&t), 200000);
+	for (int i = 0; i < 5; i++) {
+		ticker_take(&t, 1210000 + 10000 * (uint64_t)i);
+	}
+	CHECK_INT(t.missed, 0);
+	CHECK_INT(t.taken, 6);
+	CHECK_INT(ticker_deadline(&t), 1200000);
+	/* 10 ms (the slack) or more behind: skipped to the latest deadline, the rest missed. */
+	ticker_take(&t, 1200000 + 200000 + TICKER_SLACK_NS);
+	CHECK_INT(ticker_deadline(&t), 11400000);
+	CHECK_INT(t.missed, 50);
+	CHECK_INT(t.taken + t.missed, 57);
+}
+
 static void test_ticker_rates(void)
 {
 	struct ticker t;
@@ -137,6 +160,7 @@ int main(void)
 	test_formats();
 	test_ticker_on_time();
 	test_ticker_late();
+	test_ticker_catch_up();
 	test_ticker_rates();
 	test_ticker_wait();
 	return check_done();

@@ -316,6 +316,53 @@ static void test_pause(struct child *c, struct proc *p)
 	CHECK_INT(read_var(p), 35);
 }
 
+/*
+ * With prefetch on, a view starts with what the previous view read, in one
+ * syscall, and fresh: the target's changes since are seen.
+ */
+static void test_prefetch(struct child *c, struct proc *p)
+{
+	struct proc_mem_stats a, b;
+	proc_mem_prefetch(p, true);
+	proc_mem_invalidate(p);
+	CHECK(child_set(c, 40));
+	proc_mem_invalidate(p);
+	CHECK_INT(read_var(p), 40);
+	CHECK(read_matches(p, region + 1 * pagesz + 8, 8));
+	CHECK(read_matches(p, region + 9 * pagesz + 8, 8));
+	CHECK(read_matches(p, region + 30 * pagesz + 8, 8));
+	CHECK(child_set(c, 41));
+
+	proc_mem_stats(p, &a);
+	proc_mem_invalidate(p);
+	CHECK_INT(read_var(p), 41);
+	CHECK(read_matches(p, region + 1 * pagesz + 16, 8));
+	CHECK(read_matches(p, region + 9 * pagesz + 16, 8));
+	proc_mem_stats(p, &b);
+	CHECK_INT(b.syscalls - a.syscalls, 1);
+	CHECK_INT(b.prefetched - a.prefetched, 4);
+	CHECK_INT(b.hits - a.hits, 3);
+
+	/* Page 30 was not read in that view, so the next one leaves it out. */
+	proc_mem_invalidate(p);
+	proc_mem_stats(p, &a);
+	CHECK_INT(a.prefetched - b.prefetched, 3);
+	CHECK(read_matches(p, region + 30 * pagesz + 8, 8));
+	proc_mem_stats(p, &b);
+	CHECK_INT(b.misses - a.misses, 1);
+
+	/* A line that became unreadable fails in the prefetch, and on demand as before. */
+	CHECK(read_matches(p, guarded + pagesz, 8));
+	proc_mem_invalidate(p);
+	proc_mem_prefetch(p, false);
+	proc_mem_stats(p, &a);
+	proc_mem_invalidate(p);
+	CHECK_INT(read_var(p), 41);
+	proc_mem_stats(p, &b);
+	CHECK_INT(b.prefetched - a.prefetched, 0);
+	CHECK_INT(b.misses - a.misses, 1);
+}
+
 static void test_reads(struct child *c, struct proc *p)
 {
 	test_running_uncached(c, p);
@@ -380,6 +427,7 @@ int main(void)
 	CHECK_INT(rc, 0);
 	if (rc == 0) {
 		test_reads(&c, p);
+		test_prefetch(&c, p);
 		test_pause(&c, p);
 		proc_free(p);
 	}

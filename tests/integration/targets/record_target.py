@@ -6,7 +6,8 @@
 #            must show them 70/30; a second
 #            thread sleeps in sleeper (idle: absent without -i).
 #   deep     the main thread recurses DEPTH (argv[2], default 200) levels in
-#            recurse, then spins in deep_leaf.
+#            recurse, then spins in deep_leaf; with THREADS (argv[3]) > 1,
+#            that many threads do so, taking turns at the GIL.
 #   gil      two threads spin in spin_one and spin_two; only one holds the GIL
 #            at a time.
 #   short    spins in short_work for 0.5 s, then exits 0.
@@ -16,7 +17,8 @@
 #            the wall time it took, and exits (bench/record-overhead).
 #
 # Once in place it prints one line, "ready {json}" with its pid. It ends on
-# its own after LIFETIME seconds, so it never outlives a crashed test long.
+# its own after LIFETIME seconds (SPY_TARGET_LIFETIME overrides, for long
+# benchmarks), so it never outlives a crashed test long.
 # Runs on every CPython from 2.7 on: no f-strings, explicit flushes.
 import json
 import os
@@ -25,7 +27,7 @@ import sys
 import threading
 import time
 
-LIFETIME = 120.0
+LIFETIME = float(os.environ.get("SPY_TARGET_LIFETIME", "120"))
 START = time.time()
 
 
@@ -71,17 +73,18 @@ def split():
             f()
 
 
-def deep_leaf():
-    ready()
+def deep_leaf(announce=True):
+    if announce:
+        ready()
     while time.time() - START < LIFETIME:
         unit()
 
 
-def recurse(n):
+def recurse(n, announce=True):
     if n <= 1:
-        deep_leaf()
+        deep_leaf(announce)
     else:
-        recurse(n - 1)
+        recurse(n - 1, announce)
 
 
 def spin_one():
@@ -148,7 +151,12 @@ def main():
         split()
     elif mode == "deep":
         depth = int(sys.argv[2]) if len(sys.argv) > 2 else 200
+        threads = int(sys.argv[3]) if len(sys.argv) > 3 else 1
         sys.setrecursionlimit(depth + 100)
+        for _ in range(threads - 1):
+            t = threading.Thread(target=recurse, args=(depth, False))
+            t.daemon = True
+            t.start()
         recurse(depth)
     elif mode == "gil":
         gil()

@@ -1,0 +1,107 @@
+/*
+ * Watching threads across samples: whether each one is running, for
+ * record's idle detection, and whether the process is still alive.
+ *
+ * A sampler asks these questions every tick, so the files stay open and
+ * each answer is one pread(): opening /proc/PID/task/TID/stat costs three
+ * syscalls and a path walk, reading a kept-open one only the read. Every
+ * path is relative to the /proc/PID descriptor proc_open() keeps, so a
+ * reused PID never answers for the process we opened.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sampler/internal.h"
+
+/*
+ * A thread that reads R but ran less than this share of the wall time since
+ * the previous read is taken as idle. Each pause interrupts sleeping
+ * syscalls, and a thread restarting one stays runnable (R) until a CPU is
+ * free: on a loaded machine that can outlast a tick, so a sleeper would read
+ * R. It runs microseconds per tick; a thread doing work, even one starved
+ * of CPU, runs far more.
+ */
+#define ACTIVE_MIN_SHARE 0.05
+
+static int open_task_file(const struct proc *p, pid_t tid, const char *name)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "task/%d/%s", (int)tid, name);
+	return openat(p->dirfd, path, O_RDONLY | O_CLOEXEC);
+}
+
+static ssize_t pread_text(int fd, char *buf, size_t size)
+{
+	ssize_t n = fd >= 0 ? pread(fd, buf, size - 1, 0) : -1;
+	buf[n > 0 ? n : 0] = '\0';
+	return n;
+}
+
+void proc_task_open(const struct proc *p, struct proc_task *t, pid_t tid)
+{
+	memset(t, 0, sizeof(*t));
+	t->tid = tid;
+	t->stat_fd = open_task_file(p, tid, "stat");
+	t->sched_fd = open_task_file(p, tid, "schedstat");
+}
+
+void proc_task_close(struct proc_task *t)
+{
+	if (t->stat_fd >= 0) {
+		close(t->stat_fd);
+	}
+	if (t->sched_fd >= 0) {
+		close(t->sched_fd);
+	}
+	t->stat_fd = t->sched_fd = -1;
+}
+
+void proc_task_refresh(struct proc_task *t, bool with_cpu)
+{
+	/* A prefix is enough: nothing after the state letter contains ')'. */
+	char buf[128];
+	ssize_t n = pread_text(t->stat_fd, buf, sizeof(buf));
+	t->state = n > 0 ? proc_parse_stat_state(buf, (size_t)n) : 0;
+	/* Only R is ambiguous; any other state decides alone. */
+	if (!with_cpu || t->state != 'R' || t->sched_fd < 0) {
+		t->ran = true;
+		return;
+	}
+	uint64_t now = ticker_now_ns();
+	n = pread_text(t->sched_fd, buf, sizeof(buf));
+	uint64_t cpu = n > 0 ? strtoull(buf, NULL, 10) : 0;
+	/* The first read has nothing to compare with. */
+	t->ran = !t->read_ns || now <= t->read_ns ||
+		 (double)(cpu - t->cpu_ns) >= ACTIVE_MIN_SHARE * (double)(now - t->read_ns);
+	t->cpu_ns = cpu;
+	t->read_ns = now;
+}
+
+bool proc_task_active(const struct proc_task *t)
+{
+	return t->state == 'R' && t->ran;
+}
+
+void proc_task_comm(const struct proc *p, pid_t tid, char *buf, size_t size)
+{
+	int fd = open_task_file(p, tid, "comm");
+	pread_text(fd, buf, size);
+	if (fd >= 0) {
+		close(fd);
+	}
+	buf[strcspn(buf, "\n")] = '\0';
+}
+
+bool proc_alive(struct proc *p)
+{
+	char buf[128];
+	if (p->statfd < 0) {
+		p->statfd = openat(p->dirfd, "stat", O_RDONLY | O_CLOEXEC);
+	}
+	ssize_t n = pread_text(p->statfd, buf, sizeof(buf));
+	char st = n > 0 ? proc_parse_stat_state(buf, (size_t)n) : 0;
+	return st != 0 && st != 'Z' && st != 'X' && st != 'x';
+}
