@@ -94,6 +94,7 @@ struct rtarget {
 	struct rthread *rt;
 	size_t nrt, rt_alloc;
 	uint64_t last_maps_ns;
+	uint64_t last_alive_ns;   /* --nonblocking: when proc_alive() last said so */
 };
 
 /* A descendant that was not (yet) a Python process, and when to look again. */
@@ -626,6 +627,17 @@ static void target_stop(struct rec *r, struct rtarget *tg)
 
 static void target_free(struct rec *r, struct rtarget *tg)
 {
+	if (tg->t.proc) {
+		struct proc_mem_stats ms;
+		proc_mem_stats(tg->t.proc, &ms);
+		spy_log(SPY_LOG_DEBUG,
+			"record: process %d memory: %llu reads, %llu hits, %llu misses, "
+			"%llu uncached, %llu lines prefetched, %llu syscalls",
+			(int)proc_pid(tg->t.proc), (unsigned long long)ms.reads,
+			(unsigned long long)ms.hits, (unsigned long long)ms.misses,
+			(unsigned long long)ms.uncached, (unsigned long long)ms.prefetched,
+			(unsigned long long)ms.syscalls);
+	}
 	target_stop(r, tg);
 	free(tg->rt);
 	target_release(&tg->t);
@@ -780,6 +792,7 @@ static void scan_descendants(struct rec *r)
 /* Notice which processes have exited, without blocking. */
 static void poll_targets(struct rec *r, struct spawn *sp)
 {
+	uint64_t now = ticker_now_ns();
 	for (size_t i = 0; i < r->ntg; i++) {
 		struct rtarget *tg = r->tg[i];
 		if (tg->gone) {
@@ -790,8 +803,10 @@ static void poll_targets(struct rec *r, struct spawn *sp)
 		} else if (i == 0 && sp) {
 			/* --nonblocking launch: our child, so only our wait tells its exit. */
 			tg->gone = spawn_reap(sp, false);
-		} else {
+		} else if (now - tg->last_alive_ns >= POLL_NS) {
+			/* A /proc read each tick would cost more than the sample; exit can wait 10 ms. */
 			tg->gone = !proc_alive(tg->t.proc);
+			tg->last_alive_ns = now;
 		}
 	}
 	r->target_gone = r->tg[0]->gone;

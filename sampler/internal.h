@@ -41,12 +41,15 @@ struct proc_tracee {
  * The page cache behind proc_mem() (memcache.c). Lines are 4 KiB, aligned:
  * mappings are page-granular and pages are at least 4 KiB, so a line is
  * either wholly readable or not at all, and fetching the whole line around a
- * readable read cannot fail where the read itself would succeed. 256 lines
- * (1 MiB) hold a deep stack's frames, code objects and strings with room to
- * spare; direct-mapped by line number, so a lookup is one compare.
+ * readable read cannot fail where the read itself would succeed. 512 lines
+ * (2 MiB, touched only as used) hold a deep stack's frames, code objects and
+ * strings with room to spare; two-way set-associative by line number, so a
+ * lookup is two compares.
  */
 #define MEMCACHE_LINE 4096u
-#define MEMCACHE_LINES 256u
+#define MEMCACHE_LINES 512u
+#define MEMCACHE_WAYS 2u
+#define MEMCACHE_SETS (MEMCACHE_LINES / MEMCACHE_WAYS)
 /* Larger reads go straight to the target: the syscall would not be saved. */
 #define MEMCACHE_MAX_READ (16u * 1024u)
 

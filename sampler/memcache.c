@@ -14,6 +14,7 @@
  * got and then does the caller's exact read, uncached, so the answer is the
  * one the plain reader would have given.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,10 +104,41 @@ void proc_mem_stats(const struct proc *p, struct proc_mem_stats *out)
 	*out = p->mc.stats;
 }
 
-static bool line_valid(const struct memcache *c, uint64_t line)
+/*
+ * Two ways per set: the lines a walk reads come from a handful of mappings
+ * whose addresses often agree in their low bits, and with one way a single
+ * pair of them evicting each other costs two misses every sample.
+ */
+static size_t set_of(uint64_t line)
 {
-	size_t slot = (size_t)(line % MEMCACHE_LINES);
-	return c->line_gen[slot] == c->gen && c->line[slot] == line;
+	return (size_t)(line % MEMCACHE_SETS) * MEMCACHE_WAYS;
+}
+
+/* The slot holding line in the current view, or -1. */
+static ptrdiff_t find_line(const struct memcache *c, uint64_t line)
+{
+	size_t base = set_of(line);
+	for (size_t w = 0; w < MEMCACHE_WAYS; w++) {
+		if (c->line_gen[base + w] == c->gen && c->line[base + w] == line) {
+			return (ptrdiff_t)(base + w);
+		}
+	}
+	return -1;
+}
+
+/* Where to fetch line: the way that held it before, else the least recently read. */
+static size_t victim(const struct memcache *c, uint64_t line)
+{
+	size_t base = set_of(line), best = base;
+	for (size_t w = 0; w < MEMCACHE_WAYS; w++) {
+		if (c->line[base + w] == line) {
+			return base + w;
+		}
+		if (c->line_used[base + w] < c->line_used[best]) {
+			best = base + w;
+		}
+	}
+	return best;
 }
 
 /* Copy [addr, addr + len) out of lines that are all valid. */
@@ -119,8 +151,9 @@ static void copy_out(struct memcache *c, spy_addr_t addr, uint8_t *dst, size_t l
 		if (n > len) {
 			n = len;
 		}
-		c->line_used[line % MEMCACHE_LINES] = c->gen;
-		memcpy(dst, c->data[line % MEMCACHE_LINES] + off, n);
+		size_t slot = (size_t)find_line(c, line);
+		c->line_used[slot] = c->gen;
+		memcpy(dst, c->data[slot] + off, n);
 		dst += n;
 		addr += n;
 		len -= n;
@@ -149,7 +182,7 @@ int memcache_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
 	uint64_t last = (addr + (len - 1)) / MEMCACHE_LINE;
 	bool cached = true;
 	for (uint64_t l = first; l <= last && cached; l++) {
-		cached = line_valid(c, l);
+		cached = find_line(c, l) >= 0;
 	}
 	if (cached) {
 		c->stats.hits++;
@@ -160,16 +193,18 @@ int memcache_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
 	/*
 	 * Fetch every line the read spans, the valid ones too: one syscall
 	 * either way, and the lines stay consecutive in a single remote
-	 * range. At most 5 lines (16 KiB unaligned), so the slots are
-	 * distinct. Each slot is marked invalid before the kernel writes into
-	 * it, and valid again only once its whole line has arrived.
+	 * range. At most 5 lines (16 KiB unaligned), consecutive, so in
+	 * distinct sets. Each slot is marked invalid before the kernel writes
+	 * into it, and valid again only once its whole line has arrived.
 	 */
 	c->stats.misses++;
 	/* Zeroed: gcc cannot see that n >= 1 fills what proc_fetch_lines reads. */
 	struct iovec local[MEMCACHE_MAX_READ / MEMCACHE_LINE + 2] = { { NULL, 0 } };
+	size_t slots[MEMCACHE_MAX_READ / MEMCACHE_LINE + 2];
 	size_t n = (size_t)(last - first + 1);
 	for (size_t i = 0; i < n; i++) {
-		size_t slot = (size_t)((first + i) % MEMCACHE_LINES);
+		size_t slot = victim(c, first + i);
+		slots[i] = slot;
 		c->line_gen[slot] = 0;
 		c->line[slot] = first + i;
 		local[i].iov_base = c->data[slot];
@@ -178,7 +213,7 @@ int memcache_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
 	ssize_t got = proc_fetch_lines(p, first * MEMCACHE_LINE, local, n);
 	size_t whole = got > 0 ? (size_t)got / MEMCACHE_LINE : 0;
 	for (size_t i = 0; i < whole && i < n; i++) {
-		c->line_gen[(first + i) % MEMCACHE_LINES] = c->gen;
+		c->line_gen[slots[i]] = c->gen;
 	}
 	if (whole >= n) {
 		copy_out(c, addr, dst, len);
