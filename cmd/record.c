@@ -26,7 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -684,10 +683,8 @@ static bool is_target(const struct rec *r, pid_t pid)
 
 static bool worth_trying(struct rec *r, pid_t pid)
 {
-	char path[64], exe[256];
-	snprintf(path, sizeof(path), "/proc/%d/exe", (int)pid);
-	ssize_t n = readlink(path, exe, sizeof(exe) - 1);
-	exe[n > 0 ? n : 0] = '\0';
+	char exe[256];
+	proc_exe_of(pid, exe, sizeof(exe));
 	for (size_t i = 0; i < r->nrej; i++) {
 		struct rejected *j = &r->rej[i];
 		if (j->pid != pid) {
@@ -717,59 +714,13 @@ static void forget_rejected(struct rec *r, pid_t pid)
 	}
 }
 
-/* Children of pid, from /proc/PID/task/TID/children (each thread's own). */
-static void list_children(pid_t pid, pid_t **v, size_t *n, size_t *alloc)
-{
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
-	DIR *d = opendir(path);
-	if (!d) {
-		return;
-	}
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		if (e->d_name[0] < '0' || e->d_name[0] > '9') {
-			continue;
-		}
-		char cpath[384], buf[4096];
-		snprintf(cpath, sizeof(cpath), "/proc/%d/task/%s/children", (int)pid, e->d_name);
-		int fd = open(cpath, O_RDONLY | O_CLOEXEC);
-		if (fd < 0) {
-			continue;
-		}
-		ssize_t len = read(fd, buf, sizeof(buf) - 1);
-		close(fd);
-		if (len <= 0) {
-			continue;
-		}
-		buf[len] = '\0';
-		char *p = buf;
-		while (*p) {
-			char *end;
-			long c = strtol(p, &end, 10);
-			if (end == p) {
-				break;
-			}
-			if (c > 0 && *n < SPY_MAX_THREADS) {
-				SPY_GROW(*v, *alloc, *n + 1);
-				(*v)[(*n)++] = (pid_t)c;
-			}
-			p = end;
-		}
-	}
-	closedir(d);
-}
-
 /* -s: find the descendants of tg[0] and start sampling the Python ones. */
 static void scan_descendants(struct rec *r)
 {
 	pid_t *v = NULL;
-	size_t n = 0, alloc = 0;
-	list_children(proc_pid(r->tg[0]->t.proc), &v, &n, &alloc);
-	/* Breadth first; v grows while it is walked. Bounded by SPY_MAX_THREADS. */
+	size_t n = proc_list_descendants(proc_pid(r->tg[0]->t.proc), &v);
 	for (size_t i = 0; i < n; i++) {
 		pid_t pid = v[i];
-		list_children(pid, &v, &n, &alloc);
 		if (is_target(r, pid) || !worth_trying(r, pid)) {
 			continue;
 		}

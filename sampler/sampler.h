@@ -106,6 +106,15 @@ bool proc_task_active(const struct proc_task *t);
 void proc_task_comm(const struct proc *p, pid_t tid, char *buf, size_t size);
 /* False once the process has exited (zombie or reaped); one pread of a kept-open stat. */
 bool proc_alive(struct proc *p);
+/*
+ * Every descendant of pid (children, theirs, ...: breadth first, at most
+ * SPY_MAX_THREADS) from /proc/PID/task/TID/children, into *out (free()).
+ * A snapshot of processes that may exit or be reused at any time: open
+ * one with proc_open() before trusting it.
+ */
+size_t proc_list_descendants(pid_t pid, pid_t **out);
+/* readlink(/proc/PID/exe) into buf ("" if unreadable), for telling an exec happened. */
+void proc_exe_of(pid_t pid, char *buf, size_t size);
 
 /*
  * PTRACE_SEIZE every thread. -SPY_EPERM (with remedy) if refused. ptrace ties

@@ -8,12 +8,15 @@
  * path is relative to the /proc/PID descriptor proc_open() keeps, so a
  * reused PID never answers for the process we opened.
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "common/bounds.h"
+#include "common/util.h"
 #include "sampler/internal.h"
 
 /*
@@ -104,4 +107,62 @@ bool proc_alive(struct proc *p)
 	ssize_t n = pread_text(p->statfd, buf, sizeof(buf));
 	char st = n > 0 ? proc_parse_stat_state(buf, (size_t)n) : 0;
 	return st != 0 && st != 'Z' && st != 'X' && st != 'x';
+}
+
+/* Append the children of pid, from /proc/PID/task/TID/children (each thread's own). */
+static void list_children(pid_t pid, pid_t **v, size_t *n, size_t *alloc)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	DIR *d = opendir(path);
+	if (!d) {
+		return;
+	}
+	struct dirent *e;
+	while ((e = readdir(d)) && *n < SPY_MAX_THREADS) {
+		if (e->d_name[0] < '0' || e->d_name[0] > '9') {
+			continue;
+		}
+		char name[300], buf[4096];
+		snprintf(name, sizeof(name), "%s/children", e->d_name);
+		int fd = openat(dirfd(d), name, O_RDONLY | O_CLOEXEC);
+		pread_text(fd, buf, sizeof(buf));
+		if (fd >= 0) {
+			close(fd);
+		}
+		for (char *p = buf, *end; *n < SPY_MAX_THREADS; p = end) {
+			long c = strtol(p, &end, 10);
+			if (end == p) {
+				break;
+			}
+			if (c > 0) {
+				SPY_GROW(*v, *alloc, *n + 1);
+				(*v)[(*n)++] = (pid_t)c;
+			}
+		}
+	}
+	closedir(d);
+}
+
+size_t proc_list_descendants(pid_t pid, pid_t **out)
+{
+	pid_t *v = NULL;
+	size_t n = 0, alloc = 0;
+	list_children(pid, &v, &n, &alloc);
+	/* Breadth first: v grows while it is walked. */
+	for (size_t i = 0; i < n; i++) {
+		list_children(v[i], &v, &n, &alloc);
+	}
+	*out = v;
+	return n;
+}
+
+void proc_exe_of(pid_t pid, char *buf, size_t size)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/exe", (int)pid);
+	ssize_t n = size > 1 ? readlink(path, buf, size - 1) : -1;
+	if (size > 0) {
+		buf[n > 0 ? n : 0] = '\0';
+	}
 }
