@@ -11,8 +11,9 @@
 #   gil      two threads spin in spin_one and spin_two; only one holds the GIL
 #            at a time.
 #   short    spins in short_work for 0.5 s, then exits 0.
-#   parent   starts a child (this script, mode child) after 0.3 s, then
-#            spins in parent_work; the child spins in child_work. For -s.
+#   parent   starts a child (this script, mode child) at once and another
+#            0.3 s after it is ready, then spins in parent_work; the children
+#            spin in child_work. For -s: children present and future.
 #   bench    spins N (argv[2]) units in bench_unit at depth argv[3], prints
 #            the wall time it took, and exits (bench/record-overhead).
 #
@@ -126,14 +127,17 @@ def child_work():
 
 def parent():
     import subprocess
+    argv = [sys.executable, os.path.abspath(__file__), "child"]
+    children = [subprocess.Popen(argv)]
     ready()
-    # Started after spy has attached, so -s must find a future child.
+    # Started after spy has attached, so -s must find a future child too.
     time.sleep(0.3)
-    child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "child"])
+    children.append(subprocess.Popen(argv))
     try:
         parent_work()
     finally:
-        child.kill()
+        for child in children:
+            child.kill()
 
 
 def bench_depth(n, units):
