@@ -1,10 +1,14 @@
 /*
- * spy dump: print every Python thread's stack once.
+ * spy dump: print every Python thread's stack once, from a live process
+ * (--pid) or a core file (--core).
  *
- * The order of work is what keeps the stopped window short: thread states are
- * read from /proc *before* pausing (once paused every thread reads as 't'),
- * the target is stopped only for the memory walk, and everything that formats
- * or prints happens after it is running again.
+ * The order of work is what keeps the stopped window short: what each thread
+ * is blocked in is read from /proc *before* pausing (once paused every
+ * thread reads as 't' and its syscall is interrupted), the target is
+ * stopped only for the memory walk (stacks, locals, where the GIL is), and
+ * everything that classifies, formats or prints happens after it runs
+ * again (dump-print.c). A core file needs no pausing: the same collection
+ * runs over its memory, and each thread's wait comes from its registers.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,21 +16,29 @@
 #include <time.h>
 
 #include "cmd/cmd.h"
+#include "cmd/dump.h"
+#include "cmd/native.h"
 #include "cmd/opts.h"
 #include "cmd/target.h"
 #include "common/bounds.h"
 #include "common/log.h"
 #include "common/util.h"
 
-struct dump_thread {
-	struct py_thread py;
-	struct spy_stack stack;
-	char state;     /* /proc state letter before pausing; 0 if unknown */
-	char comm[17];
+/* The GIL is a mutex and a condition variable or two: few ranges. */
+#define DUMP_GIL_RANGES 6
+
+struct dump_opts {
+	int pid;
+	const char *core, *exe;
+	bool locals, json;
+	bool native, native_all;
+	struct native *nat;        /* --native: set up once the target is open */
+	struct native_pcs *pcs;    /* per collected thread, in collection order */
 };
 
 static const char *const dump_usage[] = {
 	"spy dump [OPTIONS] --pid PID",
+	"spy dump [OPTIONS] --core COREFILE [--exe PYTHON]",
 	NULL,
 };
 
@@ -57,66 +69,193 @@ static void hold_paused_for_tests(void)
 	}
 }
 
-static const char *state_name(char state)
-{
-	switch (state) {
-	case 0:
-		return "unknown";
-	case 'R':
-		return "running";
-	default:
-		return "idle";
-	}
-}
+/* The OS threads: name and what each is blocked in, by TID. */
+struct os_thread {
+	pid_t tid;
+	char comm[17];
+	struct proc_wait wait;
+};
 
-static void print_dump(const struct target *t, struct dump_thread *threads, size_t n)
-{
-	printf("Process %d: %s\n", (int)proc_pid(t->proc), proc_cmdline(t->proc));
-	printf("Python %s (%s)\n", pyrt_version_string(t->rt), t->binary);
-	for (size_t i = 0; i < n; i++) {
-		const struct dump_thread *d = &threads[i];
-		printf("\nThread %d (python 0x%llx) \"%s\" %s%s\n", (int)d->py.native_tid,
-		       (unsigned long long)d->py.thread_id, d->comm, state_name(d->state),
-		       d->py.holds_gil ? ", holds the GIL" : "");
-		if (d->stack.n == 0) {
-			printf("    (no Python frames)\n");
-		}
-		for (size_t j = 0; j < d->stack.n; j++) {
-			const struct spy_frame *f = &d->stack.v[j];
-			if (f->line) {
-				printf("    %s (%s:%u)\n", f->func, f->file, f->line);
-			} else {
-				printf("    %s (%s)\n", f->func, f->file);
-			}
-		}
-		if (d->stack.truncated) {
-			printf("    ... (stack truncated: the walk stopped at an unreadable or bounded frame)\n");
-		}
-	}
-	fflush(stdout);
-}
+/*
+ * A thread waiting for the GIL wakes every switch interval (5 ms) to ask
+ * the holder to let go, and reads R for that moment; the more so right
+ * after a pause, which interrupts every wait. Threads that read R are
+ * looked at again, a little later, a few times.
+ */
+#define WAIT_LOOKS 3
+#define WAIT_LOOK_GAP_NS (1000 * 1000)
 
-/* States and names of the OS threads, read before the target is paused. */
-static void fill_thread_info(struct proc *p, struct dump_thread *threads, size_t n)
+/* Live: read before pausing (see the top of this file). */
+static size_t read_os_threads(const struct target *t, struct os_thread *out, size_t max)
 {
 	size_t ntasks = 0;
-	const struct proc_thread *tasks = proc_threads(p, &ntasks);
-	for (size_t i = 0; i < n; i++) {
-		for (size_t j = 0; j < ntasks; j++) {
-			if (tasks[j].tid == threads[i].py.native_tid) {
-				threads[i].state = tasks[j].state;
-				memcpy(threads[i].comm, tasks[j].comm, sizeof(threads[i].comm));
-				break;
+	const struct proc_thread *tasks = proc_threads(t->proc, &ntasks);
+	size_t n = 0;
+	for (size_t i = 0; i < ntasks && n < max; i++, n++) {
+		out[n].tid = tasks[i].tid;
+		memcpy(out[n].comm, tasks[i].comm, sizeof(out[n].comm));
+		proc_task_wait(t->proc, tasks[i].tid, &out[n].wait);
+	}
+	for (int look = 1; look < WAIT_LOOKS; look++) {
+		bool again = false;
+		for (size_t i = 0; i < n && !again; i++) {
+			again = out[i].wait.kind == PROC_WAIT_RUNNING;
+		}
+		if (!again) {
+			break;
+		}
+		struct timespec gap = { 0, WAIT_LOOK_GAP_NS };
+		nanosleep(&gap, NULL);
+		for (size_t i = 0; i < n; i++) {
+			if (out[i].wait.kind == PROC_WAIT_RUNNING) {
+				proc_task_wait(t->proc, out[i].tid, &out[i].wait);
 			}
 		}
 	}
+	return n;
 }
 
-int cmd_dump(int argc, char **argv)
+static const struct os_thread *find_os_thread(const struct os_thread *os, size_t n, pid_t tid)
 {
-	int pid = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (os[i].tid == tid) {
+			return &os[i];
+		}
+	}
+	return NULL;
+}
+
+static void collect_locals(struct pyrt *rt, struct dump_thread *d)
+{
+	d->frame_locals = spy_xcalloc(d->stack.n ? d->stack.n : 1, sizeof(*d->frame_locals));
+	for (size_t j = 0; j < d->stack.n; j++) {
+		struct dump_frame_locals *fl = &d->frame_locals[j];
+		SPY_GROW(d->locals, d->alloc_locals, d->nlocals + PYRT_MAX_LOCALS);
+		fl->first = d->nlocals;
+		fl->unreadable = pyrt_frame_locals(rt, j, d->locals + d->nlocals, PYRT_MAX_LOCALS,
+						   &fl->n) < 0;
+		d->nlocals += fl->n;
+	}
+	d->nframe_locals = d->stack.n;
+}
+
+/*
+ * Everything read of one thread while the target is held: its Python stack
+ * (and locals), and whether the futex it waits on is the GIL. Kept apart
+ * from printing so that other per-thread readings (native frames) can join.
+ */
+static void collect_thread(struct pyrt *rt, struct dump_thread *d, const struct dump_opts *o)
+{
+	struct pyrt_range gil[DUMP_GIL_RANGES];
+	/* A thread whose walk fails still gets printed, with what was read. */
+	pyrt_stack(rt, &d->py, &d->stack, NULL);
+	if (o->locals) {
+		collect_locals(rt, d);
+	}
+	size_t ng = pyrt_gil_ranges(rt, d->py.interp, gil, DUMP_GIL_RANGES);
+	bool in_gil = false;
+	for (size_t k = 0; k < ng && d->wait.kind == PROC_WAIT_FUTEX; k++) {
+		in_gil |= d->wait.futex >= gil[k].lo && d->wait.futex < gil[k].hi;
+	}
+	d->in_gil = in_gil;
+	d->state = dump_classify(&d->wait, ng > 0, in_gil);
+}
+
+/* The Python threads, each matched with its OS thread and collected. */
+static int collect(struct target *t, const struct os_thread *os, size_t nos,
+		   struct dump_result *r, const struct dump_opts *o, struct spy_err *err)
+{
+	struct py_thread *py = spy_xcalloc(SPY_MAX_THREADS, sizeof(*py));
+	size_t n = 0;
+	int rc = pyrt_threads(t->rt, py, SPY_MAX_THREADS, &n, err);
+	if (n > SPY_MAX_THREADS) {
+		n = SPY_MAX_THREADS;
+	}
+	for (size_t i = 0; rc == 0 && i < n && !proc_stop_requested; i++) {
+		struct dump_thread *d = &r->threads[r->n++];
+		d->py = py[i];
+		const struct os_thread *ot = find_os_thread(os, nos, d->py.native_tid);
+		if (ot) {
+			memcpy(d->comm, ot->comm, sizeof(d->comm));
+			d->wait = ot->wait;
+		}
+		collect_thread(t->rt, d, o);
+		if (o->nat) {
+			native_unwind(o->nat, t, d->py.native_tid, &o->pcs[r->n - 1]);
+		}
+	}
+	free(py);
+	return rc;
+}
+
+static int dump_live(struct target *t, struct dump_result *r, const struct dump_opts *o,
+		     struct spy_err *err)
+{
+	struct os_thread *os = spy_xcalloc(SPY_MAX_THREADS, sizeof(*os));
+	size_t nos = 0;
+	int rc = proc_list_threads(t->proc, err);
+	if (rc == 0) {
+		nos = read_os_threads(t, os, SPY_MAX_THREADS);
+		rc = proc_attach(t->proc, err);
+	}
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (rc == 0) {
+		rc = proc_pause(t->proc, err);
+	}
+	if (rc == 0) {
+		hold_paused_for_tests();
+		if (!proc_stop_requested) {
+			rc = collect(t, os, nos, r, o, err);
+		}
+	}
+	proc_detach(t->proc);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	spy_log(SPY_LOG_DEBUG, "dump: target paused for %.3f ms (%zu threads)",
+		(double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6, r->n);
+	free(os);
+	return rc;
+}
+
+static int dump_core(struct target *t, struct dump_result *r, const struct dump_opts *o,
+		     struct spy_err *err)
+{
+	size_t ntasks = 0;
+	const struct core_thread *tasks = core_threads(t->core, &ntasks);
+	struct os_thread *os = spy_xcalloc(ntasks ? ntasks : 1, sizeof(*os));
+	for (size_t i = 0; i < ntasks; i++) {
+		os[i].tid = tasks[i].tid;
+		os[i].wait = tasks[i].wait;
+	}
+	int rc = collect(t, os, ntasks, r, o, err);
+	free(os);
+	return rc;
+}
+
+static void release_result(struct dump_result *r)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		spy_stack_release(&r->threads[i].stack);
+		free(r->threads[i].frame_locals);
+		free(r->threads[i].locals);
+	}
+	free(r->threads);
+}
+
+static int parse_args(int argc, char **argv, struct dump_opts *o, bool *help)
+{
 	const struct opt opts[] = {
-		{ 'p', "pid", OPT_PID, &pid, "PID", "the process to dump" },
+		{ 'p', "pid", OPT_PID, &o->pid, "PID", "the process to dump" },
+		{ 0, "core", OPT_STRING, &o->core, "COREFILE", "dump a core file instead of a process" },
+		{ 0, "exe", OPT_STRING, &o->exe, "PYTHON",
+		  "with --core: the executable that dumped it (default: from the core's notes)" },
+		{ 'l', "locals", OPT_BOOL, &o->locals, NULL,
+		  "show each frame's arguments and locals (short reprs)" },
+		{ 'j', "json", OPT_BOOL, &o->json, NULL, "print one JSON document (doc/dump-json.md)" },
+		{ 'n', "native", OPT_BOOL, &o->native, NULL,
+		  "interleave native (C/C++) frames with the Python frames" },
+		{ 0, "native-all", OPT_BOOL, &o->native_all, NULL,
+		  "with --native, also show the interpreter's own frames (eval loop, call trampolines)" },
 		{ 0 },
 	};
 	struct spy_err err = SPY_ERR_INIT;
@@ -125,7 +264,8 @@ int cmd_dump(int argc, char **argv)
 	int rc = opts_parse(opts, argc, argv, rest, &nrest, &err);
 	const char *extra = nrest > 0 ? rest[0] : NULL;
 	free(rest);
-	if (rc == OPTS_HELP) {
+	*help = rc == OPTS_HELP;
+	if (*help) {
 		opts_usage(stdout, dump_usage, opts);
 		return 0;
 	}
@@ -137,62 +277,88 @@ int cmd_dump(int argc, char **argv)
 	if (extra) {
 		return cmd_usage_error("dump", "unexpected argument '%s'", extra);
 	}
-	if (!pid) {
-		return cmd_usage_error("dump", "--pid is required");
+	if (!o->pid == !o->core) {
+		return cmd_usage_error("dump", o->pid ? "--pid and --core exclude each other"
+						      : "--pid or --core is required");
+	}
+	if (o->exe && !o->core) {
+		return cmd_usage_error("dump", "--exe goes with --core");
+	}
+	o->native |= o->native_all;
+	if (o->native && o->core) {
+		return cmd_usage_error("dump", "--native needs a live process (--pid), not --core");
+	}
+	return 0;
+}
+
+int cmd_dump(int argc, char **argv)
+{
+	struct dump_opts o = { 0 };
+	bool help;
+	int rc = parse_args(argc, argv, &o, &help);
+	if (rc || help) {
+		return rc;
 	}
 
 	proc_install_stop_handlers();
+	struct spy_err err = SPY_ERR_INIT;
 	struct target t;
-	rc = target_open_pid(&t, pid, &err);
+	rc = o.core ? target_open_core(&t, o.core, o.exe, &err) : target_open_pid(&t, o.pid, &err);
 	if (rc < 0) {
 		return cmd_fail(&err);
 	}
+	struct dump_result r = {
+		.pid = target_pid(&t),
+		.cmdline = target_cmdline(&t),
+		.version = pyrt_version_string(t.rt),
+		.binary = t.binary,
+		.core = o.core,
+		.threads = spy_xcalloc(SPY_MAX_THREADS, sizeof(*r.threads)),
+		.locals = o.locals,
+	};
+	struct native nat;
+	if (o.native) {
+		if (native_init(&nat, &t, o.native_all, &err) < 0) {
+			release_result(&r);
+			target_release(&t);
+			return cmd_fail(&err);
+		}
+		o.nat = &nat;
+		o.pcs = spy_xcalloc(SPY_MAX_THREADS, sizeof(*o.pcs));
+	}
+	rc = o.core ? dump_core(&t, &r, &o, &err) : dump_live(&t, &r, &o, &err);
+	/* Symbols and merging after the target runs again, before sorting reorders threads. */
+	for (size_t i = 0; o.nat && i < r.n; i++) {
+		native_merge(o.nat, &t, &o.pcs[i], &r.threads[i].stack);
+	}
 
-	struct dump_thread *threads = spy_xcalloc(SPY_MAX_THREADS, sizeof(*threads));
-	struct py_thread *py = spy_xcalloc(SPY_MAX_THREADS, sizeof(*py));
-	size_t n = 0;
 	int exit_code = 0;
-
-	rc = proc_list_threads(t.proc, &err);
-	if (rc == 0) {
-		rc = proc_attach(t.proc, &err);
-	}
-	struct timespec t0, t1;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	if (rc == 0) {
-		rc = proc_pause(t.proc, &err);
-	}
-	if (rc == 0) {
-		hold_paused_for_tests();
-		if (!proc_stop_requested) {
-			rc = pyrt_threads(t.rt, py, SPY_MAX_THREADS, &n, &err);
-		}
-		for (size_t i = 0; rc == 0 && i < n && !proc_stop_requested; i++) {
-			threads[i].py = py[i];
-			/* A thread whose walk fails still gets printed, with what was read. */
-			pyrt_stack(t.rt, &py[i], &threads[i].stack, NULL);
-		}
-	}
-	proc_detach(t.proc);
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	spy_log(SPY_LOG_DEBUG, "dump: target paused for %.3f ms (%zu threads)",
-		(double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6, n);
-
 	if (proc_stop_requested) {
 		/* The shell's convention for death by a signal, after a clean detach. */
 		exit_code = 128 + (int)proc_stop_requested;
 	} else if (rc < 0) {
 		exit_code = cmd_fail(&err);
 	} else {
-		fill_thread_info(t.proc, threads, n);
-		qsort(threads, n, sizeof(*threads), thread_order);
-		print_dump(&t, threads, n);
+		qsort(r.threads, r.n, sizeof(*r.threads), thread_order);
+		if (o.json) {
+			dump_print_json(&r, stdout);
+		} else {
+			dump_print_text(&r, stdout);
+		}
+		if (ferror(stdout)) {
+			spy_err_set(&err, SPY_EIO, "writing the dump to stdout failed");
+			exit_code = cmd_fail(&err);
+		}
 	}
-	for (size_t i = 0; i < n; i++) {
-		spy_stack_release(&threads[i].stack);
+	release_result(&r);
+	if (o.nat) {
+		native_log_stats(o.nat);
+		for (size_t i = 0; i < SPY_MAX_THREADS; i++) {
+			native_pcs_release(&o.pcs[i]);
+		}
+		free(o.pcs);
+		native_release(o.nat);
 	}
-	free(threads);
-	free(py);
 	target_release(&t);
 	return exit_code;
 }

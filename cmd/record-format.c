@@ -20,7 +20,7 @@ static const struct {
 	{ "folded", REC_FOLDED, true, ".folded" },
 	{ "table", REC_TABLE, true, ".txt" },
 	{ "speedscope", REC_SPEEDSCOPE, true, ".speedscope.json" },
-	{ "chrome", REC_CHROME, false, ".trace.json" },
+	{ "chrome", REC_CHROME, true, ".trace.json" },
 	{ "pprof", REC_PPROF, true, ".pb.gz" },
 	{ "json", REC_JSON, true, ".json" },
 };

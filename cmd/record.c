@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "cmd/cmd.h"
+#include "cmd/native.h"
 #include "cmd/opts.h"
 #include "cmd/record.h"
 #include "cmd/target.h"
@@ -70,11 +71,12 @@ enum rec_error {
 	RERR_TORN,        /* --nonblocking: a walk did not reach the root */
 	RERR_TRUNCATED,   /* a walk stopped at a bound or bad memory (recorded) */
 	RERR_DROPPED,     /* the profile refused a stack (a limit was hit) */
+	RERR_NATIVE,      /* --native: a thread could not be unwound (its Python stack kept) */
 	RERR_MAX
 };
 
 static const char *const rerr_names[RERR_MAX] = {
-	"pause", "threads", "thread-gone", "torn", "truncated", "dropped",
+	"pause", "threads", "thread-gone", "torn", "truncated", "dropped", "native",
 };
 
 /* One OS thread we have seen. */
@@ -94,6 +96,7 @@ struct rtarget {
 	size_t nrt, rt_alloc;
 	uint64_t last_maps_ns;
 	uint64_t last_alive_ns;   /* --nonblocking: when proc_alive() last said so */
+	struct native *nat;       /* --native; NULL without */
 };
 
 /* A descendant that was not (yet) a Python process, and when to look again. */
@@ -108,7 +111,9 @@ struct rec {
 	double rate;
 	double duration;     /* < 0: until stopped */
 	bool idle, gil, threads, function, nonblocking, quiet, subprocesses;
+	bool native, native_all;
 	bool progress;
+	double slice;        /* --slice S: window length, 0 without */
 	struct fg_table_opts table_opts;   /* --table N, --sort */
 
 	/* tg[0] is the process named or launched, kept to the end; the rest come and go (-s) */
@@ -123,12 +128,15 @@ struct rec {
 	struct py_thread *py;
 	struct spy_stack *stacks;
 	int *stack_rc;
+	struct native_pcs *pcs;   /* --native: each thread's pcs, from the pause to the merge */
 	char *states;
 	struct spy_stack out;
 
 	/* aggregation */
 	struct spy_strtab strs;
 	struct fg_profile *profile;
+	struct fg_slices *slices;       /* --slice only: per-window counts */
+	struct fg_timeline *timeline;   /* -f chrome only: the samples in time order */
 	const char *idle_frame;   /* the synthetic leaf marking -i's idle samples */
 	const char *icache_src[ICACHE_SIZE];
 	const char *icache_dst[ICACHE_SIZE];
@@ -206,6 +214,7 @@ static void drop_threads(struct rtarget *r, bool all)
 }
 
 static uint64_t total_errors(const struct rec *r);
+static double elapsed_s(const struct rec *r, uint64_t now);
 
 /* ---- one sample ---- */
 
@@ -241,6 +250,14 @@ static void record_stack(struct rec *r, const struct rtarget *tg, const struct s
 	f->kind = SPY_FRAME_SYNTHETIC;
 	if (fg_profile_add(r->profile, &r->out, 1) < 0) {
 		r->errors[RERR_DROPPED]++;
+	}
+	if (r->slices) {
+		fg_slices_add(r->slices, r->profile, (double)(ticker_now_ns() - r->start_ns) / 1e9, 1);
+	}
+	if (r->timeline) {
+		struct fg_track track = { (int32_t)proc_pid(tg->t.proc), th ? (int32_t)th->task.tid : 0,
+					  tg->proc_root, th ? th->root : NULL };
+		fg_timeline_add(r->timeline, r->profile, &track, elapsed_s(r, ticker_now_ns()));
 	}
 }
 
@@ -301,6 +318,9 @@ static void sample_target(struct rec *r, struct rtarget *tg)
 	for (size_t i = 0; i < n; i++) {
 		spy_stack_reset(&r->stacks[i]);
 		r->stack_rc[i] = pyrt_stack(tg->t.rt, &r->py[i], &r->stacks[i], NULL);
+		if (tg->nat) {
+			native_unwind(tg->nat, &tg->t, r->py[i].native_tid, &r->pcs[i]);
+		}
 	}
 	if (tg->attached) {
 		proc_resume(tg->t.proc, NULL);
@@ -354,6 +374,10 @@ static void sample_target(struct rec *r, struct rtarget *tg)
 		}
 		if (s->n == 0) {
 			continue;
+		}
+		/* Symbols and merging only for the stacks kept, and with the target running. */
+		if (tg->nat && native_merge(tg->nat, &tg->t, &r->pcs[i], s) < 0) {
+			r->errors[RERR_NATIVE]++;
 		}
 		record_stack(r, tg, s, th, !active);
 	}
@@ -547,6 +571,11 @@ static int write_pprof(const struct rec *r, FILE *f, struct spy_err *err)
 	return fg_profile_write_pprof(r->profile, f, err);
 }
 
+static int write_chrome(const struct rec *r, FILE *f, struct spy_err *err)
+{
+	return fg_profile_write_chrome(r->profile, r->timeline, f, err);
+}
+
 static int write_table(const struct rec *r, FILE *f, struct spy_err *err)
 {
 	struct fg_table t;
@@ -580,6 +609,9 @@ static void set_metadata(struct rec *r, uint64_t now)
 	fg_profile_meta_set(p, FG_META_COMMAND, proc_cmdline(t->proc));
 	fg_profile_meta_setf(p, "missed-ticks", "%llu", (unsigned long long)r->tk.missed);
 	fg_profile_meta_set(p, "mode", r->nonblocking ? "nonblocking" : "blocking");
+	if (r->slices) {
+		fg_slices_store(r->slices, p);
+	}
 	spy_buf_release(&b);
 }
 
@@ -604,6 +636,15 @@ static int target_start(struct rec *r, struct rtarget *tg, struct spy_err *err)
 	proc_mem_prefetch(tg->t.proc, true);
 	if (r->nonblocking) {
 		return 0;
+	}
+	if (r->native) {
+		tg->nat = spy_xcalloc(1, sizeof(*tg->nat));
+		int nrc = native_init(tg->nat, &tg->t, r->native_all, err);
+		if (nrc < 0) {
+			free(tg->nat);
+			tg->nat = NULL;
+			return nrc;
+		}
 	}
 	int rc = proc_list_threads(tg->t.proc, err);
 	if (rc == 0) {
@@ -638,6 +679,11 @@ static void target_free(struct rec *r, struct rtarget *tg)
 			(unsigned long long)ms.syscalls);
 	}
 	target_stop(r, tg);
+	if (tg->nat) {
+		native_log_stats(tg->nat);
+		native_release(tg->nat);
+		free(tg->nat);
+	}
 	free(tg->rt);
 	target_release(&tg->t);
 	free(tg);
@@ -806,6 +852,7 @@ static void run_loop(struct rec *r, struct spawn *sp)
 
 static void rec_release(struct rec *r)
 {
+	fg_slices_free(r->slices);
 	for (size_t i = 0; i < r->ntg; i++) {
 		target_free(r, r->tg[i]);
 	}
@@ -816,8 +863,13 @@ static void rec_release(struct rec *r)
 	}
 	free(r->stacks);
 	free(r->stack_rc);
+	for (size_t i = 0; r->pcs && i < SPY_MAX_THREADS; i++) {
+		native_pcs_release(&r->pcs[i]);
+	}
+	free(r->pcs);
 	free(r->py);
 	spy_stack_release(&r->out);
+	fg_timeline_free(r->timeline);
 	fg_profile_free(r->profile);
 	spy_strtab_release(&r->strs);
 }
@@ -894,7 +946,6 @@ int cmd_record(int argc, char **argv)
 	int pid = 0;
 	const char *output = NULL, *format = NULL, *sort = NULL, *table = NULL;
 	double rate = 100, duration = -1;
-	bool native = false;
 	struct spy_err err = SPY_ERR_INIT;
 	struct spawn sp;
 	bool launched = false;
@@ -905,10 +956,12 @@ int cmd_record(int argc, char **argv)
 		{ 'p', "pid", OPT_PID, &pid, "PID", "attach to a running process" },
 		{ 'o', "output", OPT_STRING, &output, "FILE", "where to write (default spy-<pid>.svg; with -f, that format's extension)" },
 		{ 'f', "format", OPT_STRING, &format, "F",
-		  "svg, folded, table, speedscope, pprof, json (chrome: not yet)" },
+		  "svg, folded, table, speedscope, chrome, pprof, json" },
 		{ 'r', "rate", OPT_DOUBLE, &rate, "HZ", "samples per second (default 100)" },
 		{ 'd', "duration", OPT_DOUBLE, &duration, "S", "stop after S seconds" },
-		{ 'n', "native", OPT_BOOL, &native, NULL, "merge native frames (not yet)" },
+		{ 'n', "native", OPT_BOOL, &r->native, NULL, "merge native (C/C++) frames with the Python frames" },
+		{ 0, "native-all", OPT_BOOL, &r->native_all, NULL,
+		  "with --native, also keep the interpreter's own frames (eval loop, call trampolines)" },
 		{ 'i', "idle", OPT_BOOL, &r->idle, NULL, "keep samples of idle threads" },
 		{ 'g', "gil", OPT_BOOL, &r->gil, NULL, "keep only the thread holding the GIL" },
 		{ 's', "subprocesses", OPT_BOOL, &r->subprocesses, NULL, "also profile child processes, present and future" },
@@ -918,6 +971,7 @@ int cmd_record(int argc, char **argv)
 		{ 0, "table", OPT_STRING, &table, "[N]", "print the top N functions (default 20) after recording" },
 		{ 0, "sort", OPT_STRING, &sort, "KEY", "table order: cumtime, tottime or name" },
 		{ 'q', "quiet", OPT_BOOL, &r->quiet, NULL, "no progress line" },
+		{ 0, "slice", OPT_DOUBLE, &r->slice, "S", "also count samples per S-second window, kept in a folded profile (for report --trend)" },
 		{ 0 },
 	};
 
@@ -986,8 +1040,9 @@ int cmd_record(int argc, char **argv)
 		exit_code = cmd_usage_error("record", "--duration must be above 0");
 		goto out;
 	}
-	if (native) {
-		exit_code = cmd_usage_error("record", "--native: not implemented yet");
+	r->native |= r->native_all;
+	if (r->native && r->nonblocking) {
+		exit_code = cmd_usage_error("record", "--native unwinds paused threads: it cannot go with --nonblocking");
 		goto out;
 	}
 	if (sort && !fg_sort_parse(sort, &r->table_opts.sort)) {
@@ -1026,6 +1081,11 @@ int cmd_record(int argc, char **argv)
 	if (table_to_stdout) {
 		want_table = true;
 	}
+	if (r->slice > 0 && out.format != REC_FOLDED) {
+		exit_code = cmd_usage_error("record", "--slice keeps its windows in a folded profile: use -o FILE.folded");
+		goto out;
+	}
+	r->slices = r->slice > 0 ? fg_slices_new(r->slice) : NULL;
 	r->rate = rate;
 	r->duration = duration;
 	r->progress = !r->quiet && isatty(STDERR_FILENO);
@@ -1081,10 +1141,14 @@ int cmd_record(int argc, char **argv)
 	}
 
 	r->profile = fg_profile_new(&r->strs, r->function ? FG_FUNCTION : 0);
+	if (out.format == REC_CHROME) {
+		r->timeline = fg_timeline_new(r->rate);
+	}
 	r->idle_frame = spy_strtab_interns(&r->strs, "idle");
 	r->py = spy_xcalloc(SPY_MAX_THREADS, sizeof(*r->py));
 	r->stacks = spy_xcalloc(SPY_MAX_THREADS, sizeof(*r->stacks));
 	r->stack_rc = spy_xcalloc(SPY_MAX_THREADS, sizeof(*r->stack_rc));
+	r->pcs = spy_xcalloc(SPY_MAX_THREADS, sizeof(*r->pcs));
 	rc = target_start(r, r->tg[0], &err);
 	if (rc < 0) {
 		exit_code = cmd_fail(&err);
@@ -1133,6 +1197,9 @@ int cmd_record(int argc, char **argv)
 			break;
 		case REC_PPROF:
 			wrc = output_write(&out, r, write_pprof, &werr);
+			break;
+		case REC_CHROME:
+			wrc = output_write(&out, r, write_chrome, &werr);
 			break;
 		default:
 			SPY_BUG("record: unimplemented format %d", (int)out.format);

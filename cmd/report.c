@@ -4,9 +4,9 @@
  *
  * The format is --format, else the output name's extension, else svg (as
  * for record). Without -o, text formats (folded, table, json) go to stdout
- * and an SVG, speedscope or pprof file is written beside the profile
- * (PROFILE with .folded/.gz/... replaced by .svg, .speedscope.json or
- * .pb.gz), since a flame graph or gzip bytes on a terminal help nobody. "-" reads stdin or writes
+ * and an SVG, speedscope, chrome or pprof file is written beside the
+ * profile (PROFILE with .folded/.gz/... replaced by .svg, .speedscope.json,
+ * .trace.json or .pb.gz), since a flame graph or gzip bytes on a terminal help nobody. "-" reads stdin or writes
  * stdout. A file is replaced atomically (a temporary in the same directory,
  * then rename), as record does, so a failed run leaves the old file whole.
  *
@@ -23,6 +23,7 @@
 
 #include "cmd/cmd.h"
 #include "cmd/opts.h"
+#include "cmd/output.h"
 #include "cmd/record.h"
 #include "common/buf.h"
 #include "common/util.h"
@@ -39,44 +40,44 @@ struct report {
 	enum rec_format format;
 	struct fg_table_opts table;
 	struct fg_svg_opts svg;
+	struct fg_slices *slices;  /* --trend: the profile's time windows */
 };
 
 typedef int (*write_fn)(const struct report *r, FILE *f, const char *name, struct spy_err *err);
 
-static int write_svg(const struct report *r, FILE *f, const char *name, struct spy_err *err)
+/* A writer's error, with the output's name in front. */
+static int named(int rc, const char *name, struct spy_err *err)
 {
-	int rc = fg_profile_write_svg(r->profile, f, &r->svg, err);
 	if (rc) {
 		spy_err_prefix(err, "%s: ", name);
 	}
 	return rc;
+}
+
+static int write_svg(const struct report *r, FILE *f, const char *name, struct spy_err *err)
+{
+	return named(fg_profile_write_svg(r->profile, f, &r->svg, err), name, err);
 }
 
 static int write_json(const struct report *r, FILE *f, const char *name, struct spy_err *err)
 {
-	int rc = fg_profile_write_json(r->profile, f, err);
-	if (rc) {
-		spy_err_prefix(err, "%s: ", name);
-	}
-	return rc;
+	return named(fg_profile_write_json(r->profile, f, err), name, err);
 }
 
 static int write_speedscope(const struct report *r, FILE *f, const char *name, struct spy_err *err)
 {
-	int rc = fg_profile_write_speedscope(r->profile, f, err);
-	if (rc) {
-		spy_err_prefix(err, "%s: ", name);
-	}
-	return rc;
+	return named(fg_profile_write_speedscope(r->profile, f, err), name, err);
 }
 
 static int write_pprof(const struct report *r, FILE *f, const char *name, struct spy_err *err)
 {
-	int rc = fg_profile_write_pprof(r->profile, f, err);
-	if (rc) {
-		spy_err_prefix(err, "%s: ", name);
-	}
-	return rc;
+	return named(fg_profile_write_pprof(r->profile, f, err), name, err);
+}
+
+/* A folded file has no timeline: the stacks are laid out one after another. */
+static int write_chrome(const struct report *r, FILE *f, const char *name, struct spy_err *err)
+{
+	return named(fg_profile_write_chrome(r->profile, NULL, f, err), name, err);
 }
 
 static int write_folded(const struct report *r, FILE *f, const char *name, struct spy_err *err)
@@ -99,6 +100,36 @@ static int write_table(const struct report *r, FILE *f, const char *name, struct
 	return rc;
 }
 
+static int write_trend(const struct report *r, FILE *f, const char *name, struct spy_err *err)
+{
+	struct fg_trend t;
+	struct spy_buf b = SPY_BUF_INIT;
+	fg_trend_init(&t, r->slices, r->profile, r->table.top);
+	fg_trend_render(&t, &b);
+	fg_trend_release(&t);
+	int rc = 0;
+	if (fwrite(b.buf, 1, b.len, f) != b.len) {
+		rc = spy_err_set(err, SPY_EIO, "cannot write %s: %s", name, strerror(errno));
+	}
+	spy_buf_release(&b);
+	return rc;
+}
+
+/*
+ * --trend: the time windows record --slice stored in the profile. They
+ * number the stacks as written, so the profile is read as it is, never
+ * with -F (the trend is by function anyway).
+ */
+static int load_trend(struct report *r, const char *input, struct spy_err *err)
+{
+	int rc = fg_slices_load(&r->slices, r->profile, input, err);
+	if (rc == 0 && !r->slices) {
+		rc = spy_err_set(err, SPY_EFORMAT, "%s has no time windows", input);
+		spy_err_remedy(err, "record it with spy record --slice SECONDS");
+	}
+	return rc;
+}
+
 /* Write to stdout, flushing and checking (a closed pipe or a full disk is exit 5). */
 static int output_stdout(const struct report *r, write_fn fn, struct spy_err *err)
 {
@@ -109,72 +140,21 @@ static int output_stdout(const struct report *r, write_fn fn, struct spy_err *er
 	return rc;
 }
 
-/*
- * Write path through fn: into a temporary beside it, renamed over it once
- * complete. An existing path that is not a regular file (/dev/stdout, a
- * FIFO) is written in place.
- */
+struct report_call {
+	const struct report *r;
+	write_fn fn;
+};
+
+static int call_report(void *ctx, FILE *f, const char *name, struct spy_err *err)
+{
+	const struct report_call *c = ctx;
+	return c->fn(c->r, f, name, err);
+}
+
 static int output_file(const struct report *r, const char *path, write_fn fn, struct spy_err *err)
 {
-	struct stat st;
-	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-		if (S_ISDIR(st.st_mode)) {
-			return spy_err_set(err, SPY_EIO, "cannot write %s: it is a directory", path);
-		}
-		FILE *f = fopen(path, "w");
-		if (!f) {
-			return spy_err_set(err, SPY_EIO, "cannot write %s: %s", path, strerror(errno));
-		}
-		int rc = fn(r, f, path, err);
-		if (fclose(f) != 0 && rc == 0) {
-			rc = spy_err_set(err, SPY_EIO, "cannot write %s: %s", path, strerror(errno));
-		}
-		return rc;
-	}
-	const char *slash = strrchr(path, '/');
-	struct spy_buf b = SPY_BUF_INIT;
-	if (slash) {
-		spy_buf_add(&b, path, (size_t)(slash - path) + 1);
-	}
-	spy_buf_addf(&b, ".%s.spy-XXXXXX", slash ? slash + 1 : path);
-	char *tmp = spy_buf_detach(&b, NULL);
-	int fd = mkostemp(tmp, O_CLOEXEC);
-	if (fd < 0) {
-		int e = errno;
-		free(tmp);
-		return spy_err_set(err, SPY_EIO, "cannot write %s: %s", path, strerror(e));
-	}
-	FILE *f = fdopen(fd, "w");
-	if (!f) {
-		int e = errno;
-		close(fd);
-		unlink(tmp);
-		free(tmp);
-		return spy_err_set(err, SPY_EIO, "cannot write %s: %s", path, strerror(e));
-	}
-	int rc = fn(r, f, path, err);
-	if (rc == 0 && fflush(f) != 0) {
-		rc = spy_err_set(err, SPY_EIO, "cannot write %s: %s", path, strerror(errno));
-	}
-	if (rc == 0 && fsync(fileno(f)) != 0) {
-		rc = spy_err_set(err, SPY_EIO, "cannot write %s: %s", path, strerror(errno));
-	}
-	if (fclose(f) != 0 && rc == 0) {
-		rc = spy_err_set(err, SPY_EIO, "cannot write %s: %s", path, strerror(errno));
-	}
-	if (rc == 0) {
-		/* mkstemp makes 0600; a profile is an ordinary file (0666 & ~umask). */
-		mode_t um = umask(0);
-		umask(um);
-		if (chmod(tmp, 0666 & ~um) != 0 || rename(tmp, path) != 0) {
-			rc = spy_err_set(err, SPY_EIO, "cannot write %s: %s", path, strerror(errno));
-		}
-	}
-	if (rc != 0) {
-		unlink(tmp);
-	}
-	free(tmp);
-	return rc;
+	struct report_call c = { r, fn };
+	return cmd_output_file(path, call_report, &c, err);
 }
 
 static bool ends_with(const char *s, const char *suffix)
@@ -207,15 +187,16 @@ int cmd_report(int argc, char **argv)
 {
 	const char *output = NULL, *format = NULL, *sort = NULL, *title = NULL;
 	unsigned top = 0;
-	bool function = false, inverted = false;
+	bool function = false, inverted = false, trend = false;
 	const struct opt opts[] = {
 		{ 'o', "output", OPT_STRING, &output, "FILE", "where to write (- for stdout); format follows the extension" },
-		{ 'f', "format", OPT_STRING, &format, "F", "svg, folded, table, json, speedscope or pprof (default: from -o's extension, else svg)" },
+		{ 'f', "format", OPT_STRING, &format, "F", "svg, folded, table, json, speedscope, chrome or pprof (default: from -o's extension, else svg)" },
 		{ 'F', "function", OPT_BOOL, &function, NULL, "aggregate by function, dropping line numbers" },
 		{ 0, "sort", OPT_STRING, &sort, "KEY", "table order: cumtime (default), tottime or name" },
 		{ 0, "top", OPT_UINT, &top, "N", "table: keep the first N rows (default: all)" },
 		{ 0, "title", OPT_STRING, &title, "TEXT", "svg: the title (default \"spy flame graph\")" },
 		{ 0, "inverted", OPT_BOOL, &inverted, NULL, "svg: icicle graph, roots at the top" },
+		{ 0, "trend", OPT_BOOL, &trend, NULL, "list functions by how steadily their share rises across the time windows of a profile recorded with --slice" },
 		{ 0 },
 	};
 	struct spy_err err = SPY_ERR_INIT;
@@ -264,11 +245,24 @@ int cmd_report(int argc, char **argv)
 		return cmd_usage_error("report", "unknown sort key '%s' (cumtime, tottime or name)", sort);
 	}
 
-	r.profile = fg_profile_new(NULL, function ? FG_FUNCTION : 0);
+	if (trend && format) {
+		return cmd_usage_error("report", "--trend writes a text table: -f does not apply");
+	}
+	if (trend) {
+		r.format = REC_TABLE;  /* text, to stdout unless -o */
+	}
+	r.profile = fg_profile_new(NULL, function && !trend ? FG_FUNCTION : 0);
 	if (!strcmp(input, "-")) {
 		rc = fg_profile_read_folded_fd(r.profile, STDIN_FILENO, "<stdin>", &err);
 	} else {
 		rc = fg_profile_load_folded(r.profile, input, &err);
+	}
+	if (rc == 0 && trend) {
+		rc = load_trend(&r, strcmp(input, "-") ? input : "<stdin>", &err);
+	}
+	if (rc == 0 && function && !trend) {
+		/* -F merged stacks: the windows' stack numbers no longer hold. */
+		fg_slices_drop(r.profile);
 	}
 	if (rc < 0) {
 		fg_profile_free(r.profile);
@@ -296,8 +290,15 @@ int cmd_report(int argc, char **argv)
 		fn = write_pprof;
 		ext = ".pb.gz";
 		break;
+	case REC_CHROME:
+		fn = write_chrome;
+		ext = ".trace.json";
+		break;
 	default:
 		break;
+	}
+	if (trend) {
+		fn = write_trend;
 	}
 	char *path = NULL;
 	if (!output && ext) {
@@ -323,6 +324,7 @@ int cmd_report(int argc, char **argv)
 		fprintf(stderr, "spy report: wrote %s\n", path);
 	}
 	free(path);
+	fg_slices_free(r.slices);
 	fg_profile_free(r.profile);
 	return rc < 0 ? cmd_fail(&err) : 0;
 }

@@ -8,6 +8,8 @@
  * embedding application (uwsgi, a C++ server) is an executable without
  * CPython symbols of its own that maps libpython.
  */
+#include <pthread.h>
+#include <semaphore.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,21 +61,40 @@ unsigned target_version_from_path(const char *path)
 }
 
 /* The mapped file that should hold the interpreter's symbols. */
-static const char *pick_binary(const struct proc *p)
+static const char *pick_binary(const struct spy_mem *mem, const char *exe)
 {
-	const struct spy_mem *mem = proc_mem(p);
 	for (size_t i = 0; i < mem->nmaps; i++) {
 		if (mem->maps[i].path[0] == '/' && target_is_libpython(mem->maps[i].path)) {
 			return mem->maps[i].path;
 		}
 	}
-	const char *exe = proc_exe(p);
 	for (size_t i = 0; i < mem->nmaps; i++) {
 		if (!strcmp(mem->maps[i].path, exe)) {
 			return mem->maps[i].path;
 		}
 	}
 	return NULL;
+}
+
+static const struct spy_mem *target_mem(const struct target *t)
+{
+	return t->core ? core_mem(t->core) : proc_mem(t->proc);
+}
+
+int target_pid(const struct target *t)
+{
+	return t->core ? (int)core_pid(t->core) : (int)proc_pid(t->proc);
+}
+
+const char *target_cmdline(const struct target *t)
+{
+	return t->core ? core_cmdline(t->core) : proc_cmdline(t->proc);
+}
+
+/* Where the target's files are seen from: a core's are this machine's own. */
+static const char *target_root(const struct target *t)
+{
+	return t->core ? "" : proc_root(t->proc);
 }
 
 static void add_symbol(const struct sym_elf *e, uint64_t bias, const char *name, spy_addr_t *out)
@@ -85,14 +106,31 @@ static void add_symbol(const struct sym_elf *e, uint64_t bias, const char *name,
 	}
 }
 
+/*
+ * Where the GIL is in 2.7 and 3.6, whose runtime does not say: 3.6's
+ * statics in ceval_gil.h, 2.7's interpreter_lock (a PyThread lock: a sem_t
+ * with pyenv's and distros' builds). Both only in a non-stripped .symtab;
+ * without them dump cannot tell a GIL wait from a lock wait, and says idle.
+ */
+static void add_gil_symbols(const struct sym_elf *e, uint64_t bias, struct pyrt_hints *h)
+{
+	static const char *const statics[] = { "gil_mutex", "gil_cond", "switch_mutex", "switch_cond" };
+	for (size_t i = 0; i < SPY_ARRAY_SIZE(statics); i++) {
+		add_symbol(e, bias, statics[i], &h->gil_static[i]);
+		h->gil_static_size[i] = (uint32_t)(i % 2 ? sizeof(pthread_cond_t) : sizeof(pthread_mutex_t));
+	}
+	add_symbol(e, bias, "interpreter_lock", &h->gil_lock_ptr);
+	h->gil_lock_size = (uint32_t)sizeof(sem_t);
+}
+
 static int fill_hints(struct target *t, struct pyrt_hints *h, struct spy_err *err)
 {
-	const struct spy_mem *mem = proc_mem(t->proc);
+	const struct spy_mem *mem = target_mem(t);
 	struct spy_buf path = SPY_BUF_INIT;
 	struct sym_elf *e = NULL;
 	int rc;
 
-	spy_buf_addf(&path, "%s%s", proc_root(t->proc), t->binary);
+	spy_buf_addf(&path, "%s%s", target_root(t), t->binary);
 	rc = sym_elf_open(&e, path.buf, err);
 	if (rc < 0) {
 		goto out;
@@ -100,18 +138,19 @@ static int fill_hints(struct target *t, struct pyrt_hints *h, struct spy_err *er
 	uint64_t bias;
 	if (!sym_elf_bias(e, mem->maps, mem->nmaps, t->binary, &bias)) {
 		rc = spy_err_set(err, SPY_ENOPY, "cannot find where %s is loaded in process %d",
-				 t->binary, (int)proc_pid(t->proc));
+				 t->binary, target_pid(t));
 		goto out;
 	}
 	memset(h, 0, sizeof(*h));
 	h->binary = t->binary;
-	h->pid = (int32_t)proc_pid(t->proc);
+	h->pid = (int32_t)target_pid(t);
 	h->version_hint = target_version_from_path(t->binary);
 	add_symbol(e, bias, "_PyRuntime", &h->runtime);
 	add_symbol(e, bias, "Py_Version", &h->py_version);
 	add_symbol(e, bias, "interp_head", &h->interp_head);
 	add_symbol(e, bias, "PyInterpreterState_Head", &h->interp_head_fn);
 	add_symbol(e, bias, "_PyThreadState_Current", &h->tstate_current);
+	add_gil_symbols(e, bias, h);
 
 	uint64_t addr, size;
 	if (!h->runtime && sym_elf_section(e, ".PyRuntime", &addr, &size) && addr) {
@@ -141,7 +180,7 @@ static int fill_hints(struct target *t, struct pyrt_hints *h, struct spy_err *er
 	if (!h->runtime && !h->py_version && !h->interp_head && !h->interp_head_fn &&
 	    !h->tstate_current && !scannable) {
 		rc = spy_err_set(err, SPY_ENOPY, "no Python interpreter found in process %d (%s)",
-				 (int)proc_pid(t->proc), proc_cmdline(t->proc));
+				 target_pid(t), target_cmdline(t));
 		goto out;
 	}
 	rc = 0;
@@ -151,34 +190,47 @@ out:
 	return rc;
 }
 
-int target_open_pid(struct target *t, pid_t pid, struct spy_err *err)
+/* Find the runtime of an opened process or core. */
+static int find_runtime(struct target *t, struct spy_err *err)
 {
 	struct pyrt_hints hints;
-	int rc;
-
-	memset(t, 0, sizeof(*t));
-	rc = proc_open(&t->proc, pid, err);
-	if (rc < 0) {
-		goto fail;
-	}
-	const char *bin = pick_binary(t->proc);
+	const char *exe = t->core ? core_exe(t->core) : proc_exe(t->proc);
+	const char *bin = pick_binary(target_mem(t), exe);
 	if (!bin) {
-		rc = spy_err_set(err, SPY_ENOPY, "no Python interpreter found in process %d (%s)",
-				 (int)pid, proc_cmdline(t->proc));
-		goto fail;
+		return spy_err_set(err, SPY_ENOPY, "no Python interpreter found in process %d (%s)",
+				   target_pid(t), target_cmdline(t));
 	}
 	t->binary = spy_xstrdup(bin);
-	rc = fill_hints(t, &hints, err);
+	int rc = fill_hints(t, &hints, err);
 	if (rc < 0) {
-		goto fail;
+		return rc;
 	}
-	rc = pyrt_new(&t->rt, proc_mem(t->proc), &hints, &t->strs, err);
+	return pyrt_new(&t->rt, target_mem(t), &hints, &t->strs, err);
+}
+
+int target_open_pid(struct target *t, pid_t pid, struct spy_err *err)
+{
+	memset(t, 0, sizeof(*t));
+	int rc = proc_open(&t->proc, pid, err);
+	if (rc == 0) {
+		rc = find_runtime(t, err);
+	}
 	if (rc < 0) {
-		goto fail;
+		target_release(t);
 	}
-	return 0;
-fail:
-	target_release(t);
+	return rc;
+}
+
+int target_open_core(struct target *t, const char *path, const char *exe, struct spy_err *err)
+{
+	memset(t, 0, sizeof(*t));
+	int rc = core_open(&t->core, path, exe, err);
+	if (rc == 0) {
+		rc = find_runtime(t, err);
+	}
+	if (rc < 0) {
+		target_release(t);
+	}
 	return rc;
 }
 
@@ -186,6 +238,7 @@ void target_release(struct target *t)
 {
 	pyrt_free(t->rt);
 	proc_free(t->proc);
+	core_free(t->core);
 	spy_strtab_release(&t->strs);
 	free(t->binary);
 	memset(t, 0, sizeof(*t));

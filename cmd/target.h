@@ -1,5 +1,5 @@
 /*
- * A target: a live process with its Python runtime located. This is where
+ * A target: a live process or a core file, with its Python runtime located. This is where
  * the modules meet: sampler opens the process, symbolize finds CPython's
  * anchors in the ELF file that holds the interpreter, and pystate is handed
  * those anchors as hints. No module talks to another directly.
@@ -15,7 +15,8 @@
 #include "sampler/sampler.h"
 
 struct target {
-	struct proc *proc;
+	struct proc *proc;      /* a live process; NULL for a core */
+	struct core *core;      /* a core file; NULL for a live process */
 	struct pyrt *rt;
 	struct spy_strtab strs;
 	char *binary;   /* path (as the target sees it) of the ELF holding the runtime */
@@ -23,6 +24,11 @@ struct target {
 
 /* Open pid and find its Python runtime. On failure everything is released. */
 int target_open_pid(struct target *t, pid_t pid, struct spy_err *err);
+/* Open a core file (exe: see core_open) and find its Python runtime. */
+int target_open_core(struct target *t, const char *path, const char *exe, struct spy_err *err);
+/* The pid and command line, of the process or of the one that dumped core. */
+int target_pid(const struct target *t);
+const char *target_cmdline(const struct target *t);
 /* Detach and free; safe on a zeroed or partly opened target. */
 void target_release(struct target *t);
 

@@ -65,6 +65,7 @@ struct fg_profile *fg_profile_new(struct spy_strtab *strtab, unsigned flags)
 	p->flags = flags;
 	p->strtab = strtab ? strtab : &p->own_strtab;
 	p->max_stacks = FG_MAX_STACKS;
+	p->last_stack = FG_NONE;
 	return p;
 }
 
@@ -183,6 +184,7 @@ static void grow_stack_hash(struct fg_profile *p)
 
 int fg_add_path(struct fg_profile *p, const uint32_t *ids, size_t n, uint64_t count)
 {
+	p->last_stack = FG_NONE;
 	/* samples <= FG_MAX_TOTAL always, so this cannot wrap. */
 	if (count > FG_MAX_TOTAL - p->samples) {
 		p->dropped += count;
@@ -203,6 +205,7 @@ int fg_add_path(struct fg_profile *p, const uint32_t *ids, size_t n, uint64_t co
 		if (e->hash == h && e->depth == n && !memcmp(p->pool + e->off, ids, n * sizeof(*ids))) {
 			e->count += count;
 			p->samples += count;
+			p->last_stack = s - 1;
 			return 0;
 		}
 		j = (j + 1) & mask;
@@ -218,11 +221,13 @@ int fg_add_path(struct fg_profile *p, const uint32_t *ids, size_t n, uint64_t co
 	p->npool += n;
 	p->sslots[j] = (uint32_t)++p->nstacks;
 	p->samples += count;
+	p->last_stack = (uint32_t)p->nstacks - 1;
 	return 0;
 }
 
 int fg_profile_add(struct fg_profile *p, const struct spy_stack *s, uint64_t count)
 {
+	p->last_stack = FG_NONE;
 	if (!count) {
 		return 0;
 	}
@@ -257,6 +262,11 @@ void fg_profile_stats(const struct fg_profile *p, struct fg_stats *st)
 		    p->nsslots * sizeof(*p->sslots) +
 		    p->pool_alloc * sizeof(*p->pool) +
 		    p->ids_alloc * sizeof(*p->ids);
+}
+
+uint32_t fg_profile_last_stack(const struct fg_profile *p)
+{
+	return p->last_stack;
 }
 
 size_t fg_profile_frame_count(const struct fg_profile *p)

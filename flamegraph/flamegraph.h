@@ -1,7 +1,7 @@
 /*
  * flamegraph: aggregating stacks into a profile, the folded format in and
  * out (plain or gzip), the per-function cumtime table, and the output
- * formats (svg, json, speedscope, pprof). It knows nothing
+ * formats (svg, json, speedscope, pprof, chrome). It knows nothing
  * of processes: its input is spy_stacks whose strings are already interned,
  * or a folded file.
  *
@@ -166,6 +166,13 @@ int fg_profile_add(struct fg_profile *p, const struct spy_stack *s, uint64_t cou
 void fg_profile_limit_stacks(struct fg_profile *p, size_t max_stacks);
 
 void fg_profile_stats(const struct fg_profile *p, struct fg_stats *st);
+
+/*
+ * The distinct stack the last fg_profile_add (or folded line read) counted
+ * its samples in, a stable id below fg_stats.stacks; FG_NONE when it
+ * counted none (empty stack, count 0, a limit hit). For fg_slices_add.
+ */
+uint32_t fg_profile_last_stack(const struct fg_profile *p);
 
 /* Frames by id, 0 .. count-1. The pointer is valid until the next add or read. */
 size_t fg_profile_frame_count(const struct fg_profile *p);
@@ -361,6 +368,245 @@ struct fg_svg_opts {
 int fg_profile_write_svg(const struct fg_profile *p, FILE *f, const struct fg_svg_opts *opts, struct spy_err *err);
 
 /*
+ * The same renderer with the caller's colours (spy diff colours NEW's
+ * frames by their change this way, so there is one renderer).
+ * frame_style is called once per frame drawn (synthetic ones included), in
+ * a deterministic order, before anything is written. It may set *rgb
+ * (0xRRGGBB) to override the frame's colour and append one line of text to
+ * note, shown in the frame's tooltip (escaped like every other string); it
+ * returns false to keep the frame's usual colour (note is then ignored).
+ * legend/nlegend replace the legend (NULL: the frame kinds'). style NULL is
+ * fg_profile_write_svg.
+ */
+struct fg_svg_legend {
+	const char *label;
+	uint32_t rgb;
+};
+struct fg_svg_style {
+	bool (*frame_style)(void *ctx, const struct fg_frame *fr, uint32_t *rgb,
+			    struct spy_buf *note);
+	void *ctx;
+	const struct fg_svg_legend *legend;
+	size_t nlegend;
+};
+int fg_profile_write_svg_styled(const struct fg_profile *p, FILE *f, const struct fg_svg_opts *opts,
+				const struct fg_svg_style *style, struct spy_err *err);
+
+/*
+ * Differential profile (spy diff): how each function's share of samples
+ * changed from BASE to NEW. A function is a (func, file) pair of a
+ * non-synthetic frame, lines merged as in the table, so profiles recorded
+ * with and without FG_FUNCTION, or on Pythons whose line numbers differ,
+ * still compare. Shares are the table's self_pct and total_pct (recursion
+ * counted once per stack), each of its own profile's samples, so profiles
+ * of different lengths compare; a function absent from one side has share
+ * 0 there. Deltas are NEW minus BASE, in percentage points. A function
+ * found in one profile only under a qualified name (Klass.meth, as 3.11+
+ * records) and in the other only under the bare one (meth, as older
+ * Pythons do), alone with that file and bare name, is one function and
+ * keeps the qualified name.
+ *
+ * Both profiles must use the same string table (fg_profile_new with one
+ * spy_strtab), since functions are matched by pointer; SPY_BUG otherwise.
+ * Rows are sorted by the larger of |total_delta| and |self_delta|, then
+ * |total_delta|, func, file: the biggest change first, ties deterministic.
+ */
+struct fg_diff_side {
+	uint64_t self, total;
+	double self_pct, total_pct;
+};
+
+struct fg_diff_row {
+	const char *func, *file;       /* borrowed from the shared string table */
+	struct fg_diff_side base, cur;
+	double self_delta, total_delta; /* cur - base, percentage points */
+};
+
+struct fg_diff {
+	struct fg_diff_row *rows;      /* every function of either profile */
+	size_t n;
+	uint64_t base_samples, cur_samples;
+	uint32_t *byname;              /* row indices by (func, file) pointers */
+};
+
+/*
+ * The regression gate: a row fails when its total share grew by more than
+ * total_pts points (or its self share by more than self_pts), and NEW has
+ * at least min_samples samples of it (total or self respectively), so a
+ * function seen a handful of times cannot fail a build. A negative
+ * threshold is off.
+ */
+struct fg_diff_gate {
+	double total_pts, self_pts;
+	uint64_t min_samples;
+};
+
+#define FG_DIFF_GATE_OFF { -1.0, -1.0, 0 }
+
+void fg_diff_init(struct fg_diff *d, const struct fg_profile *base, const struct fg_profile *cur);
+void fg_diff_release(struct fg_diff *d);
+/* The row of (func, file) (interned pointers), NULL if neither profile has it. */
+const struct fg_diff_row *fg_diff_find(const struct fg_diff *d, const char *func, const char *file);
+/* Which of the gate's tests r fails: bit 0 total, bit 1 self; 0 if none. */
+unsigned fg_diff_row_fails(const struct fg_diff_row *r, const struct fg_diff_gate *g);
+/*
+ * Append the first top rows (0: all) as an aligned text table, after one
+ * summary line; names escaped as in the cumtime table.
+ */
+void fg_diff_render(const struct fg_diff *d, size_t top, struct spy_buf *out);
+/*
+ * The diff as one JSON document (doc/diff-json.md): base and new names and
+ * sample counts, the gate, the first top rows (0: all) and every row that
+ * fails the gate. Streamed to f (flushed, not closed); -SPY_EIO on error.
+ */
+int fg_diff_write_json(const struct fg_diff *d, size_t top, const struct fg_diff_gate *g,
+		       const char *base_name, const char *cur_name, FILE *f, struct spy_err *err);
+
+/*
+ * The differential flame graph: cur (the NEW profile the diff was made
+ * from) drawn by fg_profile_write_svg_styled, each function's frames
+ * coloured by its self-share change, red for grew and blue for shrank, the
+ * intensity by the size of the change relative to the largest one; the
+ * tooltip gives base and new shares and the deltas. fg_diff_colour is that
+ * colour for a delta, scale being the largest |self_delta| (0xRRGGBB).
+ */
+uint32_t fg_diff_colour(double delta, double scale);
+int fg_diff_write_svg(const struct fg_diff *d, const struct fg_profile *cur, FILE *f,
+		      const struct fg_svg_opts *opts, struct spy_err *err);
+
+/*
+ * Time windows (spy record --slice S, spy report --trend): the samples of a
+ * profile split into consecutive windows of S seconds, each window holding
+ * (stack id, count) pairs for the stacks it saw. Memory is bounded by the
+ * pairs stored, at most distinct stacks x windows and at most the samples,
+ * and windows are capped at FG_MAX_SLICES: a recording longer than that
+ * many windows merges neighbouring windows pairwise and doubles S, so an
+ * hour-long recording with --slice 0.1 still fits.
+ *
+ * In a folded file the windows are metadata lines, which every reader of
+ * the folded format already skips or keeps: "# slice-s: S" (the final
+ * window length), "# slices: N" (windows), then one "# slice-I: R:C R:C
+ * ..." line per non-empty window I, R being the stack's position among
+ * the file's stack lines (0 = the first) and C its samples in that window.
+ * A window whose list would pass FG_MAX_META_VALUE bytes continues in
+ * "# slice-I.1:", "# slice-I.2:", ...
+ *
+ * fg_slices_add counts count samples of p's last added stack
+ * (fg_profile_last_stack) in the window of t seconds since the start (t
+ * < 0 counts as 0); it does nothing when that is FG_NONE. fg_slices_store
+ * writes the metadata into p (replacing any); fg_slices_load reads it
+ * back: 0 with *out NULL when the profile has no windows, -SPY_EFORMAT
+ * "NAME: # slice-I: what" when they are malformed or name a stack the
+ * profile lacks. p must be read without FG_FUNCTION, which would merge
+ * stacks and renumber them.
+ */
+#define FG_MAX_SLICES 4096
+
+struct fg_slices;
+
+struct fg_slices *fg_slices_new(double slice_s);
+void fg_slices_free(struct fg_slices *s);
+void fg_slices_add(struct fg_slices *s, const struct fg_profile *p, double t, uint64_t count);
+void fg_slices_store(const struct fg_slices *s, struct fg_profile *p);
+int fg_slices_load(struct fg_slices **out, const struct fg_profile *p, const char *name,
+		   struct spy_err *err);
+/* Remove the windows' metadata from p: for a profile whose stacks were
+ * merged (read with FG_FUNCTION), which would make the stack numbers lie. */
+void fg_slices_drop(struct fg_profile *p);
+size_t fg_slices_count(const struct fg_slices *s);
+double fg_slices_len(const struct fg_slices *s);
+
+/*
+ * The trend of each function across the windows: its total share of each
+ * non-empty window's samples (recursion counted once per stack, as in the
+ * table), the least-squares slope of that share against the window index
+ * (percentage points per window; each window weighted by its samples, so
+ * a last window cut short counts little), the share in the first and last
+ * non-empty windows, the mean (weighted the same way: the function's share
+ * of all those samples), and r2, the square of the correlation of
+ * share with time (1: a straight line, steady; near 0: noise). Rows are sorted by slope, steepest
+ * rise first, then func and file; top keeps the first top rows (0: all).
+ */
+struct fg_trend_row {
+	const char *func, *file;
+	double slope, first_pct, last_pct, mean_pct, r2;
+};
+
+struct fg_trend {
+	struct fg_trend_row *rows;
+	size_t n, nfuncs;
+	size_t windows;        /* non-empty windows */
+	double slice_s;
+	uint64_t samples;
+};
+
+void fg_trend_init(struct fg_trend *t, const struct fg_slices *s, const struct fg_profile *p,
+		   size_t top);
+void fg_trend_release(struct fg_trend *t);
+void fg_trend_render(const struct fg_trend *t, struct spy_buf *out);
+
+/*
+ * The timeline (for -f chrome): per thread, the samples in time order as
+ * runs of one stack over consecutive samples, (stack id, samples, first and
+ * last sample time). Memory grows with the number of stack changes, not of
+ * samples, and stops at FG_MAX_TIMELINE_RUNS runs (later changes are
+ * dropped and counted). A thread is a track, keyed by (pid, tid) and
+ * named by the caller (strings borrowed: interned in the profile's table).
+ *
+ * fg_timeline_add counts one sample of p's last added stack
+ * (fg_profile_last_stack; nothing when FG_NONE) for thread tid of process
+ * pid, t seconds since the start, samples of one thread coming in time
+ * order. It continues the thread's last run when the stack is the same and
+ * no sample is missing: t is within 1.75 periods (1 / rate_hz) of the run's
+ * last sample. p must not be FG_FUNCTION-merged after the fact: ids are
+ * those of p.
+ *
+ * fg_timeline_walk turns the runs into nested spans, one per frame per
+ * stretch of consecutive samples the frame stays on the stack at the same
+ * depth under the same callers: a frame continuing across samples is one
+ * span even when deeper frames change. A run lasts from its first sample
+ * to the next run's first sample when that is contiguous (the rule
+ * above), else one period past its last sample. Leading "process ..." and
+ * "thread ..." synthetic roots are left out (the track is the thread). fn
+ * is called in time order per track, tracks in the order first seen: a
+ * begin (begin true) at each span's start, an end at its end, ends
+ * innermost first; depth 0 is the outermost frame kept. A nonzero return
+ * stops the walk and is returned.
+ *
+ * fg_timeline_layout builds a timeline from an aggregated profile that has
+ * none (a folded file): per (process root, thread root) track, the stacks
+ * one after another in folded order, each lasting count periods (rate from
+ * "# rate-hz:", else FG_TIMELINE_RATE), which is what speedscope does for
+ * folded input. Its pids and tids are 1, 2, ... in order of first
+ * appearance, the roots' text being the names.
+ */
+#define FG_MAX_TIMELINE_RUNS (1u << 22)
+#define FG_TIMELINE_RATE 100.0
+
+struct fg_timeline;
+
+struct fg_track {
+	int32_t pid, tid;
+	const char *pname, *tname; /* NULL: unnamed */
+};
+
+typedef int (*fg_span_fn)(void *ctx, size_t track, uint32_t frame, uint32_t depth, uint64_t ts_ns,
+			  bool begin);
+
+struct fg_timeline *fg_timeline_new(double rate_hz);
+void fg_timeline_free(struct fg_timeline *tl);
+void fg_timeline_add(struct fg_timeline *tl, const struct fg_profile *p, const struct fg_track *th,
+		     double t);
+struct fg_timeline *fg_timeline_layout(const struct fg_profile *p);
+size_t fg_timeline_tracks(const struct fg_timeline *tl);
+const struct fg_track *fg_timeline_track(const struct fg_timeline *tl, size_t i);
+/* Runs stored, and samples not stored (the run cap). */
+size_t fg_timeline_runs(const struct fg_timeline *tl);
+uint64_t fg_timeline_dropped(const struct fg_timeline *tl);
+int fg_timeline_walk(const struct fg_timeline *tl, const struct fg_profile *p, fg_span_fn fn,
+		     void *ctx);
+
+/*
  * Other formats, each one document streamed to f (flushed, not closed;
  * -SPY_EIO on a write error). Deterministic for a given profile. Target
  * strings are escaped for the format, invalid UTF-8 becoming U+FFFD.
@@ -379,5 +625,16 @@ int fg_profile_write_svg(const struct fg_profile *p, FILE *f, const struct fg_sv
 int fg_profile_write_json(const struct fg_profile *p, FILE *f, struct spy_err *err);
 int fg_profile_write_speedscope(const struct fg_profile *p, FILE *f, struct spy_err *err);
 int fg_profile_write_pprof(const struct fg_profile *p, FILE *f, struct spy_err *err);
+/*
+ * chrome: the Trace Event Format (chrome://tracing, Perfetto): a
+ * process_name and a thread_name metadata event per track, then nested
+ * B/E events, one pair per span of fg_timeline_walk, timestamps in
+ * microseconds; "cat" is the frame kind, "args" its file and line; the
+ * profile's metadata in "otherData", with "timeline-dropped-samples" when
+ * the run cap was hit. tl NULL lays the profile out with
+ * fg_timeline_layout.
+ */
+int fg_profile_write_chrome(const struct fg_profile *p, const struct fg_timeline *tl, FILE *f,
+			    struct spy_err *err);
 
 #endif

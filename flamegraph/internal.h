@@ -5,6 +5,7 @@
 #ifndef SPY_FLAMEGRAPH_INTERNAL_H
 #define SPY_FLAMEGRAPH_INTERNAL_H
 
+#include "common/json.h"
 #include "flamegraph/flamegraph.h"
 
 struct fg_meta_ent {
@@ -50,6 +51,9 @@ struct fg_profile {
 	size_t ids_alloc;
 
 	uint64_t samples, dropped, truncated;
+	/* Index of the stack the last add counted, FG_NONE if it counted none
+	 * (fg_profile_last_stack, for the time windows of slices.c). */
+	uint32_t last_stack;
 };
 
 /*
@@ -64,6 +68,20 @@ uint32_t fg_intern_frame(struct fg_profile *p, const char *func, const char *fil
  * changed, counted as dropped).
  */
 int fg_add_path(struct fg_profile *p, const uint32_t *ids, size_t n, uint64_t count);
+
+/*
+ * The functions of a profile, as the table counts them (table.c): frame id
+ * -> function id in fmap (FG_NONE for synthetic frames), and each
+ * function's func and file, interned. For the table and the trend alike.
+ */
+struct fg_funcs {
+	uint32_t *fmap;
+	const char **func, **file;
+	size_t n;
+};
+
+void fg_funcs_init(struct fg_funcs *fs, const struct fg_profile *p);
+void fg_funcs_release(struct fg_funcs *fs);
 
 /*
  * Append s with ';' and control bytes replaced by '?', at most SPY_MAX_STR
@@ -94,14 +112,20 @@ int fg_order_foreach_stack(const struct fg_order *o, const struct fg_profile *p,
  * Helpers of the JSON-based writers (json.c). fg_utf8_decode reads one code
  * point of s[0..n), n >= 1: returns the bytes used and sets *cp, or U+FFFD
  * for a maximal invalid subpart (1 to 3 bytes). fg_json_string appends str
- * as a quoted JSON string (the one JSON escaper: see json.c). fg_flush
+ * as a quoted JSON string (the one JSON escaper: common/json.c). fg_flush
  * writes b to f when it holds 64 KiB or more, or always with force (then
  * fflush too); -SPY_EIO "writing the WHAT: strerror" on error. fg_kind_name: "python", "native" or
  * "synthetic". fg_frame_is_root: a synthetic frame whose name starts with
  * prefix ("process ", "thread ").
  */
-size_t fg_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp);
-void fg_json_string(struct spy_buf *out, const char *str);
+static inline size_t fg_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
+{
+	return spy_utf8_decode(s, n, cp);
+}
+static inline void fg_json_string(struct spy_buf *out, const char *str)
+{
+	spy_json_string(out, str);
+}
 int fg_flush(struct spy_buf *b, FILE *f, bool force, const char *what,
 	     struct spy_err *err);
 const char *fg_kind_name(uint8_t kind);

@@ -93,6 +93,12 @@ struct svg {
 	struct spy_buf nodes; /* the node array's text */
 	size_t nnodes;
 	uint32_t maxdepth;
+
+	/* The caller's styling (fg_svg_style.frame_style): its tooltip lines
+	 * are interned here so str_index can key them by pointer too. */
+	const struct fg_svg_style *style;
+	struct spy_strtab notes;
+	struct spy_buf note;
 };
 
 /* ---- escaping ------------------------------------------------------------ */
@@ -322,6 +328,30 @@ static uint32_t frame_colour(const struct fg_frame *fr, enum svg_class cls)
 	return hsl_rgb(0, 0, 78 + (h >> 16) % 6);
 }
 
+/*
+ * The caller's colour for fr, if it gives one, and the index in S of its
+ * tooltip line, or -1 (fg_svg_style.frame_style).
+ */
+static uint32_t str_index(struct svg *g, const char *s);
+
+static int64_t caller_style(struct svg *g, const struct fg_frame *fr, uint32_t *rgb)
+{
+	const struct fg_svg_style *o = g->style;
+	uint32_t c = *rgb;
+	if (!o || !o->frame_style) {
+		return -1;
+	}
+	spy_buf_reset(&g->note);
+	if (!o->frame_style(o->ctx, fr, &c, &g->note)) {
+		return -1;
+	}
+	*rgb = c & 0xffffff;
+	if (!g->note.len) {
+		return -1;
+	}
+	return str_index(g, spy_strtab_intern(&g->notes, g->note.buf, g->note.len));
+}
+
 /* ---- the emitted tables -------------------------------------------------- */
 
 static uint64_t ptr_hash(const void *ptr)
@@ -451,7 +481,7 @@ static void emit_tables(struct svg *g)
 	 * deterministic. Colours go in a palette (P): there are as many as
 	 * files, not frames, and the script then never builds a colour string.
 	 */
-	struct spy_buf ft = SPY_BUF_INIT, pal = SPY_BUF_INIT;
+	struct spy_buf ft = SPY_BUF_INIT, pal = SPY_BUF_INIT, notes = SPY_BUF_INIT;
 	size_t nslots = 16, npal = 0;
 	while (nslots < 2 * g->nframes + 2) {
 		nslots *= 2;
@@ -464,6 +494,8 @@ static void emit_tables(struct svg *g)
 		uint32_t func = str_index(g, fr->func);
 		int64_t file = fr->file ? (int64_t)str_index(g, fr->file) : -1;
 		uint32_t rgb = frame_colour(fr, cls);
+		int64_t note = caller_style(g, fr, &rgb);
+		spy_buf_addf(&notes, "%s%" PRId64, i ? (i % 16 ? "," : ",\n") : "", note);
 		size_t j = (size_t)(rgb * 2654435761u) & (nslots - 1);
 		while (pkeys[j] && pkeys[j] != rgb + 1) {
 			j = (j + 1) & (nslots - 1);
@@ -491,12 +523,17 @@ static void emit_tables(struct svg *g)
 	spy_buf_add(&g->out, pal.buf, pal.len);
 	spy_buf_adds(&g->out, "];\nvar F=[");
 	spy_buf_add(&g->out, ft.buf, ft.len);
+	spy_buf_adds(&g->out, "];\nvar X=[");
+	if (g->style && g->style->frame_style) {
+		spy_buf_add(&g->out, notes.buf, notes.len);
+	}
 	spy_buf_adds(&g->out, "];\nvar N=[");
 	flush(g, false);
 	spy_buf_add(&g->out, g->nodes.buf, g->nodes.len);
 	spy_buf_adds(&g->out, "];\n");
 	spy_buf_release(&ft);
 	spy_buf_release(&pal);
+	spy_buf_release(&notes);
 }
 
 /* ---- the fixed parts ----------------------------------------------------- */
@@ -517,8 +554,9 @@ static const char svg_css[] =
 
 /*
  * The script. It reads W, PAD, FH, Y0, MAXD, INV, HEIGHT and the S
- * (strings), P (colours), F (frames: func, file, line, class, colour in P)
- * and N (nodes:
+ * (strings), P (colours), F (frames: func, file, line, class, colour in P),
+ * X (per frame, the caller's extra tooltip line in S or -1; empty unless a
+ * style was given) and N (nodes:
  * depth, frame, total, self) tables written before it. Nothing here contains
  * a target string; those live only in S, escaped by js_escape, and reach the
  * page only through textContent, never parsed as markup.
@@ -592,6 +630,7 @@ static const char svg_js[] =
 	" if(f===-2){L.push('frames each under one pixel, summed');}\n"
 	" else{L.push('self: '+num(slf[i])+' samples, '+pct(slf[i],TOTAL)+' of total');}\n"
 	" if(f>=0){L.push(['Python','native','synthetic','idle / waiting'][F[5*f+3]]+' frame');}\n"
+	" if(f>=0&&X[f]>=0){L.push(S[X[f]]);}\n"
 	" return L;}\n"
 	"function show(i,p){var L=lines(i),ts=tip.getElementsByTagName('text'),k,w=0,d=dep[i],idx,x,wd;\n"
 	" status.textContent=L[0]+' \\u2014 '+L[1];\n"
@@ -696,21 +735,26 @@ static void emit_header(struct svg *g, const char *title, int height)
 		     "<text id=\"clear\" class=\"btn\" x=\"%d\" y=\"86\" visibility=\"hidden\">Clear</text>\n"
 		     "<text id=\"matched\" x=\"%d\" y=\"86\"></text>\n",
 		     FG_SVG_PAD, FG_SVG_PAD + 90, FG_SVG_PAD + 210, FG_SVG_PAD + 260);
-	static const struct {
-		const char *label;
-		uint32_t rgb;
-	} legend[] = {
+	static const struct fg_svg_legend kinds[] = {
 		{ "Python", 0xe8743b },
 		{ "native", 0x5fa8c8 },
 		{ "idle / waiting", 0xbdb3cc },
 		{ "process / thread", 0xc7c7c7 },
 	};
+	const struct fg_svg_legend *legend = kinds;
+	size_t nlegend = SPY_ARRAY_SIZE(kinds);
+	if (g->style && g->style->legend) {
+		legend = g->style->legend;
+		nlegend = g->style->nlegend;
+	}
 	int x = FG_SVG_WIDTH - 470;
-	for (size_t i = 0; i < SPY_ARRAY_SIZE(legend); i++) {
+	for (size_t i = 0; i < nlegend; i++) {
 		spy_buf_addf(o,
 			     "<rect x=\"%d\" y=\"76\" width=\"12\" height=\"12\" fill=\"#%06" PRIx32 "\"/>"
-			     "<text class=\"meta\" x=\"%d\" y=\"86\">%s</text>\n",
-			     x, legend[i].rgb, x + 16, legend[i].label);
+			     "<text class=\"meta\" x=\"%d\" y=\"86\">",
+			     x, legend[i].rgb & 0xffffff, x + 16);
+		xml_escape(o, legend[i].label);
+		spy_buf_adds(o, "</text>\n");
 		x += 20 + 7 * (int)strlen(legend[i].label) + 16;
 	}
 	spy_buf_addf(o, "<text id=\"status\" x=\"%d\" y=\"%d\"> </text>\n", FG_SVG_PAD, height - 12);
@@ -721,12 +765,20 @@ static void emit_header(struct svg *g, const char *title, int height)
 int fg_profile_write_svg(const struct fg_profile *p, FILE *f, const struct fg_svg_opts *opts,
 			 struct spy_err *err)
 {
+	return fg_profile_write_svg_styled(p, f, opts, NULL, err);
+}
+
+int fg_profile_write_svg_styled(const struct fg_profile *p, FILE *f, const struct fg_svg_opts *opts,
+				const struct fg_svg_style *style, struct spy_err *err)
+{
 	struct svg g;
 	memset(&g, 0, sizeof(g));
 	g.f = f;
 	g.p = p;
 	g.inverted = opts && opts->inverted;
+	g.style = style;
 	spy_buf_init(&g.out);
+	spy_buf_init(&g.note);
 	spy_buf_init(&g.nodes);
 	const char *title = opts && opts->title ? opts->title : "spy flame graph";
 
@@ -796,6 +848,8 @@ int fg_profile_write_svg(const struct fg_profile *p, FILE *f, const struct fg_sv
 	}
 	spy_buf_release(&g.out);
 	spy_buf_release(&g.nodes);
+	spy_buf_release(&g.note);
+	spy_strtab_release(&g.notes);
 	free(g.fmap);
 	free(g.frames);
 	free(g.strs.keys);

@@ -181,6 +181,46 @@ static void accumulate(struct func_index *fi, const struct fg_profile *p, const 
 	}
 }
 
+/* Index p's functions in fi; returns frame id -> function id (FG_NONE: synthetic). */
+static uint32_t *map_functions(struct func_index *fi, const struct fg_profile *p)
+{
+	memset(fi, 0, sizeof(*fi));
+	fi->nslots = 16;
+	while (fi->nslots < 2 * p->nframes + 2) {
+		fi->nslots *= 2;
+	}
+	fi->slots = spy_xcalloc(fi->nslots, sizeof(*fi->slots));
+	uint32_t *fmap = spy_xmalloc((p->nframes + 1) * sizeof(*fmap));
+	for (size_t f = 0; f < p->nframes; f++) {
+		const struct fg_frame *fr = &p->frames[f];
+		fmap[f] = fr->kind == SPY_FRAME_SYNTHETIC ? FG_NONE : func_id(fi, fr->func, fr->file);
+	}
+	return fmap;
+}
+
+void fg_funcs_init(struct fg_funcs *fs, const struct fg_profile *p)
+{
+	struct func_index fi;
+	fs->fmap = map_functions(&fi, p);
+	fs->n = fi.n;
+	fs->func = spy_xmalloc((fi.n + 1) * sizeof(*fs->func));
+	fs->file = spy_xmalloc((fi.n + 1) * sizeof(*fs->file));
+	for (size_t i = 0; i < fi.n; i++) {
+		fs->func[i] = fi.v[i].func;
+		fs->file[i] = fi.v[i].file;
+	}
+	free(fi.slots);
+	free(fi.v);
+}
+
+void fg_funcs_release(struct fg_funcs *fs)
+{
+	free(fs->fmap);
+	free(fs->func);
+	free(fs->file);
+	memset(fs, 0, sizeof(*fs));
+}
+
 void fg_table_init(struct fg_table *t, const struct fg_profile *p, const struct fg_table_opts *o)
 {
 	struct fg_table_opts dflt = FG_TABLE_OPTS_INIT;
@@ -192,17 +232,8 @@ void fg_table_init(struct fg_table *t, const struct fg_profile *p, const struct 
 	t->samples = p->samples;
 	t->rate_hz = o->rate_hz > 0 ? o->rate_hz : profile_rate(p);
 
-	struct func_index fi = { 0 };
-	fi.nslots = 16;
-	while (fi.nslots < 2 * p->nframes + 2) {
-		fi.nslots *= 2;
-	}
-	fi.slots = spy_xcalloc(fi.nslots, sizeof(*fi.slots));
-	uint32_t *fmap = spy_xmalloc((p->nframes + 1) * sizeof(*fmap));
-	for (size_t f = 0; f < p->nframes; f++) {
-		const struct fg_frame *fr = &p->frames[f];
-		fmap[f] = fr->kind == SPY_FRAME_SYNTHETIC ? FG_NONE : func_id(&fi, fr->func, fr->file);
-	}
+	struct func_index fi;
+	uint32_t *fmap = map_functions(&fi, p);
 	accumulate(&fi, p, fmap);
 
 	t->rows = spy_xmalloc((fi.n + 1) * sizeof(*t->rows));

@@ -54,6 +54,11 @@ struct pyrt {
 	spy_addr_t interp_fixed;    /* found with no variable to re-read (_PyThreadState_Current) */
 	const char *interp_source;  /* the ladder rung that found it, for the debug log */
 	spy_addr_t tstate_current;  /* 2.7/3.6: _PyThreadState_Current */
+	/* 2.7/3.6: the GIL's statics, from the hints (pyrt_gil_ranges). */
+	spy_addr_t gil_static[4];
+	uint32_t gil_static_size[4];
+	spy_addr_t gil_lock_ptr;
+	uint32_t gil_lock_size;
 	int32_t pid;
 
 	/* Strategies, picked once from the row's models. */
@@ -75,6 +80,18 @@ struct pyrt {
 
 	struct pyrt_seen_ent *seen; /* PYRT_SEEN_SLOTS, see pyrt_seen() */
 	uint32_t seen_gen;
+
+	/* Frame addresses of the last pyrt_stack(), parallel to its frames
+	 * (SPY_MAX_PY_DEPTH entries, allocated on first use), for locals. */
+	spy_addr_t *frames;
+	size_t nframes;
+	/* tp_name of types seen by pyrt_frame_locals (locals.c), by address. */
+	struct pytype_memo {
+		spy_addr_t type;
+		uint8_t kind;
+		const char *name;
+	} types[32];
+	size_t ntypes;
 
 	struct py_thread *tmp;      /* pyrt_threads scratch, reused */
 	size_t tmp_alloc;

@@ -145,6 +145,28 @@ struct pyoffsets {
 	uint32_t str_ascii_data;       /* sizeof(PyASCIIObject) */
 	uint32_t str_compact_data;     /* sizeof(PyCompactUnicodeObject) */
 
+	/* For dump (pystate/locals.c): the GIL's place, and values of locals. */
+	uint32_t rt_ceval_gil;         /* _PyRuntimeState.ceval.gil (3.7-3.11) */
+	uint32_t gil_size;             /* sizeof(struct _gil_runtime_state) (3.7+) */
+	uint32_t frame_localsplus;     /* PyFrameObject.f_localsplus (<=3.10) */
+	uint32_t code_nlocals;         /* co_nlocals (int) */
+	uint32_t code_kwonlyargcount;  /* co_kwonlyargcount (int, 3.0+) */
+	uint32_t code_cellvars;        /* co_cellvars: tuple (<=3.10; slots after the locals) */
+	uint32_t code_freevars;        /* co_freevars: tuple (<=3.10; slots after the cells) */
+	uint32_t code_nlocalsplus;     /* co_nlocalsplus (int, 3.11+) */
+	uint32_t code_localspluskinds; /* co_localspluskinds: bytes (3.11+) */
+	uint32_t int_ival;             /* 2.7 PyIntObject.ob_ival (long) */
+	uint32_t long_digit;           /* PyLongObject ob_digit (3.12+ long_value.ob_digit) */
+	uint32_t long_tag;             /* long_value.lv_tag (3.12+): sign and digit count */
+	uint32_t long_shift;           /* PyLong_SHIFT: bits per digit */
+	uint32_t float_fval;           /* PyFloatObject.ob_fval (double) */
+	uint32_t dict_used;            /* PyDictObject.ma_used */
+	uint32_t set_used;             /* PySetObject.used */
+	uint32_t cell_ref;             /* PyCellObject.ob_ref */
+	uint32_t u27_length;           /* 2.7 PyUnicodeObject.length */
+	uint32_t u27_str;              /* 2.7 PyUnicodeObject.str (Py_UNICODE *) */
+	uint32_t u27_unit;             /* 2.7 sizeof(Py_UNICODE): 2 or 4 */
+
 	/*
 	 * 3.13+: where each value sits inside the target's own
 	 * _Py_DebugOffsets (Include/internal/pycore_runtime.h), the first

@@ -14,7 +14,7 @@ const struct pyoffsets pyoffsets_table[] = {
 	/*
 	 * 2.7: offsetof/sizeof from the CPython pyenv 2.7.18 headers
 	 * (include/python2.7, -DPy_BUILD_CORE, gcc 12.2.0), including:
-	 *   Python.h, frameobject.h, code.h.
+	 *   Python.h, frameobject.h, code.h, longintrepr.h, cellobject.h.
 	 */
 	{
 		.version = 0x02070000,
@@ -82,12 +82,32 @@ const struct pyoffsets pyoffsets_table[] = {
 		.str_state = PYOFF_NONE,
 		.str_ascii_data = PYOFF_NONE,
 		.str_compact_data = PYOFF_NONE,
+		.rt_ceval_gil = PYOFF_NONE,
+		.gil_size = PYOFF_NONE,
+		.frame_localsplus = 0x178,
+		.code_nlocals = 0x14,
+		.code_kwonlyargcount = PYOFF_NONE,
+		.code_cellvars = 0x48,
+		.code_freevars = 0x40,
+		.code_nlocalsplus = PYOFF_NONE,
+		.code_localspluskinds = PYOFF_NONE,
+		.int_ival = 0x10,
+		.long_digit = 0x18,
+		.long_tag = PYOFF_NONE,
+		.long_shift = 0x1e,
+		.float_fval = 0x10,
+		.dict_used = 0x18,
+		.set_used = 0x18,
+		.cell_ref = 0x10,
+		.u27_length = 0x10,
+		.u27_str = 0x18,
+		.u27_unit = 0x4,
 		.dbg = { .size = 0 },
 	},
 	/*
 	 * 3.6: offsetof/sizeof from the CPython pyenv 3.6.15 headers
 	 * (include/python3.6m, -DPy_BUILD_CORE, gcc 12.2.0), including:
-	 *   Python.h, frameobject.h, code.h.
+	 *   Python.h, frameobject.h, code.h, longintrepr.h, cellobject.h.
 	 */
 	{
 		.version = 0x03060000,
@@ -155,12 +175,33 @@ const struct pyoffsets pyoffsets_table[] = {
 		.str_state = 0x20,
 		.str_ascii_data = 0x30,
 		.str_compact_data = 0x48,
+		.rt_ceval_gil = PYOFF_NONE,
+		.gil_size = PYOFF_NONE,
+		.frame_localsplus = 0x178,
+		.code_nlocals = 0x18,
+		.code_kwonlyargcount = 0x14,
+		.code_cellvars = 0x50,
+		.code_freevars = 0x48,
+		.code_nlocalsplus = PYOFF_NONE,
+		.code_localspluskinds = PYOFF_NONE,
+		.int_ival = PYOFF_NONE,
+		.long_digit = 0x18,
+		.long_tag = PYOFF_NONE,
+		.long_shift = 0x1e,
+		.float_fval = 0x10,
+		.dict_used = 0x10,
+		.set_used = 0x18,
+		.cell_ref = 0x10,
+		.u27_length = PYOFF_NONE,
+		.u27_str = PYOFF_NONE,
+		.u27_unit = PYOFF_NONE,
 		.dbg = { .size = 0 },
 	},
 	/*
 	 * 3.7: offsetof/sizeof from the CPython pyenv 3.7.16 headers
 	 * (include/python3.7m, -DPy_BUILD_CORE, gcc 12.2.0), including:
-	 *   Python.h, frameobject.h, code.h, internal/pystate.h.
+	 *   Python.h, frameobject.h, code.h, internal/pystate.h, internal/gil.h,
+	 *   longintrepr.h, cellobject.h.
 	 */
 	{
 		.version = 0x03070000,
@@ -228,12 +269,33 @@ const struct pyoffsets pyoffsets_table[] = {
 		.str_state = 0x20,
 		.str_ascii_data = 0x30,
 		.str_compact_data = 0x48,
+		.rt_ceval_gil = 0x4f0,
+		.gil_size = 0xd0,
+		.frame_localsplus = 0x168,
+		.code_nlocals = 0x18,
+		.code_kwonlyargcount = 0x14,
+		.code_cellvars = 0x50,
+		.code_freevars = 0x48,
+		.code_nlocalsplus = PYOFF_NONE,
+		.code_localspluskinds = PYOFF_NONE,
+		.int_ival = PYOFF_NONE,
+		.long_digit = 0x18,
+		.long_tag = PYOFF_NONE,
+		.long_shift = 0x1e,
+		.float_fval = 0x10,
+		.dict_used = 0x10,
+		.set_used = 0x18,
+		.cell_ref = 0x10,
+		.u27_length = PYOFF_NONE,
+		.u27_str = PYOFF_NONE,
+		.u27_unit = PYOFF_NONE,
 		.dbg = { .size = 0 },
 	},
 	/*
 	 * 3.8: offsetof/sizeof from the CPython pyenv 3.8.18 headers
 	 * (include/python3.8, -DPy_BUILD_CORE, gcc 12.2.0), including:
-	 *   Python.h, frameobject.h, code.h, pycore_pystate.h.
+	 *   Python.h, frameobject.h, code.h, pycore_pystate.h, pycore_gil.h,
+	 *   longintrepr.h, cellobject.h.
 	 */
 	{
 		.version = 0x03080000,
@@ -301,13 +363,33 @@ const struct pyoffsets pyoffsets_table[] = {
 		.str_state = 0x20,
 		.str_ascii_data = 0x30,
 		.str_compact_data = 0x48,
+		.rt_ceval_gil = 0x480,
+		.gil_size = 0xd0,
+		.frame_localsplus = 0x168,
+		.code_nlocals = 0x1c,
+		.code_kwonlyargcount = 0x18,
+		.code_cellvars = 0x58,
+		.code_freevars = 0x50,
+		.code_nlocalsplus = PYOFF_NONE,
+		.code_localspluskinds = PYOFF_NONE,
+		.int_ival = PYOFF_NONE,
+		.long_digit = 0x18,
+		.long_tag = PYOFF_NONE,
+		.long_shift = 0x1e,
+		.float_fval = 0x10,
+		.dict_used = 0x10,
+		.set_used = 0x18,
+		.cell_ref = 0x10,
+		.u27_length = PYOFF_NONE,
+		.u27_str = PYOFF_NONE,
+		.u27_unit = PYOFF_NONE,
 		.dbg = { .size = 0 },
 	},
 	/*
 	 * 3.9: offsetof/sizeof from the CPython pyenv 3.9.18 headers
 	 * (include/python3.9, -DPy_BUILD_CORE, gcc 12.2.0), including:
 	 *   Python.h, frameobject.h, code.h, pycore_interp.h, pycore_runtime.h,
-	 *   pycore_pystate.h.
+	 *   pycore_pystate.h, pycore_gil.h, longintrepr.h, cellobject.h.
 	 */
 	{
 		.version = 0x03090000,
@@ -375,13 +457,33 @@ const struct pyoffsets pyoffsets_table[] = {
 		.str_state = 0x20,
 		.str_ascii_data = 0x30,
 		.str_compact_data = 0x48,
+		.rt_ceval_gil = 0x160,
+		.gil_size = 0xd0,
+		.frame_localsplus = 0x168,
+		.code_nlocals = 0x1c,
+		.code_kwonlyargcount = 0x18,
+		.code_cellvars = 0x58,
+		.code_freevars = 0x50,
+		.code_nlocalsplus = PYOFF_NONE,
+		.code_localspluskinds = PYOFF_NONE,
+		.int_ival = PYOFF_NONE,
+		.long_digit = 0x18,
+		.long_tag = PYOFF_NONE,
+		.long_shift = 0x1e,
+		.float_fval = 0x10,
+		.dict_used = 0x10,
+		.set_used = 0x18,
+		.cell_ref = 0x10,
+		.u27_length = PYOFF_NONE,
+		.u27_str = PYOFF_NONE,
+		.u27_unit = PYOFF_NONE,
 		.dbg = { .size = 0 },
 	},
 	/*
 	 * 3.10: offsetof/sizeof from the CPython pyenv 3.10.13 headers
 	 * (include/python3.10, -DPy_BUILD_CORE, gcc 12.2.0), including:
 	 *   Python.h, frameobject.h, code.h, pycore_interp.h, pycore_runtime.h,
-	 *   pycore_pystate.h.
+	 *   pycore_pystate.h, pycore_gil.h, longintrepr.h, cellobject.h.
 	 */
 	{
 		.version = 0x030a0000,
@@ -449,13 +551,33 @@ const struct pyoffsets pyoffsets_table[] = {
 		.str_state = 0x20,
 		.str_ascii_data = 0x30,
 		.str_compact_data = 0x48,
+		.rt_ceval_gil = 0x160,
+		.gil_size = 0xd0,
+		.frame_localsplus = 0x160,
+		.code_nlocals = 0x1c,
+		.code_kwonlyargcount = 0x18,
+		.code_cellvars = 0x58,
+		.code_freevars = 0x50,
+		.code_nlocalsplus = PYOFF_NONE,
+		.code_localspluskinds = PYOFF_NONE,
+		.int_ival = PYOFF_NONE,
+		.long_digit = 0x18,
+		.long_tag = PYOFF_NONE,
+		.long_shift = 0x1e,
+		.float_fval = 0x10,
+		.dict_used = 0x10,
+		.set_used = 0x18,
+		.cell_ref = 0x10,
+		.u27_length = PYOFF_NONE,
+		.u27_str = PYOFF_NONE,
+		.u27_unit = PYOFF_NONE,
 		.dbg = { .size = 0 },
 	},
 	/*
 	 * 3.11: offsetof/sizeof from the CPython pyenv 3.11.7 headers
 	 * (include/python3.11, -DPy_BUILD_CORE, gcc 12.2.0), including:
 	 *   Python.h, frameobject.h, pycore_interp.h, pycore_runtime.h,
-	 *   pycore_pystate.h, pycore_frame.h, pycore_code.h.
+	 *   pycore_pystate.h, pycore_frame.h, pycore_code.h, pycore_gil.h.
 	 * CPython 3.11.2 headers (/usr/include/python3.11) give an identical row.
 	 */
 	{
@@ -524,6 +646,26 @@ const struct pyoffsets pyoffsets_table[] = {
 		.str_state = 0x20,
 		.str_ascii_data = 0x30,
 		.str_compact_data = 0x48,
+		.rt_ceval_gil = 0x168,
+		.gil_size = 0xd0,
+		.frame_localsplus = PYOFF_NONE,
+		.code_nlocals = 0x50,
+		.code_kwonlyargcount = 0x40,
+		.code_cellvars = PYOFF_NONE,
+		.code_freevars = PYOFF_NONE,
+		.code_nlocalsplus = 0x4c,
+		.code_localspluskinds = 0x68,
+		.int_ival = PYOFF_NONE,
+		.long_digit = 0x18,
+		.long_tag = PYOFF_NONE,
+		.long_shift = 0x1e,
+		.float_fval = 0x10,
+		.dict_used = 0x10,
+		.set_used = 0x18,
+		.cell_ref = 0x10,
+		.u27_length = PYOFF_NONE,
+		.u27_str = PYOFF_NONE,
+		.u27_unit = PYOFF_NONE,
 		.dbg = { .size = 0 },
 	},
 	/*
@@ -598,6 +740,26 @@ const struct pyoffsets pyoffsets_table[] = {
 		.str_state = 0x20,
 		.str_ascii_data = 0x28,
 		.str_compact_data = 0x38,
+		.rt_ceval_gil = PYOFF_NONE,
+		.gil_size = 0xd0,
+		.frame_localsplus = PYOFF_NONE,
+		.code_nlocals = 0x50,
+		.code_kwonlyargcount = 0x3c,
+		.code_cellvars = PYOFF_NONE,
+		.code_freevars = PYOFF_NONE,
+		.code_nlocalsplus = 0x48,
+		.code_localspluskinds = 0x68,
+		.int_ival = PYOFF_NONE,
+		.long_digit = 0x18,
+		.long_tag = 0x10,
+		.long_shift = 0x1e,
+		.float_fval = 0x10,
+		.dict_used = 0x10,
+		.set_used = 0x18,
+		.cell_ref = 0x10,
+		.u27_length = PYOFF_NONE,
+		.u27_str = PYOFF_NONE,
+		.u27_unit = PYOFF_NONE,
 		.dbg = { .size = 0 },
 	},
 	/*
@@ -672,6 +834,26 @@ const struct pyoffsets pyoffsets_table[] = {
 		.str_state = 0x20,
 		.str_ascii_data = 0x28,
 		.str_compact_data = 0x38,
+		.rt_ceval_gil = PYOFF_NONE,
+		.gil_size = 0xd0,
+		.frame_localsplus = PYOFF_NONE,
+		.code_nlocals = 0x50,
+		.code_kwonlyargcount = 0x3c,
+		.code_cellvars = PYOFF_NONE,
+		.code_freevars = PYOFF_NONE,
+		.code_nlocalsplus = 0x48,
+		.code_localspluskinds = 0x68,
+		.int_ival = PYOFF_NONE,
+		.long_digit = 0x18,
+		.long_tag = 0x10,
+		.long_shift = 0x1e,
+		.float_fval = 0x10,
+		.dict_used = 0x10,
+		.set_used = 0x18,
+		.cell_ref = 0x10,
+		.u27_length = PYOFF_NONE,
+		.u27_str = PYOFF_NONE,
+		.u27_unit = PYOFF_NONE,
 		.dbg = {
 			.version = 0x8,
 			.free_threaded = 0x10,

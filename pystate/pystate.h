@@ -33,6 +33,15 @@ struct pyrt_hints {
 	spy_addr_t tstate_current;   /* _PyThreadState_Current (2.7, 3.6) */
 	spy_addr_t data_lo, data_hi; /* writable data (.data/.bss) of the ELF, for scans */
 	uint32_t version_hint;       /* PY_VERSION_HEX from the file name, 0 if unknown */
+	/*
+	 * Where the GIL lives when the runtime does not say (dump's "waiting
+	 * for the GIL"): 3.6's static gil_cond/gil_mutex/switch_* (.symtab
+	 * only) with their sizes, and 2.7's interpreter_lock pointer variable.
+	 */
+	spy_addr_t gil_static[4];
+	uint32_t gil_static_size[4];
+	spy_addr_t gil_lock_ptr;
+	uint32_t gil_lock_size;      /* of what *gil_lock_ptr points to (a sem_t) */
 };
 
 struct pyrt;
@@ -86,5 +95,70 @@ int pyrt_threads(struct pyrt *rt, struct py_thread *out, size_t max, size_t *n,
  */
 int pyrt_stack(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out,
 	       struct spy_err *err);
+
+/*
+ * dump: the address ranges a thread blocked on the GIL sleeps on (a futex
+ * inside one of them), for the interpreter interp. 3.7-3.11 _PyRuntime's
+ * ceval.gil, 3.12+ *interp->ceval.gil, 3.6/2.7 from the hints' symbols.
+ * Returns how many ranges were filled (at most max); 0 when unknown.
+ */
+struct pyrt_range {
+	spy_addr_t lo, hi;
+};
+size_t pyrt_gil_ranges(struct pyrt *rt, spy_addr_t interp, struct pyrt_range *out, size_t max);
+
+/*
+ * dump --locals: one frame's arguments and locals, values read one level
+ * deep (locals.c). Everything is bounded: PYV_MAX_DIGITS digits of an int,
+ * PYV_MAX_TEXT bytes of a str or bytes, PYRT_MAX_LOCALS names per frame.
+ */
+#define PYV_MAX_DIGITS 64   /* 64 * 30 bits: ints up to ~578 decimal digits */
+#define PYV_MAX_TEXT 200    /* bytes of a str/bytes value kept for its repr */
+#define PYRT_MAX_LOCALS 256 /* names per frame; more are counted, not read */
+
+enum py_value_kind {
+	PYV_UNREADABLE = 0, /* the pointer or the object could not be read */
+	PYV_UNBOUND,        /* NULL slot: not assigned yet (or deleted) */
+	PYV_NONE,
+	PYV_BOOL,           /* ival is 0 or 1 */
+	PYV_INT,            /* small: ival; big: digits (see ndigits) */
+	PYV_FLOAT,
+	PYV_STR,
+	PYV_BYTES,
+	PYV_CONTAINER,      /* list, tuple, dict, set, frozenset: type + len */
+	PYV_OTHER,          /* anything else: type name only */
+};
+
+struct py_value {
+	uint8_t kind;         /* enum py_value_kind */
+	bool negative;        /* PYV_INT given by digits */
+	bool truncated;       /* text or digits cut at their bound */
+	const char *type;     /* interned tp_name (all but UNREADABLE/UNBOUND) */
+	int64_t ival;
+	double fval;
+	int64_t len;          /* container items; str/bytes full length */
+	const char *text;     /* interned UTF-8 (str) or raw bytes escaped as \xNN (bytes) */
+	uint32_t ndigits;     /* > 0: the int is digits[] base 2^shift, least significant first */
+	uint32_t shift;
+	uint32_t digits[PYV_MAX_DIGITS];
+};
+
+struct py_local {
+	const char *name;     /* interned */
+	bool is_arg;
+	struct py_value v;
+};
+
+/*
+ * The locals of frame i (0 = innermost) of the last pyrt_stack() call,
+ * whose frames must still be in memory (call it while the target is
+ * paused). Fills at most max entries, *n how many; 0 or -SPY_EMEM /
+ * -SPY_ECORRUPT when the frame or its code cannot be read.
+ */
+int pyrt_frame_locals(struct pyrt *rt, size_t i, struct py_local *out, size_t max, size_t *n);
+
+/* A short repr of v, Python-like: None, True, 42, 1.5, 'text', b'..', <list len=3>, <Foo>. */
+struct spy_buf;
+void pyrt_value_repr(const struct py_value *v, struct spy_buf *out);
 
 #endif

@@ -320,6 +320,10 @@ int pyrt_new(struct pyrt **out, const struct spy_mem *mem, const struct pyrt_hin
 	rt->strs = strs;
 	rt->pid = hints->pid;
 	rt->tstate_current = hints->tstate_current;
+	memcpy(rt->gil_static, hints->gil_static, sizeof(rt->gil_static));
+	memcpy(rt->gil_static_size, hints->gil_static_size, sizeof(rt->gil_static_size));
+	rt->gil_lock_ptr = hints->gil_lock_ptr;
+	rt->gil_lock_size = hints->gil_lock_size;
 
 	if (!hints->runtime && !hints->interp_head && !hints->interp_head_fn && !hints->tstate_current &&
 	    !has_data(hints)) {
@@ -376,6 +380,7 @@ void pyrt_free(struct pyrt *rt)
 	}
 	pycode_cache_release(rt);
 	free(rt->tmp);
+	free(rt->frames);
 	free(rt->seen);
 	free(rt);
 }
@@ -560,6 +565,10 @@ int pyrt_threads(struct pyrt *rt, struct py_thread *out, size_t max, size_t *n, 
 
 int pyrt_stack(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out, struct spy_err *err)
 {
+	if (!rt->frames) {
+		rt->frames = spy_xcalloc(SPY_MAX_PY_DEPTH, sizeof(*rt->frames));
+	}
+	rt->nframes = 0;
 	int rc = rt->walk(rt, t, out);
 	if (rc < 0) {
 		return spy_err_set(err, -rc, "cannot read the frames of thread %llu",

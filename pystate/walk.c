@@ -20,6 +20,7 @@
 
 #include "common/bounds.h"
 #include "common/err.h"
+#include "common/util.h"
 #include "pystate/internal.h"
 
 void pyrt_seen_reset(struct pyrt *rt)
@@ -57,9 +58,13 @@ static void truncate_stack(struct spy_stack *out)
 	}
 }
 
-static struct spy_frame *push(struct spy_stack *out, const struct pycode *c, uint32_t line,
-			      uint8_t flags)
+/* Also remembers the frame's address, for pyrt_frame_locals(). */
+static struct spy_frame *push(struct pyrt *rt, spy_addr_t frame, struct spy_stack *out,
+			      const struct pycode *c, uint32_t line, uint8_t flags)
 {
+	if (rt->frames && rt->nframes < SPY_MAX_PY_DEPTH) {
+		rt->frames[rt->nframes++] = frame;
+	}
 	struct spy_frame *f = spy_stack_push(out);
 	f->func = c->func;
 	f->file = c->file;
@@ -111,7 +116,7 @@ int pyrt_walk_frameobj(struct pyrt *rt, const struct py_thread *t, struct spy_st
 		int64_t lasti = (int32_t)pyrt_u32(fbuf, o->frame_lasti);
 		int64_t addr = o->instr_model == PYINSTR_LASTI_UNITS ? 2 * lasti : lasti;
 		/* Before 3.11 every Python call is its own C-level eval call. */
-		push(out, c, pycode_line(rt, c, addr), SPY_FRAME_PY_ENTRY);
+		push(rt, f, out, c, pycode_line(rt, c, addr), SPY_FRAME_PY_ENTRY);
 		f = pyrt_u64(fbuf, o->frame_back);
 	}
 	return 0;
@@ -193,7 +198,7 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 		if (o->iframe_is_entry != PYOFF_NONE && fbuf[o->iframe_is_entry]) {
 			flags |= SPY_FRAME_PY_ENTRY;
 		}
-		push(out, c, line, flags);
+		push(rt, f, out, c, line, flags);
 		f = prev;
 	}
 	return 0;
@@ -235,4 +240,33 @@ spy_addr_t pyrt_gil_interp(struct pyrt *rt, spy_addr_t interp)
 		return 0;
 	}
 	return holder;
+}
+
+size_t pyrt_gil_ranges(struct pyrt *rt, spy_addr_t interp, struct pyrt_range *out, size_t max)
+{
+	const struct pyoffsets *o = &rt->off;
+	spy_addr_t g = 0;
+	size_t n = 0;
+	if (o->rt_ceval_gil != PYOFF_NONE && rt->runtime) {
+		g = rt->runtime + o->rt_ceval_gil;
+	} else if (o->interp_ceval_gil != PYOFF_NONE &&
+		   spy_mem_read_addr(rt->mem, interp + o->interp_ceval_gil, &g) < 0) {
+		g = 0;
+	}
+	if (g && o->gil_size != PYOFF_NONE && n < max) {
+		out[n++] = (struct pyrt_range){ g, g + o->gil_size };
+	}
+	for (size_t i = 0; i < SPY_ARRAY_SIZE(rt->gil_static) && n < max; i++) {
+		if (rt->gil_static[i]) {
+			out[n++] = (struct pyrt_range){ rt->gil_static[i],
+							rt->gil_static[i] + rt->gil_static_size[i] };
+		}
+	}
+	/* 2.7: interpreter_lock points to the sem_t the GIL is. */
+	spy_addr_t lock;
+	if (rt->gil_lock_ptr && n < max && spy_mem_read_addr(rt->mem, rt->gil_lock_ptr, &lock) == 0 &&
+	    lock) {
+		out[n++] = (struct pyrt_range){ lock, lock + rt->gil_lock_size };
+	}
+	return n;
 }

@@ -162,6 +162,62 @@ int proc_parse_maps(const char *text, size_t len, struct spy_map **maps_out, siz
 		    char **paths_out, struct spy_err *err);
 
 /*
+ * What a thread is blocked in, for dump (tstate.c): the state letter, the
+ * syscall from task/TID/syscall and, for a blocking futex wait, the futex
+ * word's address (the caller decides whether that is the GIL or a lock).
+ * Read it before pausing: a ptrace stop interrupts the wait. One look: a
+ * thread waiting for the GIL wakes every switch interval (5 ms) and reads R
+ * for a moment, so a caller that must tell looks again at those a little
+ * later.
+ */
+enum proc_wait_kind {
+	PROC_WAIT_UNKNOWN = 0, /* stat unreadable (thread gone, core file) */
+	PROC_WAIT_RUNNING,     /* R */
+	PROC_WAIT_FUTEX,       /* blocked in a futex wait on futex */
+	PROC_WAIT_OTHER,       /* blocked elsewhere: sleep, I/O, select/poll/epoll */
+};
+struct proc_wait {
+	uint8_t kind;          /* enum proc_wait_kind */
+	char state;            /* the stat letter; 0 if unknown */
+	long nr;               /* syscall number; -1 if not in one or unknown */
+	spy_addr_t futex;
+	char wchan[32];        /* kernel function it sleeps in; "" if unknown */
+};
+void proc_task_wait(const struct proc *p, pid_t tid, struct proc_wait *out);
+/* The pure part, for unit tests: classify a state letter and syscall text. */
+void proc_classify_wait(char state, const char *syscall_text, struct proc_wait *out);
+
+/*
+ * A core file (core.c): its memory and mappings (PT_LOAD segments, named by
+ * the NT_FILE note; bytes a core leaves out of a file-backed mapping are
+ * read from the file), its threads (NT_PRSTATUS) with what each was blocked
+ * in (from its registers, x86-64; else unknown), and the command
+ * (NT_PRPSINFO). exe, when not NULL, is the executable that dumped it,
+ * standing in for the one the core names. -SPY_EIO if unreadable,
+ * -SPY_EFORMAT if not a core or truncated.
+ */
+struct core;
+struct core_thread {
+	pid_t tid;
+	struct proc_wait wait;
+};
+int core_open(struct core **out, const char *path, const char *exe, struct spy_err *err);
+void core_free(struct core *c);
+/* Valid until core_free(). */
+const struct spy_mem *core_mem(const struct core *c);
+pid_t core_pid(const struct core *c);
+const char *core_cmdline(const struct core *c);
+/* The executable's path ("" if the core does not tell). */
+const char *core_exe(const struct core *c);
+const struct core_thread *core_threads(const struct core *c, size_t *n);
+/*
+ * Parse an NT_FILE note's descriptor into maps (lo, hi, offset, path; paths
+ * point into *paths). Exposed for unit tests; -SPY_EFORMAT if malformed.
+ */
+int core_parse_nt_file(const unsigned char *desc, size_t len, struct spy_map **maps, size_t *n,
+		       char **paths, struct spy_err *err);
+
+/*
  * The tick loop and launching a program (sampler/ticker.c, sampler/spawn.c).
  *
  * A ticker keeps absolute deadlines start + k * period on CLOCK_MONOTONIC,

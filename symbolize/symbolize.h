@@ -1,8 +1,9 @@
 /*
- * symbolize: ELF symbols (libelf) today; DWARF, native unwinding and the
- * splicing of Python frames into native stacks later. It knows nothing of
- * CPython structures: cmd asks it for the addresses of named symbols and
- * sections and hands them to pystate as hints.
+ * symbolize: ELF symbols (libelf), native unwinding (libunwind), native
+ * symbols with DWARF inlines (libdw), and the splicing of Python frames into
+ * native stacks. It knows nothing of CPython structures: cmd asks it for the
+ * addresses of named symbols and sections and hands them to pystate as
+ * hints, and hands it Python frames as spy_frames to merge.
  */
 #ifndef SPY_SYMBOLIZE_SYMBOLIZE_H
 #define SPY_SYMBOLIZE_SYMBOLIZE_H
@@ -13,6 +14,8 @@
 
 #include "common/err.h"
 #include "common/mem.h"
+#include "common/sample.h"
+#include "common/strtab.h"
 
 /* One ELF file opened for symbol look-ups. */
 struct sym_elf;
@@ -35,5 +38,91 @@ bool sym_elf_has_symtab(const struct sym_elf *e);
  */
 bool sym_elf_bias(const struct sym_elf *e, const struct spy_map *maps, size_t nmaps,
 		  const char *path, uint64_t *bias);
+
+/*
+ * Native stacks (unwind.c, native.c, merge.c). The pieces are separate so
+ * that the stopped window holds only the unwind: sym_unwind() runs while the
+ * thread is ptrace-stopped and yields raw pcs; symbol look-up and merging
+ * happen after the target runs again.
+ */
+
+/*
+ * A remote unwinder for one process: a libunwind address space, created once
+ * with its caches on and reused for every thread and sample. Registers come
+ * from ptrace (the thread must be stopped by the calling thread, which must
+ * be the tracer); memory comes through the spy_mem passed to sym_unwind, so
+ * a paused sampler's page cache serves the stack reads.
+ */
+struct sym_unwinder;
+
+int sym_unwinder_new(struct sym_unwinder **out, struct spy_err *err);
+void sym_unwinder_free(struct sym_unwinder *u);
+/*
+ * Walk tid's stack into pcs (innermost first; pcs[0] is the current pc, the
+ * rest are return addresses), at most max (and SPY_MAX_NATIVE_DEPTH)
+ * entries; *n is how many. Returns 0 when the walk reached the outermost
+ * frame, -SPY_EBOUND when it was cut by max, -SPY_EMEM when libunwind could
+ * not start or a step failed (*n then holds what was walked, maybe 0).
+ */
+int sym_unwind(struct sym_unwinder *u, const struct spy_mem *mem, int32_t tid,
+	       spy_addr_t *pcs, size_t max, size_t *n);
+
+/*
+ * Native symbols of one process, from the ELF files behind its mappings
+ * (opened as root + path, root being "/proc/PID/root"): .symtab, .dynsym, or
+ * separate debug files found by build-id or debuglink; inlined calls from
+ * DWARF become frames of their own. Results are cached per (file, address in
+ * the file), so a long recording resolves each pc once.
+ */
+struct sym_native;
+
+struct sym_native_stats {
+	uint64_t lookups;   /* pcs resolved */
+	uint64_t hits;      /* of those, answered from the cache */
+	uint64_t files;     /* ELF files opened */
+};
+
+/* strs receives every name and must outlive the sym_native. */
+struct sym_native *sym_native_new(const char *root, struct spy_strtab *strs);
+void sym_native_free(struct sym_native *s);
+/*
+ * Append the frames of pcs[0..n) (as from sym_unwind) to out, innermost
+ * first: for each pc its inlined calls, then the function containing it.
+ * Frames are SPY_FRAME_NATIVE, func the (demangled) symbol or "[unknown]",
+ * file the basename of the mapping, addr the pc. mem supplies the mappings.
+ */
+void sym_native_resolve(struct sym_native *s, const struct spy_mem *mem, const spy_addr_t *pcs,
+			size_t n, struct spy_stack *out);
+void sym_native_stats(const struct sym_native *s, struct sym_native_stats *out);
+
+/*
+ * Merging a native stack with the Python stack of the same thread. Each
+ * frame of the eval loop (_PyEval_EvalFrameDefault; PyEval_EvalFrameEx on
+ * 2.7) is where the Python frames of one C-level eval call go: the Python
+ * stack is cut after every SPY_FRAME_PY_ENTRY frame into such groups, and the
+ * i-th eval frame from the innermost gets the i-th group.
+ */
+struct sym_merge_opts {
+	bool all;                  /* keep interpreter internals (--native-all) */
+	/* Libraries whose frames are internals, or NULL: interned in the table
+	 * that holds the native frames' file names (compared as pointers). */
+	const char *hide_libs[2];
+};
+
+struct sym_merge_counts {
+	uint64_t extra_eval;       /* eval frames with no Python group left (dropped) */
+	uint64_t extra_py;         /* Python groups with no eval frame (appended at the root) */
+};
+
+/*
+ * out = native and py merged, innermost first (out is reset first). Without
+ * opts->all, eval frames, frames of hide_libs and known call trampolines are
+ * dropped. Counts mismatches into *c (may be NULL).
+ */
+void sym_merge(const struct spy_stack *native, const struct spy_stack *py,
+	       const struct sym_merge_opts *opts, struct spy_stack *out, struct sym_merge_counts *c);
+/* Whether a native symbol is the eval loop's, or an internal hidden by default. Exposed for tests. */
+bool sym_is_eval(const char *func);
+bool sym_is_internal(const char *func);
 
 #endif

@@ -58,6 +58,11 @@ class HarnessError(Exception):
     """Something went wrong around spy (a target would not start, ...)."""
 
 
+class SkipInterp(Exception):
+    """Raised by a run_one to report this interpreter as SKIP, with why
+    (e.g. its C headers are missing, so a test extension cannot be built)."""
+
+
 # ---------------------------------------------------------------------------
 # Processes we started, and only those.
 
@@ -470,6 +475,7 @@ class DumpThread(object):
         self.tid, self.pyid, self.name = tid, pyid, name
         self.state, self.gil = state, gil
         self.frames = []
+        self.locals = []     # per frame: [(kind "arg"/"local", name, repr)]
 
     def __repr__(self):
         return "Thread %d %s%s" % (self.tid, self.state,
@@ -483,13 +489,16 @@ class Dump(object):
         self.version = None      # "3.11.7"
         self.binary = None       # file holding the runtime
         self.threads = []
+        self.hint = None         # the "Hint: ..." line's text, if any
 
 
 class DumpParseError(Exception):
     pass
 
 
-STATES = ("running", "idle", "waiting on a lock", "waiting for the GIL")
+STATES = ("running", "idle", "waiting on a lock", "waiting for the GIL",
+          "unknown")
+_LOCAL = re.compile(r"^        (arg  |local) (\S+) = (.*)$")
 GIL_MARK = ", holds the GIL"
 _THREAD = re.compile(r'^Thread (\d+) \(python 0x([0-9a-fA-F]+)\) "(.*)" (.+)$')
 _PROCESS = re.compile(r"^Process (\d+): (.*)$")
@@ -544,12 +553,22 @@ def parse_dump(text):
         if expect_blank:
             raise DumpParseError("line %d: expected a blank line, got %r"
                                  % (n, line))
+        if line.startswith("Hint: ") and cur is None:
+            d.hint = line[len("Hint: "):]
+            continue
+        if line.startswith("        ") and cur is not None and cur.frames:
+            m = _LOCAL.match(line)
+            if not m:
+                raise DumpParseError("line %d: bad local %r" % (n, line))
+            cur.locals[-1].append((m.group(1).strip(), m.group(2), m.group(3)))
+            continue
         if line.startswith("    "):
             if cur is None:
                 raise DumpParseError("line %d: frame outside a thread: %r"
                                      % (n, line))
             try:
                 cur.frames.append(parse_frame(line[4:]))
+                cur.locals.append([])
             except DumpParseError as e:
                 raise DumpParseError("line %d: %s" % (n, e))
             continue
@@ -716,6 +735,8 @@ def for_each_interp(rep, run_one, need_ptrace=True, expect=()):
             continue
         try:
             rep.check(label, run_one(interp))
+        except SkipInterp as e:
+            rep.skip(label, str(e))
         except (HarnessError, OSError, ValueError,
                 subprocess.SubprocessError) as e:
             rep.fail(label, "%s: %s" % (type(e).__name__, e))

@@ -688,11 +688,11 @@ spy_addr_t fakepy_push_frame(struct fakepy *fp, spy_addr_t tstate, spy_addr_t co
 	spy_addr_t slot = fakepy_top_slot(fp, tstate);
 	spy_addr_t f;
 	if (o->frame_model == PYFRAME_OBJECT) {
-		f = fakepy_object(fp, fp->frame_type, 0x100);
+		f = fakepy_object(fp, fp->frame_type, o->frame_localsplus + 8 * FAKEPY_LOCALS);
 		fakepy_w32(fp, f + o->frame_lasti,
 			   o->instr_model == PYINSTR_LASTI_UNITS ? idx : 2 * idx);
 	} else {
-		f = fakepy_alloc(fp, o->iframe_size + 0x40);
+		f = fakepy_alloc(fp, o->iframe_size + 8 * FAKEPY_LOCALS);
 		/* prev_instr (3.11/3.12) points at the instruction being run during a
 		 * call, instr_ptr (3.13) too: both give code unit idx. */
 		fakepy_w64(fp, f + o->iframe_instr, code + o->code_adaptive + 2 * (uint64_t)idx);
@@ -702,6 +702,16 @@ spy_addr_t fakepy_push_frame(struct fakepy *fp, spy_addr_t tstate, spy_addr_t co
 	fakepy_w64(fp, fakepy_back_slot(fp, f), fakepy_r64(fp, slot));
 	fakepy_w64(fp, slot, f);
 	return f;
+}
+
+spy_addr_t fakepy_local_slot(struct fakepy *fp, spy_addr_t frame, size_t i)
+{
+	const struct pyoffsets *o = &fp->row;
+	if (i >= FAKEPY_LOCALS) {
+		SPY_BUG("fakepy: local slot %zu out of %d", i, FAKEPY_LOCALS);
+	}
+	return frame + 8 * i +
+	       (o->frame_model == PYFRAME_OBJECT ? o->frame_localsplus : o->iframe_localsplus);
 }
 
 spy_addr_t fakepy_push_shim(struct fakepy *fp, spy_addr_t tstate)

@@ -112,6 +112,10 @@ void fakepy_set_gil(struct fakepy *fp, spy_addr_t interp, spy_addr_t tstate);
  */
 spy_addr_t fakepy_push_frame(struct fakepy *fp, spy_addr_t tstate, spy_addr_t code, uint32_t idx,
 			     uint8_t owner);
+/* Slots every frame has room for after its fixed part (f_localsplus / localsplus). */
+#define FAKEPY_LOCALS 16
+/* The address of local slot i of frame (i < FAKEPY_LOCALS). */
+spy_addr_t fakepy_local_slot(struct fakepy *fp, spy_addr_t frame, size_t i);
 /* A 3.12+ C-stack shim frame (owner_cstack), whose code is a trampoline. */
 spy_addr_t fakepy_push_shim(struct fakepy *fp, spy_addr_t tstate);
 /* Where tstate's top-frame pointer lives (to corrupt it). */

@@ -120,13 +120,18 @@ def check_file(path):
     return doc, tags, text, nums
 
 
+def run_writer(exe, d):
+    """Run a unit test that saves its SVGs in d; its exit status counts."""
+    r = subprocess.run([exe, d], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    sys.stdout.write(r.stdout.decode(errors="replace"))
+    if r.returncode:
+        fail("%s exited %d" % (exe, r.returncode))
+
+
 def main():
     exe = sys.argv[1]
     with tempfile.TemporaryDirectory() as d:
-        r = subprocess.run([exe, d], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        sys.stdout.write(r.stdout.decode(errors="replace"))
-        if r.returncode:
-            fail("%s exited %d" % (exe, r.returncode))
+        run_writer(exe, d)
         names = sorted(n for n in os.listdir(d) if n.endswith(".svg"))
         expect = ["svg-basic.svg", "svg-empty.svg", "svg-hostile.svg", "svg-inverted.svg", "svg-merged.svg"]
         if names != expect:

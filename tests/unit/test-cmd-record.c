@@ -43,11 +43,10 @@ static void test_formats(void)
 		snprintf(name, sizeof(name), "spy-42%s", record_format_ext((enum rec_format)i));
 		CHECK_INT(record_format_from_path(name), i);
 	}
-	/* chrome needs a per-sample timeline the aggregate does not keep. */
 	CHECK(record_format_implemented(REC_JSON));
 	CHECK(record_format_implemented(REC_SPEEDSCOPE));
 	CHECK(record_format_implemented(REC_PPROF));
-	CHECK(!record_format_implemented(REC_CHROME));
+	CHECK(record_format_implemented(REC_CHROME));
 	CHECK_INT(record_format_from_path("out.pb.gz"), REC_PPROF);
 }
 

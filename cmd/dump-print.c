@@ -1,0 +1,285 @@
+/*
+ * spy dump's output: the text of the CLI contract (README "spy dump
+ * output"), the same information as one JSON document (doc/dump-json.md),
+ * and the deadlock hint both print.
+ *
+ * Both printers walk the same struct dump_result in the same order, so a
+ * test can hold one against the other; the reprs of locals come from
+ * pystate's one formatter, so they agree too.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cmd/dump.h"
+#include "common/json.h"
+
+const char *dump_state_name(enum dump_state s)
+{
+	switch (s) {
+	case DUMP_RUNNING:
+		return "running";
+	case DUMP_IDLE:
+		return "idle";
+	case DUMP_LOCK:
+		return "waiting on a lock";
+	case DUMP_GIL:
+		return "waiting for the GIL";
+	default:
+		return "unknown";
+	}
+}
+
+enum dump_state dump_classify(const struct proc_wait *w, bool gil_known, bool futex_is_gil)
+{
+	switch (w->kind) {
+	case PROC_WAIT_RUNNING:
+		return DUMP_RUNNING;
+	case PROC_WAIT_OTHER:
+		return DUMP_IDLE;
+	case PROC_WAIT_FUTEX:
+		if (futex_is_gil) {
+			return DUMP_GIL;
+		}
+		/* Without the GIL's address a futex could be either: say only what is sure. */
+		return gil_known ? DUMP_LOCK : DUMP_IDLE;
+	default:
+		return DUMP_UNKNOWN;
+	}
+}
+
+static const struct dump_thread *gil_holder(const struct dump_result *r)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		if (r->threads[i].py.holds_gil) {
+			return &r->threads[i];
+		}
+	}
+	return NULL;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+	size_t n = s ? strlen(s) : 0, m = strlen(suffix);
+	return n >= m && !strcmp(s + n - m, suffix);
+}
+
+/*
+ * A worker parked until there is work: its innermost Python frame is the
+ * standard library's condition, event or queue wait. Every thread of an idle
+ * pool waits on a lock that way, and none runs, which is no deadlock: such
+ * waits are left out of the hint. A lock acquired in the program's own code
+ * still counts.
+ */
+static bool waits_for_work(const struct dump_thread *d)
+{
+	for (size_t i = 0; i < d->stack.n; i++) {
+		const struct spy_frame *f = &d->stack.v[i];
+		if (f->kind != SPY_FRAME_PYTHON) {
+			continue;
+		}
+		if (ends_with(f->file, "/threading.py")) {
+			return ends_with(f->func, "wait");
+		}
+		return (ends_with(f->file, "/queue.py") || ends_with(f->file, "/Queue.py")) &&
+		       ends_with(f->func, "get");
+	}
+	return false;
+}
+
+void dump_hint(const struct dump_result *r, struct spy_buf *out)
+{
+	size_t locked = 0, running = 0;
+	const struct dump_thread *gil_waiter = NULL;
+	for (size_t i = 0; i < r->n; i++) {
+		enum dump_state s = r->threads[i].state;
+		if (s == DUMP_LOCK && waits_for_work(&r->threads[i])) {
+			continue;
+		}
+		locked += s == DUMP_LOCK;
+		running += s == DUMP_RUNNING;
+		if (s == DUMP_GIL && !gil_waiter) {
+			gil_waiter = &r->threads[i];
+		}
+	}
+	if (locked >= 2 && running == 0) {
+		spy_buf_addf(out, "possible deadlock: %zu threads wait on locks and none is running (", locked);
+		const char *sep = "";
+		for (size_t i = 0; i < r->n; i++) {
+			if (r->threads[i].state == DUMP_LOCK && !waits_for_work(&r->threads[i])) {
+				spy_buf_addf(out, "%s%d", sep, (int)r->threads[i].py.native_tid);
+				sep = ", ";
+			}
+		}
+		spy_buf_addch(out, ')');
+		return;
+	}
+	const struct dump_thread *h = gil_holder(r);
+	if (gil_waiter && h && h->state != DUMP_RUNNING && h->state != DUMP_UNKNOWN) {
+		spy_buf_addf(out, "possible deadlock: thread %d waits for the GIL, held by thread %d, which is %s",
+			     (int)gil_waiter->py.native_tid, (int)h->py.native_tid,
+			     dump_state_name(h->state));
+	}
+}
+
+/*
+ * The locals of the frame at fr, whose index among the Python frames is
+ * *pj (advanced here): native frames merged into the stack have none.
+ */
+static const struct dump_frame_locals *frame_locals(const struct dump_thread *d,
+						    const struct spy_frame *fr, size_t *pj)
+{
+	if (fr->kind != SPY_FRAME_PYTHON || !d->frame_locals || *pj >= d->nframe_locals) {
+		return NULL;
+	}
+	return &d->frame_locals[(*pj)++];
+}
+
+static void print_frame_locals(const struct dump_thread *d, const struct dump_frame_locals *fl,
+			       FILE *f)
+{
+	struct spy_buf b = SPY_BUF_INIT;
+	if (fl->unreadable) {
+		fprintf(f, "        (locals unreadable)\n");
+	}
+	for (size_t k = fl->first; k < fl->first + fl->n; k++) {
+		const struct py_local *l = &d->locals[k];
+		spy_buf_reset(&b);
+		pyrt_value_repr(&l->v, &b);
+		fprintf(f, "        %s %s = %s\n", l->is_arg ? "arg  " : "local", l->name, b.buf);
+	}
+	spy_buf_release(&b);
+}
+
+void dump_print_text(const struct dump_result *r, FILE *f)
+{
+	fprintf(f, "Process %d: %s\n", r->pid, r->cmdline);
+	fprintf(f, "Python %s (%s)\n", r->version, r->binary);
+	for (size_t i = 0; i < r->n; i++) {
+		const struct dump_thread *d = &r->threads[i];
+		fprintf(f, "\nThread %d (python 0x%llx) \"%s\" %s%s\n", (int)d->py.native_tid,
+			(unsigned long long)d->py.thread_id, d->comm, dump_state_name(d->state),
+			d->py.holds_gil ? ", holds the GIL" : "");
+		if (d->stack.n == 0) {
+			fprintf(f, "    (no Python frames)\n");
+		}
+		size_t pj = 0;
+		for (size_t j = 0; j < d->stack.n; j++) {
+			const struct spy_frame *fr = &d->stack.v[j];
+			if (fr->line) {
+				fprintf(f, "    %s (%s:%u)\n", fr->func, fr->file, fr->line);
+			} else {
+				fprintf(f, "    %s (%s)\n", fr->func, fr->file);
+			}
+			const struct dump_frame_locals *fl = frame_locals(d, fr, &pj);
+			if (r->locals && fl) {
+				print_frame_locals(d, fl, f);
+			}
+		}
+		if (d->stack.truncated) {
+			fprintf(f, "    ... (stack truncated: the walk stopped at an unreadable or bounded frame)\n");
+		}
+	}
+	struct spy_buf hint = SPY_BUF_INIT;
+	dump_hint(r, &hint);
+	if (hint.len) {
+		fprintf(f, "\nHint: %s\n", hint.buf);
+	}
+	spy_buf_release(&hint);
+	fflush(f);
+}
+
+static void json_key_str(struct spy_buf *b, const char *key, const char *val)
+{
+	spy_buf_addf(b, "\"%s\": ", key);
+	if (val) {
+		spy_json_string(b, val);
+	} else {
+		spy_buf_adds(b, "null");
+	}
+}
+
+static void json_locals(struct spy_buf *b, const struct dump_thread *d,
+			const struct dump_frame_locals *fl)
+{
+	struct spy_buf repr = SPY_BUF_INIT;
+	spy_buf_addf(b, ", \"locals_unreadable\": %s, \"locals\": [", fl->unreadable ? "true" : "false");
+	for (size_t k = fl->first; k < fl->first + fl->n; k++) {
+		const struct py_local *l = &d->locals[k];
+		spy_buf_reset(&repr);
+		pyrt_value_repr(&l->v, &repr);
+		spy_buf_adds(b, k > fl->first ? ", {" : "{");
+		json_key_str(b, "name", l->name);
+		spy_buf_addf(b, ", \"arg\": %s, ", l->is_arg ? "true" : "false");
+		json_key_str(b, "type", l->v.type);
+		spy_buf_adds(b, ", ");
+		json_key_str(b, "repr", repr.buf);
+		spy_buf_addch(b, '}');
+	}
+	spy_buf_addch(b, ']');
+	spy_buf_release(&repr);
+}
+
+static void json_thread(struct spy_buf *b, const struct dump_result *r, const struct dump_thread *d)
+{
+	spy_buf_addf(b, "{\"tid\": %d, \"thread_id\": \"0x%llx\", ", (int)d->py.native_tid,
+		     (unsigned long long)d->py.thread_id);
+	json_key_str(b, "name", d->comm);
+	spy_buf_adds(b, ", ");
+	json_key_str(b, "state", dump_state_name(d->state));
+	spy_buf_addf(b, ", \"holds_gil\": %s, ", d->py.holds_gil ? "true" : "false");
+	json_key_str(b, "wchan", d->wait.wchan[0] ? d->wait.wchan : NULL);
+	if (d->wait.kind == PROC_WAIT_FUTEX) {
+		spy_buf_addf(b, ", \"futex\": \"0x%llx\"", (unsigned long long)d->wait.futex);
+	} else {
+		spy_buf_adds(b, ", \"futex\": null");
+	}
+	spy_buf_addf(b, ", \"truncated\": %s, \"frames\": [", d->stack.truncated ? "true" : "false");
+	size_t pj = 0;
+	for (size_t j = 0; j < d->stack.n; j++) {
+		const struct spy_frame *fr = &d->stack.v[j];
+		spy_buf_adds(b, j ? ", {" : "{");
+		json_key_str(b, "kind", fr->kind == SPY_FRAME_NATIVE ? "native" : "python");
+		spy_buf_adds(b, ", ");
+		json_key_str(b, "function", fr->func);
+		spy_buf_adds(b, ", ");
+		json_key_str(b, "file", fr->file);
+		if (fr->line) {
+			spy_buf_addf(b, ", \"line\": %u", fr->line);
+		} else {
+			spy_buf_adds(b, ", \"line\": null");
+		}
+		const struct dump_frame_locals *fl = frame_locals(d, fr, &pj);
+		if (r->locals && fl) {
+			json_locals(b, d, fl);
+		}
+		spy_buf_addch(b, '}');
+	}
+	spy_buf_adds(b, "]}");
+}
+
+void dump_print_json(const struct dump_result *r, FILE *f)
+{
+	struct spy_buf b = SPY_BUF_INIT, hint = SPY_BUF_INIT;
+	spy_buf_addf(&b, "{\"pid\": %d, ", r->pid);
+	json_key_str(&b, "command", r->cmdline);
+	spy_buf_adds(&b, ", ");
+	json_key_str(&b, "python", r->version);
+	spy_buf_adds(&b, ", ");
+	json_key_str(&b, "binary", r->binary);
+	spy_buf_adds(&b, ", ");
+	json_key_str(&b, "core", r->core);
+	spy_buf_adds(&b, ",\n \"threads\": [");
+	for (size_t i = 0; i < r->n; i++) {
+		spy_buf_adds(&b, i ? ",\n  " : "\n  ");
+		json_thread(&b, r, &r->threads[i]);
+	}
+	dump_hint(r, &hint);
+	spy_buf_adds(&b, "],\n ");
+	json_key_str(&b, "hint", hint.len ? hint.buf : NULL);
+	spy_buf_adds(&b, "}\n");
+	fwrite(b.buf, 1, b.len, f);
+	fflush(f);
+	spy_buf_release(&b);
+	spy_buf_release(&hint);
+}

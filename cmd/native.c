@@ -1,0 +1,122 @@
+/*
+ * The glue of --native (see native.h). The one choice here: a thread whose
+ * native walk fails keeps its Python stack alone, so --native never loses a
+ * sample that a Python-only profile would have had; the failure is counted
+ * and shows up in the errors summary.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cmd/native.h"
+#include "common/bounds.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "sampler/sampler.h"
+
+/*
+ * spy's own CPU time: the figures in native_log_stats are what --native
+ * costs, and wall time would also count whatever else the machine runs.
+ */
+static uint64_t cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static const char *intern_basename(struct spy_strtab *strs, const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	return spy_strtab_interns(strs, slash ? slash + 1 : path);
+}
+
+int native_init(struct native *n, struct target *t, bool all, struct spy_err *err)
+{
+	memset(n, 0, sizeof(*n));
+	int rc = sym_unwinder_new(&n->uw, err);
+	if (rc < 0) {
+		return rc;
+	}
+	n->syms = sym_native_new(proc_root(t->proc), &t->strs);
+	n->opts.all = all;
+	/* The interpreter's own files: everything in them is the interpreter's business. */
+	n->opts.hide_libs[0] = intern_basename(&t->strs, t->binary);
+	if (proc_exe(t->proc)[0]) {
+		n->opts.hide_libs[1] = intern_basename(&t->strs, proc_exe(t->proc));
+	}
+	n->fail_for_tests = getenv("SPY_TEST_NATIVE_FAIL") != NULL;
+	return 0;
+}
+
+void native_release(struct native *n)
+{
+	sym_unwinder_free(n->uw);
+	sym_native_free(n->syms);
+	spy_stack_release(&n->nat);
+	spy_stack_release(&n->merged);
+	memset(n, 0, sizeof(*n));
+}
+
+void native_pcs_release(struct native_pcs *pcs)
+{
+	free(pcs->v);
+	memset(pcs, 0, sizeof(*pcs));
+}
+
+void native_unwind(struct native *n, struct target *t, int32_t tid, struct native_pcs *pcs)
+{
+	if (!pcs->v) {
+		pcs->v = spy_xcalloc(SPY_MAX_NATIVE_DEPTH, sizeof(*pcs->v));
+	}
+	pcs->n = 0;
+	if (n->fail_for_tests) {
+		pcs->rc = -SPY_EMEM;
+		return;
+	}
+	uint64_t t0 = cpu_ns();
+	pcs->rc = sym_unwind(n->uw, proc_mem(t->proc), tid, pcs->v, SPY_MAX_NATIVE_DEPTH, &pcs->n);
+	n->unwind_ns += cpu_ns() - t0;
+	n->unwinds++;
+}
+
+int native_merge(struct native *n, struct target *t, const struct native_pcs *pcs,
+		 struct spy_stack *py)
+{
+	if (pcs->rc == -SPY_EMEM || pcs->n == 0) {
+		n->unwind_failed++;
+		return -SPY_EMEM;
+	}
+	uint64_t t0 = cpu_ns();
+	spy_stack_reset(&n->nat);
+	sym_native_resolve(n->syms, proc_mem(t->proc), pcs->v, pcs->n, &n->nat);
+	sym_merge(&n->nat, py, &n->opts, &n->merged, &n->mismatch);
+	if (pcs->rc == -SPY_EBOUND) {
+		n->merged.truncated = 1;
+	}
+	/* Swap rather than copy: both keep their storage for the next sample. */
+	struct spy_stack tmp = *py;
+	*py = n->merged;
+	n->merged = tmp;
+	n->merge_ns += cpu_ns() - t0;
+	n->merges++;
+	return 0;
+}
+
+void native_log_stats(const struct native *n)
+{
+	struct sym_native_stats st;
+	sym_native_stats(n->syms, &st);
+	spy_log(SPY_LOG_DEBUG,
+		"native: %llu unwinds (%.1f us CPU each), %llu symbolized and merged (%.1f us CPU "
+		"each), %llu failed; symbol cache: %llu lookups, %.1f%% hits, %llu files; merge "
+		"mismatches: %llu extra eval, %llu extra python",
+		(unsigned long long)n->unwinds,
+		n->unwinds ? (double)n->unwind_ns / 1e3 / (double)n->unwinds : 0.0,
+		(unsigned long long)n->merges,
+		n->merges ? (double)n->merge_ns / 1e3 / (double)n->merges : 0.0,
+		(unsigned long long)n->unwind_failed, (unsigned long long)st.lookups,
+		st.lookups ? 100.0 * (double)st.hits / (double)st.lookups : 0.0,
+		(unsigned long long)st.files, (unsigned long long)n->mismatch.extra_eval,
+		(unsigned long long)n->mismatch.extra_py);
+}

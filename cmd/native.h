@@ -1,0 +1,52 @@
+/*
+ * --native for record and dump: one thread's native stack, unwound while the
+ * target is paused, then symbolized and merged with its Python stack once
+ * the target runs again. The sampler and symbolize meet here, since neither
+ * may include the other.
+ */
+#ifndef SPY_CMD_NATIVE_H
+#define SPY_CMD_NATIVE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cmd/target.h"
+#include "common/sample.h"
+#include "symbolize/symbolize.h"
+
+/* The raw pcs of one thread, kept from the pause to the merge. */
+struct native_pcs {
+	spy_addr_t *v;
+	size_t n;
+	int rc;   /* of sym_unwind: 0, -SPY_EBOUND (cut), or -SPY_EMEM (failed) */
+};
+
+struct native {
+	struct sym_unwinder *uw;
+	struct sym_native *syms;
+	struct sym_merge_opts opts;
+	struct spy_stack nat, merged;   /* scratch, reused across samples */
+	struct sym_merge_counts mismatch;
+	uint64_t unwind_failed;         /* threads whose native walk failed (Python stack kept) */
+	uint64_t unwinds, merges;
+	uint64_t unwind_ns, merge_ns;   /* spy's CPU time in each (includes the first, cold ones) */
+	bool fail_for_tests;            /* SPY_TEST_NATIVE_FAIL: every unwind fails */
+};
+
+int native_init(struct native *n, struct target *t, bool all, struct spy_err *err);
+void native_release(struct native *n);
+void native_pcs_release(struct native_pcs *pcs);
+
+/* While tid is ptrace-stopped: walk its native stack into pcs. */
+void native_unwind(struct native *n, struct target *t, int32_t tid, struct native_pcs *pcs);
+/*
+ * After the target resumed: replace py (the thread's Python stack) with the
+ * merged stack. A failed walk leaves py as it is, is counted, and returns
+ * -SPY_EMEM; otherwise 0.
+ */
+int native_merge(struct native *n, struct target *t, const struct native_pcs *pcs,
+		  struct spy_stack *py);
+/* Log the counters (SPY_LOG=debug): cache hit rate, mismatches, failures. */
+void native_log_stats(const struct native *n);
+
+#endif

@@ -1,0 +1,493 @@
+/*
+ * Time windows of a profile (record --slice) and the trend of each
+ * function's share across them (report --trend): "which function gets
+ * slower the longer the program runs".
+ *
+ * The decision a newcomer would question: a window stores (stack id,
+ * count) pairs, not per-function numbers. Stacks are what the profile
+ * already interns, so a sample costs one look-up in the current window
+ * (a per-stack position array), and the windows can be written next to the
+ * stacks they refer to and read back exactly; functions, and recursion
+ * counted once, are worked out only when a trend is asked for. The other
+ * choice a reader may question is the cap: past FG_MAX_SLICES windows
+ * neighbours merge and the window doubles, rather than dropping samples or
+ * growing without bound.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "flamegraph/internal.h"
+
+/* Bytes of one metadata line's value before it continues in the next key. */
+#define SLICE_LINE_MAX (FG_MAX_META_VALUE - 64)
+
+struct slice_ent {
+	uint32_t stack;
+	uint64_t count;
+};
+
+struct window {
+	struct slice_ent *v;
+	size_t n, alloc;
+};
+
+struct fg_slices {
+	double len_s;
+	struct window *w;
+	size_t nw, walloc;
+	/* pos[stack] - 1: the stack's entry in window cur (0: none yet). */
+	uint32_t *pos;
+	size_t npos;
+	size_t cur;
+};
+
+struct fg_slices *fg_slices_new(double slice_s)
+{
+	struct fg_slices *s = spy_xcalloc(1, sizeof(*s));
+	s->len_s = slice_s > 0 ? slice_s : 1;
+	s->cur = SIZE_MAX;
+	return s;
+}
+
+void fg_slices_free(struct fg_slices *s)
+{
+	if (!s) {
+		return;
+	}
+	for (size_t i = 0; i < s->nw; i++) {
+		free(s->w[i].v);
+	}
+	free(s->w);
+	free(s->pos);
+	free(s);
+}
+
+size_t fg_slices_count(const struct fg_slices *s)
+{
+	return s->nw;
+}
+
+double fg_slices_len(const struct fg_slices *s)
+{
+	return s->len_s;
+}
+
+static int cmp_ent(const void *a, const void *b)
+{
+	const struct slice_ent *x = a, *y = b;
+	return x->stack == y->stack ? 0 : (x->stack < y->stack ? -1 : 1);
+}
+
+/* Sort a window's entries by stack and add up duplicates. */
+static void squash(struct window *w)
+{
+	qsort(w->v, w->n, sizeof(*w->v), cmp_ent);
+	size_t k = 0;
+	for (size_t i = 0; i < w->n; i++) {
+		if (k && w->v[k - 1].stack == w->v[i].stack) {
+			w->v[k - 1].count += w->v[i].count;
+		} else {
+			w->v[k++] = w->v[i];
+		}
+	}
+	w->n = k;
+}
+
+/* Merge windows 2i and 2i+1 into i and double the window length. */
+static void halve(struct fg_slices *s)
+{
+	size_t n = (s->nw + 1) / 2;
+	for (size_t i = 0; i < n; i++) {
+		struct window a = s->w[2 * i];
+		if (2 * i + 1 < s->nw) {
+			struct window *b = &s->w[2 * i + 1];
+			SPY_GROW(a.v, a.alloc, a.n + b->n);
+			memcpy(a.v + a.n, b->v, b->n * sizeof(*b->v));
+			a.n += b->n;
+			free(b->v);
+			squash(&a);
+		}
+		s->w[i] = a;
+	}
+	s->nw = n;
+	s->len_s *= 2;
+	s->cur = SIZE_MAX;
+}
+
+/* Point pos[] at window wi's entries (clearing the old window's). */
+static void select_window(struct fg_slices *s, size_t wi)
+{
+	if (s->cur < s->nw) {
+		const struct window *o = &s->w[s->cur];
+		for (size_t i = 0; i < o->n; i++) {
+			s->pos[o->v[i].stack] = 0;
+		}
+	} else if (s->npos) {
+		memset(s->pos, 0, s->npos * sizeof(*s->pos));
+	}
+	const struct window *w = &s->w[wi];
+	for (size_t i = 0; i < w->n; i++) {
+		s->pos[w->v[i].stack] = (uint32_t)i + 1;
+	}
+	s->cur = wi;
+}
+
+static void add_to(struct fg_slices *s, size_t wi, uint32_t stack, uint64_t count)
+{
+	if (stack >= s->npos) {
+		size_t n = s->npos ? s->npos : 256;
+		while (n <= stack) {
+			n *= 2;
+		}
+		s->pos = spy_xrealloc(s->pos, n * sizeof(*s->pos));
+		memset(s->pos + s->npos, 0, (n - s->npos) * sizeof(*s->pos));
+		s->npos = n;
+	}
+	if (wi >= s->nw) {
+		SPY_GROW(s->w, s->walloc, wi + 1);
+		memset(s->w + s->nw, 0, (wi + 1 - s->nw) * sizeof(*s->w));
+		s->nw = wi + 1;
+	}
+	if (wi != s->cur) {
+		select_window(s, wi);
+	}
+	struct window *w = &s->w[wi];
+	uint32_t at = s->pos[stack];
+	if (at) {
+		w->v[at - 1].count += count;
+		return;
+	}
+	SPY_GROW(w->v, w->alloc, w->n + 1);
+	w->v[w->n++] = (struct slice_ent){ stack, count };
+	s->pos[stack] = (uint32_t)w->n;
+}
+
+void fg_slices_add(struct fg_slices *s, const struct fg_profile *p, double t, uint64_t count)
+{
+	uint32_t stack = p->last_stack;
+	if (stack == FG_NONE || !count) {
+		return;
+	}
+	if (!(t >= 0)) {
+		t = 0;
+	}
+	while (t / s->len_s >= FG_MAX_SLICES) {
+		halve(s);
+	}
+	add_to(s, (size_t)(t / s->len_s), stack, count);
+}
+
+/* ---- in a folded file ---------------------------------------------------- */
+
+/* rank[stack index] = position of the stack among the written lines. */
+static uint32_t *stack_ranks(const struct fg_profile *p)
+{
+	struct fg_order o;
+	fg_order_init(&o, p);
+	uint32_t *rank = spy_xmalloc((p->nstacks + 1) * sizeof(*rank));
+	for (size_t i = 0; i < p->nstacks; i++) {
+		rank[o.stack[i]] = (uint32_t)i;
+	}
+	fg_order_release(&o);
+	return rank;
+}
+
+/* Remove every slice key; later entries shift down as keys go. */
+void fg_slices_drop(struct fg_profile *p)
+{
+	for (size_t i = 0; i < fg_profile_meta_count(p);) {
+		const char *key, *value;
+		fg_profile_meta_at(p, i, &key, &value);
+		if (!strncmp(key, "slice", 5)) {
+			char *k = spy_xstrdup(key);
+			fg_profile_meta_set(p, k, NULL);
+			free(k);
+		} else {
+			i++;
+		}
+	}
+}
+
+void fg_slices_store(const struct fg_slices *s, struct fg_profile *p)
+{
+	fg_slices_drop(p);
+	fg_profile_meta_setf(p, "slice-s", "%g", s->len_s);
+	fg_profile_meta_setf(p, "slices", "%zu", s->nw);
+	uint32_t *rank = stack_ranks(p);
+	struct spy_buf v = SPY_BUF_INIT;
+	char key[FG_MAX_META_KEY + 1];
+	for (size_t i = 0; i < s->nw; i++) {
+		const struct window *w = &s->w[i];
+		size_t part = 0;
+		spy_buf_reset(&v);
+		for (size_t k = 0; k < w->n; k++) {
+			if (w->v[k].stack >= p->nstacks) {
+				continue; /* not this profile's stack: a caller bug, skipped */
+			}
+			spy_buf_addf(&v, "%s%" PRIu32 ":%" PRIu64, v.len ? " " : "",
+				     rank[w->v[k].stack], w->v[k].count);
+			if (v.len > SLICE_LINE_MAX || k + 1 == w->n) {
+				if (part) {
+					snprintf(key, sizeof(key), "slice-%zu.%zu", i, part);
+				} else {
+					snprintf(key, sizeof(key), "slice-%zu", i);
+				}
+				fg_profile_meta_set(p, key, v.buf);
+				part++;
+				spy_buf_reset(&v);
+			}
+		}
+	}
+	spy_buf_release(&v);
+	free(rank);
+}
+
+/* Parse a decimal number of at most 20 digits into *out; false if not one. */
+static bool parse_u64(const char **sp, uint64_t max, uint64_t *out)
+{
+	const char *s = *sp;
+	uint64_t v = 0;
+	size_t n = 0;
+	while (*s >= '0' && *s <= '9') {
+		if (v > (max - (uint64_t)(*s - '0')) / 10) {
+			return false;
+		}
+		v = v * 10 + (uint64_t)(*s - '0');
+		s++;
+		n++;
+	}
+	*sp = s;
+	*out = v;
+	return n > 0;
+}
+
+/* Window index of a "slice-I" or "slice-I.K" key; false for other keys. */
+static bool slice_key(const char *key, size_t *wi)
+{
+	if (strncmp(key, "slice-", 6)) {
+		return false;
+	}
+	const char *s = key + 6;
+	uint64_t i, part;
+	if (!parse_u64(&s, FG_MAX_SLICES - 1, &i)) {
+		return false;
+	}
+	if (*s == '.' && (s++, !parse_u64(&s, UINT32_MAX, &part))) {
+		return false;
+	}
+	*wi = (size_t)i;
+	return *s == '\0';
+}
+
+static int load_window(struct fg_slices *s, size_t wi, const char *value, const uint32_t *by_rank,
+		       size_t nstacks, const char *where, struct spy_err *err)
+{
+	const char *v = value;
+	while (*v) {
+		uint64_t r, c;
+		if (!parse_u64(&v, UINT32_MAX, &r) || *v++ != ':' || !parse_u64(&v, FG_MAX_COUNT, &c) ||
+		    (*v && *v++ != ' ')) {
+			return spy_err_set(err, SPY_EFORMAT, "%s: expected STACK:COUNT pairs", where);
+		}
+		if (r >= nstacks) {
+			return spy_err_set(err, SPY_EFORMAT, "%s: stack %" PRIu64 " of %zu", where, r, nstacks);
+		}
+		if (c) {
+			add_to(s, wi, by_rank[r], c);
+		}
+	}
+	return 0;
+}
+
+int fg_slices_load(struct fg_slices **out, const struct fg_profile *p, const char *name,
+		   struct spy_err *err)
+{
+	*out = NULL;
+	const char *len = fg_profile_meta_get(p, "slice-s");
+	if (!len) {
+		return 0;
+	}
+	char *end;
+	errno = 0;
+	double l = strtod(len, &end);
+	if (errno || end == len || *end || !(l > 0) || l > 1e9) {
+		return spy_err_set(err, SPY_EFORMAT, "%s: # slice-s: not a positive number: %s", name, len);
+	}
+	struct fg_slices *s = fg_slices_new(l);
+	struct fg_order o;
+	fg_order_init(&o, p);
+	struct spy_buf where = SPY_BUF_INIT;
+	int rc = 0;
+	for (size_t i = 0; i < fg_profile_meta_count(p) && !rc; i++) {
+		const char *key, *value;
+		size_t wi;
+		fg_profile_meta_at(p, i, &key, &value);
+		if (!slice_key(key, &wi)) {
+			continue;
+		}
+		spy_buf_reset(&where);
+		spy_buf_addf(&where, "%s: # %s", name, key);
+		rc = load_window(s, wi, value, o.stack, p->nstacks, where.buf, err);
+	}
+	spy_buf_release(&where);
+	fg_order_release(&o);
+	if (rc) {
+		fg_slices_free(s);
+		return rc;
+	}
+	/* Windows are added out of order (parts, any key order): tidy them. */
+	for (size_t i = 0; i < s->nw; i++) {
+		squash(&s->w[i]);
+	}
+	s->cur = SIZE_MAX;
+	*out = s;
+	return 0;
+}
+
+/* ---- the trend ----------------------------------------------------------- */
+
+struct func_fit {
+	double sy, sxy, syy;   /* sums of share, window x share, share^2 */
+	double first, last;
+	uint32_t mark;         /* 1 + last stack counted, recursion once */
+	uint64_t in_window;    /* samples in the current window */
+};
+
+static int cmp_trend(const void *x, const void *y)
+{
+	const struct fg_trend_row *a = x, *b = y;
+	if (a->slope != b->slope) {
+		return a->slope > b->slope ? -1 : 1;
+	}
+	int c = strcmp(a->func, b->func);
+	return c ? c : strcmp(a->file ? a->file : "", b->file ? b->file : "");
+}
+
+/* Samples of each function in window w; returns the window's samples. */
+static uint64_t window_counts(const struct window *w, const struct fg_profile *p,
+			      const struct fg_funcs *fs, struct func_fit *fit, uint32_t *touched,
+			      size_t *ntouched)
+{
+	uint64_t total = 0;
+	for (size_t i = 0; i < w->n; i++) {
+		const struct fg_stack_ent *e = &p->stacks[w->v[i].stack];
+		const uint32_t *ids = p->pool + e->off;
+		total += w->v[i].count;
+		for (uint32_t k = 0; k < e->depth; k++) {
+			uint32_t f = fs->fmap[ids[k]];
+			if (f == FG_NONE || fit[f].mark == w->v[i].stack + 1) {
+				continue;
+			}
+			fit[f].mark = w->v[i].stack + 1;
+			if (!fit[f].in_window) {
+				touched[(*ntouched)++] = f;
+			}
+			fit[f].in_window += w->v[i].count;
+		}
+	}
+	return total;
+}
+
+void fg_trend_init(struct fg_trend *t, const struct fg_slices *s, const struct fg_profile *p,
+		   size_t top)
+{
+	struct fg_funcs fs;
+	fg_funcs_init(&fs, p);
+	memset(t, 0, sizeof(*t));
+	t->slice_s = s->len_s;
+	struct func_fit *fit = spy_xcalloc(fs.n + 1, sizeof(*fit));
+	uint32_t *touched = spy_xmalloc((fs.n + 1) * sizeof(*touched));
+	bool *seen = spy_xcalloc(fs.n + 1, sizeof(*seen));
+	/*
+	 * Least squares weighted by each window's samples: the last window is
+	 * usually cut short by the end of the recording, and a window of three
+	 * samples must not weigh as much as one of three hundred.
+	 */
+	double n = 0, sw = 0, sx = 0, sxx = 0;
+	for (size_t wi = 0; wi < s->nw; wi++) {
+		size_t nt = 0;
+		uint64_t total = window_counts(&s->w[wi], p, &fs, fit, touched, &nt);
+		for (size_t k = 0; k < nt; k++) {
+			fit[touched[k]].mark = 0;
+		}
+		if (!total) {
+			continue;
+		}
+		/* x is the window's index among non-empty ones: a pause in
+		 * sampling (no Python thread running) is not a trend. */
+		double x = n, w = (double)total;
+		for (size_t f = 0; f < fs.n; f++) {
+			double y = 100.0 * (double)fit[f].in_window / w;
+			if (n == 0) {
+				fit[f].first = y;
+			}
+			fit[f].last = y;
+			fit[f].sy += w * y;
+			fit[f].sxy += w * x * y;
+			fit[f].syy += w * y * y;
+			seen[f] = seen[f] || fit[f].in_window;
+			fit[f].in_window = 0;
+		}
+		n += 1;
+		sw += w;
+		sx += w * x;
+		sxx += w * x * x;
+		t->samples += total;
+	}
+	t->windows = (size_t)n;
+	t->rows = spy_xmalloc((fs.n + 1) * sizeof(*t->rows));
+	double vx = sw * sxx - sx * sx;
+	for (size_t f = 0; f < fs.n; f++) {
+		if (!seen[f]) {
+			continue;
+		}
+		const struct func_fit *ff = &fit[f];
+		double cov = sw * ff->sxy - sx * ff->sy, vy = sw * ff->syy - ff->sy * ff->sy;
+		struct fg_trend_row *r = &t->rows[t->nfuncs++];
+		r->func = fs.func[f];
+		r->file = fs.file[f];
+		/* Tiny variances are rounding, not a trend. */
+		r->slope = vx > 1e-9 ? cov / vx : 0;
+		r->first_pct = ff->first;
+		r->last_pct = ff->last;
+		r->mean_pct = sw > 0 ? ff->sy / sw : 0;
+		/* r squared needs no square root (the module has no libm). */
+		r->r2 = vx > 1e-9 && vy > 1e-9 ? cov * cov / (vx * vy) : 0;
+	}
+	qsort(t->rows, t->nfuncs, sizeof(*t->rows), cmp_trend);
+	t->n = top && top < t->nfuncs ? top : t->nfuncs;
+	free(seen);
+	free(touched);
+	free(fit);
+	fg_funcs_release(&fs);
+}
+
+void fg_trend_release(struct fg_trend *t)
+{
+	free(t->rows);
+	memset(t, 0, sizeof(*t));
+}
+
+void fg_trend_render(const struct fg_trend *t, struct spy_buf *out)
+{
+	spy_buf_addf(out, "%zu windows of %g s, %" PRIu64 " samples; total share of each window, "
+		     "slope in points per window, r2: how steadily (1: a straight line); ", t->windows, t->slice_s, t->samples);
+	if (t->n < t->nfuncs) {
+		spy_buf_addf(out, "top %zu of %zu functions\n", t->n, t->nfuncs);
+	} else {
+		spy_buf_addf(out, "%zu functions\n", t->nfuncs);
+	}
+	spy_buf_addf(out, "%8s %8s %8s %8s %5s  %s\n", "slope", "first%", "last%", "mean%", "r2",
+		     "function (file)");
+	for (size_t i = 0; i < t->n; i++) {
+		const struct fg_trend_row *r = &t->rows[i];
+		spy_buf_addf(out, "%+8.3f %8.2f %8.2f %8.2f %5.2f  ", r->slope, r->first_pct,
+			     r->last_pct, r->mean_pct, r->r2);
+		struct fg_frame f = { r->func, r->file, 0, SPY_FRAME_PYTHON };
+		fg_frame_format(&f, out);
+		spy_buf_addch(out, '\n');
+	}
+}

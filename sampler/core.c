@@ -1,0 +1,502 @@
+/*
+ * A core file as a target: its memory through a struct spy_mem, its
+ * mappings as a spy_map list (so the runtime is found as in a live
+ * process), its threads, and the files it was running.
+ *
+ * Cores are ELF (libelf reads the headers and notes): PT_LOAD segments hold
+ * the memory, PT_NOTE the threads (NT_PRSTATUS: TID and registers), the
+ * command (NT_PRPSINFO) and the mapped files (NT_FILE). A core leaves out
+ * what it can read back from files: gcore, like the kernel, dumps a
+ * file-backed mapping only if it was written to, so the text and read-only
+ * data of python and libpython (type names, sys.version) have p_filesz 0.
+ * Such bytes are read from the mapped file itself at the mapping's offset,
+ * which is why the segments carry their NT_FILE path.
+ *
+ * Why a thread's wait comes from its registers: there is no /proc for a
+ * core, but a thread stopped inside a syscall keeps the syscall number in
+ * orig_rax and its arguments in rdi, rsi..., which is what task/TID/syscall
+ * would have shown (x86-64 only; elsewhere the state is unknown).
+ */
+#include <elf.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/procfs.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/bounds.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "sampler/sampler.h"
+
+#ifndef NT_FILE
+#define NT_FILE 0x46494c45
+#endif
+
+/* Segments and NT_FILE entries: a big process has a few thousand mappings. */
+#define CORE_MAX_SEGS 65536
+/* A note segment larger than this is not a core gdb or the kernel wrote. */
+#define CORE_MAX_NOTES (64u << 20)
+
+struct core_seg {
+	spy_addr_t lo, hi;
+	uint64_t off, filesz;  /* in the core file */
+	int file;              /* index in files[] of the mapped file, or -1 */
+	uint64_t file_off;     /* offset of lo in that file */
+	uint8_t perms;         /* SPY_MAP_* */
+	const char *path;      /* NT_FILE name, "" if anonymous */
+};
+
+struct core {
+	int fd;
+	Elf *elf;
+	uint64_t size;
+	pid_t pid;
+	char *cmdline, *exe;
+	struct core_seg *segs;
+	size_t nsegs;
+	struct spy_map *maps;
+	char *map_paths;        /* NT_FILE names, NUL-separated (the maps point in) */
+	size_t nmaps;
+	struct core_thread *threads;
+	size_t nthreads, alloc_threads;
+	struct core_file {
+		const char *path;
+		int fd;            /* -2 until first needed, -1 if it cannot be opened */
+	} *files;
+	size_t nfiles, alloc_files;
+	struct spy_mem mem;
+};
+
+/* The index of path in files[]; opened on first read (file_fd). */
+static int file_index(struct core *c, const char *path)
+{
+	for (size_t i = 0; i < c->nfiles; i++) {
+		if (!strcmp(c->files[i].path, path)) {
+			return (int)i;
+		}
+	}
+	SPY_GROW(c->files, c->alloc_files, c->nfiles + 1);
+	c->files[c->nfiles].path = path;
+	c->files[c->nfiles].fd = -2;
+	return (int)c->nfiles++;
+}
+
+static int file_fd(struct core *c, int i)
+{
+	struct core_file *f = &c->files[i];
+	if (f->fd == -2) {
+		f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+		if (f->fd < 0) {
+			spy_log(SPY_LOG_DEBUG, "core: cannot open mapped file %s", f->path);
+		}
+	}
+	return f->fd;
+}
+
+static int seg_find(const struct core *c, spy_addr_t addr)
+{
+	size_t lo = 0, hi = c->nsegs;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (addr < c->segs[mid].lo) {
+			hi = mid;
+		} else if (addr >= c->segs[mid].hi) {
+			lo = mid + 1;
+		} else {
+			return (int)mid;
+		}
+	}
+	return -1;
+}
+
+static bool pread_all(int fd, void *dst, size_t len, uint64_t off)
+{
+	ssize_t n = fd >= 0 ? pread(fd, dst, len, (off_t)off) : -1;
+	return n == (ssize_t)len;
+}
+
+static int core_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
+{
+	struct core *c = ctx;
+	unsigned char *out = dst;
+	while (len > 0) {
+		int i = seg_find(c, addr);
+		if (i < 0) {
+			spy_log(SPY_LOG_TRACE, "core: 0x%llx is in no segment", (unsigned long long)addr);
+			return -SPY_EMEM;
+		}
+		const struct core_seg *s = &c->segs[i];
+		uint64_t off = addr - s->lo;
+		size_t chunk = len < s->hi - addr ? len : (size_t)(s->hi - addr);
+		bool ok;
+		if (off < s->filesz) {
+			if (chunk > s->filesz - off) {
+				chunk = (size_t)(s->filesz - off);
+			}
+			ok = pread_all(c->fd, out, chunk, s->off + off);
+		} else {
+			ok = s->file >= 0 && pread_all(file_fd(c, s->file), out, chunk, s->file_off + off);
+		}
+		if (!ok) {
+			spy_log(SPY_LOG_TRACE, "core: cannot read 0x%llx", (unsigned long long)addr);
+			return -SPY_EMEM;
+		}
+		out += chunk;
+		addr += chunk;
+		len -= chunk;
+	}
+	return 0;
+}
+
+int core_parse_nt_file(const unsigned char *desc, size_t len, struct spy_map **maps, size_t *n,
+		       char **paths, struct spy_err *err)
+{
+	uint64_t count, page;
+	*maps = NULL;
+	*paths = NULL;
+	*n = 0;
+	if (len < 16) {
+		return spy_err_set(err, SPY_EFORMAT, "NT_FILE note too short (%zu bytes)", len);
+	}
+	memcpy(&count, desc, 8);
+	memcpy(&page, desc + 8, 8);
+	if (count > CORE_MAX_SEGS || page == 0 || (len - 16) / 24 < count) {
+		return spy_err_set(err, SPY_EFORMAT, "NT_FILE note is malformed (%llu entries in %zu bytes)",
+				   (unsigned long long)count, len);
+	}
+	size_t names = 16 + (size_t)count * 24;
+	char *p = spy_xmalloc(len - names + 1);
+	memcpy(p, desc + names, len - names);
+	p[len - names] = '\0';
+	struct spy_map *m = spy_xcalloc(count ? (size_t)count : 1, sizeof(*m));
+	const char *name = p, *end = p + (len - names);
+	for (size_t i = 0; i < count; i++) {
+		uint64_t v[3];
+		memcpy(v, desc + 16 + i * 24, 24);
+		if (name >= end || v[1] < v[0]) {
+			free(m);
+			free(p);
+			return spy_err_set(err, SPY_EFORMAT, "NT_FILE note is malformed (entry %zu)", i);
+		}
+		m[i].lo = v[0];
+		m[i].hi = v[1];
+		m[i].offset = v[2] * page;
+		m[i].perms = SPY_MAP_R;
+		m[i].path = name;
+		name += strlen(name) + 1;
+	}
+	*maps = m;
+	*paths = p;
+	*n = (size_t)count;
+	return 0;
+}
+
+static void add_thread(struct core *c, const unsigned char *desc, size_t len)
+{
+	prstatus_t st;
+	if (len < sizeof(st) || c->nthreads >= SPY_MAX_THREADS) {
+		return;
+	}
+	memcpy(&st, desc, sizeof(st));
+	SPY_GROW(c->threads, c->alloc_threads, c->nthreads + 1);
+	struct core_thread *t = &c->threads[c->nthreads++];
+	memset(t, 0, sizeof(*t));
+	t->tid = st.pr_pid;
+#if defined(__x86_64__)
+	/* Offsets of user_regs_struct (sys/reg.h): ORIG_RAX 15, RDI 14, RSI 13. */
+	long nr = (long)st.pr_reg[15];
+	char text[96];
+	snprintf(text, sizeof(text), "%ld 0x%llx 0x%llx", nr, (unsigned long long)st.pr_reg[14],
+		 (unsigned long long)st.pr_reg[13]);
+	/* orig_rax is -1 when the thread was stopped in user code: it was running. */
+	proc_classify_wait(nr < 0 ? 'R' : 'S', nr < 0 ? "running" : text, &t->wait);
+#else
+	proc_classify_wait(0, NULL, &t->wait);
+#endif
+}
+
+static void set_psinfo(struct core *c, const unsigned char *desc, size_t len)
+{
+	prpsinfo_t ps;
+	if (len < sizeof(ps)) {
+		return;
+	}
+	memcpy(&ps, desc, sizeof(ps));
+	c->pid = ps.pr_pid;
+	/* The kernel joins the arguments with spaces, gdb leaves NULs between them. */
+	size_t n = sizeof(ps.pr_psargs) - 1;
+	ps.pr_psargs[n] = '\0';
+	for (size_t i = 0; i < n; i++) {
+		if (ps.pr_psargs[i] == '\0') {
+			ps.pr_psargs[i] = ' ';
+		}
+	}
+	while (n > 0 && ps.pr_psargs[n - 1] == ' ') {
+		n--;
+	}
+	ps.pr_psargs[n] = '\0';
+	free(c->cmdline);
+	c->cmdline = spy_xstrdup(ps.pr_psargs);
+	ps.pr_fname[sizeof(ps.pr_fname) - 1] = '\0';
+	free(c->exe);
+	c->exe = spy_xstrdup(ps.pr_fname); /* a base name until NT_FILE names the file */
+}
+
+static int read_notes(struct core *c, const GElf_Phdr *ph, struct spy_err *err)
+{
+	if (ph->p_filesz > CORE_MAX_NOTES) {
+		return spy_err_set(err, SPY_EFORMAT, "note segment of %llu bytes is too large",
+				   (unsigned long long)ph->p_filesz);
+	}
+	Elf_Data *d = elf_getdata_rawchunk(c->elf, (int64_t)ph->p_offset, ph->p_filesz, ELF_T_NHDR);
+	if (!d) {
+		return spy_err_set(err, SPY_EFORMAT, "unreadable note segment: %s", elf_errmsg(-1));
+	}
+	size_t off = 0, name_off, desc_off;
+	GElf_Nhdr nh;
+	while ((off = gelf_getnote(d, off, &nh, &name_off, &desc_off)) > 0) {
+		const unsigned char *desc = (const unsigned char *)d->d_buf + desc_off;
+		if (nh.n_type == NT_PRSTATUS) {
+			add_thread(c, desc, nh.n_descsz);
+		} else if (nh.n_type == NT_PRPSINFO) {
+			set_psinfo(c, desc, nh.n_descsz);
+		} else if (nh.n_type == NT_FILE && !c->maps) {
+			int rc = core_parse_nt_file(desc, nh.n_descsz, &c->maps, &c->nmaps, &c->map_paths, err);
+			if (rc < 0) {
+				return rc;
+			}
+		}
+	}
+	return 0;
+}
+
+static uint8_t perms_of(uint32_t flags)
+{
+	return (uint8_t)(((flags & PF_R) ? SPY_MAP_R : 0) | ((flags & PF_W) ? SPY_MAP_W : 0) |
+			 ((flags & PF_X) ? SPY_MAP_X : 0) | SPY_MAP_P);
+}
+
+static int cmp_seg(const void *a, const void *b)
+{
+	const struct core_seg *x = a, *y = b;
+	return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+static bool covered(const GElf_Phdr *loads, size_t n, spy_addr_t lo, spy_addr_t hi)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (loads[i].p_vaddr < hi && loads[i].p_vaddr + loads[i].p_memsz > lo) {
+			return true;
+		}
+	}
+	return false;
+}
+
+/*
+ * Segments become the maps pystate and symbolize see: each PT_LOAD takes
+ * the path and offset of the NT_FILE entry covering it, and each NT_FILE
+ * entry no PT_LOAD covers (gdb leaves read-only file mappings out
+ * entirely) becomes a segment read from its file alone. Only segments
+ * that need it open their file.
+ */
+static void build_segments(struct core *c, const GElf_Phdr *loads, size_t n)
+{
+	struct spy_map *files = c->maps;
+	size_t nfiles = c->nmaps, ns = 0;
+	c->segs = spy_xcalloc(n + nfiles + 1, sizeof(*c->segs));
+	for (size_t i = 0; i < n; i++) {
+		struct core_seg *s = &c->segs[ns++];
+		s->lo = loads[i].p_vaddr;
+		s->hi = loads[i].p_vaddr + loads[i].p_memsz;
+		s->off = loads[i].p_offset;
+		s->filesz = loads[i].p_filesz;
+		s->file = -1;
+		s->perms = perms_of(loads[i].p_flags);
+		s->path = "";
+		for (size_t k = 0; k < nfiles; k++) {
+			if (files[k].lo <= s->lo && s->lo < files[k].hi) {
+				s->path = files[k].path;
+				s->file_off = files[k].offset + (s->lo - files[k].lo);
+				s->file = s->filesz < loads[i].p_memsz ? file_index(c, s->path) : -1;
+				break;
+			}
+		}
+	}
+	for (size_t k = 0; k < nfiles; k++) {
+		if (!covered(loads, n, files[k].lo, files[k].hi)) {
+			struct core_seg *s = &c->segs[ns++];
+			s->lo = files[k].lo;
+			s->hi = files[k].hi;
+			s->perms = SPY_MAP_R | SPY_MAP_P;
+			s->path = files[k].path;
+			s->file_off = files[k].offset;
+			s->file = file_index(c, s->path);
+		}
+	}
+	qsort(c->segs, ns, sizeof(*c->segs), cmp_seg);
+	c->maps = spy_xcalloc(ns + 1, sizeof(*c->maps));
+	for (size_t i = 0; i < ns; i++) {
+		c->maps[i] = (struct spy_map){ .lo = c->segs[i].lo, .hi = c->segs[i].hi,
+					       .offset = c->segs[i].file_off, .perms = c->segs[i].perms,
+					       .path = c->segs[i].path };
+	}
+	c->nsegs = c->nmaps = ns;
+	spy_log(SPY_LOG_DEBUG, "core: %zu PT_LOAD segments, %zu mapped files, %zu segments in all", n,
+		nfiles, ns);
+	free(files);
+}
+
+static int read_phdrs(struct core *c, const char *path, struct spy_err *err)
+{
+	size_t nph;
+	if (elf_getphdrnum(c->elf, &nph) != 0 || nph > CORE_MAX_SEGS) {
+		return spy_err_set(err, SPY_EFORMAT, "%s: unreadable program headers", path);
+	}
+	GElf_Phdr *loads = spy_xcalloc(nph ? nph : 1, sizeof(*loads));
+	size_t nl = 0;
+	int rc = 0;
+	for (size_t i = 0; i < nph && rc == 0; i++) {
+		GElf_Phdr ph;
+		if (!gelf_getphdr(c->elf, (int)i, &ph)) {
+			rc = spy_err_set(err, SPY_EFORMAT, "%s: unreadable program header %zu", path, i);
+		} else if (ph.p_offset > c->size || ph.p_filesz > c->size - ph.p_offset) {
+			rc = spy_err_set(err, SPY_EFORMAT, "%s is truncated: segment %zu ends past its end",
+					 path, i);
+		} else if (ph.p_type == PT_NOTE) {
+			rc = read_notes(c, &ph, err);
+		} else if (ph.p_type == PT_LOAD && ph.p_memsz > 0) {
+			loads[nl++] = ph;
+		}
+	}
+	if (rc == 0) {
+		build_segments(c, loads, nl);
+	}
+	free(loads);
+	return rc;
+}
+
+/* The executable: --exe, else the mapped file named like the command. */
+static void pick_exe(struct core *c, const char *exe)
+{
+	const char *guess = NULL;
+	for (size_t i = 0; i < c->nmaps && c->exe && !guess; i++) {
+		const char *b = strrchr(c->maps[i].path, '/');
+		if (b && c->exe[0] && !strncmp(b + 1, c->exe, strlen(c->exe))) {
+			guess = c->maps[i].path;
+		}
+	}
+	if (exe && guess) {
+		/* The file may have moved since: --exe stands for it in the maps too. */
+		for (size_t i = 0; i < c->nmaps; i++) {
+			if (c->maps[i].path == guess) {
+				c->maps[i].path = exe;
+			}
+		}
+	}
+	const char *pick = exe ? exe : guess ? guess : "";
+	char *copy = spy_xstrdup(pick);
+	free(c->exe);
+	c->exe = copy;
+}
+
+int core_open(struct core **out, const char *path, const char *exe, struct spy_err *err)
+{
+	struct core *c = spy_xcalloc(1, sizeof(*c));
+	struct stat st;
+	int rc = 0;
+	*out = NULL;
+	c->fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (c->fd < 0 || fstat(c->fd, &st) < 0) {
+		rc = spy_err_set(err, SPY_EIO, "cannot open core file %s: %m", path);
+		goto fail;
+	}
+	c->size = (uint64_t)st.st_size;
+	elf_version(EV_CURRENT);
+	c->elf = elf_begin(c->fd, ELF_C_READ, NULL);
+	GElf_Ehdr eh;
+	if (!c->elf || elf_kind(c->elf) != ELF_K_ELF || !gelf_getehdr(c->elf, &eh) || eh.e_type != ET_CORE) {
+		rc = spy_err_set(err, SPY_EFORMAT, "%s is not a core file", path);
+		goto fail;
+	}
+	rc = read_phdrs(c, path, err);
+	if (rc < 0) {
+		goto fail;
+	}
+	if (c->nthreads == 0) {
+		rc = spy_err_set(err, SPY_EFORMAT, "%s has no threads (no NT_PRSTATUS note): truncated?", path);
+		goto fail;
+	}
+	if (!c->pid) {
+		c->pid = c->threads[0].tid;
+	}
+	if (!c->cmdline) {
+		c->cmdline = spy_xstrdup("");
+	}
+	pick_exe(c, exe);
+	c->mem.read = core_read;
+	c->mem.ctx = c;
+	c->mem.maps = c->maps;
+	c->mem.nmaps = c->nmaps;
+	*out = c;
+	return 0;
+fail:
+	core_free(c);
+	return rc;
+}
+
+void core_free(struct core *c)
+{
+	if (!c) {
+		return;
+	}
+	for (size_t i = 0; i < c->nfiles; i++) {
+		if (c->files[i].fd >= 0) {
+			close(c->files[i].fd);
+		}
+	}
+	free(c->files);
+	if (c->elf) {
+		elf_end(c->elf);
+	}
+	if (c->fd >= 0) {
+		close(c->fd);
+	}
+	free(c->segs);
+	free(c->maps);
+	free(c->map_paths);
+	free(c->threads);
+	free(c->cmdline);
+	free(c->exe);
+	free(c);
+}
+
+const struct spy_mem *core_mem(const struct core *c)
+{
+	return &c->mem;
+}
+
+pid_t core_pid(const struct core *c)
+{
+	return c->pid;
+}
+
+const char *core_cmdline(const struct core *c)
+{
+	return c->cmdline;
+}
+
+const char *core_exe(const struct core *c)
+{
+	return c->exe;
+}
+
+const struct core_thread *core_threads(const struct core *c, size_t *n)
+{
+	*n = c->nthreads;
+	return c->threads;
+}

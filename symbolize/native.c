@@ -1,0 +1,420 @@
+/*
+ * Native symbols: pc -> frames, with libdwfl over the files behind the
+ * target's mappings.
+ *
+ * Each ELF file gets its own Dwfl, reported at base 0, and is asked about
+ * addresses in the file's own terms (the p_vaddr of the byte the pc maps
+ * to). That makes the answer a property of the file alone, so the cache key
+ * is (file, address in file): a library mapped at a new address after a
+ * restart of the sampling, or in a child process, hits the same entries, and
+ * a recording resolves each distinct pc once. Files are told apart by path
+ * and inode, so a library replaced on disk is opened afresh.
+ *
+ * libdwfl does the finding of symbols: .symtab, else .dynsym (a stripped
+ * distro binary), and separate debug files by build-id or .gnu_debuglink
+ * under /usr/lib/debug (the target's and ours). DWARF, where there is some,
+ * adds the inlined calls at a pc as frames of their own.
+ *
+ * C++ names are demangled with libstdc++'s __cxa_demangle, looked up with
+ * dlopen at run time so that spy itself does not link libstdc++; without it
+ * names stay mangled.
+ */
+#include <dlfcn.h>
+#include <dwarf.h>
+#include <elfutils/libdwfl.h>
+#include <gelf.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/buf.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "symbolize/symbolize.h"
+
+/* Distinct ELF files per process; past this, pcs in new files stay unknown. */
+#define MAX_FILES 4096
+/* Cached pcs; past this, new pcs are resolved every time (still correct). */
+#define MAX_CACHED (1u << 21)
+/* Inlined calls kept per pc: deeper nests keep their innermost ones. */
+#define MAX_INLINE 16
+/* Mappings remembered by address, so most pcs find their file without hashing its path. */
+#define MAP_MEMO 64
+
+typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
+
+struct load {
+	uint64_t offset, filesz, vaddr;
+};
+
+struct nfile {
+	const char *path;     /* interned, as the target sees it */
+	uint64_t inode;
+	const char *lib;      /* interned basename */
+	Dwfl *dwfl;           /* NULL if the file could not be read */
+	Dwfl_Module *mod;
+	Dwarf_Addr bias;
+	struct load *loads;
+	size_t nloads;
+};
+
+struct centry {
+	const struct nfile *file;   /* NULL: empty slot */
+	uint64_t vaddr;
+	uint32_t first, count;      /* into names[] */
+};
+
+/* A mapping seen before, and its file. The map itself may be freed when the
+ * maps are re-read: it is compared by value, never dereferenced. */
+struct map_memo {
+	spy_addr_t lo, hi;
+	uint64_t inode;
+	const char *path;
+	struct nfile *file;
+};
+
+struct sym_native {
+	struct spy_strtab *strs;
+	struct map_memo memo[MAP_MEMO];
+	char *root;
+	char *debuginfo_path;
+	Dwfl_Callbacks cb;
+	struct nfile *files;
+	size_t nfiles, afiles;
+	struct centry *slots;
+	size_t nslots, nused;
+	const char **names;
+	size_t nnames, anames;
+	const char *unknown;
+	void *cxx;
+	demangle_fn demangle;
+	struct sym_native_stats st;
+};
+
+struct sym_native *sym_native_new(const char *root, struct spy_strtab *strs)
+{
+	struct sym_native *s = spy_xcalloc(1, sizeof(*s));
+	s->strs = strs;
+	s->root = spy_xstrdup(root);
+	struct spy_buf b = SPY_BUF_INIT;
+	/* The file's own directory, its .debug, then /usr/lib/debug: the target's and ours. */
+	spy_buf_addf(&b, ":.debug:%s/usr/lib/debug:/usr/lib/debug", root);
+	s->debuginfo_path = spy_buf_detach(&b, NULL);
+	s->cb.find_elf = dwfl_build_id_find_elf;
+	s->cb.find_debuginfo = dwfl_standard_find_debuginfo;
+	s->cb.section_address = dwfl_offline_section_address;
+	s->cb.debuginfo_path = &s->debuginfo_path;
+	s->unknown = spy_strtab_interns(strs, "[unknown]");
+	s->cxx = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_LOCAL);
+	if (s->cxx) {
+		*(void **)&s->demangle = dlsym(s->cxx, "__cxa_demangle");
+	}
+	spy_log(SPY_LOG_DEBUG, "native symbols: C++ demangling %s",
+		s->demangle ? "via libstdc++" : "unavailable (names stay mangled)");
+	return s;
+}
+
+void sym_native_free(struct sym_native *s)
+{
+	if (!s) {
+		return;
+	}
+	for (size_t i = 0; i < s->nfiles; i++) {
+		if (s->files[i].dwfl) {
+			dwfl_end(s->files[i].dwfl);
+		}
+		free(s->files[i].loads);
+	}
+	free(s->files);
+	free(s->slots);
+	free(s->names);
+	free(s->root);
+	free(s->debuginfo_path);
+	if (s->cxx) {
+		dlclose(s->cxx);
+	}
+	free(s);
+}
+
+void sym_native_stats(const struct sym_native *s, struct sym_native_stats *out)
+{
+	*out = s->st;
+}
+
+/* ---- files ---- */
+
+static const char *basename_of(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	return slash ? slash + 1 : path;
+}
+
+static void read_loads(struct nfile *f)
+{
+	GElf_Addr bias;
+	Elf *elf = dwfl_module_getelf(f->mod, &bias);
+	size_t nph = 0;
+	if (!elf || elf_getphdrnum(elf, &nph) != 0) {
+		return;
+	}
+	f->bias = bias;
+	f->loads = spy_xcalloc(nph ? nph : 1, sizeof(*f->loads));
+	for (size_t i = 0; i < nph; i++) {
+		GElf_Phdr ph;
+		if (gelf_getphdr(elf, (int)i, &ph) && ph.p_type == PT_LOAD) {
+			f->loads[f->nloads++] = (struct load){ ph.p_offset, ph.p_filesz, ph.p_vaddr };
+		}
+	}
+}
+
+static void open_file(struct sym_native *s, struct nfile *f)
+{
+	struct spy_buf full = SPY_BUF_INIT;
+	spy_buf_addf(&full, "%s%s", s->root, f->path);
+	f->dwfl = dwfl_begin(&s->cb);
+	if (f->dwfl) {
+		dwfl_report_begin(f->dwfl);
+		f->mod = dwfl_report_elf(f->dwfl, f->lib, full.buf, -1, 0, false);
+		dwfl_report_end(f->dwfl, NULL, NULL);
+	}
+	if (f->mod) {
+		read_loads(f);
+	}
+	spy_log(SPY_LOG_DEBUG, "native symbols: %s %s", full.buf,
+		f->nloads ? "opened" : "unreadable (its frames stay unknown)");
+	spy_buf_release(&full);
+	s->st.files++;
+}
+
+static struct nfile *find_file_slow(struct sym_native *s, const struct spy_map *m)
+{
+	const char *path = spy_strtab_interns(s->strs, m->path);
+	for (size_t i = 0; i < s->nfiles; i++) {
+		if (s->files[i].path == path && s->files[i].inode == m->inode) {
+			return &s->files[i];
+		}
+	}
+	if (s->nfiles >= MAX_FILES) {
+		return NULL;
+	}
+	SPY_GROW(s->files, s->afiles, s->nfiles + 1);
+	struct nfile *f = &s->files[s->nfiles++];
+	memset(f, 0, sizeof(*f));
+	f->path = path;
+	f->inode = m->inode;
+	f->lib = spy_strtab_interns(s->strs, basename_of(path));
+	/* Only real files: "[vdso]", "[heap]" and the like have nothing to open. */
+	if (path[0] == '/') {
+		open_file(s, f);
+	}
+	return f;
+}
+
+/*
+ * Files live in one array that grows, so the memo holds indexes' worth of
+ * pointers only until the next new file: it is cleared whenever one is added.
+ */
+static struct nfile *find_file(struct sym_native *s, const struct spy_map *m)
+{
+	struct map_memo *mm = &s->memo[(m->lo >> 12) % MAP_MEMO];
+	if (mm->file && mm->lo == m->lo && mm->hi == m->hi && mm->inode == m->inode &&
+	    mm->path == m->path) {
+		return mm->file;
+	}
+	size_t before = s->nfiles;
+	struct nfile *f = find_file_slow(s, m);
+	if (s->nfiles != before) {
+		memset(s->memo, 0, sizeof(s->memo));
+	}
+	*mm = (struct map_memo){ m->lo, m->hi, m->inode, m->path, f };
+	return f;
+}
+
+/* The file's own address of the byte at file offset off, if some PT_LOAD maps it. */
+static bool file_vaddr(const struct nfile *f, uint64_t off, uint64_t *vaddr)
+{
+	for (size_t i = 0; i < f->nloads; i++) {
+		const struct load *l = &f->loads[i];
+		if (off >= l->offset && off - l->offset < l->filesz) {
+			*vaddr = l->vaddr + (off - l->offset);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* ---- the cache ---- */
+
+static size_t slot_of(const struct nfile *f, uint64_t vaddr, size_t mask)
+{
+	uint64_t h = (uint64_t)(uintptr_t)f * 0x9e3779b97f4a7c15ull ^ vaddr * 0xff51afd7ed558ccdull;
+	return (size_t)(h ^ (h >> 29)) & mask;
+}
+
+static struct centry *cache_find(struct sym_native *s, const struct nfile *f, uint64_t vaddr)
+{
+	if (!s->nslots) {
+		return NULL;
+	}
+	size_t mask = s->nslots - 1;
+	for (size_t i = slot_of(f, vaddr, mask);; i = (i + 1) & mask) {
+		struct centry *e = &s->slots[i];
+		if (!e->file || (e->file == f && e->vaddr == vaddr)) {
+			return e;
+		}
+	}
+}
+
+static void cache_grow(struct sym_native *s)
+{
+	struct centry *old = s->slots;
+	size_t nold = s->nslots;
+	s->nslots = nold ? nold * 2 : 1024;
+	s->slots = spy_xcalloc(s->nslots, sizeof(*s->slots));
+	for (size_t i = 0; i < nold; i++) {
+		if (old[i].file) {
+			*cache_find(s, old[i].file, old[i].vaddr) = old[i];
+		}
+	}
+	free(old);
+}
+
+/* ---- names ---- */
+
+static const char *intern_name(struct sym_native *s, const char *name)
+{
+	/* "clock_gettime@@GLIBC_2.17": the version is noise in a profile, and splits a function in two. */
+	const char *at = strchr(name, '@');
+	if (at && at != name) {
+		return spy_strtab_intern(s->strs, name, (size_t)(at - name));
+	}
+	if (s->demangle && name[0] == '_' && name[1] == 'Z') {
+		int status = -1;
+		char *d = s->demangle(name, NULL, NULL, &status);
+		if (d && status == 0) {
+			const char *r = spy_strtab_interns(s->strs, d);
+			free(d);
+			return r;
+		}
+		free(d);
+	}
+	return spy_strtab_interns(s->strs, name);
+}
+
+static void push_name(struct sym_native *s, const char *name)
+{
+	SPY_GROW(s->names, s->anames, s->nnames + 1);
+	s->names[s->nnames++] = name ? intern_name(s, name) : s->unknown;
+}
+
+/* Names of the calls inlined at addr, innermost first, from DWARF if the file has any. */
+static void push_inlines(struct sym_native *s, const struct nfile *f, Dwarf_Addr addr)
+{
+	Dwarf_Addr cubias;
+	Dwarf_Die *cu = dwfl_module_addrdie(f->mod, addr, &cubias);
+	if (!cu) {
+		return;
+	}
+	Dwarf_Die *scopes = NULL;
+	int n = dwarf_getscopes(cu, addr - cubias, &scopes);
+	for (int i = 0, kept = 0; i < n && kept < MAX_INLINE; i++) {
+		int tag = dwarf_tag(&scopes[i]);
+		if (tag == DW_TAG_subprogram) {
+			break;
+		}
+		if (tag == DW_TAG_inlined_subroutine) {
+			const char *name = dwarf_diename(&scopes[i]);
+			push_name(s, name);
+			kept++;
+		}
+	}
+	free(scopes);
+}
+
+/* Resolve one address of f into names[], returning where they start. */
+static uint32_t resolve_into(struct sym_native *s, const struct nfile *f, uint64_t vaddr)
+{
+	uint32_t first = (uint32_t)s->nnames;
+	if (!f->mod) {
+		push_name(s, NULL);
+		return first;
+	}
+	Dwarf_Addr addr = vaddr + f->bias;
+	push_inlines(s, f, addr);
+	GElf_Off off = 0;
+	GElf_Sym sym;
+	const char *name = dwfl_module_addrinfo(f->mod, addr, &off, &sym, NULL, NULL, NULL);
+	/* The nearest symbol below is not ours if the pc lies past its end (a stripped static). */
+	if (name && sym.st_size && off >= sym.st_size) {
+		name = NULL;
+	}
+	push_name(s, name);
+	return first;
+}
+
+/*
+ * The names for pc: from the cache, or resolved and cached. Returns false
+ * when the answer could not be cached (cache full): the caller then drops
+ * its names from names[] once used.
+ */
+static bool lookup(struct sym_native *s, const struct nfile *f, uint64_t vaddr, uint32_t *first,
+		   uint32_t *count)
+{
+	s->st.lookups++;
+	struct centry *e = cache_find(s, f, vaddr);
+	if (e && e->file) {
+		s->st.hits++;
+		*first = e->first;
+		*count = e->count;
+		return true;
+	}
+	*first = resolve_into(s, f, vaddr);
+	*count = (uint32_t)(s->nnames - *first);
+	if (s->nused >= MAX_CACHED) {
+		return false;
+	}
+	if (!e || (s->nused + 1) * 2 > s->nslots) {
+		cache_grow(s);
+		e = cache_find(s, f, vaddr);
+	}
+	*e = (struct centry){ f, vaddr, *first, *count };
+	s->nused++;
+	return true;
+}
+
+static void push_frame(struct spy_stack *out, const char *func, const char *lib, spy_addr_t pc)
+{
+	struct spy_frame *fr = spy_stack_push(out);
+	*fr = (struct spy_frame){ func, lib, 0, SPY_FRAME_NATIVE, 0, pc };
+}
+
+static void resolve_pc(struct sym_native *s, const struct spy_mem *mem, spy_addr_t pc,
+		       bool is_return, struct spy_stack *out)
+{
+	/* A return address points after the call: look up the call itself. */
+	spy_addr_t at = is_return && pc ? pc - 1 : pc;
+	const struct spy_map *m = spy_mem_find_map(mem, at);
+	struct nfile *f = m && m->path[0] ? find_file(s, m) : NULL;
+	uint64_t vaddr;
+	if (!f || !file_vaddr(f, at - m->lo + m->offset, &vaddr)) {
+		push_frame(out, s->unknown, f ? f->lib : s->unknown, pc);
+		return;
+	}
+	uint32_t first, count;
+	bool cached = lookup(s, f, vaddr, &first, &count);
+	for (uint32_t i = 0; i < count; i++) {
+		push_frame(out, s->names[first + i], f->lib, pc);
+	}
+	/* Uncached answers must not pile up in names[]. */
+	if (!cached) {
+		s->nnames = first;
+	}
+}
+
+void sym_native_resolve(struct sym_native *s, const struct spy_mem *mem, const spy_addr_t *pcs,
+			size_t n, struct spy_stack *out)
+{
+	for (size_t i = 0; i < n; i++) {
+		resolve_pc(s, mem, pcs[i], i > 0, out);
+	}
+}

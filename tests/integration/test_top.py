@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""spy top against real interpreters (targets/record_target.py).
+
+Per interpreter, one PASS/FAIL line: `spy top --pid PID -d 3 --refresh 1`
+with stdout a pipe on the "split" target (work_a and work_b each call the
+same unit of work, 7 and 3 times a round):
+  - at least 2 plain snapshots, each starting with a "spy top" line, no
+    terminal escapes;
+  - work_a's %Total above work_b's in the last full interval, and their
+    TotalTime since the start split 70/30 (+- 10 points); %Own cannot show
+    that split here, since both spend their time in unit(), which is what
+    %Own names;
+  - the sleeping thread absent (no -i);
+  - exit 0 with the summary line on stderr, target not left stopped.
+Then, once, on the newest interpreter: -i shows the sleeper; launch mode
+(`spy top -d 2 -- PYTHON target split`); a target that exits mid-top (exit
+0); SIGINT to spy (exit 0, target running); and the usage and process
+errors of the contract (exit 2, 3, 4).
+"""
+
+import re
+import signal
+import subprocess
+import time
+
+import harness
+from test_cli import free_pid
+from test_record import expect_rc, not_stopped
+
+TARGET = harness.target_path("record_target.py")
+ROW = re.compile(r"^\s*([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(.+?) \((.*)\)$")
+
+
+def top(args, timeout=30):
+    return harness.run_spy(["top"] + list(args), timeout=timeout,
+                           env=harness.spy_env(keep_log=False))
+
+
+class Snapshot(object):
+    def __init__(self, lines):
+        self.header = lines[0]
+        self.rows = {}   # func -> (own%, total%, own_s, total_s)
+        for l in lines[1:]:
+            m = ROW.match(l)
+            if m:
+                self.rows[m.group(5)] = tuple(float(m.group(i)) for i in range(1, 5))
+
+    def get(self, func):
+        return self.rows.get(func, (0.0, 0.0, 0.0, 0.0))
+
+
+def snapshots(out):
+    snaps, cur = [], None
+    for line in out.splitlines():
+        if line.startswith("spy top"):
+            cur = [line]
+            snaps.append(cur)
+        elif cur is not None:
+            cur.append(line)
+    return [Snapshot(s) for s in snaps]
+
+
+def check_split(snaps, what):
+    """Problems with the split target's view."""
+    p = []
+    if len(snaps) < 2:
+        return ["%s: %d snapshots, expected at least 2" % (what, len(snaps))]
+    full = snaps[-2] if len(snaps) > 2 else snaps[-1]
+    a, b = full.get("work_a"), full.get("work_b")
+    if not a[1] > b[1]:
+        p.append("%s: %%Total work_a %.2f not above work_b %.2f" % (what, a[1], b[1]))
+    a, b = snaps[-1].get("work_a"), snaps[-1].get("work_b")
+    if a[3] + b[3] <= 0:
+        p.append("%s: no TotalTime for work_a/work_b: %r" % (what, snaps[-1].rows))
+    else:
+        share = 100.0 * a[3] / (a[3] + b[3])
+        if abs(share - 70.0) > 10.0:
+            p.append("%s: work_a has %.1f%% of work_a+work_b TotalTime, expected 70 +- 10"
+                     % (what, share))
+    return p
+
+
+def run_one(interp):
+    p = []
+    with harness.Target(interp, TARGET, ["split"]) as t:
+        r = top(["--pid", str(t.pid), "-r", "200", "-d", "3", "--refresh", "1"])
+        p += expect_rc(r, 0, "pid")
+        if p:
+            return p
+        if "\033" in r.out:
+            p.append("pid: terminal escapes in piped output")
+        snaps = snapshots(r.out)
+        p += check_split(snaps, "pid")
+        if any("sleeper" in s.rows for s in snaps):
+            p.append("pid: idle thread shown without -i")
+        if "samples" not in r.err:
+            p.append("pid: no summary on stderr: %r" % r.err[:200])
+        p += not_stopped(t.pid)
+    return p
+
+
+def check_once(interp):
+    p = []
+    with harness.Target(interp, TARGET, ["split"]) as t:
+        r = top(["--pid", str(t.pid), "-i", "-d", "1.5", "--refresh", "0.5"])
+        p += expect_rc(r, 0, "idle")
+        if not any("sleeper" in s.rows for s in snapshots(r.out)):
+            p.append("idle: sleeper absent with -i")
+
+        spy = harness.start_spy(["top", "--pid", str(t.pid), "--refresh", "0.5"],
+                                env=harness.spy_env(keep_log=False))
+        time.sleep(1.5)
+        spy.send_signal(signal.SIGINT)
+        try:
+            out, _ = spy.communicate(timeout=10)
+            if spy.returncode != 0:
+                p.append("sigint: exit %s, expected 0" % spy.returncode)
+            if not snapshots(out.decode("utf-8", "replace")):
+                p.append("sigint: no snapshot")
+        except subprocess.TimeoutExpired:
+            p.append("sigint: spy did not stop")
+        harness.kill(spy)
+        p += not_stopped(t.pid)
+
+    r = top(["-d", "2", "--refresh", "0.5", "--", interp.path, TARGET, "split"])
+    p += expect_rc(r, 0, "launch")
+    if not r.rc:
+        p += check_split(snapshots(r.out), "launch")
+
+    with harness.Target(interp, TARGET, ["short"]) as t:
+        r = top(["--pid", str(t.pid), "--refresh", "0.2"])
+        p += expect_rc(r, 0, "target exits")
+
+    usage = [
+        (["--pid", "1", "--rate", "0"], 2, "--rate 0"),
+        ([], 2, "no pid"),
+        (["--pid", "1", "--sort", "bogus"], 2, "--sort bogus"),
+        (["--pid", "1", "--refresh", "0"], 2, "--refresh 0"),
+        (["--pid", str(free_pid()), "-d", "1"], 3, "no such process"),
+    ]
+    for args, rc, what in usage:
+        r = top(args)
+        p += expect_rc(r, rc, what)
+        if len(r.err_lines()) != 1:
+            p.append("%s: expected one stderr line, got %r" % (what, r.err))
+    sleeper = harness.spawn(["sleep", "30"])
+    try:
+        p += expect_rc(top(["--pid", str(sleeper.pid), "-d", "1"]), 4, "not Python")
+    finally:
+        harness.kill(sleeper)
+    return p
+
+
+def main():
+    rep = harness.Reporter()
+    newest = []
+
+    def one(interp):
+        newest[:] = [interp] if not newest or interp.version > newest[0].version else newest
+        return run_one(interp)
+
+    try:
+        harness.for_each_interp(rep, one, expect=harness.SUPPORTED)
+    except SystemExit:
+        if rep.failed or not newest:
+            raise
+    label = "once on %s: idle, sigint, launch, target exit, errors" % newest[0].label
+    try:
+        rep.check(label, check_once(newest[0]))
+    except (harness.HarnessError, OSError, subprocess.SubprocessError) as e:
+        rep.fail(label, "%s: %s" % (type(e).__name__, e))
+    finally:
+        harness.cleanup()
+    rep.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,279 @@
+/*
+ * Unit tests for the differential profile (spy diff): shares, deltas and
+ * order worked out by hand from two small folded profiles, one with line
+ * numbers and one by function (as -F writes it), recursion counted once,
+ * a function on one side only, the gate with its thresholds and
+ * --min-samples, the colour scale, and the text and JSON renderings.
+ *
+ * With a directory argument it also saves a differential SVG there (with
+ * hostile names) for check-diff-svg.py to parse.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flamegraph/flamegraph.h"
+#include "tests/lib/check.h"
+
+#define CHECK_NEAR(a, b) CHECK(fabs((double)(a) - (double)(b)) < 1e-9)
+
+/*
+ * BASE, line-level, 20 samples:
+ *   main   total 20 (100%), self 6 (30%)
+ *   work   total 6 + 4 = 10 (50%), self 4 (20%)
+ *   helper total 6 (30%), self 6 (30%)
+ *   fib    two frames on one stack, counted once: total 4 (20%), self 4 (20%)
+ */
+static const char base_text[] =
+	"# rate-hz: 100\n"
+	"process;main (app.py:10);work (app.py:20);helper (lib.py:5) 6\n"
+	"process;main (app.py:10);work (app.py:22) 4\n"
+	"process;main (app.py:11);fib (app.py:30);fib (app.py:31) 4\n"
+	"process;main (app.py:10) 6\n";
+
+/*
+ * NEW, by function (no lines), 40 samples:
+ *   main   total 40 (100%), self 10 (25%)  -> total +0,  self -5
+ *   work   total 24 + 4 = 28 (70%), self 4 (10%) -> total +20, self -10
+ *   helper total 24 (60%), self 24 (60%)   -> total +30, self +30
+ *   newf   total 2 (5%), self 2 (5%), not in BASE -> +5, +5
+ *   fib    not in NEW                      -> total -20, self -20
+ * Order by max(|total|, |self|) change: helper 30; work 20 and fib 20 tie,
+ * and tie again on |total| 20, so the growth (work) comes first; then
+ * newf and main at 5, newf first by its larger |total| change (5 vs 0).
+ */
+static const char new_text[] =
+	"process;main (app.py);work (app.py);helper (lib.py) 24\n"
+	"process;main (app.py);work (app.py) 4\n"
+	"process;main (app.py);newf (new.py) 2\n"
+	"process;main (app.py) 10\n";
+
+static struct fg_profile *load(struct spy_strtab *st, const char *text)
+{
+	struct fg_profile *p = fg_profile_new(st, 0);
+	struct spy_err err = SPY_ERR_INIT;
+	int rc = fg_profile_read_folded(p, text, strlen(text), "diff", &err);
+	CHECK_INT(rc, 0);
+	if (rc) {
+		fprintf(stderr, "  %s\n", err.msg);
+	}
+	return p;
+}
+
+static void check_row(const struct fg_diff_row *r, const char *func, const char *file,
+		      double base_total, double base_self, double new_total, double new_self)
+{
+	CHECK_STR(r->func, func);
+	CHECK_STR(r->file, file);
+	CHECK_NEAR(r->base.total_pct, base_total);
+	CHECK_NEAR(r->base.self_pct, base_self);
+	CHECK_NEAR(r->cur.total_pct, new_total);
+	CHECK_NEAR(r->cur.self_pct, new_self);
+	CHECK_NEAR(r->total_delta, new_total - base_total);
+	CHECK_NEAR(r->self_delta, new_self - base_self);
+}
+
+static unsigned failing(const struct fg_diff *d, double total, double self, uint64_t min,
+			const char **names, size_t max)
+{
+	struct fg_diff_gate g = { total, self, min };
+	unsigned n = 0;
+	for (size_t i = 0; i < d->n; i++) {
+		if (fg_diff_row_fails(&d->rows[i], &g) && n < max) {
+			names[n++] = d->rows[i].func;
+		}
+	}
+	return n;
+}
+
+static void test_rows(const struct fg_diff *d)
+{
+	CHECK_INT(d->base_samples, 20);
+	CHECK_INT(d->cur_samples, 40);
+	CHECK_INT(d->n, 5);
+	if (d->n != 5) {
+		return;
+	}
+	check_row(&d->rows[0], "helper", "lib.py", 30, 30, 60, 60);
+	check_row(&d->rows[1], "work", "app.py", 50, 20, 70, 10);
+	check_row(&d->rows[2], "fib", "app.py", 20, 20, 0, 0);
+	check_row(&d->rows[3], "newf", "new.py", 0, 0, 5, 5);
+	check_row(&d->rows[4], "main", "app.py", 100, 30, 100, 25);
+	CHECK_INT(d->rows[0].cur.total, 24);
+	CHECK_INT(d->rows[2].base.total, 4);
+	CHECK_INT(d->rows[2].cur.total, 0);
+}
+
+static void test_find(struct spy_strtab *st, const struct fg_diff *d)
+{
+	const char *work = spy_strtab_interns(st, "work"), *app = spy_strtab_interns(st, "app.py");
+	const struct fg_diff_row *r = fg_diff_find(d, work, app);
+	CHECK(r == &d->rows[1]);
+	CHECK(fg_diff_find(d, work, spy_strtab_interns(st, "lib.py")) == NULL);
+	for (size_t i = 0; i < d->n; i++) {
+		CHECK(fg_diff_find(d, d->rows[i].func, d->rows[i].file) == &d->rows[i]);
+	}
+}
+
+static void test_gate(const struct fg_diff *d)
+{
+	const char *names[8];
+	/* Only helper grew by more than 25 total points. */
+	CHECK_INT(failing(d, 25, -1, 0, names, 8), 1);
+	CHECK_STR(names[0], "helper");
+	/* work grew by exactly 20: not "more than" 20. */
+	CHECK_INT(failing(d, 20, -1, 0, names, 8), 1);
+	CHECK_INT(failing(d, 19.5, -1, 0, names, 8), 2);
+	CHECK_STR(names[1], "work");
+	/* helper has 24 samples in NEW: a minimum of 25 silences it. */
+	CHECK_INT(failing(d, 19.5, -1, 25, names, 8), 1);
+	CHECK_STR(names[0], "work");
+	CHECK_INT(failing(d, 19.5, -1, 29, names, 8), 0);
+	/* Self: helper +30 and newf +5 are over 4; main's -5 and work's -10 are not. */
+	CHECK_INT(failing(d, -1, 4, 0, names, 8), 2);
+	CHECK_STR(names[0], "helper");
+	CHECK_STR(names[1], "newf");
+	/* newf has 2 samples: --min-samples 3 lets it through. */
+	CHECK_INT(failing(d, -1, 4, 3, names, 8), 1);
+	/* Both off: nothing fails; a shrink never fails. */
+	CHECK_INT(failing(d, -1, -1, 0, names, 8), 0);
+	CHECK_INT(failing(d, 0, -1, 0, names, 8), 3);
+	struct fg_diff_gate g = { 25, -1, 0 };
+	CHECK_INT(fg_diff_row_fails(&d->rows[0], &g), 1);
+	g = (struct fg_diff_gate){ 25, 25, 0 };
+	CHECK_INT(fg_diff_row_fails(&d->rows[0], &g), 3);
+}
+
+static void test_colour(void)
+{
+	CHECK_INT(fg_diff_colour(0, 10), 0xeeeeee);
+	CHECK_INT(fg_diff_colour(3, 0), 0xeeeeee);
+	CHECK_INT(fg_diff_colour(10, 10), 0xd62020);
+	CHECK_INT(fg_diff_colour(20, 10), 0xd62020);
+	CHECK_INT(fg_diff_colour(-10, 10), 0x2060d6);
+	/* Half the largest change: t = 0.15 + 0.85 / 2 = 0.575 of the way. */
+	uint32_t c = fg_diff_colour(5, 10);
+	CHECK_INT(c >> 16, (uint32_t)(0xee + (0xd6 - 0xee) * 0.575 + 0.5));
+	CHECK_INT((c >> 8) & 0xff, (uint32_t)(0xee + (0x20 - 0xee) * 0.575 + 0.5));
+	/* Bigger changes are redder: green falls as the delta grows. */
+	CHECK(((fg_diff_colour(2, 10) >> 8) & 0xff) > ((fg_diff_colour(8, 10) >> 8) & 0xff));
+}
+
+static void test_render(const struct fg_diff *d)
+{
+	struct spy_buf b = SPY_BUF_INIT;
+	fg_diff_render(d, 2, &b);
+	CHECK(strstr(b.buf, "base 20 samples, new 40 samples") != NULL);
+	CHECK(strstr(b.buf, "top 2 of 5 functions") != NULL);
+	CHECK(strstr(b.buf, "   30.00    60.00   +30.00     30.00    60.00   +30.00  helper (lib.py)\n") != NULL);
+	CHECK(strstr(b.buf, "work (app.py)") != NULL);
+	CHECK(strstr(b.buf, "fib") == NULL);
+	spy_buf_release(&b);
+}
+
+static void test_json(const struct fg_diff *d)
+{
+	FILE *f = tmpfile();
+	CHECK(f != NULL);
+	if (!f) {
+		return;
+	}
+	struct fg_diff_gate g = { 25, -1, 0 };
+	CHECK_INT(fg_diff_write_json(d, 1, &g, "b\"ase", "new", f, NULL), 0);
+	rewind(f);
+	char buf[4096];
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	CHECK(strstr(buf, "\"name\": \"b\\\"ase\"") != NULL);
+	CHECK(strstr(buf, "\"fail_over\": 25.0000, \"fail_over_self\": null") != NULL);
+	CHECK(strstr(buf, "\"functions_total\": 5") != NULL);
+	CHECK(strstr(buf, "\"total_delta\": 30.0000, \"over\": [\"total\"]") != NULL);
+	CHECK(strstr(buf, "\"work\"") == NULL); /* top 1, and work is under the gate */
+}
+
+/* Hostile names in NEW, to show the diff SVG escapes what it adds. */
+static const char hostile_text[] =
+	"process;main (app.py);</text><script>alert(1)</script> (x.py) 5\n"
+	"process;main (app.py);]]><![CDATA[ (\"'&.py) 3\n"
+	"process;main (app.py);helper (lib.py) 12\n";
+
+static void save_svg(const char *dir)
+{
+	struct spy_strtab st = SPY_STRTAB_INIT;
+	struct fg_profile *b = load(&st, base_text), *c = load(&st, hostile_text);
+	struct fg_diff d;
+	fg_diff_init(&d, b, c);
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/diff-hostile.svg", dir);
+	FILE *f = fopen(path, "w");
+	CHECK(f != NULL);
+	if (f) {
+		struct fg_svg_opts o = { "diff <&> \"title\"", false };
+		CHECK_INT(fg_diff_write_svg(&d, c, f, &o, NULL), 0);
+		fclose(f);
+	}
+	fg_diff_release(&d);
+	fg_profile_free(b);
+	fg_profile_free(c);
+	spy_strtab_release(&st);
+}
+
+/*
+ * 2.7 records "meth", 3.11 "Klass.meth": the same function, paired, with
+ * 10 of 20 samples on both sides (delta 0). "A.run" (BASE only) and
+ * "B.run" (NEW only) are two functions: neither is bare, so no pairing.
+ * "solo" (BASE only, bare) has no qualified partner either.
+ */
+static void test_qualified(void)
+{
+	struct spy_strtab st = SPY_STRTAB_INIT;
+	struct fg_profile *b = load(&st, "main (k.py:1);meth (k.py:3) 10\n"
+					 "main (k.py:1);A.run (k.py:9) 5\n"
+					 "main (k.py:1);solo (k.py:12) 5\n");
+	struct fg_profile *c = load(&st, "main (k.py);Klass.meth (k.py) 10\n"
+					 "main (k.py);B.run (k.py) 10\n");
+	struct fg_diff d;
+	fg_diff_init(&d, b, c);
+	/* main, Klass.meth, A.run, B.run, solo */
+	CHECK_INT(d.n, 5);
+	const struct fg_diff_row *m = fg_diff_find(&d, spy_strtab_interns(&st, "Klass.meth"),
+						   spy_strtab_interns(&st, "k.py"));
+	CHECK(m != NULL);
+	CHECK(fg_diff_find(&d, spy_strtab_interns(&st, "meth"), spy_strtab_interns(&st, "k.py")) == NULL);
+	if (m) {
+		CHECK_INT(m->base.total, 10);
+		CHECK_INT(m->cur.total, 10);
+		CHECK_NEAR(m->total_delta, 0);
+	}
+	const struct fg_diff_row *r = fg_diff_find(&d, spy_strtab_interns(&st, "B.run"),
+						   spy_strtab_interns(&st, "k.py"));
+	CHECK(r != NULL && r->base.total == 0 && r->cur.total == 10);
+	fg_diff_release(&d);
+	fg_profile_free(b);
+	fg_profile_free(c);
+	spy_strtab_release(&st);
+}
+
+int main(int argc, char **argv)
+{
+	test_qualified();
+	struct spy_strtab st = SPY_STRTAB_INIT;
+	struct fg_profile *b = load(&st, base_text), *c = load(&st, new_text);
+	struct fg_diff d;
+	fg_diff_init(&d, b, c);
+	test_rows(&d);
+	test_find(&st, &d);
+	test_gate(&d);
+	test_colour();
+	test_render(&d);
+	test_json(&d);
+	fg_diff_release(&d);
+	fg_profile_free(b);
+	fg_profile_free(c);
+	spy_strtab_release(&st);
+	if (argc > 1) {
+		save_svg(argv[1]);
+	}
+	return check_done();
+}

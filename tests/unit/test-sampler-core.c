@@ -1,0 +1,289 @@
+/*
+ * Unit tests for core files (sampler/core.c) and the wait classifier
+ * (sampler/tstate.c): a core is crafted byte by byte here -- two threads,
+ * the command, one dumped segment and one file-backed segment the core
+ * leaves out -- then opened, read, truncated and corrupted. No gdb needed.
+ */
+#include <elf.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/procfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/buf.h"
+#include "common/err.h"
+#include "common/util.h"
+#include "sampler/sampler.h"
+#include "tests/lib/check.h"
+
+#define ANON_AT 0x10000
+#define FILE_AT 0x20000
+#define PAGE 4096
+
+static char dir[] = "/tmp/spy-core-test.XXXXXX";
+
+static void note(struct spy_buf *b, uint32_t type, const char *name, const void *desc, size_t len)
+{
+	Elf64_Nhdr nh = { (uint32_t)strlen(name) + 1, (uint32_t)len, type };
+	static const char zero[4];
+	spy_buf_add(b, &nh, sizeof(nh));
+	spy_buf_add(b, name, nh.n_namesz);
+	spy_buf_add(b, zero, (4 - nh.n_namesz % 4) % 4);
+	spy_buf_add(b, desc, len);
+	spy_buf_add(b, zero, (4 - len % 4) % 4);
+}
+
+static void prstatus(struct spy_buf *b, pid_t tid, long nr, uint64_t arg0, uint64_t arg1)
+{
+	prstatus_t st;
+	memset(&st, 0, sizeof(st));
+	st.pr_pid = tid;
+#if defined(__x86_64__)
+	st.pr_reg[15] = (unsigned long)nr; /* orig_rax */
+	st.pr_reg[14] = arg0;              /* rdi */
+	st.pr_reg[13] = arg1;              /* rsi */
+#endif
+	note(b, NT_PRSTATUS, "CORE", &st, sizeof(st));
+}
+
+/* NT_FILE: one mapping of path at FILE_AT, from its page 2. */
+static void nt_file(struct spy_buf *b, const char *path)
+{
+	struct spy_buf d = SPY_BUF_INIT;
+	uint64_t head[5] = { 1, PAGE, FILE_AT, FILE_AT + PAGE, 2 };
+	spy_buf_add(&d, head, sizeof(head));
+	spy_buf_add(&d, path, strlen(path) + 1);
+	note(b, 0x46494c45, "CORE", d.buf, d.len);
+	spy_buf_release(&d);
+}
+
+static void write_file(const char *path, const void *data, size_t len)
+{
+	FILE *f = fopen(path, "wb");
+	CHECK(f && fwrite(data, 1, len, f) == len);
+	if (f) {
+		fclose(f);
+	}
+}
+
+/* The crafted core's bytes; etype lets a test make it an ET_EXEC instead. */
+static void make_core(struct spy_buf *out, const char *mapped, uint16_t etype)
+{
+	struct spy_buf notes = SPY_BUF_INIT;
+	prstatus(&notes, 1234, SYS_futex, ANON_AT + 0x40, 0x80 /* FUTEX_WAIT_PRIVATE */);
+	prstatus(&notes, 1235, -1, 0, 0);
+	prpsinfo_t ps;
+	memset(&ps, 0, sizeof(ps));
+	ps.pr_pid = 1234;
+	memcpy(ps.pr_fname, "python3", 8);
+	memcpy(ps.pr_psargs, "python3\0x.py", 12); /* gdb leaves NULs between arguments */
+	note(&notes, NT_PRPSINFO, "CORE", &ps, sizeof(ps));
+	nt_file(&notes, mapped);
+
+	Elf64_Ehdr eh;
+	memset(&eh, 0, sizeof(eh));
+	memcpy(eh.e_ident, ELFMAG, SELFMAG);
+	eh.e_ident[EI_CLASS] = ELFCLASS64;
+	eh.e_ident[EI_DATA] = ELFDATA2LSB;
+	eh.e_ident[EI_VERSION] = EV_CURRENT;
+	eh.e_type = etype;
+	eh.e_machine = EM_X86_64;
+	eh.e_version = EV_CURRENT;
+	eh.e_phoff = sizeof(eh);
+	eh.e_ehsize = sizeof(eh);
+	eh.e_phentsize = sizeof(Elf64_Phdr);
+	eh.e_phnum = 3;
+	uint64_t notes_at = sizeof(eh) + 3 * sizeof(Elf64_Phdr);
+	uint64_t anon_at = (notes_at + notes.len + PAGE - 1) & ~(uint64_t)(PAGE - 1);
+	Elf64_Phdr ph[3] = {
+		{ .p_type = PT_NOTE, .p_offset = notes_at, .p_filesz = notes.len },
+		{ .p_type = PT_LOAD, .p_flags = PF_R | PF_W, .p_offset = anon_at, .p_vaddr = ANON_AT,
+		  .p_filesz = PAGE, .p_memsz = PAGE },
+		/* Read-only and file-backed: not in the core, read from the file. */
+		{ .p_type = PT_LOAD, .p_flags = PF_R, .p_offset = anon_at + PAGE, .p_vaddr = FILE_AT,
+		  .p_filesz = 0, .p_memsz = PAGE },
+	};
+	spy_buf_add(out, &eh, sizeof(eh));
+	spy_buf_add(out, ph, sizeof(ph));
+	spy_buf_add(out, notes.buf, notes.len);
+	while (out->len < anon_at) {
+		spy_buf_addch(out, 0);
+	}
+	for (int i = 0; i < PAGE; i++) {
+		spy_buf_addch(out, (char)(i & 0xff));
+	}
+	spy_buf_release(&notes);
+}
+
+static void test_open_and_read(const char *core, const char *mapped)
+{
+	struct core *c = NULL;
+	struct spy_err err = SPY_ERR_INIT;
+	CHECK_INT(core_open(&c, core, NULL, &err), 0);
+	if (!c) {
+		fprintf(stderr, "core_open: %s\n", err.msg);
+		return;
+	}
+	CHECK_INT(core_pid(c), 1234);
+	CHECK_STR(core_cmdline(c), "python3 x.py");
+	size_t n;
+	const struct core_thread *t = core_threads(c, &n);
+	CHECK_INT(n, 2);
+	CHECK_INT(t[0].tid, 1234);
+	CHECK_INT(t[1].tid, 1235);
+#if defined(__x86_64__)
+	CHECK_INT(t[0].wait.kind, PROC_WAIT_FUTEX);
+	CHECK_INT(t[0].wait.futex, ANON_AT + 0x40);
+	CHECK_INT(t[1].wait.kind, PROC_WAIT_RUNNING);
+#endif
+	const struct spy_mem *m = core_mem(c);
+	unsigned char buf[16];
+	CHECK_INT(spy_mem_read(m, ANON_AT + 0x10, buf, 4), 0);
+	CHECK(buf[0] == 0x10 && buf[3] == 0x13);
+	CHECK_INT(spy_mem_read(m, FILE_AT + 8, buf, 5), 0);
+	CHECK(!memcmp(buf, "page2", 5));
+	/* Past the end of a segment into nothing, and below every segment. */
+	CHECK(spy_mem_read(m, ANON_AT + PAGE - 4, buf, 8) < 0);
+	CHECK(spy_mem_read(m, 0x1000, buf, 1) < 0);
+	CHECK_INT(m->nmaps, 2);
+	CHECK_STR(m->maps[1].path, mapped);
+	CHECK_INT(m->maps[1].offset, 2 * PAGE);
+	CHECK(spy_mem_plausible(m, FILE_AT, 8));
+	core_free(c);
+
+	CHECK_INT(core_open(&c, core, "/opt/python3", &err), 0);
+	if (c) {
+		CHECK_STR(core_exe(c), "/opt/python3");
+		core_free(c);
+	}
+}
+
+static void expect_error(const char *path, int code, const char *what)
+{
+	struct core *c = NULL;
+	struct spy_err err = SPY_ERR_INIT;
+	int rc = core_open(&c, path, NULL, &err);
+	CHECK_INT(rc, -code);
+	CHECK(c == NULL);
+	CHECK(strstr(err.msg, what) != NULL);
+	if (!strstr(err.msg, what)) {
+		fprintf(stderr, "  message: %s\n", err.msg);
+	}
+}
+
+static void test_bad_files(const struct spy_buf *good, const char *mapped)
+{
+	struct spy_buf b = SPY_BUF_INIT;
+	char path[128];
+	snprintf(path, sizeof(path), "%s/bad", dir);
+
+	write_file(path, good->buf, good->len - 100);
+	expect_error(path, SPY_EFORMAT, "truncated");
+	write_file(path, good->buf, 40);
+	expect_error(path, SPY_EFORMAT, "not a core file");
+	write_file(path, "garbage, not ELF at all", 23);
+	expect_error(path, SPY_EFORMAT, "not a core file");
+	make_core(&b, mapped, ET_EXEC);
+	write_file(path, b.buf, b.len);
+	expect_error(path, SPY_EFORMAT, "not a core file");
+	expect_error("/nonexistent/core", SPY_EIO, "cannot open");
+	spy_buf_release(&b);
+}
+
+static void test_nt_file(void)
+{
+	struct spy_map *maps;
+	size_t n;
+	char *paths;
+	struct spy_err err = SPY_ERR_INIT;
+	uint64_t d[8] = { 2, PAGE, 0x1000, 0x3000, 0, 0x5000, 0x6000, 3 };
+	unsigned char buf[sizeof(d) + 8];
+	memcpy(buf, d, sizeof(d));
+	memcpy(buf + sizeof(d), "/a\0/b/c\0", 8);
+	CHECK_INT(core_parse_nt_file(buf, sizeof(buf), &maps, &n, &paths, &err), 0);
+	CHECK_INT(n, 2);
+	if (n == 2) {
+		CHECK_INT(maps[1].lo, 0x5000);
+		CHECK_INT(maps[1].offset, 3 * PAGE);
+		CHECK_STR(maps[0].path, "/a");
+		CHECK_STR(maps[1].path, "/b/c");
+		free(maps);
+		free(paths);
+	}
+	/* The names cut short: the second entry has none. */
+	CHECK_INT(core_parse_nt_file(buf, sizeof(d) + 3, &maps, &n, &paths, &err), -SPY_EFORMAT);
+	/* More entries than bytes. */
+	d[0] = 1000;
+	memcpy(buf, d, sizeof(d));
+	CHECK_INT(core_parse_nt_file(buf, sizeof(buf), &maps, &n, &paths, &err), -SPY_EFORMAT);
+	CHECK_INT(core_parse_nt_file(buf, 8, &maps, &n, &paths, &err), -SPY_EFORMAT);
+}
+
+static void test_classify(void)
+{
+	struct proc_wait w;
+	char text[128];
+	snprintf(text, sizeof(text), "%d 0x7f0000001000 0x80 0x0 0x0 0x0 0x0 0x7ffd0 0x7f12",
+		 SYS_futex);
+	proc_classify_wait('S', text, &w);
+	CHECK_INT(w.kind, PROC_WAIT_FUTEX);
+	CHECK_INT(w.futex, 0x7f0000001000);
+	/* FUTEX_WAIT_BITSET | FUTEX_CLOCK_REALTIME | PRIVATE: still a wait. */
+	snprintf(text, sizeof(text), "%d 0x1000 0x189 0x0", SYS_futex);
+	proc_classify_wait('S', text, &w);
+	CHECK_INT(w.kind, PROC_WAIT_FUTEX);
+	/* FUTEX_WAKE does not block. */
+	snprintf(text, sizeof(text), "%d 0x1000 0x81 0x1", SYS_futex);
+	proc_classify_wait('S', text, &w);
+	CHECK_INT(w.kind, PROC_WAIT_OTHER);
+	proc_classify_wait('S', "230 0x1 0x0 0x7ffe 0x0 0x0 0x0 0x7ffd 0x7f12", &w);
+	CHECK_INT(w.kind, PROC_WAIT_OTHER);
+	CHECK_INT(w.nr, 230);
+	proc_classify_wait('S', "-1 0x7ffd 0x7f12", &w);
+	CHECK_INT(w.kind, PROC_WAIT_OTHER);
+	proc_classify_wait('R', "running", &w);
+	CHECK_INT(w.kind, PROC_WAIT_RUNNING);
+	proc_classify_wait('S', "", &w);
+	CHECK_INT(w.kind, PROC_WAIT_OTHER);
+	proc_classify_wait(0, NULL, &w);
+	CHECK_INT(w.kind, PROC_WAIT_UNKNOWN);
+	snprintf(text, sizeof(text), "%d garbage", SYS_futex);
+	proc_classify_wait('S', text, &w);
+	CHECK_INT(w.kind, PROC_WAIT_OTHER);
+}
+
+int main(void)
+{
+	if (!mkdtemp(dir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	char core[128], mapped[128];
+	snprintf(core, sizeof(core), "%s/core", dir);
+	snprintf(mapped, sizeof(mapped), "%s/mapped", dir);
+	char filedata[3 * PAGE];
+	memset(filedata, 'z', sizeof(filedata));
+	memcpy(filedata + 2 * PAGE + 8, "page2", 5);
+	write_file(mapped, filedata, sizeof(filedata));
+
+	struct spy_buf good = SPY_BUF_INIT;
+	make_core(&good, mapped, ET_CORE);
+	write_file(core, good.buf, good.len);
+
+	test_classify();
+	test_nt_file();
+	test_open_and_read(core, mapped);
+	test_bad_files(&good, mapped);
+
+	spy_buf_release(&good);
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	if (system(cmd) != 0) {
+		fprintf(stderr, "could not remove %s\n", dir);
+	}
+	return check_done();
+}

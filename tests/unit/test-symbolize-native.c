@@ -1,0 +1,255 @@
+/*
+ * Unit tests for symbolize's native side: merging crafted native and Python
+ * stacks (one eval call per Python frame as before 3.11, several per call as
+ * from 3.11, 2.7's eval loop, --native-all, and both kinds of mismatch);
+ * resolving pcs of this very process (symbols, the cache); and an unwind
+ * that cannot work (a thread we do not trace) failing cleanly.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/buf.h"
+#include "common/strtab.h"
+#include "sampler/sampler.h"
+#include "symbolize/symbolize.h"
+#include "tests/lib/check.h"
+
+static struct spy_strtab strs = SPY_STRTAB_INIT;
+
+/*
+ * A stack from a spec, innermost first, frames separated by ';'. Native
+ * frames are "func@lib"; Python frames are "func", with a trailing '!' for
+ * SPY_FRAME_PY_ENTRY.
+ */
+static void build(struct spy_stack *s, const char *spec)
+{
+	spy_stack_reset(s);
+	char *copy = strdup(spec), *save = NULL;
+	for (char *tok = strtok_r(copy, ";", &save); tok; tok = strtok_r(NULL, ";", &save)) {
+		struct spy_frame *f = spy_stack_push(s);
+		memset(f, 0, sizeof(*f));
+		char *at = strchr(tok, '@');
+		size_t len = strlen(tok);
+		if (at) {
+			f->kind = SPY_FRAME_NATIVE;
+			f->func = spy_strtab_intern(&strs, tok, (size_t)(at - tok));
+			f->file = spy_strtab_interns(&strs, at + 1);
+		} else {
+			bool entry = len && tok[len - 1] == '!';
+			f->kind = SPY_FRAME_PYTHON;
+			f->func = spy_strtab_intern(&strs, tok, entry ? len - 1 : len);
+			f->file = spy_strtab_interns(&strs, "t.py");
+			f->line = 1;
+			f->flags = entry ? SPY_FRAME_PY_ENTRY : 0;
+		}
+	}
+	free(copy);
+}
+
+/* The merged stack as "a;b;c", innermost first, native frames with "@lib". */
+static char *render(const struct spy_stack *s)
+{
+	struct spy_buf b = SPY_BUF_INIT;
+	for (size_t i = 0; i < s->n; i++) {
+		const struct spy_frame *f = &s->v[i];
+		spy_buf_addf(&b, "%s%s", i ? ";" : "", f->func);
+		if (f->kind == SPY_FRAME_NATIVE) {
+			spy_buf_addf(&b, "@%s", f->file);
+		}
+	}
+	return spy_buf_detach(&b, NULL);
+}
+
+static struct sym_merge_counts merge_check(const char *native, const char *py, bool all,
+					   const char *want, int line)
+{
+	struct spy_stack n = SPY_STACK_INIT, p = SPY_STACK_INIT, out = SPY_STACK_INIT;
+	struct sym_merge_counts c = { 0, 0 };
+	struct sym_merge_opts o = { all, { spy_strtab_interns(&strs, "libpython3.so"),
+					   spy_strtab_interns(&strs, "python3") } };
+	build(&n, native);
+	build(&p, py);
+	sym_merge(&n, &p, &o, &out, &c);
+	char *got = render(&out);
+	if (strcmp(got, want)) {
+		fprintf(stderr, "line %d: merged %s\n  expected %s\n", line, got, want);
+	}
+	CHECK_STR(got, want);
+	free(got);
+	spy_stack_release(&n);
+	spy_stack_release(&p);
+	spy_stack_release(&out);
+	return c;
+}
+
+/* Before 3.11: one eval call per Python frame; C calls back into Python. */
+static void test_merge_per_frame(void)
+{
+	const char *native = "_PyEval_EvalFrameDefault@libpython3.so;_PyFunction_Vectorcall@libpython3.so;"
+			     "PyObject_CallObject@libpython3.so;spin_and_call@ext.so;"
+			     "cfunction_call@libpython3.so;_PyEval_EvalFrameDefault@libpython3.so;"
+			     "_PyEval_EvalFrameDefault@libpython3.so;PyRun_File@libpython3.so;main@python3;"
+			     "__libc_start_main@libc.so.6";
+	struct sym_merge_counts c = merge_check(native, "callback!;caller!;<module>!", false,
+						"callback;spin_and_call@ext.so;caller;<module>", __LINE__);
+	CHECK_INT(c.extra_eval + c.extra_py, 0);
+	/* --native-all keeps everything, the Python frames inside their eval frame. */
+	merge_check(native, "callback!;caller!;<module>!", true,
+		    "callback;_PyEval_EvalFrameDefault@libpython3.so;_PyFunction_Vectorcall@libpython3.so;"
+		    "PyObject_CallObject@libpython3.so;spin_and_call@ext.so;cfunction_call@libpython3.so;"
+		    "caller;_PyEval_EvalFrameDefault@libpython3.so;<module>;"
+		    "_PyEval_EvalFrameDefault@libpython3.so;PyRun_File@libpython3.so;main@python3;"
+		    "__libc_start_main@libc.so.6",
+		    __LINE__);
+}
+
+/* 3.11+: one eval call runs several frames; the entry flag ends each group. */
+static void test_merge_groups(void)
+{
+	const char *native = "leaf@libm.so;_PyEval_EvalFrameDefault@libpython3.so;ccall@ext.so;"
+			     "_PyEval_EvalFrameDefault@libpython3.so;main@python3";
+	struct sym_merge_counts c = merge_check(native, "c;b;a!;z;y!", false,
+						"leaf@libm.so;c;b;a;ccall@ext.so;z;y", __LINE__);
+	CHECK_INT(c.extra_eval + c.extra_py, 0);
+	/* The names of internals are hidden even outside the interpreter's files. */
+	merge_check("x@ext.so;PyObject_Call@other.so;method_vectorcall_O@other.so;"
+		    "_PyEval_EvalFrameDefault.cold@other.so",
+		    "f!", false, "x@ext.so;f", __LINE__);
+}
+
+/* 2.7's loop is PyEval_EvalFrameEx; in 3.x it only forwards to the default one. */
+static void test_merge_eval_names(void)
+{
+	merge_check("cfn@ext.so;PyEval_EvalFrameEx@libpython2.7.so;PyEval_EvalFrameEx@libpython2.7.so",
+		    "inner!;outer!", false, "cfn@ext.so;inner;outer", __LINE__);
+	struct sym_merge_counts c = merge_check(
+		"_PyEval_EvalFrameDefault@x.so;PyEval_EvalFrameEx@x.so;_PyEval_EvalFrameDefault@x.so",
+		"g!;f!", true,
+		"g;_PyEval_EvalFrameDefault@x.so;PyEval_EvalFrameEx@x.so;f;_PyEval_EvalFrameDefault@x.so",
+		__LINE__);
+	CHECK_INT(c.extra_eval + c.extra_py, 0);
+	CHECK(sym_is_eval("_PyEval_EvalFrameDefault"));
+	CHECK(sym_is_eval("_PyEval_EvalFrameDefault.cold"));
+	CHECK(!sym_is_eval("_PyEval_EvalFrameDefaultX"));
+	CHECK(sym_is_internal("_PyObject_VectorcallTstate"));
+	CHECK(!sym_is_internal("spin_and_call"));
+	CHECK(!sym_is_internal("clone_thing"));
+}
+
+/* Mismatches: fixed, deterministic outcomes, and counted. */
+static void test_merge_mismatch(void)
+{
+	/* More eval frames than groups: the extra ones (rootward) are dropped. */
+	struct sym_merge_counts c = merge_check(
+		"_PyEval_EvalFrameDefault@libpython3.so;c1@ext.so;_PyEval_EvalFrameDefault@libpython3.so;"
+		"c2@ext.so;_PyEval_EvalFrameDefault@libpython3.so",
+		"f!", false, "f;c1@ext.so;c2@ext.so", __LINE__);
+	CHECK_INT(c.extra_eval, 2);
+	CHECK_INT(c.extra_py, 0);
+	/* More groups than eval frames (a walk cut short): the rest go at the root end. */
+	c = merge_check("c1@ext.so;_PyEval_EvalFrameDefault@libpython3.so", "f!;g;h!;k!", false,
+			"c1@ext.so;f;g;h;k", __LINE__);
+	CHECK_INT(c.extra_eval, 0);
+	CHECK_INT(c.extra_py, 1);
+	/* No native frames at all: the Python stack alone. */
+	c = merge_check("", "f!;g!", false, "f;g", __LINE__);
+	CHECK_INT(c.extra_py, 1);
+	/* No Python frames: the native stack alone, eval frames counted. */
+	c = merge_check("n@ext.so;_PyEval_EvalFrameDefault@libpython3.so;m@ext.so", "", false,
+			"n@ext.so;m@ext.so", __LINE__);
+	CHECK_INT(c.extra_eval, 1);
+}
+
+/* ---- resolving our own pcs ---- */
+
+static int self_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
+{
+	memcpy(dst, (const void *)(uintptr_t)addr, len);
+	return 0;
+}
+
+__attribute__((noinline)) int spy_test_marker_function(int x);
+__attribute__((noinline)) int spy_test_marker_function(int x)
+{
+	return x * 3 + 1;
+}
+
+static void test_resolve_self(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	CHECK(f != NULL);
+	if (!f) {
+		return;
+	}
+	char *text = NULL;
+	size_t cap = 0, len = 0;
+	text = malloc(cap = 1 << 20);
+	len = fread(text, 1, cap - 1, f);
+	fclose(f);
+	struct spy_map *maps = NULL;
+	size_t nmaps = 0;
+	char *paths = NULL;
+	CHECK(proc_parse_maps(text, len, &maps, &nmaps, &paths, NULL) >= 0);
+	struct spy_mem mem = { self_read, NULL, maps, nmaps };
+
+	struct sym_native *s = sym_native_new("", &strs);
+	struct spy_stack out = SPY_STACK_INIT;
+	spy_addr_t pcs[2] = { (spy_addr_t)(uintptr_t)&spy_test_marker_function + 2,
+			      (spy_addr_t)(uintptr_t)&strlen + 1 };
+	for (int round = 0; round < 3; round++) {
+		spy_stack_reset(&out);
+		sym_native_resolve(s, &mem, pcs, 1, &out);
+		CHECK_INT(out.n, 1);
+		CHECK_STR(out.v[0].func, "spy_test_marker_function");
+		CHECK_STR(out.v[0].file, "test-symbolize-native");
+		CHECK_INT(out.v[0].kind, SPY_FRAME_NATIVE);
+		CHECK(out.v[0].addr == pcs[0]);
+	}
+	struct sym_native_stats st;
+	sym_native_stats(s, &st);
+	CHECK_INT(st.lookups, 3);
+	CHECK_INT(st.hits, 2);
+	/* A pc outside every mapping is unknown, not a crash. */
+	spy_addr_t bad = 8;
+	spy_stack_reset(&out);
+	sym_native_resolve(s, &mem, &bad, 1, &out);
+	CHECK_INT(out.n, 1);
+	CHECK_STR(out.v[0].func, "[unknown]");
+	sym_native_free(s);
+	spy_stack_release(&out);
+	free(maps);
+	free(paths);
+	free(text);
+}
+
+/* An unwind of a thread we do not trace fails cleanly, with nothing walked. */
+static void test_unwind_fails(void)
+{
+	struct sym_unwinder *u = NULL;
+	CHECK_INT(sym_unwinder_new(&u, NULL), 0);
+	struct spy_mem mem = { self_read, NULL, NULL, 0 };
+	spy_addr_t pcs[8];
+	size_t n = 99;
+	CHECK_INT(sym_unwind(u, &mem, 0, pcs, 8, &n), -SPY_EMEM);
+	CHECK_INT(n, 0);
+	n = 99;
+	CHECK_INT(sym_unwind(u, &mem, (int32_t)getpid(), pcs, 8, &n), -SPY_EMEM);
+	CHECK_INT(n, 0);
+	sym_unwinder_free(u);
+	sym_unwinder_free(NULL);
+}
+
+int main(void)
+{
+	test_merge_per_frame();
+	test_merge_groups();
+	test_merge_eval_names();
+	test_merge_mismatch();
+	test_resolve_self();
+	test_unwind_fails();
+	spy_strtab_release(&strs);
+	return check_done();
+}
