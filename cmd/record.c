@@ -53,13 +53,14 @@
 /* Rates above this are not samples any more, they are a busy loop. */
 #define MAX_RATE_HZ 100000.0
 /*
- * How often the target's maps are re-read. The memory reader refuses
- * addresses outside the maps it knows, and a process that grows its heap
- * (every interpreter during start-up, any program allocating) puts new
- * frames and thread states in new mappings: soon after a walk fails, and
- * every few seconds in any case, so a slowly growing heap is followed too.
+ * How often the target's maps are re-read. The walk refuses addresses
+ * outside the maps it knows, and a process that grows its heap (every
+ * interpreter during start-up, any program allocating) puts new frames and
+ * thread states in new mappings: at once when a walk fails (at most every
+ * MAPS_RETRY_NS, backing off while retries do not help), and every few
+ * seconds in any case, so a slowly growing heap is followed too.
  */
-#define MAPS_RETRY_NS (100 * 1000 * 1000ull)
+#define MAPS_RETRY_NS (10 * 1000 * 1000ull)
 #define MAPS_REFRESH_NS (2 * 1000 * 1000 * 1000ull)
 /* Entries of the string re-interning cache (a power of two). */
 #define ICACHE_SIZE 4096
@@ -95,6 +96,7 @@ struct rtarget {
 	struct rthread *rt;
 	size_t nrt, rt_alloc;
 	uint64_t last_maps_ns;
+	uint64_t maps_retry_ns;   /* how long after the last maps read a failed walk may read them again */
 	uint64_t last_alive_ns;   /* --nonblocking: when proc_alive() last said so */
 	struct native *nat;       /* --native; NULL without */
 };
@@ -261,21 +263,43 @@ static void record_stack(struct rec *r, const struct rtarget *tg, const struct s
 	}
 }
 
-static void refresh_maps(struct rtarget *r, bool trouble)
+/*
+ * Walk every thread's Python stack into r->stacks, n threads. Returns
+ * pyrt_threads's error, else 1 if some stack could not be read whole, else 0.
+ */
+static int walk_threads(struct rec *r, struct rtarget *tg, size_t *n_out)
 {
-	uint64_t now = ticker_now_ns();
-	uint64_t since = now - r->last_maps_ns;
-	if (since >= MAPS_REFRESH_NS || (trouble && since >= MAPS_RETRY_NS)) {
-		proc_read_maps(r->t.proc, NULL);
-		r->last_maps_ns = now;
+	size_t n = 0;
+	/*
+	 * A fresh view of the target's memory for this walk, served from
+	 * sampler's page cache: pausing made one already, a --nonblocking
+	 * walk needs it asked for.
+	 */
+	if (!tg->attached) {
+		proc_mem_invalidate(tg->t.proc);
 	}
+	int rc = pyrt_threads(tg->t.rt, r->py, SPY_MAX_THREADS, &n, NULL);
+	if (n > SPY_MAX_THREADS) {
+		n = SPY_MAX_THREADS;
+	}
+	if (rc < 0) {
+		*n_out = 0;
+		return rc;
+	}
+	bool whole = true;
+	for (size_t i = 0; i < n; i++) {
+		spy_stack_reset(&r->stacks[i]);
+		r->stack_rc[i] = pyrt_stack(tg->t.rt, &r->py[i], &r->stacks[i], NULL);
+		whole = whole && r->stack_rc[i] == 0 && !r->stacks[i].truncated;
+	}
+	*n_out = n;
+	return whole ? 0 : 1;
 }
 
 static void sample_target(struct rec *r, struct rtarget *tg)
 {
 	size_t n = 0;
 	int rc;
-	uint64_t errors_before = total_errors(r);
 
 	/*
 	 * Paused, every thread reads 't', so a pausing sampler reads states
@@ -302,25 +326,25 @@ static void sample_target(struct rec *r, struct rtarget *tg)
 			return;
 		}
 	}
+	rc = walk_threads(r, tg, &n);
 	/*
-	 * A fresh view of the target's memory for this walk, served from
-	 * sampler's page cache: pausing made one already, a --nonblocking
-	 * walk needs it asked for.
+	 * A walk that met trouble may only have met memory mapped since the
+	 * maps were read (every interpreter grows its heap while it starts):
+	 * read them again and walk once more before the target moves on. A
+	 * retry that does not help makes the next one wait longer, so a stack
+	 * truncated for good (deeper than the bound) does not cost a maps read
+	 * every tick.
 	 */
-	proc_mem_invalidate(tg->t.proc);
-	rc = pyrt_threads(tg->t.rt, r->py, SPY_MAX_THREADS, &n, NULL);
-	if (n > SPY_MAX_THREADS) {
-		n = SPY_MAX_THREADS;
+	uint64_t now = ticker_now_ns();
+	if (rc != 0 && now - tg->last_maps_ns >= tg->maps_retry_ns) {
+		proc_read_maps(tg->t.proc, NULL);
+		tg->last_maps_ns = now;
+		rc = walk_threads(r, tg, &n);
+		tg->maps_retry_ns = rc == 0 ? MAPS_RETRY_NS
+			: tg->maps_retry_ns < MAPS_REFRESH_NS / 2 ? 2 * tg->maps_retry_ns : MAPS_REFRESH_NS;
 	}
-	if (rc < 0) {
-		n = 0;
-	}
-	for (size_t i = 0; i < n; i++) {
-		spy_stack_reset(&r->stacks[i]);
-		r->stack_rc[i] = pyrt_stack(tg->t.rt, &r->py[i], &r->stacks[i], NULL);
-		if (tg->nat) {
-			native_unwind(tg->nat, &tg->t, r->py[i].native_tid, &r->pcs[i]);
-		}
+	for (size_t i = 0; i < n && tg->nat; i++) {
+		native_unwind(tg->nat, &tg->t, r->py[i].native_tid, &r->pcs[i]);
 	}
 	if (tg->attached) {
 		proc_resume(tg->t.proc, NULL);
@@ -329,7 +353,6 @@ static void sample_target(struct rec *r, struct rtarget *tg)
 	/* The target runs again; everything below is ours alone. */
 	if (rc < 0) {
 		r->errors[RERR_THREADS]++;
-		refresh_maps(tg, true);
 		return;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -383,7 +406,11 @@ static void sample_target(struct rec *r, struct rtarget *tg)
 	}
 	/* Forget threads that are gone, so their stat files do not pile up. */
 	drop_threads(tg, false);
-	refresh_maps(tg, total_errors(r) != errors_before);
+	/* A slowly growing heap is followed even where no walk fails. */
+	if (now - tg->last_maps_ns >= MAPS_REFRESH_NS) {
+		proc_read_maps(tg->t.proc, NULL);
+		tg->last_maps_ns = now;
+	}
 }
 
 /* One sample: every process, one after the other. */
@@ -633,6 +660,7 @@ static int target_start(struct rec *r, struct rtarget *tg, struct spy_err *err)
 	tg->proc_root = spy_strtab_interns(&r->strs, b.buf);
 	spy_buf_release(&b);
 	tg->last_maps_ns = ticker_now_ns();
+	tg->maps_retry_ns = MAPS_RETRY_NS;
 	proc_mem_prefetch(tg->t.proc, true);
 	if (r->nonblocking) {
 		return 0;
