@@ -211,37 +211,52 @@ void fg_slices_drop(struct fg_profile *p)
 	}
 }
 
+/* Store one window's list under "slice-I", continuing in "slice-I.K". */
+static void store_window(struct fg_profile *p, size_t i, const struct slice_ent *v, size_t n)
+{
+	struct spy_buf b = SPY_BUF_INIT;
+	char key[FG_MAX_META_KEY + 1];
+	size_t part = 0;
+	for (size_t k = 0; k < n; k++) {
+		spy_buf_addf(&b, "%s%" PRIu32 ":%" PRIu64, b.len ? " " : "", v[k].stack, v[k].count);
+		if (b.len > SLICE_LINE_MAX || k + 1 == n) {
+			if (part) {
+				snprintf(key, sizeof(key), "slice-%zu.%zu", i, part);
+			} else {
+				snprintf(key, sizeof(key), "slice-%zu", i);
+			}
+			fg_profile_meta_set(p, key, b.buf);
+			part++;
+			spy_buf_reset(&b);
+		}
+	}
+	spy_buf_release(&b);
+}
+
 void fg_slices_store(const struct fg_slices *s, struct fg_profile *p)
 {
 	fg_slices_drop(p);
 	fg_profile_meta_setf(p, "slice-s", "%g", s->len_s);
 	fg_profile_meta_setf(p, "slices", "%zu", s->nw);
 	uint32_t *rank = stack_ranks(p);
-	struct spy_buf v = SPY_BUF_INIT;
-	char key[FG_MAX_META_KEY + 1];
+	struct slice_ent *tmp = NULL;
+	size_t alloc = 0;
 	for (size_t i = 0; i < s->nw; i++) {
 		const struct window *w = &s->w[i];
-		size_t part = 0;
-		spy_buf_reset(&v);
+		size_t n = 0;
+		SPY_GROW(tmp, alloc, w->n + 1);
 		for (size_t k = 0; k < w->n; k++) {
-			if (w->v[k].stack >= p->nstacks) {
-				continue; /* not this profile's stack: a caller bug, skipped */
-			}
-			spy_buf_addf(&v, "%s%" PRIu32 ":%" PRIu64, v.len ? " " : "",
-				     rank[w->v[k].stack], w->v[k].count);
-			if (v.len > SLICE_LINE_MAX || k + 1 == w->n) {
-				if (part) {
-					snprintf(key, sizeof(key), "slice-%zu.%zu", i, part);
-				} else {
-					snprintf(key, sizeof(key), "slice-%zu", i);
-				}
-				fg_profile_meta_set(p, key, v.buf);
-				part++;
-				spy_buf_reset(&v);
+			/* A stack of another profile would be a caller bug: skipped. */
+			if (w->v[k].stack < p->nstacks) {
+				tmp[n++] = (struct slice_ent){ rank[w->v[k].stack], w->v[k].count };
 			}
 		}
+		/* In file order, so a profile writes the same bytes whatever
+		 * order its samples came in. */
+		qsort(tmp, n, sizeof(*tmp), cmp_ent);
+		store_window(p, i, tmp, n);
 	}
-	spy_buf_release(&v);
+	free(tmp);
 	free(rank);
 }
 

@@ -195,6 +195,28 @@ static void test_long_window(void)
 	fg_profile_free(p);
 }
 
+/* The same samples in another order write the same bytes. */
+static void test_deterministic(void)
+{
+	static const char *const lines[] = { "b (a.py:2) 1", "a (a.py:1) 2", "c (a.py:3) 3" };
+	struct spy_buf out[2] = { SPY_BUF_INIT, SPY_BUF_INIT };
+	for (int k = 0; k < 2; k++) {
+		struct fg_profile *p = fg_profile_new(NULL, 0);
+		struct fg_slices *s = fg_slices_new(1.0);
+		for (int i = 0; i < 3; i++) {
+			add(p, s, lines[k ? 2 - i : i], 0.5);
+		}
+		fg_slices_store(s, p);
+		fg_profile_format_folded(p, &out[k]);
+		fg_slices_free(s);
+		fg_profile_free(p);
+	}
+	CHECK_STR(out[0].buf, out[1].buf);
+	CHECK(strstr(out[0].buf, "# slice-0: 0:2 1:1 2:3\n") != NULL);
+	spy_buf_release(&out[0]);
+	spy_buf_release(&out[1]);
+}
+
 static void expect_load(const char *text, int rc, const char *msg)
 {
 	struct fg_profile *p = fg_profile_new(NULL, 0);
@@ -233,6 +255,7 @@ int main(void)
 	test_recursion();
 	test_cap();
 	test_long_window();
+	test_deterministic();
 	test_malformed();
 	return check_done();
 }
