@@ -1,25 +1,69 @@
-"""A small program with one obvious hot spot, for trying spy on.
+"""A small request-serving loop with one obvious hot spot, for trying spy on.
 
-main() keeps asking is_member() whether a random number is in a list of a
-million numbers; `x in items` scans the list from the front, so nearly all
-the time goes to that one line. (A set would answer in constant time: that
-is the fix a profile should point you to.)
+Each request is parsed (JSON), its user looked up, and a response rendered
+(JSON again). find_user() scans a list of users from the front, so most of
+the time goes to that one loop; a dict keyed by name would answer in
+constant time, and that is the fix a profile should point you to. A
+background thread sends a heartbeat now and then and otherwise sleeps, so it
+shows only with `spy record --idle`.
 
     python3 examples/demo.py --seconds 30 &
-    sudo build/spy dump --pid $!
+    build/spy dump --pid $!
+    build/spy record --pid $! -d 10 -o demo.svg
 """
 
 import argparse
+import json
 import os
 import random
 import sys
+import threading
 import time
 
-SIZE = 1000000
+USERS = 20000
 
 
-def is_member(items, x):
-    return x in items  # the hot spot: a linear scan of SIZE elements
+def make_users(n):
+    return [{"name": "user%d" % i, "plan": ("free", "pro")[i % 2], "quota": i % 97}
+            for i in range(n)]
+
+
+def make_request(rng):
+    items = [{"sku": rng.randrange(10 ** 6), "qty": rng.randrange(1, 5)}
+             for _ in range(40)]
+    return json.dumps({"user": "user%d" % rng.randrange(USERS), "items": items})
+
+
+def parse_request(raw):
+    return json.loads(raw)
+
+
+def find_user(users, name):
+    for user in users:  # the hot spot: a linear scan
+        if user["name"] == name:
+            return user
+    return None
+
+
+def price(items):
+    return sum(item["qty"] * (item["sku"] % 1000) / 100.0 for item in items)
+
+
+def render_response(user, req):
+    total = price(req["items"])
+    return json.dumps({"user": user["name"], "plan": user["plan"],
+                       "lines": len(req["items"]), "total": round(total, 2)})
+
+
+def handle(raw, users):
+    req = parse_request(raw)
+    user = find_user(users, req["user"])
+    return render_response(user, req)
+
+
+def heartbeat(stop):
+    while not stop.wait(0.5):
+        sys.stderr.write("")
 
 
 def main():
@@ -28,17 +72,21 @@ def main():
                     help="how long to run (default: 30)")
     args = ap.parse_args()
 
-    items = list(range(SIZE))
+    users = make_users(USERS)
     rng = random.Random(1)
+    stop = threading.Event()
+    beat = threading.Thread(target=heartbeat, args=(stop,), name="heartbeat")
+    beat.start()
+    print("demo: pid %d, serving requests for %g s" % (os.getpid(), args.seconds),
+          file=sys.stderr, flush=True)
     deadline = time.monotonic() + args.seconds
-    print("demo: pid %d, searching a list of %d numbers for %g s"
-          % (os.getpid(), SIZE, args.seconds), file=sys.stderr, flush=True)
-    lookups = hits = 0
+    served = 0
     while time.monotonic() < deadline:
-        if is_member(items, rng.randrange(2 * SIZE)):
-            hits += 1
-        lookups += 1
-    print("demo: %d lookups, %d hits" % (lookups, hits), file=sys.stderr)
+        handle(make_request(rng), users)
+        served += 1
+    stop.set()
+    beat.join()
+    print("demo: %d requests served" % served, file=sys.stderr)
 
 
 if __name__ == "__main__":

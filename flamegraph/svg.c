@@ -590,6 +590,8 @@ static const char svg_js[] =
 	"function where(i){var f=fr[i];if(f<0){return '';}var fi=F[5*f+1],l=F[5*f+2];\n"
 	" if(fi<0){return '';}return S[fi]+(l?':'+l:'');}\n"
 	"function full(i){var w=where(i);return w?func(i)+' ('+w+')':func(i);}\n"
+	/* py-spy's label: the file's base name and the line tell apart boxes of one function. */
+	"function label(i){var w=where(i);return w?func(i)+' ('+w.slice(w.lastIndexOf('/')+1)+')':func(i);}\n"
 	"function pct(a,b){return b?(100*a/b).toFixed(2)+'%':'-';}\n"
 	"function num(x){return String(x).replace(/\\B(?=(\\d{3})+(?!\\d))/g,',');}\n"
 	"function colour(i){var f=fr[i];if(f===-1){return '#d0d0d0';}if(f===-2){return '#b8b8b8';}\n"
@@ -605,7 +607,7 @@ static const char svg_js[] =
 	"  if(!p){p=paths[c]=[];keys.push(c);}\n"
 	"  p.push('M'+x.toFixed(1)+' '+y+'h'+ww+'v'+(FH-1)+'h-'+ww+'z');\n"
 	"  if(!rows[d]){rows[d]=[];rx[d]=[];rw[d]=[];}rows[d].push(i);rx[d].push(x);rw[d].push(w);\n"
-	"  if(w>=24){var s=func(i),m=Math.floor((w-6)/6.6);\n"
+	"  if(w>=24){var s=label(i),m=Math.floor((w-6)/6.6);\n"
 	"   if(s.length>m){s=m>2?s.slice(0,m-2)+'..':'';}\n"
 	"   if(s){var t=el('text',{x:(x+3).toFixed(1),y:y+FH-4});t.textContent=s;\n"
 	"    if(grey){t.setAttribute('fill','#777');}lab.appendChild(t);}}}\n"

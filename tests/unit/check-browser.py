@@ -101,7 +101,7 @@ try{
  // Searched unzoomed, so every match is in view.
  var term=root.getAttribute('data-spy-search');
  if(!term){var ts=document.querySelectorAll('#frames text');
-  for(k=0;k<ts.length&&!term;k++){var t=ts[k].textContent;
+  for(k=0;k<ts.length&&!term;k++){var t=ts[k].textContent.split(' (')[0];
    if(t&&t!=='all'&&t.indexOf('..')<0&&!/^(process|thread) /.test(t)){term=t;}}}
  R.term=term;
  window.prompt=function(){return term;};
