@@ -19,6 +19,7 @@ struct native_pcs {
 	spy_addr_t *v;
 	size_t n;
 	int rc;   /* of sym_unwind: 0, -SPY_EBOUND (cut), or -SPY_EMEM (failed) */
+	uint64_t cpu_ns;   /* spy's CPU time in the walk */
 };
 
 struct native {
@@ -30,6 +31,9 @@ struct native {
 	uint64_t unwind_failed;         /* threads whose native walk failed (Python stack kept) */
 	uint64_t unwinds, merges;
 	uint64_t unwind_ns, merge_ns;   /* spy's CPU time in each (includes the first, cold ones) */
+	/* The same for the thread samples whose pcs were all in the symbol
+	 * cache already: the cost of --native once warmed up. */
+	uint64_t warm, warm_unwind_ns, warm_merge_ns;
 	bool fail_for_tests;            /* SPY_TEST_NATIVE_FAIL: every unwind fails */
 };
 

@@ -32,14 +32,15 @@ static bool name_is(const char *func, const char *want)
 
 bool sym_is_eval(const char *func)
 {
-	/* 3.6+; 2.7's loop is PyEval_EvalFrameEx (in 3.x a thin wrapper, see merge_eval_name). */
+	/* 3.6+; 2.7's loop is PyEval_EvalFrameEx (in 3.x a thin wrapper, see has_default_eval). */
 	return name_is(func, "_PyEval_EvalFrameDefault") || name_is(func, "PyEval_EvalFrameEx");
 }
 
 /*
  * Call machinery between one Python frame and the next or the C function it
  * calls, by version: the Python-level call is already visible, so these only
- * add noise. Exact names or prefixes ending in '*'.
+ * add noise; so do the C library's process and thread entry points at the
+ * root. Exact names, or prefixes ending in '*'.
  */
 static const char *const internals[] = {
 	"_PyEval_EvalFrame*", "PyEval_EvalFrame*", "_PyEval_Vector", "_PyEval_EvalCode*",
@@ -52,6 +53,7 @@ static const char *const internals[] = {
 	"cfunction_call*", "cfunction_vectorcall*", "_PyCFunction_FastCall*", "PyCFunction_Call",
 	"_PyMethodDef_RawFastCall*", "vectorcall_method", "vectorcall_unbound",
 	"_start", "__libc_start_main", "__libc_start_call_main", "start_thread", "clone", "clone3",
+	"__clone", "__clone3",
 };
 
 bool sym_is_internal(const char *func)

@@ -211,8 +211,10 @@ static struct nfile *find_file_slow(struct sym_native *s, const struct spy_map *
 }
 
 /*
- * Files live in one array that grows, so the memo holds indexes' worth of
- * pointers only until the next new file: it is cleared whenever one is added.
+ * The file of mapping m. Most pcs of a sample fall in a few mappings, so a
+ * small memo by address saves interning the path for each. Files live in
+ * one array that may move when it grows: the memo is cleared whenever a
+ * file is added.
  */
 static struct nfile *find_file(struct sym_native *s, const struct spy_map *m)
 {

@@ -2,7 +2,8 @@
  * Unit tests for symbolize's native side: merging crafted native and Python
  * stacks (one eval call per Python frame as before 3.11, several per call as
  * from 3.11, 2.7's eval loop, --native-all, and both kinds of mismatch);
- * resolving pcs of this very process (symbols, the cache); and an unwind
+ * resolving pcs of this very process (symbols, the cache, an inlined call
+ * as a frame of its own when the build has DWARF); and an unwind
  * that cannot work (a thread we do not trace) failing cleanly.
  */
 #include <stdint.h>
@@ -177,6 +178,57 @@ __attribute__((noinline)) int spy_test_marker_function(int x)
 	return x * 3 + 1;
 }
 
+/* A return address inside code inlined from spy_test_inlined into spy_test_outer. */
+__attribute__((noinline)) uintptr_t spy_test_where(void);
+__attribute__((noinline)) uintptr_t spy_test_where(void)
+{
+	return (uintptr_t)__builtin_return_address(0);
+}
+
+static inline __attribute__((always_inline)) uintptr_t spy_test_inlined(int x)
+{
+	uintptr_t pc = spy_test_where();
+	return pc + (uintptr_t)(x & 0);
+}
+
+__attribute__((noinline)) uintptr_t spy_test_outer(int x);
+__attribute__((noinline)) uintptr_t spy_test_outer(int x)
+{
+	uintptr_t pc = spy_test_inlined(x);
+	__asm__ volatile("" ::: "memory");
+	return pc;
+}
+
+/* Whether this test program carries DWARF (not in a release build without -g). */
+static bool have_dwarf(void)
+{
+	struct sym_elf *e = NULL;
+	uint64_t addr, size;
+	bool yes = sym_elf_open(&e, "/proc/self/exe", NULL) == 0 &&
+		   sym_elf_section(e, ".debug_info", &addr, &size);
+	sym_elf_free(e);
+	return yes;
+}
+
+static void test_resolve_inline(struct sym_native *s, const struct spy_mem *mem)
+{
+	if (!have_dwarf()) {
+		printf("SKIP inlined frames: this build has no DWARF (.debug_info)\n");
+		return;
+	}
+	struct spy_stack out = SPY_STACK_INIT;
+	/* As the second frame of a walk: a return address, looked up at pc - 1. */
+	spy_addr_t pcs[2] = { 0, (spy_addr_t)spy_test_outer(1) };
+	sym_native_resolve(s, mem, pcs, 2, &out);
+	CHECK_INT(out.n, 3);
+	if (out.n == 3) {
+		CHECK_STR(out.v[1].func, "spy_test_inlined");
+		CHECK_STR(out.v[2].func, "spy_test_outer");
+		CHECK(out.v[1].addr == pcs[1]);
+	}
+	spy_stack_release(&out);
+}
+
 static void test_resolve_self(void)
 {
 	FILE *f = fopen("/proc/self/maps", "r");
@@ -218,6 +270,7 @@ static void test_resolve_self(void)
 	sym_native_resolve(s, &mem, &bad, 1, &out);
 	CHECK_INT(out.n, 1);
 	CHECK_STR(out.v[0].func, "[unknown]");
+	test_resolve_inline(s, &mem);
 	sym_native_free(s);
 	spy_stack_release(&out);
 	free(maps);
