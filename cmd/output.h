@@ -1,11 +1,12 @@
 /*
  * Writing a command's output file safely: into a temporary beside it,
  * renamed over it once complete, so a failed run leaves the old file whole.
- * Shared by report and diff.
+ * Shared by record, report and diff.
  */
 #ifndef SPY_CMD_OUTPUT_H
 #define SPY_CMD_OUTPUT_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "common/err.h"
@@ -14,10 +15,30 @@
 typedef int (*cmd_write_fn)(void *ctx, FILE *f, const char *name, struct spy_err *err);
 
 /*
- * Write path through fn. An existing path that is not a regular file
- * (/dev/stdout, a FIFO) is written in place; a directory is an error.
- * Errors are -SPY_EIO "cannot write PATH: why".
+ * In two steps, for record, which proves the output writable before it
+ * spends a minute sampling: cmd_output_open() creates the temporary beside
+ * path (or notes that an existing non-regular path, /dev/stdout or a FIFO,
+ * is written in place; a directory is an error), cmd_output_commit()
+ * writes through fn and renames the temporary over path, and
+ * cmd_output_abandon() removes the temporary of an output never committed
+ * (idempotent; commit calls it too). path must outlive o. Errors are
+ * -SPY_EIO "cannot write PATH: why".
  */
+struct cmd_output {
+	const char *path;
+	bool in_place;
+	char *tmp;
+	int fd;
+};
+int cmd_output_open(struct cmd_output *o, const char *path, struct spy_err *err);
+int cmd_output_commit(struct cmd_output *o, cmd_write_fn fn, void *ctx, struct spy_err *err);
+void cmd_output_abandon(struct cmd_output *o);
+
+/* Write a rendered text to f and release it; -SPY_EIO on a short write. */
+struct spy_buf;
+int cmd_output_text(FILE *f, struct spy_buf *text, const char *name, struct spy_err *err);
+
+/* Both steps at once. */
 int cmd_output_file(const char *path, cmd_write_fn fn, void *ctx, struct spy_err *err);
 
 #endif

@@ -1,14 +1,18 @@
 /*
- * Output formats of `spy record`: their names, which are built, and the
- * format a file name implies. Apart from record.c so that unit tests can
- * link it without the rest of the command.
+ * Output formats of `spy record` and `spy report`: their names, which are
+ * built, the format a file name implies, and writing a profile in each.
+ * Apart from record.c so that unit tests can link it without the rest of
+ * the command.
  */
 #include <stdbool.h>
 #include <string.h>
 #include <strings.h>
 
+#include "cmd/output.h"
 #include "cmd/record.h"
+#include "common/buf.h"
 #include "common/util.h"
+#include "flamegraph/flamegraph.h"
 
 static const struct {
 	const char *name;
@@ -98,4 +102,48 @@ enum rec_format record_format_from_path(const char *path)
 		}
 	}
 	return REC_SVG;
+}
+
+static int write_table(const struct rec_writer *w, FILE *f, const char *name, struct spy_err *err)
+{
+	struct fg_table t;
+	struct spy_buf b = SPY_BUF_INIT;
+	fg_table_init(&t, w->profile, w->table);
+	fg_table_render(&t, &b);
+	fg_table_release(&t);
+	return cmd_output_text(f, &b, name, err);
+}
+
+int record_format_write(void *writer, FILE *f, const char *name, struct spy_err *err)
+{
+	const struct rec_writer *w = writer;
+	int rc;
+	switch (w->format) {
+	case REC_FOLDED:
+		return fg_profile_write_folded(w->profile, f, name, err);
+	case REC_TABLE:
+		return write_table(w, f, name, err);
+	case REC_SVG:
+		rc = fg_profile_write_svg(w->profile, f, w->svg, err);
+		break;
+	case REC_JSON:
+		rc = fg_profile_write_json(w->profile, f, err);
+		break;
+	case REC_SPEEDSCOPE:
+		rc = fg_profile_write_speedscope(w->profile, f, err);
+		break;
+	case REC_PPROF:
+		rc = fg_profile_write_pprof(w->profile, f, err);
+		break;
+	case REC_CHROME:
+		rc = fg_profile_write_chrome(w->profile, w->timeline, f, err);
+		break;
+	default:
+		SPY_BUG("unknown format %d", (int)w->format);
+	}
+	/* The renderers do not know the file's name. */
+	if (rc) {
+		spy_err_prefix(err, "%s: ", name);
+	}
+	return rc;
 }

@@ -35,6 +35,7 @@
 #include "cmd/cmd.h"
 #include "cmd/native.h"
 #include "cmd/opts.h"
+#include "cmd/output.h"
 #include "cmd/record.h"
 #include "cmd/target.h"
 #include "common/bounds.h"
@@ -477,149 +478,6 @@ static void clear_progress(struct rec *r)
 
 /* ---- output ---- */
 
-struct output {
-	const char *path;
-	enum rec_format format;
-	bool in_place;     /* an existing non-regular file (/dev/stdout, a FIFO): written directly */
-	char *tmp;         /* the temporary beside path, created before sampling */
-	int fd;
-};
-
-/*
- * Prove that the output can be written before a minute of sampling is spent:
- * create the temporary file that will be renamed over path.
- */
-static int output_prepare(struct output *o, struct spy_err *err)
-{
-	struct stat st;
-	o->fd = -1;
-	if (stat(o->path, &st) == 0 && !S_ISREG(st.st_mode)) {
-		if (S_ISDIR(st.st_mode)) {
-			return spy_err_set(err, SPY_EIO, "cannot write %s: it is a directory", o->path);
-		}
-		o->in_place = true;
-		return 0;
-	}
-	const char *slash = strrchr(o->path, '/');
-	struct spy_buf b = SPY_BUF_INIT;
-	if (slash) {
-		spy_buf_add(&b, o->path, (size_t)(slash - o->path) + 1);
-	}
-	spy_buf_addf(&b, ".%s.spy-XXXXXX", slash ? slash + 1 : o->path);
-	o->tmp = spy_buf_detach(&b, NULL);
-	o->fd = mkostemp(o->tmp, O_CLOEXEC);
-	if (o->fd < 0) {
-		int e = errno;
-		free(o->tmp);
-		o->tmp = NULL;
-		return spy_err_set(err, SPY_EIO, "cannot write %s: %s", o->path, strerror(e));
-	}
-	return 0;
-}
-
-static void output_abandon(struct output *o)
-{
-	if (o->fd >= 0) {
-		close(o->fd);
-		o->fd = -1;
-	}
-	if (o->tmp) {
-		unlink(o->tmp);
-		free(o->tmp);
-		o->tmp = NULL;
-	}
-}
-
-/* Write the profile with fn into the temporary, then rename it over the path. */
-typedef int (*write_fn)(const struct rec *r, FILE *f, struct spy_err *err);
-
-static int output_write(struct output *o, const struct rec *r, write_fn fn, struct spy_err *err)
-{
-	FILE *f;
-	if (o->in_place) {
-		f = fopen(o->path, "w");
-	} else {
-		f = fdopen(o->fd, "w");
-		if (f) {
-			o->fd = -1;
-		}
-	}
-	if (!f) {
-		int e = errno;
-		output_abandon(o);
-		return spy_err_set(err, SPY_EIO, "cannot write %s: %s", o->path, strerror(e));
-	}
-	int rc = fn(r, f, err);
-	if (rc == 0 && fflush(f) != 0) {
-		rc = spy_err_set(err, SPY_EIO, "cannot write %s: %s", o->path, strerror(errno));
-	}
-	if (rc == 0 && !o->in_place && fsync(fileno(f)) != 0) {
-		rc = spy_err_set(err, SPY_EIO, "cannot write %s: %s", o->path, strerror(errno));
-	}
-	if (fclose(f) != 0 && rc == 0) {
-		rc = spy_err_set(err, SPY_EIO, "cannot write %s: %s", o->path, strerror(errno));
-	}
-	if (rc == 0 && o->tmp) {
-		/* mkstemp makes 0600; a profile is an ordinary file (0666 & ~umask). */
-		mode_t um = umask(0);
-		umask(um);
-		chmod(o->tmp, 0666 & ~um);
-		if (rename(o->tmp, o->path) != 0) {
-			rc = spy_err_set(err, SPY_EIO, "cannot write %s: %s", o->path, strerror(errno));
-		} else {
-			free(o->tmp);
-			o->tmp = NULL;
-		}
-	}
-	output_abandon(o);
-	return rc;
-}
-
-static int write_table(const struct rec *r, FILE *f, struct spy_err *err);
-
-static int write_svg(const struct rec *r, FILE *f, struct spy_err *err)
-{
-	struct fg_svg_opts so = { NULL, false };
-	return fg_profile_write_svg(r->profile, f, &so, err);
-}
-
-static int write_json(const struct rec *r, FILE *f, struct spy_err *err)
-{
-	return fg_profile_write_json(r->profile, f, err);
-}
-
-static int write_speedscope(const struct rec *r, FILE *f, struct spy_err *err)
-{
-	return fg_profile_write_speedscope(r->profile, f, err);
-}
-
-static int write_pprof(const struct rec *r, FILE *f, struct spy_err *err)
-{
-	return fg_profile_write_pprof(r->profile, f, err);
-}
-
-static int write_chrome(const struct rec *r, FILE *f, struct spy_err *err)
-{
-	return fg_profile_write_chrome(r->profile, r->timeline, f, err);
-}
-
-static int write_table(const struct rec *r, FILE *f, struct spy_err *err)
-{
-	struct fg_table t;
-	struct spy_buf b = SPY_BUF_INIT;
-	struct fg_table_opts o = r->table_opts;
-	o.rate_hz = r->rate;
-	fg_table_init(&t, r->profile, &o);
-	fg_table_render(&t, &b);
-	fg_table_release(&t);
-	int rc = 0;
-	if (fwrite(b.buf, 1, b.len, f) != b.len) {
-		rc = spy_err_set(err, SPY_EIO, "cannot write the table: %s", strerror(errno));
-	}
-	spy_buf_release(&b);
-	return rc;
-}
-
 static void set_metadata(struct rec *r, uint64_t now)
 {
 	struct fg_profile *p = r->profile;
@@ -978,7 +836,8 @@ int cmd_record(int argc, char **argv)
 	struct spawn sp;
 	bool launched = false;
 	int exit_code = 0;
-	struct output out = { .fd = -1 };
+	struct cmd_output out = { .fd = -1 };
+	enum rec_format fmt = REC_SVG;
 
 	const struct opt opts[] = {
 		{ 'p', "pid", OPT_PID, &pid, "PID", "attach to a running process" },
@@ -1091,25 +950,24 @@ int cmd_record(int argc, char **argv)
 		r->table_opts.top = 20;
 		want_table = isatty(STDOUT_FILENO);
 	}
-	out.format = REC_SVG;
-	if (format && !record_format_parse(format, &out.format)) {
+	if (format && !record_format_parse(format, &fmt)) {
 		exit_code = cmd_usage_error("record", "--format: unknown format '%s'", format);
 		goto out;
 	}
 	if (!format && output) {
-		out.format = record_format_from_path(output);
+		fmt = record_format_from_path(output);
 	}
-	if (!record_format_implemented(out.format)) {
+	if (!record_format_implemented(fmt)) {
 		exit_code = cmd_usage_error("record", "format %s: not implemented yet",
-					    record_format_name(out.format));
+					    record_format_name(fmt));
 		goto out;
 	}
 	/* A table with no file named goes to stdout, once. */
-	bool table_to_stdout = out.format == REC_TABLE && !output;
+	bool table_to_stdout = fmt == REC_TABLE && !output;
 	if (table_to_stdout) {
 		want_table = true;
 	}
-	if (r->slice > 0 && out.format != REC_FOLDED) {
+	if (r->slice > 0 && fmt != REC_FOLDED) {
 		exit_code = cmd_usage_error("record", "--slice keeps its windows in a folded profile: use -o FILE.folded");
 		goto out;
 	}
@@ -1122,12 +980,11 @@ int cmd_record(int argc, char **argv)
 	struct spy_buf default_out = SPY_BUF_INIT;
 	if (!table_to_stdout) {
 		if (!output && pid) {
-			spy_buf_addf(&default_out, "spy-%d%s", pid, record_format_ext(out.format));
+			spy_buf_addf(&default_out, "spy-%d%s", pid, record_format_ext(fmt));
 			output = default_out.buf;
 		}
 		if (output) {
-			out.path = output;
-			if (output_prepare(&out, &err) < 0) {
+			if (cmd_output_open(&out, output, &err) < 0) {
 				exit_code = cmd_fail(&err);
 				goto out_buf;
 			}
@@ -1137,7 +994,7 @@ int cmd_record(int argc, char **argv)
 	if (program && !output && access(".", W_OK) != 0) {
 		/* The default name needs the child's pid; the directory can be checked now. */
 		spy_err_set(&err, SPY_EIO, "cannot write spy-<pid>%s in the current directory: %s",
-			    record_format_ext(out.format), strerror(errno));
+			    record_format_ext(fmt), strerror(errno));
 		exit_code = cmd_fail(&err);
 		goto out_buf;
 	}
@@ -1147,13 +1004,13 @@ int cmd_record(int argc, char **argv)
 		rc = open_launched(&target_add(r)->t, &sp, program, &err);
 		if (rc < 0) {
 			exit_code = rc == -SPY_EINTR ? 128 + (int)proc_stop_requested : cmd_fail(&err);
-			output_abandon(&out);
+			cmd_output_abandon(&out);
 			goto out_buf;
 		}
 		if (!output) {
-			spy_buf_addf(&default_out, "spy-%d%s", (int)sp.pid, record_format_ext(out.format));
-			out.path = output = default_out.buf;
-			if (output_prepare(&out, &err) < 0) {
+			spy_buf_addf(&default_out, "spy-%d%s", (int)sp.pid, record_format_ext(fmt));
+			output = default_out.buf;
+			if (cmd_output_open(&out, output, &err) < 0) {
 				exit_code = cmd_fail(&err);
 				goto out_buf;
 			}
@@ -1163,13 +1020,13 @@ int cmd_record(int argc, char **argv)
 		rc = target_open_pid(&target_add(r)->t, pid, &err);
 		if (rc < 0) {
 			exit_code = cmd_fail(&err);
-			output_abandon(&out);
+			cmd_output_abandon(&out);
 			goto out_buf;
 		}
 	}
 
 	r->profile = fg_profile_new(&r->strs, r->function ? FG_FUNCTION : 0);
-	if (out.format == REC_CHROME) {
+	if (fmt == REC_CHROME) {
 		r->timeline = fg_timeline_new(r->rate);
 	}
 	r->idle_frame = spy_strtab_interns(&r->strs, "idle");
@@ -1180,7 +1037,7 @@ int cmd_record(int argc, char **argv)
 	rc = target_start(r, r->tg[0], &err);
 	if (rc < 0) {
 		exit_code = cmd_fail(&err);
-		output_abandon(&out);
+		cmd_output_abandon(&out);
 		goto out_buf;
 	}
 
@@ -1204,37 +1061,22 @@ int cmd_record(int argc, char **argv)
 	set_metadata(r, end);
 	struct spy_err werr = SPY_ERR_INIT;
 	int wrc = 0;
-	if (!table_to_stdout) {
-		switch (out.format) {
-		case REC_FOLDED:
-			/* save_folded has its own temporary-and-rename (and gzip): ours only proved the directory writable. */
-			output_abandon(&out);
-			wrc = fg_profile_save_folded(r->profile, out.path, &werr);
-			break;
-		case REC_SVG:
-			wrc = output_write(&out, r, write_svg, &werr);
-			break;
-		case REC_TABLE:
-			wrc = output_write(&out, r, write_table, &werr);
-			break;
-		case REC_JSON:
-			wrc = output_write(&out, r, write_json, &werr);
-			break;
-		case REC_SPEEDSCOPE:
-			wrc = output_write(&out, r, write_speedscope, &werr);
-			break;
-		case REC_PPROF:
-			wrc = output_write(&out, r, write_pprof, &werr);
-			break;
-		case REC_CHROME:
-			wrc = output_write(&out, r, write_chrome, &werr);
-			break;
-		default:
-			SPY_BUG("record: unimplemented format %d", (int)out.format);
-		}
+	struct fg_table_opts topts = r->table_opts;
+	topts.rate_hz = r->rate;
+	struct fg_svg_opts sopts = { NULL, false };
+	struct rec_writer w = { fmt, r->profile, r->timeline, &topts, &sopts };
+	if (table_to_stdout) {
+		/* Printed below. */
+	} else if (fmt == REC_FOLDED) {
+		/* save_folded has its own temporary-and-rename (and gzip): ours only proved the directory writable. */
+		cmd_output_abandon(&out);
+		wrc = fg_profile_save_folded(r->profile, output, &werr);
+	} else {
+		wrc = cmd_output_commit(&out, record_format_write, &w, &werr);
 	}
 	if (want_table && wrc == 0) {
-		write_table(r, stdout, NULL);
+		w.format = REC_TABLE;
+		record_format_write(&w, stdout, "<stdout>", NULL);
 		fflush(stdout);
 	}
 

@@ -5,6 +5,9 @@
 #define SPY_CMD_RECORD_H
 
 #include <stdbool.h>
+#include <stdio.h>
+
+#include "common/err.h"
 
 enum rec_format {
 	REC_SVG = 0,
@@ -25,5 +28,23 @@ const char *record_format_name(enum rec_format f);
 const char *record_format_ext(enum rec_format f);
 /* Whether this build can write f. */
 bool record_format_implemented(enum rec_format f);
+
+/*
+ * Writing a profile in any format, for record and report alike: what it is
+ * written from, and a cmd_write_fn (cmd/output.h) taking a struct
+ * rec_writer as its context.
+ */
+struct fg_profile;
+struct fg_timeline;
+struct fg_table_opts;
+struct fg_svg_opts;
+struct rec_writer {
+	enum rec_format format;
+	const struct fg_profile *profile;
+	const struct fg_timeline *timeline;  /* chrome; NULL lays the stacks end to end */
+	const struct fg_table_opts *table;   /* table */
+	const struct fg_svg_opts *svg;       /* svg */
+};
+int record_format_write(void *writer, FILE *f, const char *name, struct spy_err *err);
 
 #endif

@@ -43,76 +43,15 @@ struct report {
 	struct fg_slices *slices;  /* --trend: the profile's time windows */
 };
 
-typedef int (*write_fn)(const struct report *r, FILE *f, const char *name, struct spy_err *err);
-
-/* A writer's error, with the output's name in front. */
-static int named(int rc, const char *name, struct spy_err *err)
+static int write_trend(void *report, FILE *f, const char *name, struct spy_err *err)
 {
-	if (rc) {
-		spy_err_prefix(err, "%s: ", name);
-	}
-	return rc;
-}
-
-static int write_svg(const struct report *r, FILE *f, const char *name, struct spy_err *err)
-{
-	return named(fg_profile_write_svg(r->profile, f, &r->svg, err), name, err);
-}
-
-static int write_json(const struct report *r, FILE *f, const char *name, struct spy_err *err)
-{
-	return named(fg_profile_write_json(r->profile, f, err), name, err);
-}
-
-static int write_speedscope(const struct report *r, FILE *f, const char *name, struct spy_err *err)
-{
-	return named(fg_profile_write_speedscope(r->profile, f, err), name, err);
-}
-
-static int write_pprof(const struct report *r, FILE *f, const char *name, struct spy_err *err)
-{
-	return named(fg_profile_write_pprof(r->profile, f, err), name, err);
-}
-
-/* A folded file has no timeline: the stacks are laid out one after another. */
-static int write_chrome(const struct report *r, FILE *f, const char *name, struct spy_err *err)
-{
-	return named(fg_profile_write_chrome(r->profile, NULL, f, err), name, err);
-}
-
-static int write_folded(const struct report *r, FILE *f, const char *name, struct spy_err *err)
-{
-	return fg_profile_write_folded(r->profile, f, name, err);
-}
-
-static int write_table(const struct report *r, FILE *f, const char *name, struct spy_err *err)
-{
-	struct fg_table t;
-	struct spy_buf b = SPY_BUF_INIT;
-	fg_table_init(&t, r->profile, &r->table);
-	fg_table_render(&t, &b);
-	fg_table_release(&t);
-	int rc = 0;
-	if (fwrite(b.buf, 1, b.len, f) != b.len) {
-		rc = spy_err_set(err, SPY_EIO, "cannot write %s: %s", name, strerror(errno));
-	}
-	spy_buf_release(&b);
-	return rc;
-}
-
-static int write_trend(const struct report *r, FILE *f, const char *name, struct spy_err *err)
-{
+	const struct report *r = report;
 	struct fg_trend t;
 	struct spy_buf b = SPY_BUF_INIT;
 	fg_trend_init(&t, r->slices, r->profile, r->table.top);
 	fg_trend_render(&t, &b);
 	fg_trend_release(&t);
-	int rc = 0;
-	if (fwrite(b.buf, 1, b.len, f) != b.len) {
-		rc = spy_err_set(err, SPY_EIO, "cannot write %s: %s", name, strerror(errno));
-	}
-	spy_buf_release(&b);
-	return rc;
+	return cmd_output_text(f, &b, name, err);
 }
 
 /*
@@ -131,30 +70,13 @@ static int load_trend(struct report *r, const char *input, struct spy_err *err)
 }
 
 /* Write to stdout, flushing and checking (a closed pipe or a full disk is exit 5). */
-static int output_stdout(const struct report *r, write_fn fn, struct spy_err *err)
+static int output_stdout(cmd_write_fn fn, void *ctx, struct spy_err *err)
 {
-	int rc = fn(r, stdout, "<stdout>", err);
+	int rc = fn(ctx, stdout, "<stdout>", err);
 	if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout))) {
 		rc = spy_err_set(err, SPY_EIO, "cannot write <stdout>: %s", strerror(errno));
 	}
 	return rc;
-}
-
-struct report_call {
-	const struct report *r;
-	write_fn fn;
-};
-
-static int call_report(void *ctx, FILE *f, const char *name, struct spy_err *err)
-{
-	const struct report_call *c = ctx;
-	return c->fn(c->r, f, name, err);
-}
-
-static int output_file(const struct report *r, const char *path, write_fn fn, struct spy_err *err)
-{
-	struct report_call c = { r, fn };
-	return cmd_output_file(path, call_report, &c, err);
 }
 
 static bool ends_with(const char *s, const char *suffix)
@@ -269,36 +191,14 @@ int cmd_report(int argc, char **argv)
 		return cmd_fail(&err);
 	}
 
-	write_fn fn = write_folded;
-	const char *ext = NULL;  /* binary or graphical: a file, not the terminal */
-	switch (r.format) {
-	case REC_SVG:
-		fn = write_svg;
-		ext = ".svg";
-		break;
-	case REC_TABLE:
-		fn = write_table;
-		break;
-	case REC_JSON:
-		fn = write_json;
-		break;
-	case REC_SPEEDSCOPE:
-		fn = write_speedscope;
-		ext = ".speedscope.json";
-		break;
-	case REC_PPROF:
-		fn = write_pprof;
-		ext = ".pb.gz";
-		break;
-	case REC_CHROME:
-		fn = write_chrome;
-		ext = ".trace.json";
-		break;
-	default:
-		break;
-	}
-	if (trend) {
-		fn = write_trend;
+	struct rec_writer w = { r.format, r.profile, NULL, &r.table, &r.svg };
+	cmd_write_fn fn = trend ? write_trend : record_format_write;
+	void *ctx = trend ? (void *)&r : (void *)&w;
+	/* Binary or graphical formats go to a file, never the terminal. */
+	const char *ext = NULL;
+	if (r.format == REC_SVG || r.format == REC_SPEEDSCOPE || r.format == REC_PPROF ||
+	    r.format == REC_CHROME) {
+		ext = record_format_ext(r.format);
 	}
 	char *path = NULL;
 	if (!output && ext) {
@@ -313,12 +213,12 @@ int cmd_report(int argc, char **argv)
 		path = spy_xstrdup(output);
 	}
 	if (!path) {
-		rc = output_stdout(&r, fn, &err);
+		rc = output_stdout(fn, ctx, &err);
 	} else if (r.format == REC_FOLDED) {
 		/* save_folded has its own temporary-and-rename, and gzips a .gz name. */
 		rc = fg_profile_save_folded(r.profile, path, &err);
 	} else {
-		rc = output_file(&r, path, fn, &err);
+		rc = cmd_output_file(path, fn, ctx, &err);
 	}
 	if (rc == 0 && path && !output) {
 		fprintf(stderr, "spy report: wrote %s\n", path);
