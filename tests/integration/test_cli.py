@@ -14,7 +14,7 @@ import harness
 # Commands that exist in the contract but not yet in spy: each must exit 2
 # saying it is not implemented. Remove a name here when its command lands
 # (its own test takes over).
-NOT_IMPLEMENTED = ["top"]
+NOT_IMPLEMENTED = []
 
 
 def spy(*args):
@@ -89,6 +89,8 @@ def main():
     rep.check("spy record --help", expect(spy("record", "--help"), 0,
                                           out=["--pid", "--rate"]))
     rep.check("spy record (no --pid or program)", expect(spy("record"), 2))
+    rep.check("spy top --help", expect(spy("top", "--help"), 0,
+                                       out=["--pid", "--refresh", "--sort"]))
 
     for cmd in NOT_IMPLEMENTED:
         rep.check("spy %s (not implemented yet)" % cmd,
