@@ -79,11 +79,19 @@ struct os_thread {
 /*
  * A thread waiting for the GIL wakes every switch interval (5 ms) to ask
  * the holder to let go, and reads R for that moment; the more so right
- * after a pause, which interrupts every wait. Threads that read R are
- * looked at again, a little later, a few times.
+ * after a pause, which interrupts every wait. And a wait that a pause
+ * interrupted goes on in restart_syscall, which does not say on which
+ * futex. Threads that read either way are looked at again, a little later,
+ * a few times, over more than a switch interval: by then a GIL waiter has
+ * waited again, on the GIL's own futex.
  */
-#define WAIT_LOOKS 3
-#define WAIT_LOOK_GAP_NS (1000 * 1000)
+#define WAIT_LOOKS 4
+#define WAIT_LOOK_GAP_NS (2 * 1000 * 1000)
+
+static bool look_again(const struct proc_wait *w)
+{
+	return w->kind == PROC_WAIT_RUNNING || (w->kind == PROC_WAIT_FUTEX && !w->futex);
+}
 
 /* Live: read before pausing (see the top of this file). */
 static size_t read_os_threads(const struct target *t, struct os_thread *out, size_t max)
@@ -99,7 +107,7 @@ static size_t read_os_threads(const struct target *t, struct os_thread *out, siz
 	for (int look = 1; look < WAIT_LOOKS; look++) {
 		bool again = false;
 		for (size_t i = 0; i < n && !again; i++) {
-			again = out[i].wait.kind == PROC_WAIT_RUNNING;
+			again = look_again(&out[i].wait);
 		}
 		if (!again) {
 			break;
@@ -107,7 +115,7 @@ static size_t read_os_threads(const struct target *t, struct os_thread *out, siz
 		struct timespec gap = { 0, WAIT_LOOK_GAP_NS };
 		nanosleep(&gap, NULL);
 		for (size_t i = 0; i < n; i++) {
-			if (out[i].wait.kind == PROC_WAIT_RUNNING) {
+			if (look_again(&out[i].wait)) {
 				proc_task_wait(t->proc, out[i].tid, &out[i].wait);
 			}
 		}

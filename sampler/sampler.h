@@ -180,12 +180,14 @@ struct proc_wait {
 	uint8_t kind;          /* enum proc_wait_kind */
 	char state;            /* the stat letter; 0 if unknown */
 	long nr;               /* syscall number; -1 if not in one or unknown */
-	spy_addr_t futex;
+	spy_addr_t futex;      /* 0 if unknown (a restarted wait) */
 	char wchan[32];        /* kernel function it sleeps in; "" if unknown */
 };
 void proc_task_wait(const struct proc *p, pid_t tid, struct proc_wait *out);
 /* The pure part, for unit tests: classify a state letter and syscall text. */
 void proc_classify_wait(char state, const char *syscall_text, struct proc_wait *out);
+/* Then note the kernel function it sleeps in (task/TID/wchan's text). */
+void proc_wait_note_wchan(struct proc_wait *w, const char *wchan);
 
 /*
  * A core file (core.c): its memory and mappings (PT_LOAD segments, named by

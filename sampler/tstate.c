@@ -87,8 +87,23 @@ void proc_task_wait(const struct proc *p, pid_t tid, struct proc_wait *out)
 	read_task_text(p, tid, "stat", stat, sizeof(stat));
 	read_task_text(p, tid, "syscall", sys, sizeof(sys));
 	proc_classify_wait(proc_parse_stat_state(stat, strlen(stat)), sys, out);
-	read_task_text(p, tid, "wchan", out->wchan, sizeof(out->wchan));
-	if (!strcmp(out->wchan, "0")) {
-		out->wchan[0] = '\0';
+	char wchan[sizeof(out->wchan)];
+	read_task_text(p, tid, "wchan", wchan, sizeof(wchan));
+	proc_wait_note_wchan(out, wchan);
+}
+
+void proc_wait_note_wchan(struct proc_wait *w, const char *wchan)
+{
+	snprintf(w->wchan, sizeof(w->wchan), "%s", strcmp(wchan, "0") ? wchan : "");
+	/*
+	 * A wait that a ptrace stop interrupted (a pause of ours, an earlier
+	 * dump's) goes on in restart_syscall, whose arguments say nothing;
+	 * the kernel function it sleeps in still tells a futex wait, though
+	 * not on which futex (futex stays 0).
+	 */
+	if (w->nr == SYS_restart_syscall && w->state && w->state != 'R' &&
+	    !strncmp(w->wchan, "futex", 5)) {
+		w->kind = PROC_WAIT_FUTEX;
+		w->futex = 0;
 	}
 }

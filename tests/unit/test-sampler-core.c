@@ -254,6 +254,21 @@ static void test_classify(void)
 	snprintf(text, sizeof(text), "%d garbage", SYS_futex);
 	proc_classify_wait('S', text, &w);
 	CHECK_INT(w.kind, PROC_WAIT_OTHER);
+
+	/* A futex wait restarted after a ptrace stop: wchan tells it, not the address. */
+	snprintf(text, sizeof(text), "%d 0x1 0x0 0x0 0x0 0x0 0x0 0x7ffd 0x7f12", SYS_restart_syscall);
+	proc_classify_wait('S', text, &w);
+	CHECK_INT(w.kind, PROC_WAIT_OTHER);
+	proc_wait_note_wchan(&w, "futex_wait_queue");
+	CHECK_INT(w.kind, PROC_WAIT_FUTEX);
+	CHECK_INT(w.futex, 0);
+	CHECK_STR(w.wchan, "futex_wait_queue");
+	/* A restarted sleep stays a sleep. */
+	proc_classify_wait('S', text, &w);
+	proc_wait_note_wchan(&w, "hrtimer_nanosleep");
+	CHECK_INT(w.kind, PROC_WAIT_OTHER);
+	proc_wait_note_wchan(&w, "0");
+	CHECK_STR(w.wchan, "");
 }
 
 int main(void)
