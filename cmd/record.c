@@ -37,6 +37,7 @@
 #include "cmd/opts.h"
 #include "cmd/output.h"
 #include "cmd/record.h"
+#include "cmd/sampling.h"
 #include "cmd/target.h"
 #include "common/bounds.h"
 #include "common/buf.h"
@@ -48,9 +49,6 @@
 #define POLL_NS (10 * 1000 * 1000ull)
 /* The progress line is redrawn at most this often. */
 #define PROGRESS_NS (250 * 1000 * 1000ull)
-/* Launch mode: how long a program has to become a Python interpreter, and how often we look. */
-#define LAUNCH_WAIT_NS (5 * 1000 * 1000 * 1000ull)
-#define LAUNCH_POLL_NS (10 * 1000 * 1000ull)
 /* Rates above this are not samples any more, they are a busy loop. */
 #define MAX_RATE_HZ 100000.0
 /*
@@ -66,20 +64,7 @@
 /* Entries of the string re-interning cache (a power of two). */
 #define ICACHE_SIZE 4096
 
-enum rec_error {
-	RERR_PAUSE,       /* the process could not be paused */
-	RERR_THREADS,     /* the thread list could not be read */
-	RERR_GONE,        /* a thread's stack could not be read (it exited) */
-	RERR_TORN,        /* --nonblocking: a walk did not reach the root */
-	RERR_TRUNCATED,   /* a walk stopped at a bound or bad memory (recorded) */
-	RERR_DROPPED,     /* the profile refused a stack (a limit was hit) */
-	RERR_NATIVE,      /* --native: a thread could not be unwound (its Python stack kept) */
-	RERR_MAX
-};
-
-static const char *const rerr_names[RERR_MAX] = {
-	"pause", "threads", "thread-gone", "torn", "truncated", "dropped", "native",
-};
+/* Errors are counted by sampling.h's reasons, so record and top name them alike. */
 
 /* One OS thread we have seen. */
 struct rthread {
@@ -146,7 +131,7 @@ struct rec {
 
 	/* counters */
 	uint64_t samples;
-	uint64_t errors[RERR_MAX];
+	uint64_t errors[SMP_ERR_MAX];
 	size_t threads_seen;
 	struct ticker tk;
 	uint64_t start_ns, end_ns, last_progress_ns;
@@ -252,7 +237,7 @@ static void record_stack(struct rec *r, const struct rtarget *tg, const struct s
 	f->func = tg->proc_root;
 	f->kind = SPY_FRAME_SYNTHETIC;
 	if (fg_profile_add(r->profile, &r->out, 1) < 0) {
-		r->errors[RERR_DROPPED]++;
+		r->errors[SMP_ERR_DROPPED]++;
 	}
 	if (r->slices) {
 		fg_slices_add(r->slices, r->profile, (double)(ticker_now_ns() - r->start_ns) / 1e9, 1);
@@ -323,7 +308,7 @@ static void sample_target(struct rec *r, struct rtarget *tg)
 			return;
 		}
 		if (rc < 0) {
-			r->errors[RERR_PAUSE]++;
+			r->errors[SMP_ERR_PAUSE]++;
 			return;
 		}
 	}
@@ -353,7 +338,7 @@ static void sample_target(struct rec *r, struct rtarget *tg)
 
 	/* The target runs again; everything below is ours alone. */
 	if (rc < 0) {
-		r->errors[RERR_THREADS]++;
+		r->errors[SMP_ERR_THREADS]++;
 		return;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -370,15 +355,15 @@ static void sample_target(struct rec *r, struct rtarget *tg)
 			th->seen = true;
 		}
 		if (r->stack_rc[i] < 0) {
-			r->errors[RERR_GONE]++;
+			r->errors[SMP_ERR_GONE]++;
 			continue;
 		}
 		if (s->truncated) {
 			if (r->nonblocking) {
-				r->errors[RERR_TORN]++;
+				r->errors[SMP_ERR_TORN]++;
 				continue;
 			}
-			r->errors[RERR_TRUNCATED]++;
+			r->errors[SMP_ERR_TRUNCATED]++;
 		}
 		if (r->gil && !pt->holds_gil) {
 			continue;
@@ -401,7 +386,7 @@ static void sample_target(struct rec *r, struct rtarget *tg)
 		}
 		/* Symbols and merging only for the stacks kept, and with the target running. */
 		if (tg->nat && native_merge(tg->nat, &tg->t, &r->pcs[i], s) < 0) {
-			r->errors[RERR_NATIVE]++;
+			r->errors[SMP_ERR_NATIVE]++;
 		}
 		record_stack(r, tg, s, th, !active);
 	}
@@ -430,7 +415,7 @@ static void sample_once(struct rec *r)
 static uint64_t total_errors(const struct rec *r)
 {
 	uint64_t e = 0;
-	for (int i = 0; i < RERR_MAX; i++) {
+	for (int i = 0; i < SMP_ERR_MAX; i++) {
 		e += r->errors[i];
 	}
 	return e;
@@ -440,9 +425,9 @@ static void format_errors(const struct rec *r, struct spy_buf *b)
 {
 	spy_buf_addf(b, "%llu", (unsigned long long)total_errors(r));
 	bool first = true;
-	for (int i = 0; i < RERR_MAX; i++) {
+	for (int i = 0; i < SMP_ERR_MAX; i++) {
 		if (r->errors[i]) {
-			spy_buf_addf(b, "%s%s %llu", first ? " (" : ", ", rerr_names[i],
+			spy_buf_addf(b, "%s%s %llu", first ? " (" : ", ", smp_error_names[i],
 				     (unsigned long long)r->errors[i]);
 			first = false;
 		}
@@ -760,48 +745,6 @@ static void rec_release(struct rec *r)
 	spy_strtab_release(&r->strs);
 }
 
-/*
- * Launch mode: run argv and wait until its Python runtime can be found. A
- * shim (pyenv's bash script) execs the real interpreter, so each try opens
- * the process afresh: its maps change on exec.
- */
-static int open_launched(struct target *t, struct spawn *sp, char **argv, struct spy_err *err)
-{
-	int rc = spawn_start(sp, argv, err);
-	if (rc < 0) {
-		return rc;
-	}
-	uint64_t give_up = ticker_now_ns() + LAUNCH_WAIT_NS;
-	for (;;) {
-		if (spawn_reap(sp, false)) {
-			return spy_err_set(err, SPY_ENOPY,
-					   "no Python interpreter found: '%s' exited before one appeared",
-					   argv[0]);
-		}
-		struct spy_err e2 = SPY_ERR_INIT;
-		rc = target_open_pid(t, sp->pid, &e2);
-		if (rc == 0) {
-			return 0;
-		}
-		if (rc == -SPY_EPERM) {
-			*err = e2;
-			return rc;
-		}
-		if (proc_stop_requested) {
-			spawn_forward(sp);
-			return spy_err_set(err, SPY_EINTR, "interrupted");
-		}
-		if (ticker_now_ns() >= give_up) {
-			return spy_err_set(err, SPY_ENOPY,
-					   "no Python interpreter found in '%s' (process %d) after %d s: %s",
-					   argv[0], (int)sp->pid, (int)(LAUNCH_WAIT_NS / 1000000000ull),
-					   e2.msg);
-		}
-		struct timespec ts = { 0, (long)LAUNCH_POLL_NS };
-		nanosleep(&ts, NULL);
-	}
-}
-
 static bool all_digits(const char *s)
 {
 	if (!*s) {
@@ -813,17 +756,6 @@ static bool all_digits(const char *s)
 		}
 	}
 	return true;
-}
-
-static void describe_status(struct spy_buf *b, int st)
-{
-	if (st == -1) {
-		spy_buf_addf(b, "exited");
-	} else if (WIFEXITED(st)) {
-		spy_buf_addf(b, "exited with status %d", WEXITSTATUS(st));
-	} else if (WIFSIGNALED(st)) {
-		spy_buf_addf(b, "was killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
-	}
 }
 
 int cmd_record(int argc, char **argv)
@@ -1001,7 +933,7 @@ int cmd_record(int argc, char **argv)
 	if (program) {
 		spawn_install_signals();
 		launched = true;
-		rc = open_launched(&target_add(r)->t, &sp, program, &err);
+		rc = sampling_launch(&sp, &target_add(r)->t, program, &err);
 		if (rc < 0) {
 			exit_code = rc == -SPY_EINTR ? 128 + (int)proc_stop_requested : cmd_fail(&err);
 			cmd_output_abandon(&out);
@@ -1125,7 +1057,7 @@ int cmd_record(int argc, char **argv)
 	}
 	if (launched && have_status) {
 		spy_buf_addf(&sum, "; %s ", program[0]);
-		describe_status(&sum, status);
+		sampling_describe_exit(&sum, status);
 	} else if (launched && left_running) {
 		spy_buf_addf(&sum, "; %s (process %d) is still running", program[0], (int)sp.pid);
 	}

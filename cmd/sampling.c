@@ -27,7 +27,7 @@
 #define POLL_NS (10 * 1000 * 1000ull)
 /* Launch mode: how long a program has to show a Python interpreter, and how often we look. */
 #define LAUNCH_WAIT_NS (5 * 1000 * 1000 * 1000ull)
-#define LAUNCH_POLL_NS (20 * 1000 * 1000ull)
+#define LAUNCH_POLL_NS (10 * 1000 * 1000ull)
 /*
  * The memory reader only serves mapped addresses, and a growing heap puts
  * frames in new mappings: re-read the maps soon after a tick with errors,
@@ -81,33 +81,31 @@ static void threads_prune(struct sampling *s, bool all)
 
 /* ---- opening ---- */
 
-static int wait_for_interpreter(struct sampling *s, char **program, struct spy_err *err)
+int sampling_launch(struct spawn *sp, struct target *t, char **program, struct spy_err *err)
 {
-	int rc = spawn_start(&s->sp, program, err);
+	int rc = spawn_start(sp, program, err);
 	if (rc < 0) {
 		return rc;
 	}
-	s->launched = true;
-	s->program = program[0];
 	uint64_t deadline = ticker_now_ns() + LAUNCH_WAIT_NS;
 	struct spy_err last = SPY_ERR_INIT;
 	/* A shim (pyenv's) execs the interpreter later: each try opens the process afresh. */
-	while ((rc = target_open_pid(&s->t, s->sp.pid, &last)) < 0) {
+	while ((rc = target_open_pid(t, sp->pid, &last)) < 0) {
 		if (rc == -SPY_EPERM) {
 			*err = last;
 			return rc;
 		}
-		if (spawn_reap(&s->sp, false)) {
+		if (spawn_reap(sp, false)) {
 			return spy_err_set(err, SPY_ENOPY, "no Python interpreter found: '%s' exited before one appeared",
 					   program[0]);
 		}
 		if (proc_stop_requested) {
-			spawn_forward(&s->sp);
+			spawn_forward(sp);
 			return spy_err_set(err, SPY_EINTR, "interrupted");
 		}
 		if (ticker_now_ns() >= deadline) {
 			return spy_err_set(err, SPY_ENOPY, "no Python interpreter found in '%s' (process %d) after %llu s: %s",
-					   program[0], (int)s->sp.pid,
+					   program[0], (int)sp->pid,
 					   (unsigned long long)(LAUNCH_WAIT_NS / 1000000000ull), last.msg);
 		}
 		struct timespec ts = { 0, (long)LAUNCH_POLL_NS };
@@ -149,7 +147,9 @@ int sampling_open(struct sampling *s, const struct smp_opts *o, pid_t pid, char 
 	int rc;
 	if (program) {
 		spawn_install_signals();
-		rc = wait_for_interpreter(s, program, err);
+		s->launched = true;
+		s->program = program[0];
+		rc = sampling_launch(&s->sp, &s->t, program, err);
 	} else {
 		proc_install_stop_handlers();
 		rc = target_open_pid(&s->t, pid, err);
@@ -235,11 +235,18 @@ static bool keep_thread(struct sampling *s, size_t i, struct smp_thread *th, boo
 			return false;
 		}
 	}
-	/* A thread met for the first time, or never paused, has no state read before the walk. */
-	if (th && !pt->holds_gil && (fresh || !s->attached)) {
-		proc_task_refresh(&th->task, s->attached);
+	/*
+	 * Not paused, a thread's state is read now. Paused, it was read before
+	 * the pause; but a pause wakes sleepers, which then read R for a
+	 * moment, and tasks.c can only tell that from running by the CPU time
+	 * since its previous R reading. A thread without one (new, or never
+	 * seen in R) holding no GIL is taken as idle this once.
+	 */
+	if (th && !pt->holds_gil && !s->attached) {
+		proc_task_refresh(&th->task, false);
 	}
-	bool active = pt->holds_gil || (th && proc_task_active(&th->task));
+	bool trusted = th && (!s->attached || (!fresh && th->had_cpu));
+	bool active = pt->holds_gil || (trusted && proc_task_active(&th->task));
 	s->thread_samples++;
 	s->active_samples += active;
 	*idle = !active;
@@ -253,9 +260,11 @@ static void sample_tick(struct sampling *s, smp_stack_fn stack_fn, void *ctx)
 {
 	uint64_t errors_before = sampling_errors(s);
 	for (size_t i = 0; i < s->nth; i++) {
-		s->th[i].seen = false;
+		struct smp_thread *th = &s->th[i];
+		th->seen = false;
 		if (s->attached) {
-			proc_task_refresh(&s->th[i].task, true);
+			th->had_cpu = th->task.read_ns != 0;
+			proc_task_refresh(&th->task, true);
 		}
 	}
 	s->samples++;
@@ -356,9 +365,8 @@ void sampling_detach(struct sampling *s)
 	threads_prune(s, true);
 }
 
-static void describe_exit(struct spy_buf *out, const char *prog, int status)
+void sampling_describe_exit(struct spy_buf *out, int status)
 {
-	spy_buf_addf(out, "; %s ", prog);
 	if (WIFEXITED(status)) {
 		spy_buf_addf(out, "exited with status %d", WEXITSTATUS(status));
 	} else if (WIFSIGNALED(status)) {
@@ -407,7 +415,8 @@ void sampling_finish(struct sampling *s, struct spy_buf *out)
 		status = s->sp.status;
 	}
 	if (known) {
-		describe_exit(out, s->program, status);
+		spy_buf_addf(out, "; %s ", s->program);
+		sampling_describe_exit(out, status);
 	} else {
 		spy_buf_addf(out, "; %s (process %d) is still running", s->program, (int)s->sp.pid);
 	}
@@ -468,5 +477,6 @@ void sampling_format_errors(const struct sampling *s, struct spy_buf *out)
 double sampling_elapsed(const struct sampling *s, uint64_t now_ns)
 {
 	uint64_t end = s->stop_ns ? s->stop_ns : now_ns;
-	return end > s->start_ns ? (double)(end - s->start_ns) / 1e9 : 0.0;
+	/* 0 before the first tick */
+	return s->start_ns && end > s->start_ns ? (double)(end - s->start_ns) / 1e9 : 0.0;
 }

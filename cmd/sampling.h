@@ -73,6 +73,7 @@ typedef bool (*smp_wait_fn)(void *ctx, struct sampling *s, uint64_t now_ns);
 struct smp_thread {
 	struct proc_task task;
 	bool seen;          /* found by this tick's walk */
+	bool had_cpu;       /* a CPU-time reading preceded this tick's (see keep_thread) */
 };
 
 struct sampling {
@@ -108,6 +109,14 @@ struct sampling {
 
 extern const char *const smp_error_names[SMP_ERR_MAX];
 
+/*
+ * Launch mode's first step, on its own: start program (spawn_start) and
+ * wait until target_open_pid finds a Python runtime in it, retrying while
+ * a shim execs the interpreter. -SPY_ENOPY if the program exits first or
+ * none appears within a few seconds; -SPY_EINTR (signal forwarded) if a
+ * stop signal arrives meanwhile; -SPY_EPERM as target_open_pid says.
+ */
+int sampling_launch(struct spawn *sp, struct target *t, char **program, struct spy_err *err);
 /* Open pid, or (pid 0) launch program and wait for its interpreter; then attach. */
 int sampling_open(struct sampling *s, const struct smp_opts *o, pid_t pid, char **program,
 		  struct spy_err *err);
@@ -122,6 +131,8 @@ void sampling_detach(struct sampling *s);
  * appended to out. Nothing for a --pid target.
  */
 void sampling_finish(struct sampling *s, struct spy_buf *out);
+/* "exited with status N", "was killed by signal N (name)" or "exited", for a wait status. */
+void sampling_describe_exit(struct spy_buf *out, int status);
 void sampling_release(struct sampling *s);
 
 uint64_t sampling_errors(const struct sampling *s);

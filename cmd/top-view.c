@@ -43,7 +43,11 @@ static int cmp_rows(const void *x, const void *y, void *arg)
 {
 	const struct top_row *a = x, *b = y;
 	bool total = *(const enum top_sort *)arg == TOP_SORT_TOTAL;
+	/* the key's share now, the other share now, then the key's time since the start */
 	int c = total ? desc(a->total_pct, b->total_pct) : desc(a->own_pct, b->own_pct);
+	if (!c) {
+		c = total ? desc(a->own_pct, b->own_pct) : desc(a->total_pct, b->total_pct);
+	}
 	if (!c) {
 		c = total ? desc(a->total_s, b->total_s) : desc(a->own_s, b->own_s);
 	}

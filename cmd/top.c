@@ -17,10 +17,13 @@
  * (a pipe, a file) each refresh prints one plain snapshot, starting with a
  * "spy top" line, after a blank line.
  */
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include "cmd/cmd.h"
@@ -36,10 +39,18 @@
 #define TOP_MIN_REFRESH_S 0.05
 /* Rows of a snapshot written to a pipe, where no terminal says how many fit. */
 #define TOP_PIPE_ROWS 50
+/*
+ * Distinct stacks kept since the start. A view left running for days on a
+ * program with ever new stacks must not grow without end; past this, new
+ * stacks still count in the current interval but not in the times, and
+ * are counted as dropped.
+ */
+#define TOP_MAX_STACKS (1u << 20)
 
 struct top {
 	struct sampling s;
 	enum top_sort sort;
+	bool by_line;     /* --lines: one row per line */
 	bool tty;
 	double refresh_s;
 	struct fg_profile *cur, *cum;
@@ -48,6 +59,9 @@ struct top {
 	uint64_t mark_ns, mark_samples, mark_gil, mark_threads, mark_active;
 	struct spy_buf screen;    /* the last snapshot, plain */
 	unsigned snapshots;
+	bool out_broken;          /* stdout is gone (a closed pipe): stop */
+	bool keys;                /* stdin is a terminal in non-canonical mode */
+	struct termios saved_tio; /* to give it back as it was */
 };
 
 static const char *const top_usage[] = {
@@ -63,10 +77,12 @@ static int add_stack(void *ctx, struct sampling *s, const struct spy_stack *stac
 {
 	struct top *t = ctx;
 	int rc = fg_profile_add(t->cum, stack, 1);
-	return rc < 0 ? rc : fg_profile_add(t->cur, stack, 1);
+	int rc2 = fg_profile_add(t->cur, stack, 1);
+	return rc < 0 ? rc : rc2;
 }
 
-static int cmp_key(const void *x, const void *y)
+/* Rows by identity: the interned pointers, and the line when rows are lines. */
+static int cmp_key(const void *x, const void *y, void *by_line)
 {
 	const struct fg_row *a = x, *b = y;
 	if (a->func != b->func) {
@@ -75,7 +91,29 @@ static int cmp_key(const void *x, const void *y)
 	if (a->file != b->file) {
 		return (uintptr_t)a->file < (uintptr_t)b->file ? -1 : 1;
 	}
+	if (*(bool *)by_line && a->line != b->line) {
+		return a->line < b->line ? -1 : 1;
+	}
 	return 0;
+}
+
+/* bsearch with cmp_key's context (glibc has no bsearch_r). */
+static const struct fg_row *find_row(const struct fg_row *rows, size_t n, const struct fg_row *key, bool by_line)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = cmp_key(key, &rows[mid], &by_line);
+		if (!c) {
+			return &rows[mid];
+		}
+		if (c < 0) {
+			hi = mid;
+		} else {
+			lo = mid + 1;
+		}
+	}
+	return NULL;
 }
 
 /*
@@ -88,13 +126,14 @@ static struct top_row *build_rows(struct top *t, size_t *n)
 	struct fg_table cum, cur;
 	struct fg_table_opts o = FG_TABLE_OPTS_INIT;
 	o.rate_hz = t->s.o.rate;
+	o.by_line = t->by_line;
 	fg_table_init(&cum, t->cum, &o);
 	fg_table_init(&cur, t->cur, &o);
-	qsort(cur.rows, cur.n, sizeof(*cur.rows), cmp_key);
+	qsort_r(cur.rows, cur.n, sizeof(*cur.rows), cmp_key, &t->by_line);
 	struct top_row *rows = spy_xcalloc(cum.n + 1, sizeof(*rows));
 	for (size_t i = 0; i < cum.n; i++) {
 		const struct fg_row *c = &cum.rows[i];
-		const struct fg_row *now = bsearch(c, cur.rows, cur.n, sizeof(*cur.rows), cmp_key);
+		const struct fg_row *now = find_row(cur.rows, cur.n, c, t->by_line);
 		rows[i] = (struct top_row){ c->func, c->file, c->line, now ? now->self_pct : 0,
 					    now ? now->total_pct : 0, c->tottime, c->cumtime };
 	}
@@ -115,8 +154,9 @@ static void format_header(struct top *t, uint64_t now, struct spy_buf *h)
 	struct sampling *s = &t->s;
 	uint64_t samples = s->samples - t->mark_samples;
 	double span = (double)(now - t->mark_ns) / 1e9;
-	spy_buf_addf(h, "spy top: process %d \"%s\", Python %s, %.1f s elapsed\n", target_pid(&s->t),
-		     target_cmdline(&s->t), pyrt_version_string(s->t.rt), sampling_elapsed(s, now));
+	/* The command line last: a narrow terminal cuts it, not the numbers. */
+	spy_buf_addf(h, "spy top: process %d, Python %s, %.1f s elapsed: %s\n", target_pid(&s->t),
+		     pyrt_version_string(s->t.rt), sampling_elapsed(s, now), target_cmdline(&s->t));
 	spy_buf_addf(h, "samples: %llu (%.1f Hz of %g), threads: %zu, GIL: %.1f%%, active: %.1f%%, errors: ",
 		     (unsigned long long)samples, span > 0 ? (double)samples / span : 0.0, s->o.rate,
 		     s->live_threads, pct(s->gil_ticks - t->mark_gil, samples),
@@ -137,36 +177,31 @@ static void term_size(size_t *cols, size_t *lines)
 	}
 }
 
-/* Draw the interval just ended (or the first, empty, screen) and start a new one. */
-static void snapshot(struct top *t, uint64_t now)
+/* Write the view: sized to the terminal and drawn in place there, else one more plain snapshot. */
+static void show(struct top *t, const char *header, const struct top_row *rows, size_t n)
 {
-	struct spy_buf header = SPY_BUF_INIT;
-	size_t n = 0;
-	format_header(t, now, &header);
-	struct top_row *rows = build_rows(t, &n);
 	spy_buf_reset(&t->screen);
-	top_render(&t->screen, header.buf, rows, n, 0, TOP_PIPE_ROWS, false);
-	if (t->tty) {
-		size_t cols, lines;
-		term_size(&cols, &lines);
-		/* header, blank, titles, and one line spare so the last newline never scrolls */
-		size_t used = 0;
-		for (const char *c = header.buf; *c; c++) {
-			used += *c == '\n';
-		}
-		size_t room = lines > used + 3 ? lines - used - 3 : 1;
-		struct spy_buf view = SPY_BUF_INIT;
-		top_render(&view, header.buf, rows, n, cols, room, true);
-		fwrite(view.buf, 1, view.len, stdout);
-		spy_buf_release(&view);
-	} else {
+	top_render(&t->screen, header, rows, n, 0, TOP_PIPE_ROWS, false);
+	if (!t->tty) {
 		printf("%s%s", t->snapshots ? "\n" : "", t->screen.buf);
+		return;
 	}
-	fflush(stdout);
-	t->snapshots++;
-	free(rows);
-	spy_buf_release(&header);
+	size_t cols, lines, used = 0;
+	term_size(&cols, &lines);
+	for (const char *c = header; *c; c++) {
+		used += *c == '\n';
+	}
+	/* header, blank, titles, and one line spare so that the last newline never scrolls */
+	size_t room = lines > used + 3 ? lines - used - 3 : 1;
+	struct spy_buf view = SPY_BUF_INIT;
+	top_render(&view, header, rows, n, cols, room, true);
+	fwrite(view.buf, 1, view.len, stdout);
+	spy_buf_release(&view);
+}
 
+/* Start a new interval at now: the sampler's counters as they are, an empty profile. */
+static void start_interval(struct top *t, uint64_t now)
+{
 	struct sampling *s = &t->s;
 	t->mark_ns = now;
 	t->mark_samples = s->samples;
@@ -177,19 +212,84 @@ static void snapshot(struct top *t, uint64_t now)
 	t->cur = fg_profile_new(&s->t.strs, 0);
 }
 
+/* Draw the interval just ended (or the first, empty, screen) and start a new one. */
+static void snapshot(struct top *t, uint64_t now)
+{
+	struct spy_buf header = SPY_BUF_INIT;
+	size_t n = 0;
+	format_header(t, now, &header);
+	struct top_row *rows = build_rows(t, &n);
+	show(t, header.buf, rows, n);
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		t->out_broken = true;
+	}
+	t->snapshots++;
+	free(rows);
+	spy_buf_release(&header);
+	start_interval(t, now);
+}
+
+/* Keys, when stdin is a terminal: q quits, o and t sort by %Own and %Total (redrawn at once). */
+static bool read_keys(struct top *t, uint64_t now)
+{
+	struct pollfd pfd = { STDIN_FILENO, POLLIN, 0 };
+	char c;
+	while (t->keys && poll(&pfd, 1, 0) == 1 && read(STDIN_FILENO, &c, 1) == 1) {
+		if (c == 'q' || c == 'Q') {
+			return false;
+		}
+		if (c == 'o' || c == 't') {
+			t->sort = c == 'o' ? TOP_SORT_OWN : TOP_SORT_TOTAL;
+			/* redraw at once (the interval restarts there) */
+			t->next_ns = now;
+		}
+	}
+	return true;
+}
+
 static bool between_ticks(void *ctx, struct sampling *s, uint64_t now)
 {
 	struct top *t = ctx;
+	if (!read_keys(t, now)) {
+		return false;
+	}
 	if (now >= t->next_ns) {
 		snapshot(t, now);
 		uint64_t step = (uint64_t)(t->refresh_s * 1e9);
 		/* Late (a slow terminal): the next refresh is a whole period from now, not a burst. */
 		t->next_ns = t->next_ns + step > now ? t->next_ns + step : now + step;
 	}
-	return true;
+	return !t->out_broken;
 }
 
 /* ---- the terminal ---- */
+
+/*
+ * Keys without Enter and without echo; ISIG stays, so Ctrl-C still stops
+ * spy through its handler, and every way out passes keys_leave. Not in
+ * launch mode: the program shares the terminal, and its input is its own.
+ */
+static void keys_enter(struct top *t)
+{
+	struct termios tio;
+	if (!t->tty || t->s.launched || !isatty(STDIN_FILENO) ||
+	    tcgetattr(STDIN_FILENO, &t->saved_tio) != 0) {
+		return;
+	}
+	tio = t->saved_tio;
+	tio.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
+	tio.c_cc[VMIN] = 0;
+	tio.c_cc[VTIME] = 0;
+	t->keys = tcsetattr(STDIN_FILENO, TCSANOW, &tio) == 0;
+}
+
+static void keys_leave(struct top *t)
+{
+	if (t->keys) {
+		tcsetattr(STDIN_FILENO, TCSANOW, &t->saved_tio);
+		t->keys = false;
+	}
+}
 
 static void screen_enter(const struct top *t)
 {
@@ -238,6 +338,9 @@ static int check_args(struct top_args *a, struct smp_opts *o, enum top_sort *sor
 	if (a->sort && !top_sort_parse(a->sort, sort)) {
 		return cmd_usage_error("top", "--sort: '%s' is not own or total", a->sort);
 	}
+	if (a->function && a->lines) {
+		return cmd_usage_error("top", "--function and --lines are exclusive");
+	}
 	if (a->subprocesses) {
 		return cmd_usage_error("top", "--subprocesses is not supported by top yet");
 	}
@@ -267,22 +370,31 @@ static int run(struct top *t, const struct smp_opts *o, struct top_args *a)
 	struct spy_err err = SPY_ERR_INIT;
 	int rc = sampling_open(&t->s, o, a->pid, a->program, &err);
 	if (rc < 0) {
-		return rc == -SPY_EINTR ? 0 : cmd_fail(&err);
+		/* Stopped while waiting for a launched program's interpreter: as record does. */
+		return rc == -SPY_EINTR ? 128 + (int)proc_stop_requested : cmd_fail(&err);
 	}
 	t->cum = fg_profile_new(&t->s.t.strs, 0);
-	t->cur = fg_profile_new(&t->s.t.strs, 0);
+	fg_profile_limit_stacks(t->cum, TOP_MAX_STACKS);
 	t->tty = isatty(STDOUT_FILENO);
+	/* A reader that goes away (`spy top | head`) ends the view, not spy. */
+	signal(SIGPIPE, SIG_IGN);
+	keys_enter(t);
 	screen_enter(t);
-	t->next_ns = ticker_now_ns() + (uint64_t)(t->refresh_s * 1e9);
-	t->mark_ns = ticker_now_ns();
+	start_interval(t, ticker_now_ns());
+	t->next_ns = t->mark_ns + (uint64_t)(t->refresh_s * 1e9);
+	if (t->tty) {
+		/* the frame of the view at once, rather than a blank screen for a whole interval */
+		snapshot(t, t->mark_ns);
+	}
 	sampling_run(&t->s, add_stack, between_ticks, t);
 	sampling_detach(&t->s);
 	uint64_t end = ticker_now_ns();
 	/* The last, partial interval is worth showing if it saw anything. */
-	if (t->s.samples > t->mark_samples || !t->snapshots) {
+	if (!t->out_broken && (t->s.samples > t->mark_samples || !t->snapshots)) {
 		snapshot(t, end);
 	}
 	screen_leave(t);
+	keys_leave(t);
 
 	struct spy_buf sum = SPY_BUF_INIT;
 	double el = sampling_elapsed(&t->s, end);
@@ -307,7 +419,8 @@ int cmd_top(int argc, char **argv)
 		{ 'd', "duration", OPT_DOUBLE, &a.duration, "S", "stop after S seconds (default: until Ctrl-C or the target exits)" },
 		{ 0, "refresh", OPT_DOUBLE, &a.refresh, "S", "redraw every S seconds (default 1); %Own and %Total cover that interval" },
 		{ 0, "sort", OPT_STRING, &a.sort, "KEY", "own (default) or total" },
-		{ 'F', "function", OPT_BOOL, &a.function, NULL, "one row per function (the default; lines merged, the first shown)" },
+		{ 'F', "function", OPT_BOOL, &a.function, NULL, "one row per function (the default; its lowest line shown)" },
+		{ 'l', "lines", OPT_BOOL, &a.lines, NULL, "one row per line of code instead of per function" },
 		{ 'i', "idle", OPT_BOOL, &o.idle, NULL, "count idle threads too (sleeping, blocked)" },
 		{ 'g', "gil", OPT_BOOL, &o.gil, NULL, "count only the thread holding the GIL" },
 		{ 'n', "native", OPT_BOOL, &o.native, NULL, "merge native (C/C++) frames with the Python frames" },
@@ -323,6 +436,7 @@ int cmd_top(int argc, char **argv)
 	int rc = opts_parse(opts, ac, argv, rest, &nrest, &err);
 	if (rc == OPTS_HELP) {
 		opts_usage(stdout, top_usage, opts);
+		printf("\nOn a terminal, keys: q quits, o sorts by %%Own, t by %%Total (not in launch mode).\n");
 		exit_code = 0;
 	} else if (rc < 0) {
 		exit_code = cmd_usage_error("top", "%s", err.msg);
@@ -332,6 +446,7 @@ int cmd_top(int argc, char **argv)
 		exit_code = cmd_usage_error("top", "no program after '--'");
 	} else if (!(exit_code = check_args(&a, &o, &t->sort))) {
 		t->refresh_s = a.refresh;
+		t->by_line = a.lines;
 		exit_code = run(t, &o, &a);
 	}
 	free(rest);

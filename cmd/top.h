@@ -30,7 +30,10 @@ enum top_sort {
 
 /* Parse "own" or "total"; false otherwise. */
 bool top_sort_parse(const char *name, enum top_sort *out);
-/* Order rows for display: the key's interval share, its cumulative time, then name and file. */
+/*
+ * Order rows for display: the key's interval share, the other interval
+ * share, the key's time since the start, then func, file, line.
+ */
 void top_sort_rows(struct top_row *rows, size_t n, enum top_sort sort);
 
 /*

@@ -1,7 +1,9 @@
 /*
  * flamegraph: aggregating stacks into a profile, the folded format in and
- * out (plain or gzip), the per-function cumtime table, and the output
- * formats (svg, json, speedscope, pprof, chrome). It knows nothing
+ * out (plain or gzip), the per-function cumtime table, the output
+ * formats (svg, json, speedscope, pprof, chrome), the differential
+ * profile of spy diff, and time windows with their trend (record --slice,
+ * report --trend). It knows nothing
  * of processes: its input is spy_stacks whose strings are already interned,
  * or a folded file.
  *
@@ -308,6 +310,7 @@ struct fg_table_opts {
 	enum fg_sort sort;
 	size_t top;       /* keep the first top rows; 0 keeps all */
 	double rate_hz;   /* samples per second; 0 reads "# rate-hz:" */
+	bool by_line;     /* one row per (func, file, line) instead of per function (spy top --lines) */
 };
 
 struct fg_row {
@@ -327,7 +330,7 @@ struct fg_table {
 	enum fg_sort sort;
 };
 
-#define FG_TABLE_OPTS_INIT { FG_SORT_CUMTIME, 0, 0.0 }
+#define FG_TABLE_OPTS_INIT { FG_SORT_CUMTIME, 0, 0.0, false }
 
 /* Parse "cumtime", "tottime" or "name"; false otherwise. */
 bool fg_sort_parse(const char *name, enum fg_sort *out);

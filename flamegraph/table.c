@@ -42,24 +42,24 @@ static uint64_t pair_hash(const char *a, const char *b)
 	return x;
 }
 
-/* Function id of (func, file); both interned, so pointers identify them. */
-static uint32_t func_id(struct func_index *fi, const char *func, const char *file)
+/* Function id of (func, file, line); both interned, so pointers identify them. line is 0 unless by line. */
+static uint32_t func_id(struct func_index *fi, const char *func, const char *file, uint32_t line)
 {
 	size_t mask = fi->nslots - 1;
-	size_t j = pair_hash(func, file) & mask;
+	size_t j = (pair_hash(func, file) ^ (line * 0x9e3779b1u)) & mask;
 	for (;;) {
 		uint32_t s = fi->slots[j];
 		if (!s) {
 			break;
 		}
-		if (fi->v[s - 1].func == func && fi->v[s - 1].file == file) {
+		if (fi->v[s - 1].func == func && fi->v[s - 1].file == file && fi->v[s - 1].line == line) {
 			return s - 1;
 		}
 		j = (j + 1) & mask;
 	}
 	SPY_GROW(fi->v, fi->alloc, fi->n + 1);
 	uint32_t id = (uint32_t)fi->n++;
-	fi->v[id] = (struct func_acc){ func, file, 0, 0, 0, 0 };
+	fi->v[id] = (struct func_acc){ func, file, line, 0, 0, 0 };
 	fi->slots[j] = id + 1;
 	return id;
 }
@@ -118,6 +118,9 @@ static int cmp_rows(const void *x, const void *y, void *arg)
 	}
 	if (!c) {
 		c = cmp_str(a->file, b->file);
+	}
+	if (!c) {
+		c = a->line < b->line ? -1 : (a->line > b->line);
 	}
 	return c;
 }
@@ -181,8 +184,11 @@ static void accumulate(struct func_index *fi, const struct fg_profile *p, const 
 	}
 }
 
-/* Index p's functions in fi; returns frame id -> function id (FG_NONE: synthetic). */
-static uint32_t *map_functions(struct func_index *fi, const struct fg_profile *p)
+/*
+ * Index p's functions (by_line: their lines) in fi; returns frame id ->
+ * function id (FG_NONE: synthetic).
+ */
+static uint32_t *map_functions(struct func_index *fi, const struct fg_profile *p, bool by_line)
 {
 	memset(fi, 0, sizeof(*fi));
 	fi->nslots = 16;
@@ -193,7 +199,8 @@ static uint32_t *map_functions(struct func_index *fi, const struct fg_profile *p
 	uint32_t *fmap = spy_xmalloc((p->nframes + 1) * sizeof(*fmap));
 	for (size_t f = 0; f < p->nframes; f++) {
 		const struct fg_frame *fr = &p->frames[f];
-		fmap[f] = fr->kind == SPY_FRAME_SYNTHETIC ? FG_NONE : func_id(fi, fr->func, fr->file);
+		fmap[f] = fr->kind == SPY_FRAME_SYNTHETIC ? FG_NONE
+			  : func_id(fi, fr->func, fr->file, by_line ? fr->line : 0);
 	}
 	return fmap;
 }
@@ -201,7 +208,7 @@ static uint32_t *map_functions(struct func_index *fi, const struct fg_profile *p
 void fg_funcs_init(struct fg_funcs *fs, const struct fg_profile *p)
 {
 	struct func_index fi;
-	fs->fmap = map_functions(&fi, p);
+	fs->fmap = map_functions(&fi, p, false);
 	fs->n = fi.n;
 	fs->func = spy_xmalloc((fi.n + 1) * sizeof(*fs->func));
 	fs->file = spy_xmalloc((fi.n + 1) * sizeof(*fs->file));
@@ -233,7 +240,7 @@ void fg_table_init(struct fg_table *t, const struct fg_profile *p, const struct 
 	t->rate_hz = o->rate_hz > 0 ? o->rate_hz : profile_rate(p);
 
 	struct func_index fi;
-	uint32_t *fmap = map_functions(&fi, p);
+	uint32_t *fmap = map_functions(&fi, p, o->by_line);
 	accumulate(&fi, p, fmap);
 
 	t->rows = spy_xmalloc((fi.n + 1) * sizeof(*t->rows));

@@ -166,7 +166,7 @@ static void test_ties(void)
 	for (int k = 0; k < 2; k++) {
 		struct fg_profile *p = load(orders[k], 0);
 		for (int s = 0; s < 3; s++) {
-			struct fg_table_opts o = { (enum fg_sort)s, 0, 0 };
+			struct fg_table_opts o = { (enum fg_sort)s, 0, 0, false };
 			struct fg_table t;
 			fg_table_init(&t, p, &o);
 			CHECK_INT(t.n, 4);
@@ -300,8 +300,41 @@ static void test_sort_parse(void)
 	CHECK(!fg_sort_parse("", &s));
 }
 
+/*
+ * by_line (spy top --lines): a row per (func, file, line). By hand from
+ * profile_text: main:10 is on every stack but the fib one (16, self 2),
+ * main:11 on that one (4); work:20 6, work:22 3 (self 3); fib:31 twice on
+ * one stack, counted once (4, self 4), fib:30 4; helper:5 6; sleep 5.
+ */
+static void test_by_line(void)
+{
+	struct fg_profile *p = load(profile_text, 0);
+	struct fg_table t;
+	struct fg_table_opts o = FG_TABLE_OPTS_INIT;
+	o.by_line = true;
+	fg_table_init(&t, p, &o);
+	CHECK_INT(t.n, 8);
+	static const struct {
+		const char *func;
+		uint32_t line;
+		uint64_t self, total;
+	} want[] = {
+		{ "main", 10, 2, 16 }, { "helper", 5, 6, 6 }, { "work", 20, 0, 6 }, { "sleep", 0, 5, 5 },
+		{ "fib", 31, 4, 4 }, { "fib", 30, 0, 4 }, { "main", 11, 0, 4 }, { "work", 22, 3, 3 },
+	};
+	for (size_t i = 0; i < t.n && i < sizeof(want) / sizeof(want[0]); i++) {
+		CHECK_STR(t.rows[i].func, want[i].func);
+		CHECK_INT(t.rows[i].line, want[i].line);
+		CHECK_INT(t.rows[i].self, want[i].self);
+		CHECK_INT(t.rows[i].total, want[i].total);
+	}
+	fg_table_release(&t);
+	fg_profile_free(p);
+}
+
 int main(void)
 {
+	test_by_line();
 	test_numbers();
 	test_recursion();
 	test_ties();
