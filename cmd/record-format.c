@@ -1,6 +1,6 @@
 /*
- * Output formats of `spy record` and `spy report`: their names, which are
- * built, the format a file name implies, and writing a profile in each.
+ * Output formats of `spy record` and `spy report`: their names, the
+ * format a file name implies, and writing a profile in each.
  * Apart from record.c so that unit tests can link it without the rest of
  * the command.
  */
@@ -17,16 +17,15 @@
 static const struct {
 	const char *name;
 	enum rec_format f;
-	bool implemented;
 	const char *ext;   /* of the default output name, spy-<pid>EXT */
 } formats[] = {
-	{ "svg", REC_SVG, true, ".svg" },
-	{ "folded", REC_FOLDED, true, ".folded" },
-	{ "table", REC_TABLE, true, ".txt" },
-	{ "speedscope", REC_SPEEDSCOPE, true, ".speedscope.json" },
-	{ "chrome", REC_CHROME, true, ".trace.json" },
-	{ "pprof", REC_PPROF, true, ".pb.gz" },
-	{ "json", REC_JSON, true, ".json" },
+	{ "svg", REC_SVG, ".svg" },
+	{ "folded", REC_FOLDED, ".folded" },
+	{ "table", REC_TABLE, ".txt" },
+	{ "speedscope", REC_SPEEDSCOPE, ".speedscope.json" },
+	{ "chrome", REC_CHROME, ".trace.json" },
+	{ "pprof", REC_PPROF, ".pb.gz" },
+	{ "json", REC_JSON, ".json" },
 };
 
 bool record_format_parse(const char *name, enum rec_format *out)
@@ -58,16 +57,6 @@ const char *record_format_ext(enum rec_format f)
 		}
 	}
 	return ".svg";
-}
-
-bool record_format_implemented(enum rec_format f)
-{
-	for (size_t i = 0; i < SPY_ARRAY_SIZE(formats); i++) {
-		if (formats[i].f == f) {
-			return formats[i].implemented;
-		}
-	}
-	return false;
 }
 
 static bool ends_with(const char *s, const char *suffix)

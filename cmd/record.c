@@ -889,11 +889,6 @@ int cmd_record(int argc, char **argv)
 	if (!format && output) {
 		fmt = record_format_from_path(output);
 	}
-	if (!record_format_implemented(fmt)) {
-		exit_code = cmd_usage_error("record", "format %s: not implemented yet",
-					    record_format_name(fmt));
-		goto out;
-	}
 	/* A table with no file named goes to stdout, once. */
 	bool table_to_stdout = fmt == REC_TABLE && !output;
 	if (table_to_stdout) {

@@ -26,8 +26,6 @@ enum rec_format record_format_from_path(const char *path);
 const char *record_format_name(enum rec_format f);
 /* The extension that implies f, for default output names (".svg", ".pb.gz"). */
 const char *record_format_ext(enum rec_format f);
-/* Whether this build can write f. */
-bool record_format_implemented(enum rec_format f);
 
 /*
  * Writing a profile in any format, for record and report alike: what it is

@@ -159,10 +159,6 @@ int cmd_report(int argc, char **argv)
 	} else {
 		r.format = REC_SVG;
 	}
-	if (!record_format_implemented(r.format)) {
-		return cmd_usage_error("report", "format '%s' is not built in this version of spy",
-				       record_format_name(r.format));
-	}
 	if (sort && !fg_sort_parse(sort, &r.table.sort)) {
 		return cmd_usage_error("report", "unknown sort key '%s' (cumtime, tottime or name)", sort);
 	}

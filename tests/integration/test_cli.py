@@ -11,12 +11,6 @@ import sys
 
 import harness
 
-# Commands that exist in the contract but not yet in spy: each must exit 2
-# saying it is not implemented. Remove a name here when its command lands
-# (its own test takes over).
-NOT_IMPLEMENTED = []
-
-
 def spy(*args):
     # SPY_LOG off: the one-line-on-stderr rule is about errors, not logging.
     return harness.run_spy(list(args), env=harness.spy_env(keep_log=False))
@@ -91,10 +85,6 @@ def main():
     rep.check("spy record (no --pid or program)", expect(spy("record"), 2))
     rep.check("spy top --help", expect(spy("top", "--help"), 0,
                                        out=["--pid", "--refresh", "--sort"]))
-
-    for cmd in NOT_IMPLEMENTED:
-        rep.check("spy %s (not implemented yet)" % cmd,
-                  expect(spy(cmd), 2, err=["not implemented"]))
 
     pid = free_pid()
     rep.check("spy dump --pid <no such process>",
