@@ -20,5 +20,14 @@ int cmd_diff(int argc, char **argv);
 int cmd_fail(const struct spy_err *err);
 /* Print a usage error for command cmd and return 2. */
 int cmd_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/*
+ * Parse command cmd's options (opts_parse, cmd/opts.h) and answer --help
+ * and bad options the same way for every command: returns -1 to go on,
+ * else the exit code to return: 0 once the help is printed on stdout, 2
+ * once the error line and the usage are printed on stderr.
+ */
+struct opt;
+int cmd_parse_options(const char *cmd, const char *const *usage, const struct opt *opts,
+		      int argc, char **argv, char **rest, int *nrest);
 
 #endif

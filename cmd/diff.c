@@ -156,18 +156,12 @@ int cmd_diff(int argc, char **argv)
 	struct spy_err err = SPY_ERR_INIT;
 	char **rest = spy_xcalloc((size_t)argc + 1, sizeof(*rest));
 	int nrest = 0;
-	int rc = opts_parse(opts, argc, argv, rest, &nrest, &err);
+	int rc = cmd_parse_options("diff", diff_usage, opts, argc, argv, rest, &nrest);
 	const char *base = nrest > 0 ? rest[0] : NULL, *cur = nrest > 1 ? rest[1] : NULL;
 	const char *extra = nrest > 2 ? rest[2] : NULL;
 	free(rest);
-	if (rc == OPTS_HELP) {
-		opts_usage(stdout, diff_usage, opts);
-		return 0;
-	}
-	if (rc < 0) {
-		cmd_usage_error("diff", "%s", err.msg);
-		opts_usage(stderr, diff_usage, opts);
-		return 2;
+	if (rc >= 0) {
+		return rc;
 	}
 	if (!cur) {
 		return cmd_usage_error("diff", "two profiles are needed (spy diff BASE NEW)");

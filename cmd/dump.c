@@ -266,21 +266,14 @@ static int parse_args(int argc, char **argv, struct dump_opts *o, bool *help)
 		  "with --native, also show the interpreter's own frames (eval loop, call trampolines)" },
 		{ 0 },
 	};
-	struct spy_err err = SPY_ERR_INIT;
 	char **rest = spy_xcalloc((size_t)argc + 1, sizeof(*rest));
 	int nrest = 0;
-	int rc = opts_parse(opts, argc, argv, rest, &nrest, &err);
+	int rc = cmd_parse_options("dump", dump_usage, opts, argc, argv, rest, &nrest);
 	const char *extra = nrest > 0 ? rest[0] : NULL;
 	free(rest);
-	*help = rc == OPTS_HELP;
-	if (*help) {
-		opts_usage(stdout, dump_usage, opts);
-		return 0;
-	}
-	if (rc < 0) {
-		cmd_usage_error("dump", "%s", err.msg);
-		opts_usage(stderr, dump_usage, opts);
-		return 2;
+	*help = rc == 0;
+	if (rc >= 0) {
+		return rc;
 	}
 	if (extra) {
 		return cmd_usage_error("dump", "unexpected argument '%s'", extra);

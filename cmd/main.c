@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cmd/cmd.h"
+#include "cmd/opts.h"
 #include "common/log.h"
 
 struct command {
@@ -41,6 +42,23 @@ int cmd_fail(const struct spy_err *err)
 		fprintf(stderr, "spy: %s\n", err->msg);
 	}
 	return spy_err_exit_code(err->code);
+}
+
+int cmd_parse_options(const char *cmd, const char *const *usage, const struct opt *opts,
+		      int argc, char **argv, char **rest, int *nrest)
+{
+	struct spy_err err = SPY_ERR_INIT;
+	int rc = opts_parse(opts, argc, argv, rest, nrest, &err);
+	if (rc == OPTS_HELP) {
+		opts_usage(stdout, usage, opts);
+		return 0;
+	}
+	if (rc < 0) {
+		cmd_usage_error(cmd, "%s", err.msg);
+		opts_usage(stderr, usage, opts);
+		return 2;
+	}
+	return -1;
 }
 
 int cmd_usage_error(const char *cmd, const char *fmt, ...)

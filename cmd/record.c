@@ -820,15 +820,9 @@ int cmd_record(int argc, char **argv)
 		}
 		av[ac++] = argv[i];
 	}
-	int rc = opts_parse(opts, ac, av, rest, &nrest, &err);
-	if (rc == OPTS_HELP) {
-		opts_usage(stdout, record_usage, opts);
-		exit_code = 0;
-		goto out;
-	}
-	if (rc < 0) {
-		cmd_usage_error("record", "%s", err.msg);
-		exit_code = 2;
+	int rc = cmd_parse_options("record", record_usage, opts, ac, av, rest, &nrest);
+	if (rc >= 0) {
+		exit_code = rc;
 		goto out;
 	}
 	if (nrest > 0) {

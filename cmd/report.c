@@ -124,18 +124,12 @@ int cmd_report(int argc, char **argv)
 	struct spy_err err = SPY_ERR_INIT;
 	char **rest = spy_xcalloc((size_t)argc + 1, sizeof(*rest));
 	int nrest = 0;
-	int rc = opts_parse(opts, argc, argv, rest, &nrest, &err);
+	int rc = cmd_parse_options("report", report_usage, opts, argc, argv, rest, &nrest);
 	const char *input = nrest > 0 ? rest[0] : NULL;
 	const char *extra = nrest > 1 ? rest[1] : NULL;
 	free(rest);
-	if (rc == OPTS_HELP) {
-		opts_usage(stdout, report_usage, opts);
-		return 0;
-	}
-	if (rc < 0) {
-		cmd_usage_error("report", "%s", err.msg);
-		opts_usage(stderr, report_usage, opts);
-		return 2;
+	if (rc >= 0) {
+		return rc;
 	}
 	if (!input) {
 		return cmd_usage_error("report", "which profile? (spy report PROFILE)");

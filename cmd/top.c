@@ -67,6 +67,7 @@ struct top {
 static const char *const top_usage[] = {
 	"spy top [OPTIONS] --pid PID",
 	"spy top [OPTIONS] -- PROGRAM [ARGS...]",
+	"    on a terminal, keys: q quits, o sorts by %Own, t by %Total (not in launch mode)",
 	NULL,
 };
 
@@ -432,14 +433,9 @@ int cmd_top(int argc, char **argv)
 	int ac = split_program(argc, argv, &a);
 	char **rest = spy_xcalloc((size_t)argc + 1, sizeof(*rest));
 	int nrest = 0, exit_code;
-	struct spy_err err = SPY_ERR_INIT;
-	int rc = opts_parse(opts, ac, argv, rest, &nrest, &err);
-	if (rc == OPTS_HELP) {
-		opts_usage(stdout, top_usage, opts);
-		printf("\nOn a terminal, keys: q quits, o sorts by %%Own, t by %%Total (not in launch mode).\n");
-		exit_code = 0;
-	} else if (rc < 0) {
-		exit_code = cmd_usage_error("top", "%s", err.msg);
+	int rc = cmd_parse_options("top", top_usage, opts, ac, argv, rest, &nrest);
+	if (rc >= 0) {
+		exit_code = rc;
 	} else if (nrest > 0) {
 		exit_code = cmd_usage_error("top", "unexpected argument '%s' (a program to run goes after '--')", rest[0]);
 	} else if (a.program && !a.program[0]) {
