@@ -24,7 +24,7 @@ int cmd_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
  * Parse command cmd's options (opts_parse, cmd/opts.h) and answer --help
  * and bad options the same way for every command: returns -1 to go on,
  * else the exit code to return: 0 once the help is printed on stdout, 2
- * once the error line and the usage are printed on stderr.
+ * once the one error line (naming --help) is printed on stderr.
  */
 struct opt;
 int cmd_parse_options(const char *cmd, const char *const *usage, const struct opt *opts,

@@ -54,9 +54,8 @@ int cmd_parse_options(const char *cmd, const char *const *usage, const struct op
 		return 0;
 	}
 	if (rc < 0) {
-		cmd_usage_error(cmd, "%s", err.msg);
-		opts_usage(stderr, usage, opts);
-		return 2;
+		/* One line, as every error (cli.md); it names --help. */
+		return cmd_usage_error(cmd, "%s", err.msg);
 	}
 	return -1;
 }

@@ -72,7 +72,8 @@ def main():
                                         out=["--pid"]))
 
     rep.check("spy dump --bogus", expect(spy("dump", "--bogus"), 2,
-                                         err=["bogus", "usage"]))
+                                         err=["bogus", "spy dump --help"],
+                                         one_err_line=True))
     rep.check("spy frobnicate", expect(spy("frobnicate"), 2,
                                        err=["frobnicate"]))
     rep.check("spy (no command)", expect(spy(), 2, err=["usage"]))
