@@ -656,6 +656,18 @@ def _last_line(s):
     return lines[-1] if lines else "(no output)"
 
 
+def reporter(name):
+    """A Reporter for test name, once spy is known to be built: if it is
+    not, that is the test's one FAIL and it ends here."""
+    rep = Reporter()
+    try:
+        spy_path()
+    except HarnessError as e:
+        rep.fail(name, str(e))
+        rep.finish()
+    return rep
+
+
 class Reporter(object):
     """Collects PASS/FAIL/SKIP lines; finish() exits 0, 1 or 77."""
 

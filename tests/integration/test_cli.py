@@ -50,12 +50,7 @@ def free_pid():
 
 
 def main():
-    rep = harness.Reporter()
-    try:
-        harness.spy_path()
-    except harness.HarnessError as e:
-        rep.fail("cli", str(e))
-        rep.finish()
+    rep = harness.reporter("cli")
 
     version = os.environ.get("SPY_EXPECTED_VERSION")
     r = spy("--version")

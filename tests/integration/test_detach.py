@@ -115,12 +115,7 @@ def run_one(interp):
 
 
 def main():
-    rep = harness.Reporter()
-    try:
-        harness.spy_path()
-    except harness.HarnessError as e:
-        rep.fail("detach", str(e))
-        rep.finish()
+    rep = harness.reporter("detach")
     harness.for_each_interp(rep, run_one, expect=harness.SUPPORTED)
 
 

@@ -206,12 +206,7 @@ def check_errors(rep, d, good):
 
 
 def main():
-    rep = harness.Reporter()
-    try:
-        harness.spy_path()
-    except harness.HarnessError as e:
-        rep.fail("diff", str(e))
-        rep.finish()
+    rep = harness.reporter("diff")
     interps, _ = harness.discover()
     no_ptrace = harness.ptrace_problem()
     chosen = {}

@@ -297,12 +297,7 @@ def run_one(interp):
 
 
 def main():
-    rep = harness.Reporter()
-    try:
-        harness.spy_path()
-    except harness.HarnessError as e:
-        rep.fail("dump", str(e))
-        rep.finish()
+    rep = harness.reporter("dump")
     harness.for_each_interp(rep, run_one, expect=harness.SUPPORTED)
 
 

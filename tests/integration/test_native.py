@@ -194,12 +194,7 @@ def run_one(interp):
 
 
 def main():
-    rep = harness.Reporter()
-    try:
-        harness.spy_path()
-    except harness.HarnessError as e:
-        rep.fail("native", str(e))
-        rep.finish()
+    rep = harness.reporter("native")
     rep.check("native usage errors", check_usage())
     harness.for_each_interp(rep, run_one,
                             expect=("2.7", "3.8", "3.11", "3.12", "3.13"))

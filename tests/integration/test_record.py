@@ -431,12 +431,7 @@ def check_errors(rep, interp):
 
 
 def main():
-    rep = harness.Reporter()
-    try:
-        harness.spy_path()
-    except harness.HarnessError as e:
-        rep.fail("record", str(e))
-        rep.finish()
+    rep = harness.reporter("record")
     interps, _ = harness.discover()
     if interps and not harness.ptrace_problem():
         try:

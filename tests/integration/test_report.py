@@ -62,12 +62,7 @@ def svg_problems(path):
 
 
 def main():
-    rep = harness.Reporter()
-    try:
-        harness.spy_path()
-    except harness.HarnessError as e:
-        rep.fail("report", str(e))
-        rep.finish()
+    rep = harness.reporter("report")
     d = tempfile.mkdtemp(prefix="spy-report-")
     plain = os.path.join(d, "prof.folded")
     gz = os.path.join(d, "prof2.folded.gz")

@@ -222,7 +222,7 @@ def check_once(interp):
 
 
 def main():
-    rep = harness.Reporter()
+    rep = harness.reporter("top")
     newest = []
 
     def one(interp):
