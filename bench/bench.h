@@ -10,7 +10,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "common/sample.h"
 #include "common/strtab.h"
 #include <time.h>
 #include <unistd.h>
@@ -78,6 +80,67 @@ static inline void bench_vocab_init(struct bench_vocab *v, struct spy_strtab *t)
 		v->threads[i] = spy_strtab_interns(t, name);
 	}
 	v->process = spy_strtab_interns(t, "process 4242 \"python3 bench.py\"");
+}
+
+/*
+ * nstacks distinct stacks as spy_stacks, innermost first as the walker hands
+ * them over: each MIN_DEPTH..MAX_DEPTH frames deep under a thread root and
+ * the process root, sharing a random prefix with an earlier one (so the
+ * trie has real structure), at lines 10, 20, ... 10 * nlines; one function
+ * in native_every is native (0: none). Free each with spy_stack_release.
+ */
+static inline struct spy_stack *bench_stacks(const struct bench_vocab *v, size_t nstacks,
+					     unsigned nlines, unsigned native_every)
+{
+	struct def {
+		uint32_t func, line;
+	};
+	struct def **defs = malloc(nstacks * sizeof(*defs));
+	uint8_t *depth = malloc(nstacks), *thread = malloc(nstacks);
+	for (size_t k = 0; k < nstacks; k++) {
+		size_t d = MIN_DEPTH + rnd() % (MAX_DEPTH - MIN_DEPTH + 1);
+		defs[k] = malloc(d * sizeof(**defs));
+		depth[k] = (uint8_t)d;
+		size_t shared = 0;
+		thread[k] = 0;
+		if (k) {
+			size_t parent = rnd() % k;
+			size_t pd = depth[parent];
+			shared = rnd() % ((d < pd ? d : pd));
+			memcpy(defs[k], defs[parent], shared * sizeof(**defs));
+			thread[k] = thread[parent];
+		}
+		if (!shared) {
+			thread[k] = (uint8_t)(rnd() % NTHREADS);
+		}
+		for (size_t i = shared; i < d; i++) {
+			defs[k][i].func = (uint32_t)(rnd() % NFUNCS);
+			defs[k][i].line = 10 * (1 + (uint32_t)(rnd() % nlines));
+		}
+	}
+	struct spy_stack *stacks = calloc(nstacks, sizeof(*stacks));
+	for (size_t k = 0; k < nstacks; k++) {
+		for (size_t i = depth[k]; i-- > 0;) {
+			struct spy_frame *f = spy_stack_push(&stacks[k]);
+			uint32_t fn = defs[k][i].func;
+			f->func = v->funcs[fn];
+			f->file = v->files[fn % NFILES];
+			f->line = defs[k][i].line;
+			f->kind = native_every && fn % native_every == 0 ? SPY_FRAME_NATIVE
+									 : SPY_FRAME_PYTHON;
+		}
+		struct spy_frame *f = spy_stack_push(&stacks[k]);
+		f->func = v->threads[thread[k]];
+		f->kind = SPY_FRAME_SYNTHETIC;
+		f = spy_stack_push(&stacks[k]);
+		f->func = v->process;
+		f->kind = SPY_FRAME_SYNTHETIC;
+		free(defs[k]);
+	}
+	free(defs);
+	free(depth);
+	free(thread);
+	return stacks;
 }
 
 #endif

@@ -46,10 +46,6 @@ static double file_mib(const char *path)
 	return stat(path, &st) ? 0 : (double)st.st_size / (1024.0 * 1024.0);
 }
 
-struct frame_def {
-	uint32_t func, line;
-};
-
 int main(int argc, char **argv)
 {
 	size_t nsamples = argc > 1 ? strtoul(argv[1], NULL, 0) : 1000000;
@@ -66,56 +62,8 @@ int main(int argc, char **argv)
 	/* The vocabulary: function names, files and the roots, interned once. */
 	struct bench_vocab voc;
 	bench_vocab_init(&voc, &session);
-	const char **funcs = voc.funcs, **files = voc.files, **threads = voc.threads;
-	const char *process = voc.process;
 
-	/* Distinct stacks, root first, each sharing a prefix with an earlier one. */
-	struct frame_def **defs = malloc(nstacks * sizeof(*defs));
-	uint8_t *depth = malloc(nstacks);
-	uint8_t *thread = malloc(nstacks);
-	size_t total_frames = 0;
-	for (size_t k = 0; k < nstacks; k++) {
-		size_t d = MIN_DEPTH + rnd() % (MAX_DEPTH - MIN_DEPTH + 1);
-		defs[k] = malloc(d * sizeof(**defs));
-		depth[k] = (uint8_t)d;
-		size_t shared = 0;
-		if (k) {
-			size_t parent = rnd() % k;
-			size_t pd = depth[parent];
-			shared = rnd() % ((d < pd ? d : pd));
-			memcpy(defs[k], defs[parent], shared * sizeof(**defs));
-			thread[k] = thread[parent];
-		} else {
-			thread[k] = 0;
-		}
-		if (!shared) {
-			thread[k] = (uint8_t)(rnd() % NTHREADS);
-		}
-		for (size_t i = shared; i < d; i++) {
-			defs[k][i].func = (uint32_t)(rnd() % NFUNCS);
-			defs[k][i].line = 10 * (1 + (uint32_t)(rnd() % nlines));
-		}
-		total_frames += d + 2;
-	}
-	/* As spy_stacks, innermost first, the way the walker hands them over. */
-	struct spy_stack *stacks = calloc(nstacks, sizeof(*stacks));
-	for (size_t k = 0; k < nstacks; k++) {
-		for (size_t i = depth[k]; i-- > 0;) {
-			struct spy_frame *f = spy_stack_push(&stacks[k]);
-			f->func = funcs[defs[k][i].func];
-			f->file = files[defs[k][i].func % NFILES];
-			f->line = defs[k][i].line;
-			f->kind = SPY_FRAME_PYTHON;
-		}
-		struct spy_frame *f = spy_stack_push(&stacks[k]);
-		f->func = threads[thread[k]];
-		f->kind = SPY_FRAME_SYNTHETIC;
-		f = spy_stack_push(&stacks[k]);
-		f->func = process;
-		f->kind = SPY_FRAME_SYNTHETIC;
-		free(defs[k]);
-	}
-	free(defs);
+	struct spy_stack *stacks = bench_stacks(&voc, nstacks, (unsigned)nlines, 0);
 	uint32_t *pick = malloc(nsamples * sizeof(*pick));
 	uint64_t picked_frames = 0;
 	for (size_t i = 0; i < nsamples; i++) {
@@ -232,8 +180,6 @@ int main(int argc, char **argv)
 	}
 	free(stacks);
 	free(pick);
-	free(depth);
-	free(thread);
 	spy_strtab_release(&session);
 	return 0;
 }

@@ -57,10 +57,6 @@ static double rss_peak(void)
 	return kib / 1024.0;
 }
 
-struct frame_def {
-	uint32_t func, line;
-};
-
 /* Count the nodes of the SVG's node array (four numbers each). */
 static size_t svg_nodes(const char *path)
 {
@@ -139,53 +135,8 @@ int main(int argc, char **argv)
 	struct spy_strtab session = SPY_STRTAB_INIT;
 	struct bench_vocab voc;
 	bench_vocab_init(&voc, &session);
-	const char **funcs = voc.funcs, **files = voc.files, **threads = voc.threads;
-	const char *process = voc.process;
 
-	struct frame_def **defs = malloc(nstacks * sizeof(*defs));
-	uint8_t *depth = malloc(nstacks);
-	uint8_t *thread = malloc(nstacks);
-	for (size_t k = 0; k < nstacks; k++) {
-		size_t d = MIN_DEPTH + rnd() % (MAX_DEPTH - MIN_DEPTH + 1);
-		defs[k] = malloc(d * sizeof(**defs));
-		depth[k] = (uint8_t)d;
-		size_t shared = 0;
-		if (k) {
-			size_t parent = rnd() % k;
-			size_t pd = depth[parent];
-			shared = rnd() % ((d < pd ? d : pd));
-			memcpy(defs[k], defs[parent], shared * sizeof(**defs));
-			thread[k] = thread[parent];
-		} else {
-			thread[k] = 0;
-		}
-		if (!shared) {
-			thread[k] = (uint8_t)(rnd() % NTHREADS);
-		}
-		for (size_t i = shared; i < d; i++) {
-			defs[k][i].func = (uint32_t)(rnd() % NFUNCS);
-			defs[k][i].line = 10 * (1 + (uint32_t)(rnd() % LINES));
-		}
-	}
-	struct spy_stack *stacks = calloc(nstacks, sizeof(*stacks));
-	for (size_t k = 0; k < nstacks; k++) {
-		for (size_t i = depth[k]; i-- > 0;) {
-			struct spy_frame *f = spy_stack_push(&stacks[k]);
-			f->func = funcs[defs[k][i].func];
-			f->file = files[defs[k][i].func % NFILES];
-			f->line = defs[k][i].line;
-			/* One frame in ten native, so both palettes are exercised. */
-			f->kind = defs[k][i].func % 10 ? SPY_FRAME_PYTHON : SPY_FRAME_NATIVE;
-		}
-		struct spy_frame *f = spy_stack_push(&stacks[k]);
-		f->func = threads[thread[k]];
-		f->kind = SPY_FRAME_SYNTHETIC;
-		f = spy_stack_push(&stacks[k]);
-		f->func = process;
-		f->kind = SPY_FRAME_SYNTHETIC;
-		free(defs[k]);
-	}
-	free(defs);
+	struct spy_stack *stacks = bench_stacks(&voc, nstacks, LINES, 10);
 
 	bool worst = argc > 4 && !strcmp(argv[4], "worst");
 	struct fg_profile *p = fg_profile_new(&session, 0);
@@ -204,16 +155,16 @@ int main(int argc, char **argv)
 			spy_stack_reset(&s);
 			for (size_t i = 0; i < MAX_DEPTH; i++) {
 				struct spy_frame *f = spy_stack_push(&s);
-				f->func = funcs[(k * 61 + i * 7) % NFUNCS];
-				f->file = files[(k * 61 + i * 7) % NFUNCS % NFILES];
+				f->func = voc.funcs[(k * 61 + i * 7) % NFUNCS];
+				f->file = voc.files[(k * 61 + i * 7) % NFUNCS % NFILES];
 				f->line = 10 + (uint32_t)(k % 977);
 				f->kind = i % 10 ? SPY_FRAME_PYTHON : SPY_FRAME_NATIVE;
 			}
 			struct spy_frame *f = spy_stack_push(&s);
-			f->func = threads[0];
+			f->func = voc.threads[0];
 			f->kind = SPY_FRAME_SYNTHETIC;
 			f = spy_stack_push(&s);
-			f->func = process;
+			f->func = voc.process;
 			f->kind = SPY_FRAME_SYNTHETIC;
 			fg_profile_add(p, &s, each);
 		}
@@ -257,8 +208,6 @@ int main(int argc, char **argv)
 		printf("  kept:                     %s\n", path);
 	}
 	fg_profile_free(p);
-	free(depth);
-	free(thread);
 	spy_strtab_release(&session);
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
