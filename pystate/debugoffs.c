@@ -2,14 +2,15 @@
  * Reading the target's own _Py_DebugOffsets (3.13+): the table CPython
  * fills with offsetof/sizeof of its own structures at the start of
  * _PyRuntime (docs/cpython-internals.md §4), decoded with a descriptor of
- * the table's layout (the row's own, or layouts.c's newest for a version
- * newer than every row).
+ * the table's layout (the row's own, generated from that version's headers,
+ * or for a version newer than every row the newest one we have).
  *
- * Why the two modes: for a version we generated a row for, the table only
- * refines the row (a micro release that moved a field), so a value that
- * makes no sense is ignored and the row stands. For a future version the
- * table is all we have, so one impossible value or struct size refuses the
- * whole layout, before anything is followed.
+ * Every value the table has is taken from the target, never from the row:
+ * patch releases move fields (3.13.18's thread state is 8 bytes larger than
+ * 3.13.0's), and the target knows its own build (debug, free-threaded). So
+ * the table must be sane: one impossible value or struct size refuses the
+ * whole layout, before anything is followed. The row supplies only what the
+ * table lacks (models, enum values, _PyStackRef tags, fields for locals).
  */
 #include <string.h>
 
@@ -31,8 +32,8 @@ static size_t end_of(const uint32_t *offs, size_t n)
 }
 
 /*
- * Sanity of a layout we did not generate (a future version's debug table):
- * struct sizes in range, and every field we read inside its struct.
+ * Sanity of the layout the target's table describes: struct sizes in range,
+ * and every field we read inside its struct.
  */
 static bool debug_sizes_sane(const struct pyoffsets *o, uint64_t tsz, uint64_t fsz, uint64_t csz)
 {
@@ -49,15 +50,23 @@ static bool debug_sizes_sane(const struct pyoffsets *o, uint64_t tsz, uint64_t f
 	       o->code_firstlineno + 4 <= csz && o->code_adaptive <= csz;
 }
 
+int pyrt_debug_free_threaded(const struct spy_mem *mem, spy_addr_t runtime,
+			     const struct pydebug_layout *d)
+{
+	uint64_t v;
+	if (!d || d->free_threaded == PYOFF_NONE ||
+	    spy_mem_read(mem, runtime + d->free_threaded, &v, sizeof(v)) < 0 || v > 1) {
+		return -1;
+	}
+	return (int)v;
+}
+
 /*
  * 3.13+: take the layout from the target's own _Py_DebugOffsets, so a micro
  * release that moved a field still walks, and a newer minor release can walk
- * at all. Fields the table lacks (cframe, str kinds, the shim owner value)
- * stay from the row. For a row we generated, an impossible value is ignored
- * (the row stands); for a future version the table is all we have, so an
- * impossible value refuses the layout.
+ * at all. Fields the table lacks stay from the row.
  */
-int pyrt_apply_debug_offsets(struct pyrt *rt, bool future, const char *binary, struct spy_err *err)
+int pyrt_apply_debug_offsets(struct pyrt *rt, const char *binary, struct spy_err *err)
 {
 	const struct pydebug_layout *d = &rt->off.dbg;
 	unsigned major = rt->version >> 24, minor = (rt->version >> 16) & 0xff;
@@ -69,8 +78,9 @@ int pyrt_apply_debug_offsets(struct pyrt *rt, bool future, const char *binary, s
 		return spy_err_set(err, SPY_ENOPY,
 				   "no Python interpreter found in %s: cannot read _Py_DebugOffsets", binary);
 	}
-	if (pyrt_u64(buf, d->free_threaded)) {
-		return spy_err_set(err, SPY_EVERSION, "Python %u.%u: unsupported layout (free-threaded build)",
+	if (pyrt_u64(buf, d->free_threaded) != ((rt->off.build & PYBUILD_FT) != 0)) {
+		return spy_err_set(err, SPY_EVERSION,
+				   "Python %u.%u: unsupported layout (its _Py_DebugOffsets hold impossible values)",
 				   major, minor);
 	}
 	struct pyoffsets *o = &rt->off;
@@ -94,31 +104,14 @@ int pyrt_apply_debug_offsets(struct pyrt *rt, bool future, const char *binary, s
 			changed++;                                             \
 		}                                                              \
 	} while (0)
-	DBG(rt_interpreters_head, o->rt_interpreters_head);
-	DBG(interp_id, o->interp_id);
-	DBG(interp_next, o->interp_next);
-	DBG(interp_tstate_head, o->interp_tstate_head);
-	DBG(interp_ceval_gil, o->interp_ceval_gil);
-	DBG(tstate_next, o->tstate_next);
-	DBG(tstate_interp, o->tstate_interp);
-	DBG(tstate_current_frame, o->tstate_current_frame);
-	DBG(tstate_thread_id, o->tstate_thread_id);
-	DBG(tstate_native_thread_id, o->tstate_native_thread_id);
-	DBG(iframe_previous, o->iframe_previous);
-	DBG(iframe_code, o->iframe_code);
-	DBG(iframe_instr, o->iframe_instr);
-	DBG(iframe_owner, o->iframe_owner);
-	DBG(code_filename, o->code_filename);
-	DBG(code_name, o->code_name);
-	DBG(code_qualname, o->code_qualname);
-	DBG(code_linetable, o->code_linetable);
-	DBG(code_firstlineno, o->code_firstlineno);
-	DBG(code_adaptive, o->code_adaptive);
-	DBG(ob_type, o->ob_type);
-	DBG(type_name, o->type_name);
-	DBG(bytes_sval, o->bytes_sval);
-	DBG(str_state, o->str_state);
-	DBG(str_length, o->str_length);
+#define DBG_SAME(field) DBG(field, o->field);
+	PYDEBUG_FIELDS(DBG_SAME)
+	if (o->build & PYBUILD_FT) {
+		/* A release build's table holds 0 for these: only read them where
+		 * the row says the build has them. */
+		PYDEBUG_FT_FIELDS(DBG_SAME)
+	}
+#undef DBG_SAME
 #undef DBG
 	/*
 	 * _co_firsttraceable is not in the table. In 3.11, 3.12 and 3.13 alike
@@ -138,7 +131,7 @@ int pyrt_apply_debug_offsets(struct pyrt *rt, bool future, const char *binary, s
 	if (gs && lk >= gs && hd >= gs && lk - gs < 0x1000 && hd - gs < 0x1000) {
 		o->gil_locked = (uint32_t)(lk - gs);
 		o->gil_last_holder = (uint32_t)(hd - gs);
-	} else if (future) {
+	} else {
 		bad++;
 	}
 	/* Only the ASCII data offset is in the table; the compact header is
@@ -148,7 +141,7 @@ int pyrt_apply_debug_offsets(struct pyrt *rt, bool future, const char *binary, s
 		o->str_compact_data = (uint32_t)(asz + (o->str_compact_data - o->str_ascii_data));
 		o->str_ascii_data = (uint32_t)asz;
 		changed++;
-	} else if (future && (asz == 0 || asz >= 0x100)) {
+	} else if (asz == 0 || asz >= 0x100) {
 		bad++;
 	}
 	uint64_t tsz = pyrt_u64(buf, d->tstate_size), fsz = pyrt_u64(buf, d->iframe_size);
@@ -157,16 +150,14 @@ int pyrt_apply_debug_offsets(struct pyrt *rt, bool future, const char *binary, s
 	spy_log(SPY_LOG_DEBUG,
 		"pystate: _Py_DebugOffsets read, %d fields differ from the table, %d impossible, sizes %s",
 		changed, bad, sane ? "sane" : "insane");
-	if (future && (bad || !sane)) {
+	if (bad || !sane) {
 		return spy_err_set(err, SPY_EVERSION,
 				   "Python %u.%u: unsupported layout (its _Py_DebugOffsets hold impossible values)",
 				   major, minor);
 	}
-	if (sane) {
-		o->tstate_size = (uint32_t)tsz;
-		o->iframe_size = (uint32_t)fsz;
-		o->code_size = (uint32_t)csz;
-	}
+	o->tstate_size = (uint32_t)tsz;
+	o->iframe_size = (uint32_t)fsz;
+	o->code_size = (uint32_t)csz;
 	return 0;
 }
 

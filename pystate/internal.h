@@ -152,7 +152,10 @@ spy_addr_t pyrt_first_interp(struct pyrt *rt);
  * rt->off.dbg. future: the table is the only source, so an impossible value
  * is -SPY_EVERSION. Free-threaded builds are -SPY_EVERSION either way.
  */
-int pyrt_apply_debug_offsets(struct pyrt *rt, bool future, const char *binary, struct spy_err *err);
+int pyrt_apply_debug_offsets(struct pyrt *rt, const char *binary, struct spy_err *err);
+/* The free_threaded word of the table at runtime (laid out as d), or -1. */
+int pyrt_debug_free_threaded(const struct spy_mem *mem, spy_addr_t runtime,
+			     const struct pydebug_layout *d);
 
 /* layouts.c */
 const struct pyoffsets *pyoffsets_newest(void);
@@ -186,6 +189,22 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 spy_addr_t pyrt_gil_tstate_current(struct pyrt *rt, spy_addr_t interp);
 spy_addr_t pyrt_gil_runtime(struct pyrt *rt, spy_addr_t interp);
 spy_addr_t pyrt_gil_interp(struct pyrt *rt, spy_addr_t interp);
+
+/*
+ * The object a 3.14+ _PyStackRef refers to (the tag bits cleared), or 0 for
+ * a tagged integer, which is not an object. Before 3.14 the slot is a plain
+ * pointer and comes back as it is.
+ */
+static inline spy_addr_t pyrt_ref(const struct pyoffsets *o, uint64_t bits)
+{
+	if (o->stackref_tag_bits == PYOFF_NONE) {
+		return bits;
+	}
+	if (o->stackref_int_tag != PYOFF_NONE && (bits & o->stackref_tag_bits) == o->stackref_int_tag) {
+		return 0;
+	}
+	return bits & ~(uint64_t)o->stackref_tag_bits;
+}
 
 /* Little-endian field access on a local copy of a remote struct. */
 static inline uint64_t pyrt_u64(const unsigned char *buf, uint32_t off)

@@ -372,7 +372,8 @@ static int frame_slots(struct pyrt *rt, spy_addr_t frame, struct frame_slots *s)
 	uint32_t lp = iframe ? o->iframe_localsplus : o->frame_localsplus;
 	uint32_t cnt = iframe ? o->code_nlocalsplus : o->code_nlocals;
 	if (lp == PYOFF_NONE || cnt == PYOFF_NONE || o->code_size > sizeof(code) ||
-	    spy_mem_read_addr(rt->mem, frame + code_off, &c) < 0 || !spy_mem_plausible(rt->mem, c, 8) ||
+	    spy_mem_read_addr(rt->mem, frame + code_off, &c) < 0 || !(c = pyrt_ref(o, c)) ||
+	    !spy_mem_plausible(rt->mem, c, 8) ||
 	    spy_mem_read(rt->mem, c, code, o->code_size) < 0) {
 		return -SPY_EMEM;
 	}
@@ -436,6 +437,9 @@ static int read_run(struct pyrt *rt, const struct run *r, size_t nargs, const ch
 		      spy_mem_read(rt->mem, r->names + o->tuple_item, names, count * 8) < 0 ||
 		      (r->kinds && spy_mem_read(rt->mem, r->kinds + o->bytes_sval, kinds, count) < 0))) {
 		return -SPY_EMEM;
+	}
+	for (size_t k = 0; k < count; k++) {
+		ptrs[k] = pyrt_ref(o, ptrs[k]); /* 3.14+: a tagged int is no local's value */
 	}
 	for (size_t k = 0; k < count && *n < max; k++) {
 		char name[PYSTR_BUF];

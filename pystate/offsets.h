@@ -19,8 +19,16 @@
 #include <stdint.h>
 
 #define PYOFF_NONE UINT32_MAX
-/* owner_generator / owner_cstack of a version without that frame owner. */
+/* owner_generator / owner_shim of a version without that frame owner. */
 #define PYOWNER_NONE 0xff
+
+/* The build a row describes (pyconfig.h): a debug build (Py_DEBUG) and a
+ * free-threaded one (Py_GIL_DISABLED) lay some structures out differently. */
+enum pybuild {
+	PYBUILD_DEFAULT = 0,
+	PYBUILD_DEBUG = 1,
+	PYBUILD_FT = 2,
+};
 
 /*
  * PEP 393 str `state` bits (Include/cpython/unicodeobject.h, 3.3-3.13).
@@ -65,6 +73,7 @@ enum pygil_model {
 
 struct pyoffsets {
 	uint32_t version;          /* PY_VERSION_HEX of major.minor, e.g. 0x030b0000 */
+	uint8_t build;             /* enum pybuild flags */
 	const char *source;        /* how this row was obtained (headers, build) */
 
 	uint8_t frame_model;       /* enum pyframe_model */
@@ -73,7 +82,8 @@ struct pyoffsets {
 	uint8_t str_model;         /* enum pystr_model */
 	uint8_t gil_model;         /* enum pygil_model */
 	uint8_t owner_generator;   /* FRAME_OWNED_BY_GENERATOR (3.11+); PYOWNER_NONE */
-	uint8_t owner_cstack;      /* FRAME_OWNED_BY_CSTACK: C-stack shims (3.12+); PYOWNER_NONE */
+	uint8_t owner_shim;        /* owner >= this: not a Python function's frame (3.12/3.13
+				      FRAME_OWNED_BY_CSTACK, 3.14+ ..._INTERPRETER); PYOWNER_NONE */
 
 	/* _PyRuntimeState */
 	uint32_t rt_size;
@@ -166,6 +176,14 @@ struct pyoffsets {
 	uint32_t u27_length;           /* 2.7 PyUnicodeObject.length */
 	uint32_t u27_str;              /* 2.7 PyUnicodeObject.str (Py_UNICODE *) */
 	uint32_t u27_unit;             /* 2.7 sizeof(Py_UNICODE): 2 or 4 */
+	uint32_t stackref_tag_bits;    /* _PyStackRef Py_TAG_BITS (3.14+); PYOFF_NONE: plain pointers */
+	uint32_t stackref_int_tag;     /* Py_INT_TAG: a tagged integer, not an object */
+
+	/* Free-threaded builds (3.14+): per-thread bytecode. */
+	uint32_t iframe_tlbc_index;    /* _PyInterpreterFrame.tlbc_index (int32) */
+	uint32_t code_tlbc;            /* PyCodeObject.co_tlbc: _PyCodeArray * */
+	uint32_t codearray_size;       /* _PyCodeArray.size (Py_ssize_t) */
+	uint32_t codearray_entries;    /* _PyCodeArray.entries[] (char *) */
 
 	/*
 	 * 3.13+: where each value sits inside the target's own
@@ -212,8 +230,42 @@ struct pyoffsets {
 		uint32_t str_state;
 		uint32_t str_length;
 		uint32_t str_ascii_size;   /* sizeof(PyASCIIObject) */
+		uint32_t tstate_prev;
+		uint32_t interp_modules;
+		uint32_t interp_sysdict;
+		uint32_t code_argcount;
+		uint32_t code_varnames;
+		uint32_t code_localspluskinds;
+		uint32_t type_flags;
+		uint32_t ob_size;          /* tuple_object.ob_size: PyVarObject's */
+		uint32_t float_fval;
+		uint32_t long_tag;
+		uint32_t long_digit;
+		uint32_t iframe_tlbc_index; /* 3.14+ */
+		uint32_t code_tlbc;         /* 3.14+ */
 	} dbg;
 };
+
+/*
+ * The struct offsets _Py_DebugOffsets carries under the same name as the
+ * struct pyoffsets field they replace (the reader, pystate/debugoffs.c, and
+ * the synthetic images of tests/lib/fakepy.c both expand this list). Sizes,
+ * the GIL values (relative to the interpreter) and the str header size are
+ * converted by hand; PYDEBUG_FT_FIELDS exist only in free-threaded builds.
+ */
+#define PYDEBUG_FIELDS(X)                                                              \
+	X(rt_interpreters_head) X(interp_id) X(interp_next) X(interp_tstate_head)       \
+	X(interp_ceval_gil) X(interp_modules) X(interp_sysdict)                         \
+	X(tstate_prev) X(tstate_next) X(tstate_interp) X(tstate_current_frame)          \
+	X(tstate_thread_id) X(tstate_native_thread_id)                                  \
+	X(iframe_previous) X(iframe_code) X(iframe_instr) X(iframe_owner)               \
+	X(iframe_localsplus)                                                            \
+	X(code_filename) X(code_name) X(code_qualname) X(code_linetable)                \
+	X(code_firstlineno) X(code_adaptive) X(code_argcount) X(code_varnames)          \
+	X(code_localspluskinds)                                                         \
+	X(ob_type) X(ob_size) X(type_name) X(type_flags) X(tuple_item) X(bytes_sval)    \
+	X(str_state) X(str_length) X(float_fval) X(long_tag) X(long_digit)
+#define PYDEBUG_FT_FIELDS(X) X(iframe_tlbc_index) X(code_tlbc)
 
 /* The 8-byte cookie at the start of _Py_DebugOffsets (3.13+). */
 #define PYDEBUG_COOKIE "xdebugpy"
@@ -222,7 +274,9 @@ struct pyoffsets {
 extern const struct pyoffsets pyoffsets_table[];
 extern const unsigned pyoffsets_count;
 
-/* The row for a version's major.minor, or NULL. */
+/* The row for a version's major.minor (a default build), or NULL. */
 const struct pyoffsets *pyoffsets_find(uint32_t version_hex);
+/* The same for a build flavour (enum pybuild flags), or NULL. */
+const struct pyoffsets *pyoffsets_find_build(uint32_t version_hex, unsigned build);
 
 #endif

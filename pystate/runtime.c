@@ -67,9 +67,11 @@ static void compute_spans(struct pyrt *rt)
 			  o->tstate_native_thread_id, o->tstate_frame, o->tstate_cframe,
 			  o->tstate_current_frame };
 	uint32_t fr[] = { o->frame_back, o->frame_code, o->frame_lasti, o->iframe_code,
-			  o->iframe_previous, o->iframe_instr, o->iframe_owner, o->iframe_is_entry };
+			  o->iframe_previous, o->iframe_instr, o->iframe_owner, o->iframe_is_entry,
+			  o->iframe_tlbc_index };
 	uint32_t co[] = { o->ob_type, o->ob_size, o->code_firstlineno, o->code_filename,
-			  o->code_name, o->code_qualname, o->code_linetable, o->code_firsttraceable };
+			  o->code_name, o->code_qualname, o->code_linetable, o->code_firsttraceable,
+			  o->code_tlbc };
 	rt->tstate_span = span_of(ts, SPY_ARRAY_SIZE(ts), 8);
 	rt->frame_span = span_of(fr, SPY_ARRAY_SIZE(fr), 8);
 	rt->code_span = span_of(co, SPY_ARRAY_SIZE(co), 8);
@@ -225,7 +227,15 @@ static int attempt(struct pyrt *rt, const struct pyrt_hints *h, spy_addr_t runti
 		return spy_err_set(err, SPY_ENOPY, "no Python interpreter found in %s: cannot tell its version",
 				   binary_name(h));
 	}
-	const struct pyoffsets *row = pyoffsets_find(v);
+	/* A free-threaded build says so in its table (3.13+), and has rows
+	 * of its own: its object header and bytecode differ. */
+	int ft = cookie ? pyrt_debug_free_threaded(rt->mem, runtime, pydebug_layout_for(v)) : 0;
+	const struct pyoffsets *row = pyoffsets_find_build(v, ft == 1 ? PYBUILD_FT : PYBUILD_DEFAULT);
+	if (ft == 1 && !row) {
+		return spy_err_set(err, SPY_EVERSION,
+				   "Python %u.%u: unsupported layout (free-threaded build; spy has no "
+				   "free-threaded layout for %u.%u)", major, minor, major, minor);
+	}
 	if (row) {
 		rt->off = *row;
 		/* Quirks are keyed on the micro version: only for an exact
@@ -235,11 +245,6 @@ static int attempt(struct pyrt *rt, const struct pyrt_hints *h, spy_addr_t runti
 			spy_log(SPY_LOG_DEBUG, "pystate: %u per-micro exceptions applied for 0x%08x", nq, v);
 		}
 	} else if (pyoffsets_is_future(v) && pydebug_layout_for(v)) {
-		if (!cookie) {
-			return spy_err_set(err, SPY_EVERSION,
-					   "Python %u.%u: unsupported layout (newer than %u.%u, and no _Py_DebugOffsets found)",
-					   major, minor, newest->version >> 24, (newest->version >> 16) & 0xff);
-		}
 		rt->off = *newest;
 		rt->off.version = v & 0xffff0000u;
 		rt->off.source = "the newest row, refined by the target's _Py_DebugOffsets";
@@ -248,6 +253,11 @@ static int attempt(struct pyrt *rt, const struct pyrt_hints *h, spy_addr_t runti
 	} else {
 		return spy_err_set(err, SPY_EVERSION,
 				   "Python %u.%u: unsupported layout (spy knows 2.7 and 3.6-%u.%u)", major, minor, newest->version >> 24, (newest->version >> 16) & 0xff);
+	}
+	/* From 3.13 every layout comes from the target's own table. */
+	if (rt->off.dbg.size && !cookie) {
+		return spy_err_set(err, SPY_EVERSION,
+				   "Python %u.%u: unsupported layout (no _Py_DebugOffsets found)", major, minor);
 	}
 	format_version(rt);
 	if (rt->off.rt_interpreters_head != PYOFF_NONE) {
@@ -259,7 +269,7 @@ static int attempt(struct pyrt *rt, const struct pyrt_hints *h, spy_addr_t runti
 	} else {
 		rt->interp_head_var = h->interp_head;
 	}
-	if (cookie && (rc = pyrt_apply_debug_offsets(rt, future, binary_name(h), err)) < 0) {
+	if (rt->off.dbg.size && (rc = pyrt_apply_debug_offsets(rt, binary_name(h), err)) < 0) {
 		return rc;
 	}
 	compute_spans(rt);

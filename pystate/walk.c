@@ -5,10 +5,13 @@
  *   PYFRAME_OBJECT (2.7-3.10): PyFrameObject chain through f_back
  *       (Include/frameobject.h; 3.10 Include/cpython/frameobject.h).
  *   PYFRAME_IFRAME / _EXEC (3.11+): _PyInterpreterFrame chain through
- *       previous (Include/internal/pycore_frame.h), skipping C-stack shims
- *       (owner == FRAME_OWNED_BY_CSTACK, 3.12+), frames that have not
+ *       previous (Include/internal/pycore_frame.h), skipping C-stack and
+ *       interpreter shims (owner >= FRAME_OWNED_BY_CSTACK in 3.12/3.13,
+ *       >= FRAME_OWNED_BY_INTERPRETER from 3.14), frames that have not
  *       started (CPython's _PyFrame_IsIncomplete), and in 3.13+ frames whose
- *       f_executable is not a code object.
+ *       f_executable is not a code object. From 3.14 f_executable is a
+ *       tagged _PyStackRef, and a free-threaded build runs each thread's
+ *       own copy of the bytecode (co_tlbc->entries[tlbc_index]).
  *
  * Each frame is copied in one read into a local buffer and decoded from that
  * copy: under a non-stopping sampler separate reads could straddle two
@@ -143,6 +146,29 @@ static int top_iframe(struct pyrt *rt, spy_addr_t tstate, spy_addr_t *f)
 	return spy_mem_read_addr(rt->mem, cf + o->cframe_current_frame, f);
 }
 
+/*
+ * Free-threaded builds: where the thread's copy of the bytecode starts,
+ * co_tlbc->entries[index] (Include/internal/pycore_code.h _PyCodeArray).
+ * Index 0 is co_code_adaptive itself, which *start already holds.
+ */
+static int tlbc_start(struct pyrt *rt, spy_addr_t arr, int32_t index, spy_addr_t *start)
+{
+	const struct pyoffsets *o = &rt->off;
+	int64_t size;
+	spy_addr_t entry;
+	if (index == 0) {
+		return 0;
+	}
+	if (index < 0 || !spy_mem_plausible(rt->mem, arr, 8) ||
+	    spy_mem_read(rt->mem, arr + o->codearray_size, &size, sizeof(size)) < 0 || index >= size ||
+	    spy_mem_read_addr(rt->mem, arr + o->codearray_entries + 8 * (uint64_t)index, &entry) < 0 ||
+	    !entry) {
+		return -SPY_ECORRUPT;
+	}
+	*start = entry;
+	return 0;
+}
+
 int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out)
 {
 	const struct pyoffsets *o = &rt->off;
@@ -163,7 +189,7 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 		}
 		spy_addr_t prev = pyrt_u64(fbuf, o->iframe_previous);
 		uint8_t owner = fbuf[o->iframe_owner];
-		if (owner == o->owner_cstack) {
+		if (owner >= o->owner_shim) {
 			/* The frame above the shim is the first of its eval-loop call. */
 			if (out->n) {
 				out->v[out->n - 1].flags |= SPY_FRAME_PY_ENTRY;
@@ -171,9 +197,9 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 			f = prev;
 			continue;
 		}
-		spy_addr_t code = pyrt_u64(fbuf, o->iframe_code);
+		spy_addr_t code = pyrt_ref(o, pyrt_u64(fbuf, o->iframe_code));
 		struct pycode *c;
-		int rc = get_code(rt, code, cbuf, &c);
+		int rc = code ? get_code(rt, code, cbuf, &c) : 1;
 		if (rc == 1 && exec_any) {
 			f = prev; /* 3.13+: f_executable may be None or a non-code object */
 			continue;
@@ -184,6 +210,12 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 		}
 		/* _PyInterpreterFrame_LASTI: code units from the first instruction. */
 		spy_addr_t start = code + o->code_adaptive;
+		if (o->iframe_tlbc_index != PYOFF_NONE &&
+		    tlbc_start(rt, pyrt_u64(cbuf, o->code_tlbc),
+			       (int32_t)pyrt_u32(fbuf, o->iframe_tlbc_index), &start) < 0) {
+			truncate_stack(out);
+			return 0;
+		}
 		spy_addr_t instr = pyrt_u64(fbuf, o->iframe_instr);
 		int64_t idx = (int64_t)(instr - start) / 2;
 		if (owner != o->owner_generator && o->code_firsttraceable != PYOFF_NONE &&

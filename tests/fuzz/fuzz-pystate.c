@@ -104,7 +104,7 @@ static void build(struct scene *s, const uint8_t *data, size_t size)
 	spy_addr_t c1 = add(s, fakepy_code(fp, "<module>", "main.py", 1, 20, 3, 10));
 	spy_addr_t c2 = add(s, fakepy_code(fp, "Klass.f", "lib.py", 40, 300, 260, 90));
 	add(s, fakepy_push_frame(fp, t1, c1, 3, 0));
-	if (o->owner_cstack != PYOWNER_NONE) {
+	if (o->owner_shim != PYOWNER_NONE) {
 		add(s, fakepy_push_shim(fp, t1));
 	}
 	add(s, fakepy_push_frame(fp, t1, c2, 260, 0));

@@ -432,41 +432,20 @@ static void write_debug_offsets(struct fakepy *fp)
 		}                                                \
 	} while (0)
 	W(version, fp->version);
-	W(free_threaded, 0);
-	W(rt_interpreters_head, o->rt_interpreters_head);
-	W(interp_id, o->interp_id);
-	W(interp_next, o->interp_next);
-	W(interp_tstate_head, o->interp_tstate_head);
-	W(interp_ceval_gil, o->interp_ceval_gil);
+	W(free_threaded, (o->build & PYBUILD_FT) != 0);
+#define W_SAME(field) W(field, o->field);
+	PYDEBUG_FIELDS(W_SAME)
+	if (o->build & PYBUILD_FT) {
+		PYDEBUG_FT_FIELDS(W_SAME)
+	}
+#undef W_SAME
 	/* _gil placed at an arbitrary interp offset; only the differences matter. */
 	W(interp_gil_state, 0x1000);
 	W(interp_gil_locked, 0x1000 + o->gil_locked);
 	W(interp_gil_holder, 0x1000 + o->gil_last_holder);
 	W(tstate_size, o->tstate_size);
-	W(tstate_next, o->tstate_next);
-	W(tstate_interp, o->tstate_interp);
-	W(tstate_current_frame, o->tstate_current_frame);
-	W(tstate_thread_id, o->tstate_thread_id);
-	W(tstate_native_thread_id, o->tstate_native_thread_id);
 	W(iframe_size, o->iframe_size);
-	W(iframe_previous, o->iframe_previous);
-	W(iframe_code, o->iframe_code);
-	W(iframe_instr, o->iframe_instr);
-	W(iframe_localsplus, o->iframe_localsplus);
-	W(iframe_owner, o->iframe_owner);
 	W(code_size, o->code_size);
-	W(code_filename, o->code_filename);
-	W(code_name, o->code_name);
-	W(code_qualname, o->code_qualname);
-	W(code_linetable, o->code_linetable);
-	W(code_firstlineno, o->code_firstlineno);
-	W(code_adaptive, o->code_adaptive);
-	W(ob_type, o->ob_type);
-	W(type_name, o->type_name);
-	W(tuple_item, o->tuple_item);
-	W(bytes_sval, o->bytes_sval);
-	W(str_state, o->str_state);
-	W(str_length, o->str_length);
 	W(str_ascii_size, o->str_ascii_data);
 #undef W
 }
@@ -717,7 +696,7 @@ spy_addr_t fakepy_local_slot(struct fakepy *fp, spy_addr_t frame, size_t i)
 spy_addr_t fakepy_push_shim(struct fakepy *fp, spy_addr_t tstate)
 {
 	const struct pyoffsets *o = &fp->row;
-	if (o->owner_cstack == PYOWNER_NONE) {
+	if (o->owner_shim == PYOWNER_NONE) {
 		SPY_BUG("fakepy: this row has no C-stack shims");
 	}
 	spy_addr_t code;
@@ -729,5 +708,5 @@ spy_addr_t fakepy_push_shim(struct fakepy *fp, spy_addr_t tstate)
 		}
 		code = fp->trampoline;
 	}
-	return fakepy_push_frame(fp, tstate, code, 0, o->owner_cstack);
+	return fakepy_push_frame(fp, tstate, code, 0, o->owner_shim);
 }

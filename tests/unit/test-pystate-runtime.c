@@ -51,7 +51,7 @@ static void img_init(struct img *m, const struct pyoffsets *row, uint32_t versio
 	m->t1 = fakepy_thread(fp, m->interp, FAKEPY_PID);
 	m->t2 = fakepy_thread(fp, m->interp, 4300);
 	fakepy_push_frame(fp, m->t1, fakepy_code(fp, "<module>", "main.py", 1, 20, 3, 10), 3, 0);
-	if (row->owner_cstack != PYOWNER_NONE) {
+	if (row->owner_shim != PYOWNER_NONE) {
 		fakepy_push_shim(fp, m->t1);
 	}
 	fakepy_push_frame(fp, m->t1, fakepy_code(fp, "work", "main.py", 20, 40, 30, 33), 30, 0);
@@ -120,7 +120,7 @@ static void check_walk(struct img *m, struct pyrt *rt)
 		CHECK_STR(st.v[2].func, "<module>");
 		CHECK_STR(st.v[2].file, "main.py");
 		CHECK_INT(st.v[2].line, 10);
-		if (row->owner_cstack != PYOWNER_NONE) {
+		if (row->owner_shim != PYOWNER_NONE) {
 			CHECK(st.v[1].flags & SPY_FRAME_PY_ENTRY);
 		}
 	}
@@ -522,57 +522,58 @@ static void test_quirks(void)
 	img_release(&m);
 }
 
-/* ---- Pythons newer than every row ---- */
+/* ---- 3.13+: layouts from the target's own _Py_DebugOffsets ---- */
 
-/* The 3.14 table layout: every position 8-aligned, distinct, inside the table. */
+/* Every generated table layout: positions 8-aligned, distinct, inside the table. */
 static void test_debug_layouts(void)
 {
 	const struct pyoffsets *newest = pyoffsets_newest();
+	uint32_t next = (newest->version & 0xffff0000u) + 0x10000u;
 	CHECK(newest != NULL && newest->dbg.size != 0);
 	CHECK(pydebug_layout_for(0x03070000) == NULL);
 	CHECK(pydebug_layout_for(0x030d0000) == &pyoffsets_find(0x030d0000)->dbg);
-	const struct pydebug_layout *d = pydebug_layout_for(0x030e00f0);
-	CHECK(d != NULL && d != &newest->dbg);
-	CHECK(pydebug_layout_for(0x031500f0) == d);
-	CHECK(pyoffsets_is_future(0x030e00f0));
+	CHECK(pydebug_layout_for(0x030e00f0) == &pyoffsets_find(0x030e0000)->dbg);
+	CHECK(pydebug_layout_for(next | 0xf0) == &newest->dbg);
+	CHECK(pyoffsets_is_future(next | 0xf0));
 	CHECK(pyoffsets_is_future(0x031f00f0));
-	CHECK(!pyoffsets_is_future(0x030d00f0));
+	CHECK(!pyoffsets_is_future(newest->version | 0xf0));
 	CHECK(!pyoffsets_is_future(0x040000f0));
-	if (!d) {
-		return;
-	}
-	const uint32_t *f = (const uint32_t *)d;
-	size_t nf = sizeof(*d) / sizeof(uint32_t);
-	for (size_t i = 1; i < nf; i++) {
-		CHECK(f[i] % 8 == 0 && f[i] >= 8 && f[i] + 8 <= d->size);
-		for (size_t j = 1; j < i; j++) {
-			CHECK(f[i] != f[j]);
+	for (unsigned r = 0; r < pyoffsets_count; r++) {
+		const struct pydebug_layout *d = &pyoffsets_table[r].dbg;
+		if (!d->size) {
+			continue;
+		}
+		const uint32_t *f = (const uint32_t *)d;
+		size_t nf = sizeof(*d) / sizeof(uint32_t);
+		for (size_t i = 1; i < nf; i++) {
+			if (f[i] == PYOFF_NONE) {
+				continue;
+			}
+			CHECK(f[i] % 8 == 0 && f[i] >= 8 && f[i] + 8 <= d->size);
+			for (size_t j = 1; j < i; j++) {
+				CHECK(f[i] != f[j]);
+			}
 		}
 	}
-	/* Where 3.14 did not insert anything before a field, it did not move. */
-	CHECK_INT(d->version, newest->dbg.version);
-	CHECK_INT(d->free_threaded, newest->dbg.free_threaded);
-	CHECK_INT(d->rt_interpreters_head, newest->dbg.rt_interpreters_head);
-	CHECK_INT(d->interp_tstate_head, newest->dbg.interp_tstate_head);
 }
 
 /*
- * A 3.13-model image whose fields sit elsewhere than in our 3.13 row, and
- * whose _Py_DebugOffsets are laid out as table_version's.
+ * An image of the newest generated version's model whose fields sit
+ * elsewhere than in that row (what a patch release does, or the next minor
+ * version), with _Py_DebugOffsets laid out as the newest row's and telling
+ * the truth about where they are.
  */
-static struct pyoffsets future_layout(uint32_t table_version)
+static struct pyoffsets moved_layout(uint32_t version)
 {
-	const struct pyoffsets *row = pyoffsets_find(0x030d0000);
+	const struct pyoffsets *row = pyoffsets_newest();
 	struct pyoffsets o = *row;
-	o.version = table_version & 0xffff0000u;
-	o.dbg = *pydebug_layout_for(table_version);
-	/* past the end of the (longer) 3.14 table, as in a real runtime */
+	o.version = version & 0xffff0000u;
 	o.rt_interpreters_head += 0x100;
 	o.rt_interpreters_main += 0x100;
-	o.interp_tstate_head += 0x100;
 	o.interp_next += 0x80;
 	o.interp_id += 0x80;
-	o.tstate_current_frame = 0x50;
+	o.interp_tstate_head = o.interp_id + 8; /* clear of modules and sysdict */
+	o.tstate_current_frame = row->tstate_current_frame + 8;
 	o.tstate_thread_id = row->tstate_native_thread_id + 0x10;
 	o.tstate_native_thread_id = row->tstate_thread_id + 0x10;
 	o.iframe_code = row->iframe_previous;
@@ -582,34 +583,56 @@ static struct pyoffsets future_layout(uint32_t table_version)
 	o.code_name = row->code_filename;
 	o.code_qualname = 0x90;
 	o.code_linetable = 0x98;
-	o.code_size = 0xe0;
-	o.code_adaptive = 0xd8;
-	o.code_firsttraceable = 0xc8; /* still 0x10 before co_code_adaptive */
+	o.code_size = row->code_size + 0x10;
+	o.code_adaptive = row->code_adaptive + 0x10;
+	o.code_firsttraceable = row->code_firsttraceable + 0x10; /* the same gap */
 	o.gil_locked = row->gil_last_holder + 0x10;
 	o.gil_last_holder = row->gil_locked + 0x10;
-	o.str_ascii_data = 0x30;
-	o.str_compact_data = 0x40;
+	o.str_ascii_data = row->str_ascii_data + 8;
+	o.str_compact_data = row->str_compact_data + 8;
 	return o;
 }
 
-static void test_future(void)
+static void check_refused(struct img *m, const char *minor)
 {
+	struct pyrt *rt;
+	char want[64];
+	snprintf(want, sizeof(want), "Python %s: unsupported layout (", minor);
+	CHECK_INT(img_open(m, &rt), -SPY_EVERSION);
+	CHECK(!strncmp(m->err.msg, want, strlen(want)));
+	if (strncmp(m->err.msg, want, strlen(want))) {
+		fprintf(stderr, "  got: %s\n", m->err.msg);
+	}
+}
+
+/*
+ * A known version (the newest row) whose debug offsets move the fields the
+ * compiled row would read: walked right, from the table alone. Then the
+ * same image's table corrupted in each way that must be refused.
+ */
+static void test_moved_known(void)
+{
+	const struct pyoffsets *newest = pyoffsets_newest();
+	uint32_t v = newest->version | 0x02f0;
+	char minor[16], exact[24];
+	snprintf(minor, sizeof(minor), "%u.%u", v >> 24, (v >> 16) & 0xff);
+	snprintf(exact, sizeof(exact), "%s.2", minor);
 	struct img m;
 	struct pyrt *rt;
-	struct pyoffsets o = future_layout(0x030f00f0);
+	struct pyoffsets o = moved_layout(v);
 
-	/* (a) 3.15 with debug offsets: walked from them alone. */
-	img_init(&m, &o, 0x030f02f0);
+	img_init(&m, &o, v);
 	CHECK_INT(img_open(&m, &rt), 0);
 	if (rt) {
-		CHECK_STR(pyrt_version_string(rt), "3.15.2");
+		CHECK_STR(pyrt_version_string(rt), exact);
 		CHECK_STR(rt->version_source, "_Py_DebugOffsets");
-		CHECK_INT(rt->off.code_firsttraceable, 0xc8);
-		CHECK_INT(rt->off.str_compact_data, 0x40);
+		CHECK_INT(rt->off.code_firsttraceable, o.code_firsttraceable);
+		CHECK_INT(rt->off.str_compact_data, o.str_compact_data);
+		CHECK_INT(rt->off.tstate_thread_id, o.tstate_thread_id);
 		check_walk(&m, rt);
 		pyrt_free(rt);
 	} else {
-		fprintf(stderr, "3.15: %s\n", m.err.msg);
+		fprintf(stderr, "%s: %s\n", exact, m.err.msg);
 	}
 	/* Found without _PyRuntime's symbol: the cookie is in the data. */
 	struct pyrt_hints saved = *fakepy_hints(m.fp);
@@ -622,13 +645,72 @@ static void test_future(void)
 	}
 	*fakepy_hints(m.fp) = saved;
 
-	/* Idle threads only: nothing to prove the layout with. */
+	/* Impossible values, even for a version spy has a row for: refused,
+	 * never quietly replaced by the row's numbers. */
+	spy_addr_t dbg_ln = saved.runtime + o.dbg.code_linetable;
+	uint64_t ln = fakepy_r64(m.fp, dbg_ln);
+	fakepy_w64(m.fp, dbg_ln, 1ull << 40);
+	check_refused(&m, minor);
+	CHECK(strstr(m.err.msg, "impossible") != NULL);
+	fakepy_w64(m.fp, dbg_ln, ln);
+	spy_addr_t dbg_tsz = saved.runtime + o.dbg.tstate_size;
+	fakepy_w64(m.fp, dbg_tsz, 0x10);
+	check_refused(&m, minor);
+	fakepy_w64(m.fp, dbg_tsz, o.tstate_size);
+	/* A field past the end of its struct. */
+	spy_addr_t dbg_cf = saved.runtime + o.dbg.tstate_current_frame;
+	fakepy_w64(m.fp, dbg_cf, o.tstate_size + 8);
+	check_refused(&m, minor);
+	fakepy_w64(m.fp, dbg_cf, o.tstate_current_frame);
+	/* A str header size no PyASCIIObject has. */
+	spy_addr_t dbg_asz = saved.runtime + o.dbg.str_ascii_size;
+	fakepy_w64(m.fp, dbg_asz, 0);
+	check_refused(&m, minor);
+	fakepy_w64(m.fp, dbg_asz, o.str_ascii_data);
+	/* Free-threaded where no free-threaded row exists for the version. */
+	if (!pyoffsets_find_build(v, PYBUILD_FT)) {
+		fakepy_w64(m.fp, saved.runtime + o.dbg.free_threaded, 1);
+		check_refused(&m, minor);
+		CHECK(strstr(m.err.msg, "free-threaded") != NULL);
+		fakepy_w64(m.fp, saved.runtime + o.dbg.free_threaded, 0);
+	}
+	/* No cookie: a 3.13+ layout is never taken from the row alone. */
+	fakepy_w8(m.fp, saved.runtime, 'X');
+	check_refused(&m, minor);
+	CHECK(strstr(m.err.msg, "no _Py_DebugOffsets found") != NULL);
+	fakepy_w8(m.fp, saved.runtime, 'x');
+	CHECK_INT(img_open(&m, &rt), 0);
+	pyrt_free(rt);
+	img_release(&m);
+}
+
+/* A version newer than every row, read from its own table. */
+static void test_future(void)
+{
+	const struct pyoffsets *newest = pyoffsets_newest();
+	uint32_t next = (newest->version & 0xffff0000u) + 0x10000u;
+	char minor[16], exact[24];
+	snprintf(minor, sizeof(minor), "%u.%u", next >> 24, (next >> 16) & 0xff);
+	struct img m;
+	struct pyrt *rt;
+	struct pyoffsets o = moved_layout(next);
+
+	img_init(&m, &o, next | 0x01f0);
+	CHECK_INT(img_open(&m, &rt), 0);
+	if (rt) {
+		snprintf(exact, sizeof(exact), "%s.1", minor);
+		CHECK_STR(pyrt_version_string(rt), exact);
+		check_walk(&m, rt);
+		pyrt_free(rt);
+	}
+	struct pyrt_hints saved = *fakepy_hints(m.fp);
+
+	/* Idle threads only: nothing to prove the guessed layout with. */
 	spy_addr_t top1 = fakepy_r64(m.fp, fakepy_top_slot(m.fp, m.t1));
 	spy_addr_t top2 = fakepy_r64(m.fp, fakepy_top_slot(m.fp, m.t2));
 	fakepy_w64(m.fp, fakepy_top_slot(m.fp, m.t1), 0);
 	fakepy_w64(m.fp, fakepy_top_slot(m.fp, m.t2), 0);
-	CHECK_INT(img_open(&m, &rt), -SPY_EVERSION);
-	CHECK(!strncmp(m.err.msg, "Python 3.15: unsupported layout (", 33));
+	check_refused(&m, minor);
 	fakepy_w64(m.fp, fakepy_top_slot(m.fp, m.t1), top1);
 	fakepy_w64(m.fp, fakepy_top_slot(m.fp, m.t2), top2);
 
@@ -636,62 +718,30 @@ static void test_future(void)
 	spy_addr_t dbg_ln = saved.runtime + o.dbg.code_linetable;
 	uint64_t ln = fakepy_r64(m.fp, dbg_ln);
 	fakepy_w64(m.fp, dbg_ln, o.code_filename);
-	CHECK_INT(img_open(&m, &rt), -SPY_EVERSION);
-	CHECK(!strncmp(m.err.msg, "Python 3.15: unsupported layout (", 33));
-	/* Impossible values: refused. */
-	fakepy_w64(m.fp, dbg_ln, 1ull << 40);
-	CHECK_INT(img_open(&m, &rt), -SPY_EVERSION);
-	CHECK(strstr(m.err.msg, "impossible") != NULL);
+	check_refused(&m, minor);
 	fakepy_w64(m.fp, dbg_ln, ln);
-	spy_addr_t dbg_tsz = saved.runtime + o.dbg.tstate_size;
-	fakepy_w64(m.fp, dbg_tsz, 0x10);
-	CHECK_INT(img_open(&m, &rt), -SPY_EVERSION);
-	fakepy_w64(m.fp, dbg_tsz, o.tstate_size);
 	/* An interpreter head that leads nowhere. */
 	spy_addr_t dbg_head = saved.runtime + o.dbg.rt_interpreters_head;
 	fakepy_w64(m.fp, dbg_head, o.rt_interpreters_head + 0x10);
-	CHECK_INT(img_open(&m, &rt), -SPY_EVERSION);
+	check_refused(&m, minor);
 	fakepy_w64(m.fp, dbg_head, o.rt_interpreters_head);
 	CHECK_INT(img_open(&m, &rt), 0);
 	pyrt_free(rt);
-
-	/* (c) free-threaded: refused. */
-	fakepy_w64(m.fp, saved.runtime + o.dbg.free_threaded, 1);
-	CHECK_INT(img_open(&m, &rt), -SPY_EVERSION);
-	CHECK_STR(m.err.msg, "Python 3.15: unsupported layout (free-threaded build)");
-	fakepy_w64(m.fp, saved.runtime + o.dbg.free_threaded, 0);
-
-	/* (b) no cookie: Py_Version says 3.15, and there is nothing to read
-	 * the layout from. */
-	fakepy_w8(m.fp, saved.runtime, 'X');
-	CHECK_INT(img_open(&m, &rt), -SPY_EVERSION);
-	CHECK_STR(m.err.msg,
-		  "Python 3.15: unsupported layout (newer than 3.13, and no _Py_DebugOffsets found)");
-	CHECK(rt == NULL);
 	img_release(&m);
 
-	/* 3.14 itself, and a 3.14 cookie on a table laid out as 3.13's (what
-	 * a wrong table-layout guess looks like): the latter is refused. */
-	o = future_layout(0x030e00f0);
-	img_init(&m, &o, 0x030e01f0);
-	CHECK_INT(img_open(&m, &rt), 0);
-	if (rt) {
-		CHECK_STR(pyrt_version_string(rt), "3.14.1");
-		check_walk(&m, rt);
-		pyrt_free(rt);
-	}
-	img_release(&m);
+	/* A 3.14 cookie on a table laid out as 3.13's (a wrong guess of the
+	 * table's own layout): refused. */
 	img_init(&m, pyoffsets_find(0x030d0000), 0x030e00f0);
-	CHECK_INT(img_open(&m, &rt), -SPY_EVERSION);
-	CHECK(!strncmp(m.err.msg, "Python 3.14: unsupported layout (", 33));
+	check_refused(&m, "3.14");
 	img_release(&m);
 
 	/* A pre-release of a future version prints as one. */
-	o = future_layout(0x030f00a1);
-	img_init(&m, &o, 0x030f00a1);
+	o = moved_layout(next | 0xa1);
+	img_init(&m, &o, next | 0xa1);
 	CHECK_INT(img_open(&m, &rt), 0);
 	if (rt) {
-		CHECK_STR(pyrt_version_string(rt), "3.15.0a1");
+		snprintf(exact, sizeof(exact), "%s.0a1", minor);
+		CHECK_STR(pyrt_version_string(rt), exact);
 		pyrt_free(rt);
 	}
 	img_release(&m);
@@ -714,6 +764,7 @@ int main(void)
 	}
 	test_quirks();
 	test_debug_layouts();
+	test_moved_known();
 	test_future();
 	return check_done();
 }

@@ -91,7 +91,7 @@ static void scene_init(struct scene *s, const struct pyoffsets *row)
 	s->f_module = fakepy_push_frame(fp, s->t1, c, 3, 0);
 	c = fakepy_code(fp, "café", "main.py", 20, 400, 300, 320); /* 300-line gap, > 255 bytes in */
 	s->f_cafe = fakepy_push_frame(fp, s->t1, c, 300, 0);
-	if (row->owner_cstack != PYOWNER_NONE) {
+	if (row->owner_shim != PYOWNER_NONE) {
 		fakepy_push_shim(fp, s->t1);
 	}
 	s->c_func = fakepy_code(fp, "Outer.функция", "lib/мод.py", 400, 10, 5, u8 ? 402 : 398);
@@ -117,7 +117,7 @@ static void scene_init(struct scene *s, const struct pyoffsets *row)
 	}
 	expect(s->e1, &s->n1, row, "Klass.𠀀", "计算.py", 1005);
 	expect(s->e1, &s->n1, row, "Outer.функция", "lib/мод.py", u8 ? 402 : 398);
-	if (row->owner_cstack != PYOWNER_NONE) {
+	if (row->owner_shim != PYOWNER_NONE) {
 		s->entry_idx = s->n1 - 1;
 	}
 	expect(s->e1, &s->n1, row, "café", "main.py", 320);
