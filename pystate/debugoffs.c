@@ -134,6 +134,15 @@ int pyrt_apply_debug_offsets(struct pyrt *rt, const char *binary, struct spy_err
 	} else {
 		bad++;
 	}
+	/* Free-threaded: whether the GIL is on at all is another int of _gil. */
+	if (o->build & PYBUILD_FT) {
+		uint64_t en = pyrt_u64(buf, d->interp_gil_enabled);
+		if (gs && en >= gs && en - gs < 0x1000) {
+			o->gil_enabled = (uint32_t)(en - gs);
+		} else {
+			bad++;
+		}
+	}
 	/* Only the ASCII data offset is in the table; the compact header is
 	 * PyASCIIObject + {utf8_length, utf8} in 3.12/3.13 (cpython/unicodeobject.h). */
 	uint64_t asz = pyrt_u64(buf, d->str_ascii_size);

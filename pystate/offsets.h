@@ -184,6 +184,7 @@ struct pyoffsets {
 	uint32_t code_tlbc;            /* PyCodeObject.co_tlbc: _PyCodeArray * */
 	uint32_t codearray_size;       /* _PyCodeArray.size (Py_ssize_t) */
 	uint32_t codearray_entries;    /* _PyCodeArray.entries[] (char *) */
+	uint32_t gil_enabled;          /* _gil_runtime_state.enabled (int): 0 runs without a GIL */
 
 	/*
 	 * 3.13+: where each value sits inside the target's own
@@ -243,6 +244,7 @@ struct pyoffsets {
 		uint32_t long_digit;
 		uint32_t iframe_tlbc_index; /* 3.14+ */
 		uint32_t code_tlbc;         /* 3.14+ */
+		uint32_t interp_gil_enabled; /* of _gil.enabled inside the interp (free-threaded) */
 	} dbg;
 };
 

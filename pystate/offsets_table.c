@@ -109,6 +109,7 @@ const struct pyoffsets pyoffsets_table[] = {
 		.code_tlbc = PYOFF_NONE,
 		.codearray_size = PYOFF_NONE,
 		.codearray_entries = PYOFF_NONE,
+		.gil_enabled = PYOFF_NONE,
 		.dbg = { .size = 0 },
 	},
 	/*
@@ -209,6 +210,7 @@ const struct pyoffsets pyoffsets_table[] = {
 		.code_tlbc = PYOFF_NONE,
 		.codearray_size = PYOFF_NONE,
 		.codearray_entries = PYOFF_NONE,
+		.gil_enabled = PYOFF_NONE,
 		.dbg = { .size = 0 },
 	},
 	/*
@@ -310,6 +312,7 @@ const struct pyoffsets pyoffsets_table[] = {
 		.code_tlbc = PYOFF_NONE,
 		.codearray_size = PYOFF_NONE,
 		.codearray_entries = PYOFF_NONE,
+		.gil_enabled = PYOFF_NONE,
 		.dbg = { .size = 0 },
 	},
 	/*
@@ -411,6 +414,7 @@ const struct pyoffsets pyoffsets_table[] = {
 		.code_tlbc = PYOFF_NONE,
 		.codearray_size = PYOFF_NONE,
 		.codearray_entries = PYOFF_NONE,
+		.gil_enabled = PYOFF_NONE,
 		.dbg = { .size = 0 },
 	},
 	/*
@@ -512,6 +516,7 @@ const struct pyoffsets pyoffsets_table[] = {
 		.code_tlbc = PYOFF_NONE,
 		.codearray_size = PYOFF_NONE,
 		.codearray_entries = PYOFF_NONE,
+		.gil_enabled = PYOFF_NONE,
 		.dbg = { .size = 0 },
 	},
 	/*
@@ -613,6 +618,7 @@ const struct pyoffsets pyoffsets_table[] = {
 		.code_tlbc = PYOFF_NONE,
 		.codearray_size = PYOFF_NONE,
 		.codearray_entries = PYOFF_NONE,
+		.gil_enabled = PYOFF_NONE,
 		.dbg = { .size = 0 },
 	},
 	/*
@@ -715,6 +721,7 @@ const struct pyoffsets pyoffsets_table[] = {
 		.code_tlbc = PYOFF_NONE,
 		.codearray_size = PYOFF_NONE,
 		.codearray_entries = PYOFF_NONE,
+		.gil_enabled = PYOFF_NONE,
 		.dbg = { .size = 0 },
 	},
 	/*
@@ -816,6 +823,7 @@ const struct pyoffsets pyoffsets_table[] = {
 		.code_tlbc = PYOFF_NONE,
 		.codearray_size = PYOFF_NONE,
 		.codearray_entries = PYOFF_NONE,
+		.gil_enabled = PYOFF_NONE,
 		.dbg = { .size = 0 },
 	},
 	/*
@@ -919,6 +927,7 @@ const struct pyoffsets pyoffsets_table[] = {
 		.code_tlbc = PYOFF_NONE,
 		.codearray_size = PYOFF_NONE,
 		.codearray_entries = PYOFF_NONE,
+		.gil_enabled = PYOFF_NONE,
 		.dbg = {
 			.version = 0x8,
 			.free_threaded = 0x10,
@@ -967,6 +976,7 @@ const struct pyoffsets pyoffsets_table[] = {
 			.float_fval = 0x1e0,
 			.long_tag = 0x1f0,
 			.long_digit = 0x1f8,
+			.interp_gil_enabled = 0x80,
 			.iframe_tlbc_index = PYOFF_NONE,
 			.code_tlbc = PYOFF_NONE,
 			.size = 0x248,
@@ -1073,6 +1083,7 @@ const struct pyoffsets pyoffsets_table[] = {
 		.code_tlbc = PYOFF_NONE,
 		.codearray_size = PYOFF_NONE,
 		.codearray_entries = PYOFF_NONE,
+		.gil_enabled = PYOFF_NONE,
 		.dbg = {
 			.version = 0x8,
 			.free_threaded = 0x10,
@@ -1121,6 +1132,7 @@ const struct pyoffsets pyoffsets_table[] = {
 			.float_fval = 0x230,
 			.long_tag = 0x240,
 			.long_digit = 0x248,
+			.interp_gil_enabled = 0x88,
 			.iframe_tlbc_index = 0x130,
 			.code_tlbc = 0x188,
 			.size = 0x2f8,
@@ -1227,6 +1239,7 @@ const struct pyoffsets pyoffsets_table[] = {
 		.code_tlbc = PYOFF_NONE,
 		.codearray_size = PYOFF_NONE,
 		.codearray_entries = PYOFF_NONE,
+		.gil_enabled = PYOFF_NONE,
 		.dbg = {
 			.version = 0x8,
 			.free_threaded = 0x10,
@@ -1275,6 +1288,7 @@ const struct pyoffsets pyoffsets_table[] = {
 			.float_fval = 0x290,
 			.long_tag = 0x2a0,
 			.long_digit = 0x2a8,
+			.interp_gil_enabled = 0x88,
 			.iframe_tlbc_index = 0x170,
 			.code_tlbc = 0x1c8,
 			.size = 0x378,

@@ -66,6 +66,15 @@ int pyrt_new(struct pyrt **out, const struct spy_mem *mem, const struct pyrt_hin
 	     struct spy_strtab *strs, struct spy_err *err);
 void pyrt_free(struct pyrt *rt);
 
+/* A free-threaded build (--disable-gil, 3.13+). */
+bool pyrt_free_threaded(const struct pyrt *rt);
+/*
+ * Whether the target runs with a GIL now: false for a free-threaded build
+ * whose GIL is off (its default), where no thread "holds the GIL" and
+ * py_thread.holds_gil is always false.
+ */
+bool pyrt_has_gil(struct pyrt *rt);
+
 /* PY_VERSION_HEX of the target, e.g. 0x030b07f0 for 3.11.7. */
 uint32_t pyrt_version(const struct pyrt *rt);
 /* "3.11.7" */

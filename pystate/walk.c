@@ -256,6 +256,31 @@ spy_addr_t pyrt_gil_runtime(struct pyrt *rt, spy_addr_t interp)
 	return t;
 }
 
+/* A free-threaded build's GIL is off unless something switched it on. */
+static bool gil_enabled(struct pyrt *rt, spy_addr_t g)
+{
+	int32_t enabled;
+	return rt->off.gil_enabled == PYOFF_NONE ||
+	       (spy_mem_read(rt->mem, g + rt->off.gil_enabled, &enabled, sizeof(enabled)) == 0 &&
+		enabled != 0);
+}
+
+bool pyrt_has_gil(struct pyrt *rt)
+{
+	const struct pyoffsets *o = &rt->off;
+	spy_addr_t interp = pyrt_first_interp(rt), g;
+	if (o->gil_enabled == PYOFF_NONE) {
+		return true;
+	}
+	return interp && spy_mem_read_addr(rt->mem, interp + o->interp_ceval_gil, &g) == 0 &&
+	       spy_mem_plausible(rt->mem, g, 8) && gil_enabled(rt, g);
+}
+
+bool pyrt_free_threaded(const struct pyrt *rt)
+{
+	return (rt->off.build & PYBUILD_FT) != 0;
+}
+
 /*
  * 3.12+: interp->ceval.gil -> _gil_runtime_state. last_holder keeps its
  * value after a release; only locked says whether it is held now.
@@ -266,7 +291,7 @@ spy_addr_t pyrt_gil_interp(struct pyrt *rt, spy_addr_t interp)
 	spy_addr_t g, holder;
 	int32_t locked;
 	if (spy_mem_read_addr(rt->mem, interp + o->interp_ceval_gil, &g) < 0 ||
-	    !spy_mem_plausible(rt->mem, g, 8) ||
+	    !spy_mem_plausible(rt->mem, g, 8) || !gil_enabled(rt, g) ||
 	    spy_mem_read(rt->mem, g + o->gil_locked, &locked, sizeof(locked)) < 0 || locked != 1 ||
 	    spy_mem_read_addr(rt->mem, g + o->gil_last_holder, &holder) < 0) {
 		return 0;
