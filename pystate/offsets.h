@@ -31,14 +31,12 @@ enum pybuild {
 };
 
 /*
- * PEP 393 str `state` bits (Include/cpython/unicodeobject.h, 3.3-3.13).
- * offsetof cannot measure bit-fields; tools/gen-offsets measures them for
- * every row anyway and refuses to write a table that disagrees with these.
+ * PEP 393 str `state` kind width (Include/cpython/unicodeobject.h): three
+ * bits everywhere; where they sit is per row (str_kind_shift), because a
+ * free-threaded build makes `interned` a whole byte. tools/gen-offsets
+ * measures the bit-fields and refuses a table whose kind is not 3 bits.
  */
-#define PYSTR_STATE_KIND_SHIFT 2
 #define PYSTR_STATE_KIND_MASK 7u
-#define PYSTR_STATE_COMPACT_BIT 5
-#define PYSTR_STATE_ASCII_BIT 6
 
 enum pyframe_model {
 	PYFRAME_OBJECT = 1,   /* 2.7-3.10: PyFrameObject chain through f_back */
@@ -82,6 +80,9 @@ struct pyoffsets {
 	uint8_t str_model;         /* enum pystr_model */
 	uint8_t gil_model;         /* enum pygil_model */
 	uint8_t owner_generator;   /* FRAME_OWNED_BY_GENERATOR (3.11+); PYOWNER_NONE */
+	uint8_t str_kind_shift;    /* PEP 393 state bit-fields: kind (3 bits), */
+	uint8_t str_compact_bit;   /* compact, */
+	uint8_t str_ascii_bit;     /* ascii (0 for 2.7, which has no PEP 393) */
 	uint8_t owner_shim;        /* owner >= this: not a Python function's frame (3.12/3.13
 				      FRAME_OWNED_BY_CSTACK, 3.14+ ..._INTERPRETER); PYOWNER_NONE */
 

@@ -187,9 +187,9 @@ int pystr_read(const struct spy_mem *mem, const struct pyoffsets *o, spy_addr_t 
 
 	int64_t n = (int64_t)rd64(hdr + o->str_length);
 	uint32_t state = rd32(hdr + o->str_state);
-	unsigned kind = (state >> PYSTR_STATE_KIND_SHIFT) & PYSTR_STATE_KIND_MASK;
-	int compact = (state >> PYSTR_STATE_COMPACT_BIT) & 1;
-	int ascii = (state >> PYSTR_STATE_ASCII_BIT) & 1;
+	unsigned kind = (state >> o->str_kind_shift) & PYSTR_STATE_KIND_MASK;
+	int compact = (state >> o->str_compact_bit) & 1;
+	int ascii = (state >> o->str_ascii_bit) & 1;
 	if (n < 0 || (kind != 1 && kind != 2 && kind != 4) || (ascii && kind != 1)) {
 		return -SPY_ECORRUPT;
 	}

@@ -208,7 +208,7 @@ spy_addr_t fakepy_str_raw(struct fakepy *fp, int64_t length, uint32_t state, con
 			  size_t datalen)
 {
 	const struct pyoffsets *o = &fp->row;
-	int ascii = (state >> PYSTR_STATE_ASCII_BIT) & 1;
+	int ascii = (state >> o->str_ascii_bit) & 1;
 	uint32_t hdr = ascii ? o->str_ascii_data : o->str_compact_data;
 	spy_addr_t s = fakepy_alloc(fp, hdr + datalen + 8);
 	fakepy_w64(fp, s, 1);
@@ -253,9 +253,9 @@ spy_addr_t fakepy_str(struct fakepy *fp, const char *utf8)
 			memcpy(data + 4 * i, &cps[i], 4);
 		}
 	}
-	/* ready (bit 7, <= 3.11) is set too, as a real compact string has it. */
-	uint32_t state = (kind << PYSTR_STATE_KIND_SHIFT) | (1u << PYSTR_STATE_COMPACT_BIT) |
-			 ((uint32_t)ascii << PYSTR_STATE_ASCII_BIT) | (1u << 7);
+	/* ready (after ascii, <= 3.11) is set too, as a real compact string has it. */
+	uint32_t state = (kind << o->str_kind_shift) | (1u << o->str_compact_bit) |
+			 ((uint32_t)ascii << o->str_ascii_bit) | (1u << (o->str_ascii_bit + 1));
 	spy_addr_t s = fakepy_str_raw(fp, (int64_t)n, state, data, (n + 1) * kind);
 	free(data);
 	free(cps);
@@ -443,6 +443,9 @@ static void write_debug_offsets(struct fakepy *fp)
 	W(interp_gil_state, 0x1000);
 	W(interp_gil_locked, 0x1000 + o->gil_locked);
 	W(interp_gil_holder, 0x1000 + o->gil_last_holder);
+	if (o->build & PYBUILD_FT) {
+		W(interp_gil_enabled, 0x1000 + o->gil_enabled);
+	}
 	W(tstate_size, o->tstate_size);
 	W(iframe_size, o->iframe_size);
 	W(code_size, o->code_size);
@@ -463,7 +466,13 @@ spy_addr_t fakepy_new_interp(struct fakepy *fp, int64_t id)
 		fakepy_w64(fp, ip + o->interp_id, (uint64_t)id);
 	}
 	if (o->interp_ceval_gil != PYOFF_NONE) {
-		fakepy_w64(fp, ip + o->interp_ceval_gil, fakepy_alloc(fp, 0x100));
+		spy_addr_t g = fakepy_alloc(fp, 0x100);
+		fakepy_w64(fp, ip + o->interp_ceval_gil, g);
+		/* A free-threaded build with its GIL switched on, so that the
+		 * holder tests mean the same for every row (fakepy_gil_off). */
+		if (o->gil_enabled != PYOFF_NONE) {
+			fakepy_w32(fp, g + o->gil_enabled, 1);
+		}
 	}
 	/* sys.modules and the sys dict: what a guessed interpreter must have. */
 	if (o->interp_modules != PYOFF_NONE) {
@@ -660,6 +669,13 @@ spy_addr_t fakepy_code_slot(struct fakepy *fp, spy_addr_t frame)
 	return frame + (o->frame_model == PYFRAME_OBJECT ? o->frame_code : o->iframe_code);
 }
 
+uint64_t fakepy_ref(struct fakepy *fp, spy_addr_t obj)
+{
+	/* Tagged as CPython 3.14+ tags a deferred reference (Py_TAG_REFCNT,
+	 * the low bit), so every walk over such a row must clear the tag. */
+	return obj && fp->row.stackref_tag_bits != PYOFF_NONE ? obj | 1 : obj;
+}
+
 spy_addr_t fakepy_push_frame(struct fakepy *fp, spy_addr_t tstate, spy_addr_t code, uint32_t idx,
 			     uint8_t owner)
 {
@@ -677,7 +693,7 @@ spy_addr_t fakepy_push_frame(struct fakepy *fp, spy_addr_t tstate, spy_addr_t co
 		fakepy_w64(fp, f + o->iframe_instr, code + o->code_adaptive + 2 * (uint64_t)idx);
 		fakepy_w8(fp, f + o->iframe_owner, owner);
 	}
-	fakepy_w64(fp, fakepy_code_slot(fp, f), code);
+	fakepy_w64(fp, fakepy_code_slot(fp, f), fakepy_ref(fp, code));
 	fakepy_w64(fp, fakepy_back_slot(fp, f), fakepy_r64(fp, slot));
 	fakepy_w64(fp, slot, f);
 	return f;

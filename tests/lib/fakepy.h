@@ -116,6 +116,8 @@ spy_addr_t fakepy_push_frame(struct fakepy *fp, spy_addr_t tstate, spy_addr_t co
 #define FAKEPY_LOCALS 16
 /* The address of local slot i of frame (i < FAKEPY_LOCALS). */
 spy_addr_t fakepy_local_slot(struct fakepy *fp, spy_addr_t frame, size_t i);
+/* What a frame slot holds for obj: a tagged _PyStackRef on 3.14+ rows. */
+uint64_t fakepy_ref(struct fakepy *fp, spy_addr_t obj);
 /* A 3.12+ C-stack shim frame (owner_shim), whose code is a trampoline. */
 spy_addr_t fakepy_push_shim(struct fakepy *fp, spy_addr_t tstate);
 /* Where tstate's top-frame pointer lives (to corrupt it). */

@@ -228,7 +228,7 @@ static void test_read_row(const struct pyoffsets *row)
 		0,
 	};
 	for (size_t i = 0; i < nn; i++) {
-		fakepy_w64(fp, fakepy_local_slot(fp, f, i), vals[i]);
+		fakepy_w64(fp, fakepy_local_slot(fp, f, i), fakepy_ref(fp, vals[i]));
 	}
 	fakepy_w64(fp, code + o->code_varnames, tuple_of(fp, name_objs, nn));
 	fakepy_w32(fp, code + o->code_argcount, 3);

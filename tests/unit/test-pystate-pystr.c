@@ -37,10 +37,10 @@ static void roundtrip(struct fakepy *fp, const char *utf8)
 	CHECK_INT(trunc, 0);
 }
 
-static uint32_t state(unsigned kind, int compact, int ascii)
+static uint32_t state(const struct pyoffsets *o, unsigned kind, int compact, int ascii)
 {
-	return (kind << PYSTR_STATE_KIND_SHIFT) | ((uint32_t)compact << PYSTR_STATE_COMPACT_BIT) |
-	       ((uint32_t)ascii << PYSTR_STATE_ASCII_BIT);
+	return (kind << o->str_kind_shift) | ((uint32_t)compact << o->str_compact_bit) |
+	       ((uint32_t)ascii << o->str_ascii_bit);
 }
 
 static void test_pep393(uint32_t version)
@@ -62,39 +62,39 @@ static void test_pep393(uint32_t version)
 	uint16_t u16[] = { 0x0444, 0x0443, 0x043d };
 	spy_addr_t data = fakepy_alloc(fp, sizeof(u16));
 	memcpy(fakepy_at(fp, data), u16, sizeof(u16));
-	spy_addr_t legacy = fakepy_str_raw(fp, 3, state(2, 0, 0), NULL, 0);
+	spy_addr_t legacy = fakepy_str_raw(fp, 3, state(row, 2, 0, 0), NULL, 0);
 	fakepy_w64(fp, legacy + row->str_compact_data, data);
 	CHECK_INT(rd(fp, legacy, out, sizeof(out), NULL), 0);
 	CHECK_STR(out, "фун");
 
 	/* Invalid code points become U+FFFD: surrogates, > U+10FFFF, NUL. */
 	uint32_t bad4[] = { 'a', 0xd800, 0x110000, 0, 'b' };
-	CHECK_INT(rd(fp, fakepy_str_raw(fp, 5, state(4, 1, 0), bad4, sizeof(bad4)), out, sizeof(out), NULL), 0);
+	CHECK_INT(rd(fp, fakepy_str_raw(fp, 5, state(row, 4, 1, 0), bad4, sizeof(bad4)), out, sizeof(out), NULL), 0);
 	CHECK_STR(out, "a\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" "b");
 	uint16_t bad2[] = { 0xdc00, 'x' };
-	CHECK_INT(rd(fp, fakepy_str_raw(fp, 2, state(2, 1, 0), bad2, sizeof(bad2)), out, sizeof(out), NULL), 0);
+	CHECK_INT(rd(fp, fakepy_str_raw(fp, 2, state(row, 2, 1, 0), bad2, sizeof(bad2)), out, sizeof(out), NULL), 0);
 	CHECK_STR(out, "\xef\xbf\xbdx");
 	/* An "ASCII" string with a high byte. */
-	CHECK_INT(rd(fp, fakepy_str_raw(fp, 2, state(1, 1, 1), "\xe9z", 2), out, sizeof(out), NULL), 0);
+	CHECK_INT(rd(fp, fakepy_str_raw(fp, 2, state(row, 1, 1, 1), "\xe9z", 2), out, sizeof(out), NULL), 0);
 	CHECK_STR(out, "\xef\xbf\xbdz");
 
 	/* 2^40 characters: read at most SPY_MAX_STR bytes, report truncation. */
-	spy_addr_t huge = fakepy_str_raw(fp, 1LL << 40, state(1, 1, 1), "abc", 3);
+	spy_addr_t huge = fakepy_str_raw(fp, 1LL << 40, state(row, 1, 1, 1), "abc", 3);
 	CHECK_INT(rd(fp, huge, out, sizeof(out), &trunc), 0);
 	CHECK_INT(trunc, 1);
 	CHECK(strlen(out) <= SPY_MAX_STR);
 	CHECK(!strncmp(out, "abc", 3));
-	spy_addr_t huge4 = fakepy_str_raw(fp, 1LL << 40, state(4, 1, 0), bad4, sizeof(bad4));
+	spy_addr_t huge4 = fakepy_str_raw(fp, 1LL << 40, state(row, 4, 1, 0), bad4, sizeof(bad4));
 	CHECK_INT(rd(fp, huge4, out, sizeof(out), &trunc), 0);
 	CHECK_INT(trunc, 1);
 
 	/* Impossible headers. */
-	CHECK_INT(rd(fp, fakepy_str_raw(fp, -1, state(1, 1, 1), NULL, 0), out, sizeof(out), NULL), -SPY_ECORRUPT);
-	CHECK_INT(rd(fp, fakepy_str_raw(fp, 1, state(3, 1, 0), "x", 1), out, sizeof(out), NULL), -SPY_ECORRUPT);
-	CHECK_INT(rd(fp, fakepy_str_raw(fp, 1, state(0, 1, 0), "x", 1), out, sizeof(out), NULL), -SPY_ECORRUPT);
-	CHECK_INT(rd(fp, fakepy_str_raw(fp, 1, state(2, 1, 1), "xx", 2), out, sizeof(out), NULL), -SPY_ECORRUPT);
+	CHECK_INT(rd(fp, fakepy_str_raw(fp, -1, state(row, 1, 1, 1), NULL, 0), out, sizeof(out), NULL), -SPY_ECORRUPT);
+	CHECK_INT(rd(fp, fakepy_str_raw(fp, 1, state(row, 3, 1, 0), "x", 1), out, sizeof(out), NULL), -SPY_ECORRUPT);
+	CHECK_INT(rd(fp, fakepy_str_raw(fp, 1, state(row, 0, 1, 0), "x", 1), out, sizeof(out), NULL), -SPY_ECORRUPT);
+	CHECK_INT(rd(fp, fakepy_str_raw(fp, 1, state(row, 2, 1, 1), "xx", 2), out, sizeof(out), NULL), -SPY_ECORRUPT);
 	/* Legacy string whose data pointer is garbage. */
-	spy_addr_t badleg = fakepy_str_raw(fp, 3, state(2, 0, 0), NULL, 0);
+	spy_addr_t badleg = fakepy_str_raw(fp, 3, state(row, 2, 0, 0), NULL, 0);
 	fakepy_w64(fp, badleg + row->str_compact_data, 0x7f0000000000ull);
 	CHECK(rd(fp, badleg, out, sizeof(out), NULL) < 0);
 

@@ -249,6 +249,79 @@ static void test_row(const struct pyoffsets *row)
 	scene_release(&s);
 }
 
+/*
+ * Free-threaded rows: a thread running its own copy of the bytecode
+ * (co_tlbc->entries[tlbc_index]) gets the same lines as one running
+ * co_code_adaptive; a bad index truncates instead of guessing; and with
+ * the GIL off nobody holds it.
+ */
+static void test_free_threaded(const struct pyoffsets *row)
+{
+	struct scene s;
+	scene_init(&s, row);
+	struct pyrt *rt = open_rt(&s);
+	if (!rt) {
+		scene_release(&s);
+		return;
+	}
+	CHECK(pyrt_free_threaded(rt));
+	struct py_thread t;
+	memset(&t, 0, sizeof(t));
+	t.tstate = s.t1;
+	t.interp = s.interp;
+	struct spy_stack st = SPY_STACK_INIT;
+
+	/* Every frame of t1 moves to thread-local copy 2 of its code. */
+	size_t moved = 0;
+	spy_addr_t first = 0;
+	for (spy_addr_t f = fakepy_r64(s.fp, fakepy_top_slot(s.fp, s.t1)); f && moved < 64;
+	     f = fakepy_r64(s.fp, fakepy_back_slot(s.fp, f)), moved++) {
+		spy_addr_t code = fakepy_r64(s.fp, fakepy_code_slot(s.fp, f)) & ~(uint64_t)3;
+		if (!code || fakepy_r64(s.fp, code + row->ob_type) != fakepy_code_type(s.fp)) {
+			continue; /* a shim */
+		}
+		spy_addr_t instr = fakepy_r64(s.fp, f + row->iframe_instr);
+		uint64_t units = instr - (code + row->code_adaptive);
+		spy_addr_t copy = fakepy_alloc(s.fp, units + 64);
+		spy_addr_t arr = fakepy_alloc(s.fp, row->codearray_entries + 3 * 8);
+		fakepy_w64(s.fp, arr + row->codearray_size, 3);
+		fakepy_w64(s.fp, arr + row->codearray_entries, code + row->code_adaptive);
+		fakepy_w64(s.fp, arr + row->codearray_entries + 8, 0);
+		fakepy_w64(s.fp, arr + row->codearray_entries + 16, copy);
+		fakepy_w64(s.fp, code + row->code_tlbc, arr);
+		fakepy_w32(s.fp, f + row->iframe_tlbc_index, 2);
+		first = first ? first : f;
+		fakepy_w64(s.fp, f + row->iframe_instr, copy + units);
+	}
+	/* The code cache would hide nothing here: it keys on the code object,
+	 * and the index is read from the frame on every walk. */
+	spy_stack_reset(&st);
+	CHECK_INT(pyrt_stack(rt, &t, &st, NULL), 0);
+	check_stack(&st, s.e1, s.n1, s.version);
+
+	/* An index past the array: the walk stops there, truncated. */
+	CHECK(first != 0);
+	fakepy_w32(s.fp, first + row->iframe_tlbc_index, 7);
+	spy_stack_reset(&st);
+	CHECK_INT(pyrt_stack(rt, &t, &st, NULL), 0);
+	CHECK_INT(st.truncated, 1);
+	fakepy_w32(s.fp, first + row->iframe_tlbc_index, 2);
+
+	/* GIL switched off (a free-threaded build's default). */
+	CHECK(pyrt_has_gil(rt));
+	spy_addr_t g = fakepy_r64(s.fp, s.interp + row->interp_ceval_gil);
+	fakepy_w32(s.fp, g + row->gil_enabled, 0);
+	CHECK(!pyrt_has_gil(rt));
+	struct py_thread th[4];
+	size_t n = 0;
+	CHECK_INT(pyrt_threads(rt, th, 4, &n, NULL), 0);
+	CHECK(n == 2 && !th[0].holds_gil && !th[1].holds_gil);
+
+	spy_stack_release(&st);
+	pyrt_free(rt);
+	scene_release(&s);
+}
+
 /* Walk t1 after corrupting the image with fn; check the result is bounded. */
 static void walk_t1(struct scene *s, struct pyrt *rt, struct spy_stack *st, int *rc)
 {
@@ -624,6 +697,9 @@ int main(void)
 		test_row(row);
 		test_corrupt(row);
 		test_errors(row);
+		if (row->build & PYBUILD_FT) {
+			test_free_threaded(row);
+		}
 	}
 	test_debug_offsets();
 	return check_done();
