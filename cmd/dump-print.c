@@ -154,7 +154,10 @@ static void print_frame_locals(const struct dump_thread *d, const struct dump_fr
 void dump_print_text(const struct dump_result *r, FILE *f)
 {
 	fprintf(f, "Process %d: %s\n", r->pid, r->cmdline);
-	fprintf(f, "Python %s (%s)\n", r->version, r->binary);
+	fprintf(f, "Python %s%s (%s)\n", r->version,
+		!r->free_threaded ? "" : r->no_gil ? " free-threaded, running without a GIL" :
+						     " free-threaded, GIL switched on",
+		r->binary);
 	for (size_t i = 0; i < r->n; i++) {
 		const struct dump_thread *d = &r->threads[i];
 		fprintf(f, "\nThread %d (python 0x%llx) \"%s\" %s%s\n", (int)d->py.native_tid,
@@ -267,7 +270,8 @@ void dump_print_json(const struct dump_result *r, FILE *f)
 	json_key_str(&b, "python", r->version);
 	spy_buf_adds(&b, ", ");
 	json_key_str(&b, "binary", r->binary);
-	spy_buf_adds(&b, ", ");
+	spy_buf_addf(&b, ", \"free_threaded\": %s, \"gil\": %s, ", r->free_threaded ? "true" : "false",
+		     r->no_gil ? "false" : "true");
 	json_key_str(&b, "core", r->core);
 	spy_buf_adds(&b, ",\n \"threads\": [");
 	for (size_t i = 0; i < r->n; i++) {

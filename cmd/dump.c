@@ -312,6 +312,8 @@ int cmd_dump(int argc, char **argv)
 		.pid = target_pid(&t),
 		.cmdline = target_cmdline(&t),
 		.version = pyrt_version_string(t.rt),
+		.free_threaded = pyrt_free_threaded(t.rt),
+		.no_gil = !pyrt_has_gil(t.rt),
 		.binary = t.binary,
 		.core = o.core,
 		.threads = spy_xcalloc(SPY_MAX_THREADS, sizeof(*r.threads)),

@@ -52,6 +52,8 @@ struct dump_result {
 	int pid;
 	const char *cmdline, *version, *binary;
 	const char *core;                  /* the core file, or NULL for a live process */
+	bool free_threaded;                /* a --disable-gil build */
+	bool no_gil;                       /* ... running with its GIL off: nobody holds it */
 	struct dump_thread *threads;
 	size_t n;
 	bool locals;

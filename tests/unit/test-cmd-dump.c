@@ -3,6 +3,7 @@
  * gives (dump_classify) and the deadlock hint (dump_hint), on hand-built
  * thread lists.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cmd/dump.h"
@@ -89,9 +90,46 @@ static void test_hint(void)
 	CHECK_STR(hint_of(t, 2), "");
 }
 
+/* The header says what kind of build it is, and whether a GIL exists. */
+static void test_header(void)
+{
+	struct dump_thread t[1];
+	set(&t[0], 10, DUMP_RUNNING, false);
+	struct dump_result r = { .pid = 7, .cmdline = "python3.14t app.py", .version = "3.14.10",
+				 .binary = "/usr/bin/python3.14t", .threads = t, .n = 1 };
+	const bool ft[] = { false, true, true }, nogil[] = { false, true, false };
+	const char *want[] = {
+		"Python 3.14.10 (/usr/bin/python3.14t)\n",
+		"Python 3.14.10 free-threaded, running without a GIL (/usr/bin/python3.14t)\n",
+		"Python 3.14.10 free-threaded, GIL switched on (/usr/bin/python3.14t)\n",
+	};
+	const char *json[] = {
+		"\"free_threaded\": false, \"gil\": true,",
+		"\"free_threaded\": true, \"gil\": false,",
+		"\"free_threaded\": true, \"gil\": true,",
+	};
+	for (size_t i = 0; i < 3; i++) {
+		char *text = NULL;
+		size_t len = 0;
+		r.free_threaded = ft[i];
+		r.no_gil = nogil[i];
+		FILE *f = open_memstream(&text, &len);
+		dump_print_text(&r, f);
+		fclose(f);
+		CHECK(strstr(text, want[i]) != NULL);
+		free(text);
+		f = open_memstream(&text, &len);
+		dump_print_json(&r, f);
+		fclose(f);
+		CHECK(strstr(text, json[i]) != NULL);
+		free(text);
+	}
+}
+
 int main(void)
 {
 	test_classify();
 	test_hint();
+	test_header();
 	return check_done();
 }
