@@ -161,7 +161,8 @@ void dump_print_text(const struct dump_result *r, FILE *f)
 	for (size_t i = 0; i < r->n; i++) {
 		const struct dump_thread *d = &r->threads[i];
 		fprintf(f, "\nThread %d (python 0x%llx) \"%s\" %s%s\n", (int)d->py.native_tid,
-			(unsigned long long)d->py.thread_id, d->comm, dump_state_name(d->state),
+			(unsigned long long)d->py.thread_id, d->name ? d->name : d->comm,
+			dump_state_name(d->state),
 			d->py.holds_gil ? ", holds the GIL" : "");
 		if (d->stack.n == 0) {
 			fprintf(f, "    (no Python frames)\n");
@@ -227,7 +228,9 @@ static void json_thread(struct spy_buf *b, const struct dump_result *r, const st
 {
 	spy_buf_addf(b, "{\"tid\": %d, \"thread_id\": \"0x%llx\", ", (int)d->py.native_tid,
 		     (unsigned long long)d->py.thread_id);
-	json_key_str(b, "name", d->comm);
+	json_key_str(b, "name", d->name ? d->name : d->comm);
+	spy_buf_adds(b, ", ");
+	json_key_str(b, "os_name", d->comm);
 	spy_buf_adds(b, ", ");
 	json_key_str(b, "state", dump_state_name(d->state));
 	spy_buf_addf(b, ", \"holds_gil\": %s, ", d->py.holds_gil ? "true" : "false");

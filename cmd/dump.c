@@ -179,9 +179,17 @@ static int collect(struct target *t, const struct os_thread *os, size_t nos,
 	if (n > SPY_MAX_THREADS) {
 		n = SPY_MAX_THREADS;
 	}
+	const char **names = spy_xcalloc(n ? n : 1, sizeof(*names));
+	if (rc == 0 && n) {
+		struct spy_err nerr = SPY_ERR_INIT;
+		if (pyrt_thread_names(t->rt, py, n, names, &nerr) < 0) {
+			spy_log(SPY_LOG_DEBUG, "dump: no thread names: %s", nerr.msg);
+		}
+	}
 	for (size_t i = 0; rc == 0 && i < n && !proc_stop_requested; i++) {
 		struct dump_thread *d = &r->threads[r->n++];
 		d->py = py[i];
+		d->name = names[i];
 		const struct os_thread *ot = find_os_thread(os, nos, d->py.native_tid);
 		if (ot) {
 			memcpy(d->comm, ot->comm, sizeof(d->comm));
@@ -192,6 +200,7 @@ static int collect(struct target *t, const struct os_thread *os, size_t nos,
 			native_unwind(o->nat, t, d->py.native_tid, &o->pcs[r->n - 1]);
 		}
 	}
+	free(names);
 	free(py);
 	return rc;
 }

@@ -37,6 +37,7 @@ struct dump_thread {
 	struct proc_wait wait;
 	enum dump_state state;
 	char comm[17];
+	const char *name;                  /* threading's name for it (interned), or NULL */
 	bool in_gil;                       /* the futex waited on is the GIL's */
 	/*
 	 * --locals: per Python frame of stack, in order (native frames merged

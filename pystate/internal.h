@@ -183,6 +183,9 @@ uint32_t pycode_line(struct pyrt *rt, struct pycode *c, int64_t addr);
 /* Is type the code type? First call checks tp_name and remembers. */
 bool pyrt_is_type(struct pyrt *rt, spy_addr_t *cached, spy_addr_t type, const char *name);
 
+/* locals.c: the value of the object at obj, one level deep (0: unbound). */
+void pyrt_read_value(struct pyrt *rt, spy_addr_t obj, struct py_value *v);
+
 /* walk.c */
 int pyrt_walk_frameobj(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out);
 int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out);

@@ -334,6 +334,11 @@ static void read_value(struct pyrt *rt, spy_addr_t obj, struct py_value *v, bool
 	read_by_kind(rt, obj, (enum rd)m->kind, v, deref_cell);
 }
 
+void pyrt_read_value(struct pyrt *rt, spy_addr_t obj, struct py_value *v)
+{
+	read_value(rt, obj, v, false);
+}
+
 /*
  * A run of a frame's slots named by one tuple: all of them from 3.11 (with
  * a kind byte each), the locals then the cells then the free variables

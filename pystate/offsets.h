@@ -69,6 +69,20 @@ enum pygil_model {
 	PYGIL_INTERP,             /* 3.12+: interp->ceval.gil -> {last_holder, locked} */
 };
 
+enum pydict_model {
+	PYDICT_OPEN27 = 1,     /* 2.7: open-addressed ma_table of (hash, key, value) */
+	PYDICT_COMPACT36,      /* 3.6-3.10: dk_size, indices, then (hash, key, value) entries */
+	PYDICT_COMPACT311,     /* 3.11+: log2 sizes, and (key, value) entries for str-only keys */
+};
+
+/* Where an instance's attributes are (Objects/object.c, _PyObject_GetDictPtr and friends). */
+enum pyidict_model {
+	PYIDICT_OFFSET = 1,    /* <= 3.10: a dict at obj + tp_dictoffset */
+	PYIDICT_MANAGED311,    /* 3.11: values at obj - managed_values_off, else dict at - managed_dict_off */
+	PYIDICT_TAGGED312,     /* 3.12: one word at obj - managed_dict_off: values - 1 (odd), or a dict */
+	PYIDICT_INLINE313,     /* 3.13+: values at obj + tp_basicsize while valid, else the managed dict */
+};
+
 struct pyoffsets {
 	uint32_t version;          /* PY_VERSION_HEX of major.minor, e.g. 0x030b0000 */
 	uint8_t build;             /* enum pybuild flags */
@@ -79,6 +93,8 @@ struct pyoffsets {
 	uint8_t instr_model;       /* enum pyinstr_model */
 	uint8_t str_model;         /* enum pystr_model */
 	uint8_t gil_model;         /* enum pygil_model */
+	uint8_t dict_model;        /* enum pydict_model */
+	uint8_t idict_model;       /* enum pyidict_model */
 	uint8_t owner_generator;   /* FRAME_OWNED_BY_GENERATOR (3.11+); PYOWNER_NONE */
 	uint8_t str_kind_shift;    /* PEP 393 state bit-fields: kind (3 bits), */
 	uint8_t str_compact_bit;   /* compact, */
@@ -177,6 +193,30 @@ struct pyoffsets {
 	uint32_t u27_length;           /* 2.7 PyUnicodeObject.length */
 	uint32_t u27_str;              /* 2.7 PyUnicodeObject.str (Py_UNICODE *) */
 	uint32_t u27_unit;             /* 2.7 sizeof(Py_UNICODE): 2 or 4 */
+	/* Dicts and instance attributes, for thread names (names.c). */
+	uint32_t dict_keys;            /* PyDictObject.ma_keys (3.6+) */
+	uint32_t dict_values;          /* PyDictObject.ma_values (3.6+): split-table values */
+	uint32_t dict_mask;            /* 2.7 PyDictObject.ma_mask */
+	uint32_t dict_table;           /* 2.7 PyDictObject.ma_table */
+	uint32_t dk_size;              /* PyDictKeysObject.dk_size (3.6-3.10) */
+	uint32_t dk_log2_size;         /* (3.11+, uint8) */
+	uint32_t dk_log2_index_bytes;  /* (3.11+, uint8) */
+	uint32_t dk_kind;              /* (3.11+, uint8) */
+	uint32_t dk_nentries;
+	uint32_t dk_indices;
+	uint32_t dk_kind_general;      /* DICT_KEYS_GENERAL: entries with a hash (3.11+) */
+	uint32_t dict_entry_size;      /* PyDictKeyEntry (2.7 PyDictEntry): hash, key, value */
+	uint32_t dict_uentry_size;     /* PyDictUnicodeEntry: key, value (3.11+) */
+	uint32_t dictvalues_values;    /* PyDictValues.values (3.11+) */
+	uint32_t type_basicsize;       /* PyTypeObject.tp_basicsize */
+	uint32_t type_dictoffset;      /* PyTypeObject.tp_dictoffset */
+	uint32_t heaptype_cached_keys; /* PyHeapTypeObject.ht_cached_keys (3.6+) */
+	uint32_t managed_dict_off;     /* bytes *before* the object: its managed dict (3.11+) */
+	uint32_t managed_values_off;   /* bytes before the object: its values (3.11) */
+	uint32_t tpflags_managed_dict; /* Py_TPFLAGS_MANAGED_DICT (3.11+) */
+	uint32_t tpflags_inline_values; /* Py_TPFLAGS_INLINE_VALUES (3.13+) */
+	uint32_t dictvalues_valid;     /* PyDictValues.valid (uint8, 3.13+) */
+	uint32_t module_dict;          /* PyModuleObject.md_dict */
 	uint32_t stackref_tag_bits;    /* _PyStackRef Py_TAG_BITS (3.14+); PYOFF_NONE: plain pointers */
 	uint32_t stackref_int_tag;     /* Py_INT_TAG: a tagged integer, not an object */
 

@@ -106,6 +106,17 @@ int pyrt_stack(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out
 	       struct spy_err *err);
 
 /*
+ * The names Python's threading module gave the threads th[0..n): names[i]
+ * is the interned name of th[i], or NULL for a thread threading does not
+ * know (started from C) or whose name cannot be read. One scan of each
+ * interpreter's threading._active (bounded); returns how many were named,
+ * or a negative error (with err set) when none could be and a module's
+ * structures could not be read.
+ */
+int pyrt_thread_names(struct pyrt *rt, const struct py_thread *th, size_t n, const char **names,
+		      struct spy_err *err);
+
+/*
  * dump: the address ranges a thread blocked on the GIL sleeps on (a futex
  * inside one of them), for the interpreter interp. 3.7-3.11 _PyRuntime's
  * ceval.gil, 3.12+ *interp->ceval.gil, 3.6/2.7 from the hints' symbols.

@@ -242,9 +242,8 @@ def matrix_wants(interp, target):
     main = [Frame("<module>", MATRIX, m["main_sleep"])]
 
     def names(tid, threading_name):
-        # The kernel's name for the thread today, its threading name later
-        # (README); anything else is wrong.
-        return tuple(n for n in (comm(pid, tid), threading_name) if n)
+        # The name threading gave the thread, not the kernel's (README).
+        return (threading_name,)
 
     spin_tid, sleep_tid = info["spinner_native_id"], info["sleeper_native_id"]
     return lambda d: [
