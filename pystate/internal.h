@@ -19,6 +19,10 @@
  * a target churning through lambdas cannot grow us. Power of two. */
 #define PYCODE_CACHE_SLOTS 4096
 
+/* Threads whose names are remembered (more than SPY_MAX_THREADS: slots of
+ * ended threads stay until the next full scan). Power of two. */
+#define PYRT_NAME_SLOTS 4096
+
 /* Largest fixed part of a struct we copy in one read (PyCodeObject,
  * _PyInterpreterFrame, the PyThreadState fields we use, PyFrameObject). */
 #define PYRT_MAX_SPAN 0x400
@@ -97,6 +101,18 @@ struct pyrt {
 	size_t tmp_alloc;
 
 	const char *unknown;        /* interned "<unknown>" */
+
+	/* Thread names (names.c): what threading called each thread, by
+	 * (ident, tstate); name NULL is a lookup that found none. */
+	struct pyname_ent {
+		uint64_t ident;
+		spy_addr_t tstate;
+		const char *name;
+		uint32_t gen;       /* names_gen of the scan that set it; 0 = empty */
+	} *names;               /* PYRT_NAME_SLOTS, allocated on first use */
+	uint32_t names_gen;
+	uint64_t names_scanned_ns;  /* when the last full scan ran */
+	uint64_t names_scans;       /* scans of threading._active so far (debug log, tests) */
 };
 
 /*

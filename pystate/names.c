@@ -17,6 +17,8 @@
  * Threads started from C that never touched threading are not in _active:
  * they get no name here and keep the kernel's.
  */
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/bounds.h"
@@ -365,4 +367,70 @@ int pyrt_thread_names(struct pyrt *rt, const struct py_thread *th, size_t n, con
 		}
 	}
 	return found ? found : rc;
+}
+
+/* ---- the cache ---- */
+
+static size_t name_slot(const struct pyrt *rt, uint64_t ident, spy_addr_t tstate, bool *hit)
+{
+	uint64_t h = (ident ^ (tstate * 0x9e3779b97f4a7c15ull)) * 0xff51afd7ed558ccdull;
+	size_t i = (size_t)(h >> 40) & (PYRT_NAME_SLOTS - 1);
+	for (size_t probes = 0; probes < PYRT_NAME_SLOTS; probes++) {
+		const struct pyname_ent *e = &rt->names[i];
+		if (!e->gen || (e->ident == ident && e->tstate == tstate)) {
+			*hit = e->gen != 0;
+			return i;
+		}
+		i = (i + 1) & (PYRT_NAME_SLOTS - 1);
+	}
+	*hit = false;
+	return SIZE_MAX; /* full */
+}
+
+const char *pyrt_thread_name(const struct pyrt *rt, const struct py_thread *t)
+{
+	bool hit;
+	if (!rt->names) {
+		return NULL;
+	}
+	size_t i = name_slot(rt, t->thread_id, t->tstate, &hit);
+	return hit ? rt->names[i].name : NULL;
+}
+
+void pyrt_names_update(struct pyrt *rt, const struct py_thread *th, size_t n, uint64_t now_ns,
+		       uint64_t refresh_ns)
+{
+	bool full = !rt->names || now_ns - rt->names_scanned_ns >= refresh_ns;
+	bool missing = false;
+	if (!rt->names) {
+		rt->names = spy_xcalloc(PYRT_NAME_SLOTS, sizeof(*rt->names));
+	}
+	for (size_t i = 0; i < n && !full && !missing; i++) {
+		bool hit;
+		(void)name_slot(rt, th[i].thread_id, th[i].tstate, &hit);
+		missing = !hit;
+	}
+	if (!full && !missing) {
+		return;
+	}
+	if (full) {
+		/* Forget ended threads: their slots would fill the table. */
+		memset(rt->names, 0, PYRT_NAME_SLOTS * sizeof(*rt->names));
+		rt->names_scanned_ns = now_ns;
+	}
+	if (++rt->names_gen == 0) {
+		rt->names_gen = 1;
+	}
+	const char **names = spy_xcalloc(n ? n : 1, sizeof(*names));
+	rt->names_scans++;
+	(void)pyrt_thread_names(rt, th, n, names, NULL);
+	for (size_t i = 0; i < n; i++) {
+		bool hit;
+		size_t s = name_slot(rt, th[i].thread_id, th[i].tstate, &hit);
+		if (s == SIZE_MAX || (hit && !full && !names[i])) {
+			continue; /* keep what an earlier scan found */
+		}
+		rt->names[s] = (struct pyname_ent){ th[i].thread_id, th[i].tstate, names[i], rt->names_gen };
+	}
+	free(names);
 }

@@ -117,6 +117,18 @@ int pyrt_thread_names(struct pyrt *rt, const struct py_thread *th, size_t n, con
 		      struct spy_err *err);
 
 /*
+ * For samplers: the same names, cached. pyrt_names_update() looks up the
+ * threads of th[0..n) not seen before (one scan for all of them), and every
+ * thread again once refresh_ns have passed since the last scan (a thread
+ * renamed later is seen then); a lookup that found nothing is remembered
+ * until that refresh, never retried every sample. pyrt_thread_name() is then
+ * a table lookup: threading's name, or NULL (use the kernel's).
+ */
+void pyrt_names_update(struct pyrt *rt, const struct py_thread *th, size_t n, uint64_t now_ns,
+		       uint64_t refresh_ns);
+const char *pyrt_thread_name(const struct pyrt *rt, const struct py_thread *t);
+
+/*
  * dump: the address ranges a thread blocked on the GIL sleeps on (a futex
  * inside one of them), for the interpreter interp. 3.7-3.11 _PyRuntime's
  * ceval.gil, 3.12+ *interp->ceval.gil, 3.6/2.7 from the hints' symbols.

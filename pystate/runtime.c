@@ -389,6 +389,7 @@ void pyrt_free(struct pyrt *rt)
 		return;
 	}
 	pycode_cache_release(rt);
+	free(rt->names);
 	free(rt->tmp);
 	free(rt->frames);
 	free(rt->seen);

@@ -322,6 +322,41 @@ static void test_free_threaded(const struct pyoffsets *row)
 	scene_release(&s);
 }
 
+/*
+ * The name cache: a thread is looked up when first seen, a lookup that
+ * found nothing (this image has no threading module) is not retried until
+ * the refresh period passes, and then every thread is looked up again.
+ */
+static void test_name_cache(const struct pyoffsets *row)
+{
+	struct scene s;
+	scene_init(&s, row);
+	struct pyrt *rt = open_rt(&s);
+	if (!rt) {
+		scene_release(&s);
+		return;
+	}
+	const uint64_t sec = 1000000000ull;
+	struct py_thread th[8];
+	size_t n = 0;
+	CHECK_INT(pyrt_threads(rt, th, 8, &n, NULL), 0);
+	CHECK_INT(n, 2);
+	CHECK(pyrt_thread_name(rt, &th[0]) == NULL);
+	pyrt_names_update(rt, th, 1, 5 * sec, sec);
+	CHECK_INT(rt->names_scans, 1);
+	pyrt_names_update(rt, th, 1, 5 * sec + sec / 2, sec);
+	CHECK_INT(rt->names_scans, 1); /* the miss is remembered */
+	pyrt_names_update(rt, th, 2, 5 * sec + sec / 2, sec);
+	CHECK_INT(rt->names_scans, 2); /* a thread not seen before */
+	pyrt_names_update(rt, th, 2, 5 * sec + sec - 1, sec);
+	CHECK_INT(rt->names_scans, 2);
+	pyrt_names_update(rt, th, 2, 6 * sec + sec / 2, sec);
+	CHECK_INT(rt->names_scans, 3); /* the refresh */
+	CHECK(pyrt_thread_name(rt, &th[0]) == NULL && pyrt_thread_name(rt, &th[1]) == NULL);
+	pyrt_free(rt);
+	scene_release(&s);
+}
+
 /* Walk t1 after corrupting the image with fn; check the result is bounded. */
 static void walk_t1(struct scene *s, struct pyrt *rt, struct spy_stack *st, int *rc)
 {
@@ -700,6 +735,7 @@ int main(void)
 		if (row->build & PYBUILD_FT) {
 			test_free_threaded(row);
 		}
+		test_name_cache(row);
 	}
 	test_debug_offsets();
 	return check_done();
