@@ -179,6 +179,10 @@ static int collect(struct target *t, const struct os_thread *os, size_t nos,
 	if (n > SPY_MAX_THREADS) {
 		n = SPY_MAX_THREADS;
 	}
+	if (rc == 0 && n) {
+		spy_log(SPY_LOG_DEBUG, "dump: garbage collector collecting: %d (-1: unknown)",
+			pyrt_gc_collecting(t->rt, py[0].interp));
+	}
 	const char **names = spy_xcalloc(n ? n : 1, sizeof(*names));
 	if (rc == 0 && n) {
 		struct spy_err nerr = SPY_ERR_INIT;

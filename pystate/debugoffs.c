@@ -143,6 +143,13 @@ int pyrt_apply_debug_offsets(struct pyrt *rt, const char *binary, struct spy_err
 			bad++;
 		}
 	}
+	/* gc.collecting, relative to the gc state: ours is relative to the interp. */
+	uint64_t gcs = pyrt_u64(buf, d->interp_gc), gcc = pyrt_u64(buf, d->gc_collecting);
+	if (gcs && gcs < (1u << 20) && gcc < 0x1000) {
+		o->interp_gc_collecting = (uint32_t)(gcs + gcc);
+	} else {
+		bad++;
+	}
 	/* Only the ASCII data offset is in the table; the compact header is
 	 * PyASCIIObject + {utf8_length, utf8} in 3.12/3.13 (cpython/unicodeobject.h). */
 	uint64_t asz = pyrt_u64(buf, d->str_ascii_size);

@@ -217,6 +217,8 @@ struct pyoffsets {
 	uint32_t tpflags_inline_values; /* Py_TPFLAGS_INLINE_VALUES (3.13+) */
 	uint32_t dictvalues_valid;     /* PyDictValues.valid (uint8, 3.13+) */
 	uint32_t module_dict;          /* PyModuleObject.md_dict */
+	uint32_t rt_gc_collecting;     /* _PyRuntimeState.gc.collecting (int, 3.7-3.8) */
+	uint32_t interp_gc_collecting; /* PyInterpreterState.gc.collecting (int, 3.9+) */
 	uint32_t stackref_tag_bits;    /* _PyStackRef Py_TAG_BITS (3.14+); PYOFF_NONE: plain pointers */
 	uint32_t stackref_int_tag;     /* Py_INT_TAG: a tagged integer, not an object */
 
@@ -286,6 +288,8 @@ struct pyoffsets {
 		uint32_t iframe_tlbc_index; /* 3.14+ */
 		uint32_t code_tlbc;         /* 3.14+ */
 		uint32_t interp_gil_enabled; /* of _gil.enabled inside the interp (free-threaded) */
+		uint32_t interp_gc;         /* of the gc state inside the interp */
+		uint32_t gc_collecting;     /* of collecting inside the gc state */
 	} dbg;
 };
 

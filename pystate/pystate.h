@@ -75,6 +75,12 @@ bool pyrt_free_threaded(const struct pyrt *rt);
  */
 bool pyrt_has_gil(struct pyrt *rt);
 
+/*
+ * Whether interp's garbage collector is collecting now: 1 or 0, or -1 when
+ * the version does not say where to look (2.7, 3.6) or it cannot be read.
+ */
+int pyrt_gc_collecting(struct pyrt *rt, spy_addr_t interp);
+
 /* PY_VERSION_HEX of the target, e.g. 0x030b07f0 for 3.11.7. */
 uint32_t pyrt_version(const struct pyrt *rt);
 /* "3.11.7" */

@@ -276,6 +276,19 @@ bool pyrt_has_gil(struct pyrt *rt)
 	       spy_mem_plausible(rt->mem, g, 8) && gil_enabled(rt, g);
 }
 
+int pyrt_gc_collecting(struct pyrt *rt, spy_addr_t interp)
+{
+	const struct pyoffsets *o = &rt->off;
+	spy_addr_t at = o->interp_gc_collecting != PYOFF_NONE ? interp + o->interp_gc_collecting :
+			o->rt_gc_collecting != PYOFF_NONE && rt->runtime ? rt->runtime + o->rt_gc_collecting :
+									  0;
+	int32_t c;
+	if (!at || spy_mem_read(rt->mem, at, &c, sizeof(c)) < 0) {
+		return -1;
+	}
+	return c != 0;
+}
+
 bool pyrt_free_threaded(const struct pyrt *rt)
 {
 	return (rt->off.build & PYBUILD_FT) != 0;

@@ -446,6 +446,9 @@ static void write_debug_offsets(struct fakepy *fp)
 	if (o->build & PYBUILD_FT) {
 		W(interp_gil_enabled, 0x1000 + o->gil_enabled);
 	}
+	/* The gc state at an arbitrary place before the flag: only the sum matters. */
+	W(interp_gc, o->interp_gc_collecting - 0x20);
+	W(gc_collecting, 0x20);
 	W(tstate_size, o->tstate_size);
 	W(iframe_size, o->iframe_size);
 	W(code_size, o->code_size);

@@ -227,6 +227,20 @@ static void test_row(const struct pyoffsets *row)
 	CHECK_INT(pyrt_threads(rt, th, 8, &n, NULL), 0);
 	CHECK(!th[0].holds_gil && th[1].holds_gil);
 
+	/* The garbage collector's flag, where the version keeps one. */
+	spy_addr_t gcf = row->interp_gc_collecting != PYOFF_NONE ? s.interp + row->interp_gc_collecting :
+			 row->rt_gc_collecting != PYOFF_NONE ? fakepy_hints(s.fp)->runtime + row->rt_gc_collecting :
+								0;
+	if (gcf) {
+		CHECK_INT(pyrt_gc_collecting(rt, s.interp), 0);
+		fakepy_w32(s.fp, gcf, 1);
+		CHECK_INT(pyrt_gc_collecting(rt, s.interp), 1);
+		fakepy_w32(s.fp, gcf, 0);
+	} else {
+		CHECK_INT(pyrt_gc_collecting(rt, s.interp), -1);
+		CHECK(row->version < 0x03070000);
+	}
+
 	/* A subinterpreter: listed after the main interpreter's threads. */
 	spy_addr_t sub = fakepy_new_interp(s.fp, 1);
 	spy_addr_t t3 = fakepy_thread(s.fp, sub, 4400);
