@@ -422,6 +422,21 @@ void fg_trend_init(struct fg_trend *t, const struct fg_slices *s, const struct f
 	 * samples must not weigh as much as one of three hundred.
 	 */
 	double n = 0, sw = 0, sx = 0, sxx = 0;
+	/*
+	 * First and last shares come from full windows: a recording that ends
+	 * 30 ms into a new window leaves three samples there, and a function
+	 * at 12% of every window would show last% 0. A window is full when it
+	 * has at least half the samples of the fullest one.
+	 */
+	uint64_t most = 0;
+	for (size_t wi = 0; wi < s->nw; wi++) {
+		uint64_t sum = 0;
+		for (size_t i = 0; i < s->w[wi].n; i++) {
+			sum += s->w[wi].v[i].count;
+		}
+		most = sum > most ? sum : most;
+	}
+	bool had_full = false;
 	for (size_t wi = 0; wi < s->nw; wi++) {
 		size_t nt = 0;
 		uint64_t total = window_counts(&s->w[wi], p, &fs, fit, touched, &nt);
@@ -434,18 +449,22 @@ void fg_trend_init(struct fg_trend *t, const struct fg_slices *s, const struct f
 		/* x is the window's index among non-empty ones: a pause in
 		 * sampling (no Python thread running) is not a trend. */
 		double x = n, w = (double)total;
+		bool full = 2 * total >= most;
 		for (size_t f = 0; f < fs.n; f++) {
 			double y = 100.0 * (double)fit[f].in_window / w;
-			if (n == 0) {
+			if (full && !had_full) {
 				fit[f].first = y;
 			}
-			fit[f].last = y;
+			if (full) {
+				fit[f].last = y;
+			}
 			fit[f].sy += w * y;
 			fit[f].sxy += w * x * y;
 			fit[f].syy += w * y * y;
 			seen[f] = seen[f] || fit[f].in_window;
 			fit[f].in_window = 0;
 		}
+		had_full = had_full || full;
 		n += 1;
 		sw += w;
 		sx += w * x;

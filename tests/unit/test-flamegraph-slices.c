@@ -116,6 +116,37 @@ static void test_trend_and_round_trip(void)
 	fg_profile_free(p);
 }
 
+/*
+ * A recording that ends just into a new window (3 samples there, none in
+ * lookup) and started late in its first (2 samples): first% and last% are
+ * the full windows' shares, 12% each, not 0%; each window weighs by its
+ * samples, so the stubs hardly move the slope.
+ */
+static void test_partial_windows(void)
+{
+	struct fg_profile *p = fg_profile_new(NULL, 0);
+	struct fg_slices *s = fg_slices_new(1.0);
+	add(p, s, "main (a.py:1);steady (a.py:5) 2", 0.9);
+	for (int w = 1; w <= 3; w++) {
+		add(p, s, "main (a.py:1);steady (a.py:5) 88", w + 0.5);
+		add(p, s, "main (a.py:1);lookup (a.py:9) 12", w + 0.5);
+	}
+	add(p, s, "main (a.py:1);steady (a.py:5) 3", 4.03);
+	struct fg_trend t;
+	fg_trend_init(&t, s, p, 0);
+	CHECK_INT(t.windows, 5);
+	for (size_t i = 0; i < t.nfuncs; i++) {
+		if (!strcmp(t.rows[i].func, "lookup")) {
+			CHECK_NEAR(t.rows[i].first_pct, 12);
+			CHECK_NEAR(t.rows[i].last_pct, 12);
+			CHECK(fabs(t.rows[i].slope) < 0.5);
+		}
+	}
+	fg_trend_release(&t);
+	fg_slices_free(s);
+	fg_profile_free(p);
+}
+
 /* fib;fib is one stack: fib's share of the window is 4 of 8, not 8 of 8. */
 static void test_recursion(void)
 {
@@ -252,6 +283,7 @@ static void test_malformed(void)
 int main(void)
 {
 	test_trend_and_round_trip();
+	test_partial_windows();
 	test_recursion();
 	test_cap();
 	test_long_window();
