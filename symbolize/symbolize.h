@@ -20,8 +20,12 @@
 /* One ELF file opened for symbol look-ups. */
 struct sym_elf;
 
-/* Open path (already prefixed with the target's /proc/PID/root). -SPY_EIO if unreadable, -SPY_EFORMAT if not ELF. */
-int sym_elf_open(struct sym_elf **out, const char *path, struct spy_err *err);
+/*
+ * Read the ELF file open on fd (from spy_open_mapped or a core's rules;
+ * the sym_elf owns it from here, success or not), path naming it in
+ * messages. -SPY_EFORMAT if not ELF.
+ */
+int sym_elf_open(struct sym_elf **out, int fd, const char *path, struct spy_err *err);
 void sym_elf_free(struct sym_elf *e);
 
 /* st_value of the defined symbol name, from .dynsym or else .symtab. */

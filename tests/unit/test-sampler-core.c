@@ -123,7 +123,7 @@ static void test_open_and_read(const char *core, const char *mapped)
 {
 	struct core *c = NULL;
 	struct spy_err err = SPY_ERR_INIT;
-	CHECK_INT(core_open(&c, core, NULL, &err), 0);
+	CHECK_INT(core_open(&c, core, NULL, "/", &err), 0);
 	if (!c) {
 		fprintf(stderr, "core_open: %s\n", err.msg);
 		return;
@@ -155,7 +155,7 @@ static void test_open_and_read(const char *core, const char *mapped)
 	CHECK(spy_mem_plausible(m, FILE_AT, 8));
 	core_free(c);
 
-	CHECK_INT(core_open(&c, core, "/opt/python3", &err), 0);
+	CHECK_INT(core_open(&c, core, "/opt/python3", NULL, &err), 0);
 	if (c) {
 		CHECK_STR(core_exe(c), "/opt/python3");
 		core_free(c);
@@ -166,7 +166,7 @@ static void expect_error(const char *path, int code, const char *what)
 {
 	struct core *c = NULL;
 	struct spy_err err = SPY_ERR_INIT;
-	int rc = core_open(&c, path, NULL, &err);
+	int rc = core_open(&c, path, NULL, NULL, &err);
 	CHECK_INT(rc, -code);
 	CHECK(c == NULL);
 	CHECK(strstr(err.msg, what) != NULL);
