@@ -249,7 +249,7 @@ static void test_resolve_self(void)
 	CHECK(proc_parse_maps(text, len, &maps, &nmaps, &paths, NULL) >= 0);
 	struct spy_mem mem = { self_read, NULL, maps, nmaps };
 
-	struct sym_native *s = sym_native_new("", &strs);
+	struct sym_native *s = sym_native_new(getpid(), &strs);
 	struct spy_stack out = SPY_STACK_INIT;
 	spy_addr_t pcs[2] = { (spy_addr_t)(uintptr_t)&spy_test_marker_function + 2,
 			      (spy_addr_t)(uintptr_t)&strlen + 1 };
