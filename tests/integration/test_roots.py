@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""spy and the files of a process that runs in another root.
+
+A Python from tools/pyroot's Debian root runs targets/rooted.py twice: in a
+container (its own mount namespace, pivot_root: its files are not ours) and
+under a plain chroot (our namespace: /proc/PID/maps paths carry the root's
+prefix). The target sleeps in C inside a library the test built, which it
+has replaced on disk with a FIFO. For each:
+  - dump: the Python stack, at the target's marker lines;
+  - dump --native-all: finishes (a FIFO opened by name would hang spy), and
+    the native frames are named from the root's own files: plant_wait in
+    the replaced library, clock_nanosleep in the root's libc, the eval loop
+    in the root's python3.13, with the Python frames above the library's;
+  - dump --core of a gcore taken from here (once the target has swapped
+    its FIFO for a file of junk, or gdb would hang): the container's core names
+    paths of the container's root, which spy does not read unless told
+    (exit 5, naming --root); with --root ROOT, and with --exe ROOT/usr/bin/
+    python3.13, the stack is the live one. The chroot's core names our own
+    paths, whose build-ids match: no option needed.
+Needs root (namespaces, chroot), gcc, and the pyroot (`tools/pyroot build`):
+SKIPs saying which is missing. Uses python3.13, which spy walks today.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import harness
+from harness import Frame
+
+PYROOT = os.path.join(harness.REPO, "tools", "pyroot")
+TARGET = harness.target_path("rooted.py")
+PYTHON = "python3.13"
+PLANT_C = """
+#include <unistd.h>
+int plant_wait(int n);
+int plant_wait(int n)
+{
+	int i;
+	for (i = 0; i < n; i++) {
+		usleep(50000);
+	}
+	return i;
+}
+"""
+
+
+def pyroot_path():
+    if os.geteuid() != 0:
+        return None, "needs root (mount namespaces, chroot)"
+    r = subprocess.run([PYROOT, "path"], stdout=subprocess.PIPE,
+                       stderr=subprocess.DEVNULL)
+    if r.returncode != 0:
+        return None, "no pyroot built (tools/pyroot build)"
+    root = r.stdout.decode().strip()
+    if not os.access(os.path.join(root, "usr/bin", PYTHON), os.X_OK):
+        return None, "the pyroot has no %s" % PYTHON
+    return root, None
+
+
+class RootTarget(harness.Target):
+    """rooted.py under tools/pyroot run MODE; the PID is python's own."""
+
+    def __init__(self, mode, tmp, lib):
+        self.interp = None
+        self.script = os.path.join(tmp, "rooted.py")
+        self.argv = [PYROOT, "run", mode, "--bind", tmp, "--", PYTHON,
+                     self.script, lib]
+        self._err = tempfile.TemporaryFile()
+        self.proc = harness.spawn(self.argv, stdout=subprocess.PIPE,
+                                  stderr=self._err)
+        self.pid = self.proc.pid
+        self.info = self._wait_ready(60)
+
+
+def main_thread(text, pid):
+    try:
+        d = harness.parse_dump(text)
+    except harness.DumpParseError as e:
+        return None, "cannot parse dump: %s" % e
+    for t in d.threads:
+        if t.tid == pid:
+            return t, None
+    return None, "no thread %d in the dump" % pid
+
+
+def python_frames(frames):
+    return [f for f in frames if f.line is not None]
+
+
+def check_dump(args, pid, want, what):
+    r = harness.run_spy(args, timeout=60)
+    if r.rc != 0 or r.timed_out:
+        return None, "%s: %s" % (what, r.describe())
+    t, why = main_thread(r.out, pid)
+    if why:
+        return None, "%s: %s" % (what, why)
+    got = python_frames(t.frames)
+    if got != want:
+        return t, "%s: Python frames %s, expected %s" % (what, got, want)
+    return t, None
+
+
+def check_native(pid, want):
+    t, why = check_dump(["dump", "--native-all", "--pid", str(pid)], pid,
+                        want, "dump --native-all")
+    if why:
+        return [why]
+    names = [(f.func, f.file) for f in t.frames]
+    problems = []
+    for func, lib in (("plant_wait", "libplant.so"),
+                      ("clock_nanosleep", "libc.so.6"),
+                      ("PyEval_EvalCode", PYTHON)):
+        if (func, lib) not in names:
+            problems.append("dump --native-all: no %s (%s) in %s"
+                            % (func, lib, names))
+    if not problems:
+        # The unwind went through the replaced library up to Python.
+        at = names.index(("plant_wait", "libplant.so"))
+        if t.frames[at + 1:] and not python_frames(t.frames[at + 1:]):
+            problems.append("dump --native-all: no Python frame above "
+                            "plant_wait: %s" % names)
+    return problems
+
+
+def swap_fifo(lib):
+    """Have the target replace its FIFO with a regular file (gdb would hang)."""
+    open(lib + ".swap", "w").close()
+    if not harness.wait_for(lambda: os.path.exists(lib + ".swapped"), 10):
+        raise harness.HarnessError("the target did not replace its FIFO")
+
+
+def gcore(pid, tmp):
+    exe = shutil.which("gcore")
+    if not exe:
+        return None, "gcore not installed"
+    prefix = os.path.join(tmp, "core")
+    r = subprocess.run([exe, "-o", prefix, str(pid)], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=120)
+    path = "%s.%d" % (prefix, pid)
+    if r.returncode != 0 or not os.path.exists(path):
+        return None, "gcore failed: %s" % r.stderr.decode(errors="replace")[-200:]
+    return path, None
+
+
+def check_cores(mode, pid, root, tmp, want):
+    core, why = gcore(pid, tmp)
+    if not core:
+        return ["core: " + why]
+    problems = []
+    if mode == "--container":
+        r = harness.run_spy(["dump", "--core", core], timeout=60)
+        if r.rc != 5 or "--root" not in r.err:
+            problems.append("core without --root: expected exit 5 naming "
+                            "--root, got %s" % r.describe())
+        variants = (["--root", root],
+                    ["--exe", os.path.join(root, "usr/bin", PYTHON)])
+    else:
+        variants = ([],)
+    for extra in variants:
+        _, why = check_dump(["dump", "--core", core] + extra, pid, want,
+                            "dump --core %s" % " ".join(extra))
+        problems.append(why)
+    os.unlink(core)
+    return problems
+
+
+def run_mode(mode, root):
+    tmp = tempfile.mkdtemp(prefix="spy-roots-")
+    copied = os.path.join(root, tmp.lstrip("/"))
+    try:
+        shutil.copy(TARGET, tmp)
+        lib = os.path.join(tmp, "libplant.so")
+        src = os.path.join(tmp, "plant.c")
+        with open(src, "w") as f:
+            f.write(PLANT_C)
+        gcc = shutil.which("gcc")
+        if not gcc:
+            raise harness.SkipInterp("gcc not found, cannot build the library")
+        subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-g", "-o", lib, src],
+                       check=True)
+        m = harness.markers(TARGET)
+        script = os.path.join(tmp, "rooted.py")
+        want = [Frame("leaf", script, m["wait"]), Frame("outer", script, m["call"]),
+                Frame("<module>", script, m["main"])]
+        with RootTarget(mode, tmp, lib) as t:
+            problems = []
+            _, why = check_dump(["dump", "--pid", str(t.pid)], t.pid, want, "dump")
+            problems.append(why)
+            problems += check_native(t.pid, want)
+            # Where the target sees the library: in the chroot, the copy under the root.
+            swap_fifo(lib if mode == "--container" else os.path.join(copied, "libplant.so"))
+            problems += check_cores(mode, t.pid, root, tmp, want)
+            return [p for p in problems if p]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        # --chroot copies the bound directory into the root, --container
+        # makes an empty one there to mount it on.
+        if copied.startswith(root + "/tmp/"):
+            shutil.rmtree(copied, ignore_errors=True)
+
+
+def main():
+    rep = harness.reporter("roots")
+    root, why = pyroot_path()
+    if not root:
+        rep.skip("roots", why)
+        rep.finish(why)
+    no_ptrace = harness.ptrace_problem()
+    for mode in ("--container", "--chroot"):
+        label = "%s %s" % (PYTHON, mode.lstrip("-"))
+        if no_ptrace:
+            rep.skip(label, no_ptrace)
+            continue
+        try:
+            rep.check(label, run_mode(mode, root))
+        except harness.SkipInterp as e:
+            rep.skip(label, str(e))
+        except (harness.HarnessError, OSError, ValueError,
+                subprocess.SubprocessError) as e:
+            rep.fail(label, "%s: %s" % (type(e).__name__, e))
+        finally:
+            harness.cleanup()
+    rep.finish()
+
+
+if __name__ == "__main__":
+    main()
