@@ -294,7 +294,8 @@ static int open_named(struct core *c, const char *path)
 	}
 	if (fd < 0) {
 		spy_log(named ? SPY_LOG_WARN : SPY_LOG_DEBUG, "core: cannot open %s%s: %s",
-			c->rootfd >= 0 && shown == path ? c->root : "", shown, strerror(-fd));
+			c->rootfd >= 0 && shown == path ? c->root : "", shown,
+			fd == -EINVAL ? "not a regular file" : strerror(-fd));
 		return fd;
 	}
 	unsigned char want[BUILD_ID_MAX], have[BUILD_ID_MAX];
