@@ -1,6 +1,6 @@
 /*
  * sampler: reaching a live target. A struct proc is one process: its
- * identity (/proc/PID/{cmdline,exe,root}), its mappings, its threads, a
+ * identity (/proc/PID/{cmdline,exe}), its mappings, its threads, a
  * struct spy_mem that reads its memory (process_vm_readv, falling back to
  * /proc/PID/mem), and ptrace control to pause and resume every thread.
  *
@@ -59,8 +59,6 @@ pid_t proc_pid(const struct proc *p);
 const char *proc_cmdline(const struct proc *p);
 /* readlink(/proc/PID/exe), " (deleted)" stripped; "" if unreadable. */
 const char *proc_exe(const struct proc *p);
-/* "/proc/PID/root": prefix for opening the target's files from its own mount namespace. */
-const char *proc_root(const struct proc *p);
 
 /*
  * The memory reader. Valid until proc_free(); its maps are the ones read by
