@@ -11,12 +11,14 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <linux/openat2.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -94,10 +96,25 @@ int spy_open_path(int dirfd, const char *path, enum spy_open_how how, struct sta
 	return reopen_rdonly(o);
 }
 
-/* Whether st is the file the maps line names. */
-static bool same_file(const struct stat *st, const struct spy_map *m)
+/* Whether the file open on fd (stat st) is the one the maps line names. */
+static bool same_file(int fd, const struct stat *st, const struct spy_map *m)
 {
-	return (uint64_t)st->st_ino == m->inode && (uint64_t)st->st_dev == m->dev;
+	if ((uint64_t)st->st_ino != m->inode) {
+		return false;
+	}
+	if ((uint64_t)st->st_dev == m->dev) {
+		return true;
+	}
+	/*
+	 * Before Linux 6.8, the maps line of a file on overlayfs (a Docker
+	 * container's root) gives the device of the layer's file, while fstat
+	 * gives the overlay's; the inode number is the layer's in both when
+	 * the layers share a filesystem, as they usually do. Without this a
+	 * spy inside a container with CAP_SYS_PTRACE alone (no map_files)
+	 * could open none of its neighbours' files.
+	 */
+	struct statfs sf;
+	return fstatfs(fd, &sf) == 0 && sf.f_type == OVERLAYFS_SUPER_MAGIC;
 }
 
 int spy_open_mapped(pid_t pid, const struct spy_map *m)
@@ -113,7 +130,7 @@ int spy_open_mapped(pid_t pid, const struct spy_map *m)
 	snprintf(buf, sizeof(buf), "/proc/%d/map_files/%llx-%llx", (int)pid,
 		 (unsigned long long)m->lo, (unsigned long long)m->hi);
 	fd = spy_open_path(AT_FDCWD, buf, SPY_OPEN_USER, &st);
-	if (fd >= 0 && same_file(&st, m)) {
+	if (fd >= 0 && same_file(fd, &st, m)) {
 		return fd;
 	}
 	if (fd >= 0) {
@@ -129,7 +146,7 @@ int spy_open_mapped(pid_t pid, const struct spy_map *m)
 			continue;
 		}
 		fd = spy_open_path(dirfd, m->path, i == 0 ? SPY_OPEN_IN_ROOT : SPY_OPEN_NOLINKS, &st);
-		if (fd >= 0 && same_file(&st, m)) {
+		if (fd >= 0 && same_file(fd, &st, m)) {
 			if (root >= 0) {
 				close(root);
 			}

@@ -8,7 +8,8 @@
  * The one name that is always right is /proc/PID/map_files/LO-HI (root or
  * CAP_SYS_ADMIN; it also reaches a deleted or replaced file); without it
  * the path is tried under /proc/PID/root, then as it is, and a candidate is
- * accepted only if its device and inode are the ones the maps line gives.
+ * accepted only if its device and inode are the ones the maps line gives
+ * (on overlayfs, the inode: see same_file).
  *
  * Why here, in common: cmd (the interpreter's symbols), symbolize (the
  * native symbolizer, which cannot include sampler) and sampler (core files)

@@ -3,15 +3,18 @@
  * this process's own mappings and on files planted the way a hostile
  * container or chroot would plant them: a symlink out of the root, a FIFO
  * (an open that blocks forever), a terminal, a file swapped in under a
- * mapped name. An alarm turns a blocking open into a failure, not a hang.
+ * mapped name; and a file on overlayfs as older kernels show it. An alarm
+ * turns a blocking open into a failure, not a hang.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -163,6 +166,48 @@ static void test_in_root(void)
 	close(root);
 }
 
+/*
+ * A file on overlayfs as a kernel before 6.8 shows its mapping: the layer's
+ * device, the overlay's path. Needs root (a private mount namespace, so the
+ * mount goes away with the test).
+ */
+static void test_overlay(void)
+{
+	if (geteuid() != 0) {
+		printf("SKIP overlay: needs root to mount one\n");
+		return;
+	}
+	const char *const dirs[] = { "ov", "ov/lower", "ov/upper", "ov/work", "ov/merged" };
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		CHECK(mkdir(at(dirs[i]), 0700) == 0);
+	}
+	write_text(at("ov/lower/lib.so"), "layered");
+	char opts[600];
+	snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s,workdir=%s", at("ov/lower"),
+		 at("ov/upper"), at("ov/work"));
+	if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+	    mount("overlay", at("ov/merged"), "overlay", 0, opts) != 0) {
+		printf("SKIP overlay: cannot mount one here (%s)\n", strerror(errno));
+		return;
+	}
+	struct stat layer, merged;
+	CHECK(stat(at("ov/lower/lib.so"), &layer) == 0 && stat(at("ov/merged/lib.so"), &merged) == 0);
+	/* Not mapped at that range: map_files fails and the path is what is left. */
+	struct spy_map m = { .lo = 0x1000, .hi = 0x2000, .dev = layer.st_dev, .inode = merged.st_ino,
+			     .path = at("ov/merged/lib.so") };
+	if (layer.st_ino != merged.st_ino || layer.st_dev == merged.st_dev) {
+		printf("SKIP overlay: this overlay does not keep the layer's inode numbers\n");
+	} else {
+		int fd = spy_open_mapped(getpid(), &m);
+		CHECK_STR(content(fd), "layered");
+		close(fd);
+	}
+	/* Another inode on the overlay is still another file. */
+	m.inode++;
+	CHECK_INT(spy_open_mapped(getpid(), &m), -ESTALE);
+	umount2(at("ov/merged"), MNT_DETACH);
+}
+
 static void on_alarm(int sig)
 {
 	(void)sig;
@@ -183,6 +228,7 @@ int main(void)
 	test_prefixed_path();
 	test_hostile_files();
 	test_in_root();
+	test_overlay();
 	char cmd[300];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	(void)!system(cmd);
