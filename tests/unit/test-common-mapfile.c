@@ -127,7 +127,8 @@ static void test_hostile_files(void)
 	CHECK_INT(spy_open_path(AT_FDCWD, "/dev/null", SPY_OPEN_USER, NULL), -EINVAL);
 	CHECK_INT(spy_open_path(AT_FDCWD, dir, SPY_OPEN_USER, NULL), -EINVAL);
 
-	/* A link, last or in the middle: refused when links are not allowed, followed when the user named it. */
+	/* A link, last or in the middle: refused when links are not allowed,
+	 * followed when the user named it. */
 	CHECK(symlink(at("lib.so"), at("link")) == 0);
 	CHECK(symlink(dir, at("dirlink")) == 0);
 	CHECK_INT(spy_open_path(AT_FDCWD, at("link"), SPY_OPEN_NOLINKS, NULL), -ELOOP);

@@ -55,7 +55,7 @@ static void prstatus(struct spy_buf *b, pid_t tid, long nr, uint64_t arg0, uint6
 	note(b, NT_PRSTATUS, "CORE", &st, sizeof(st));
 }
 
-/* NT_FILE: one mapping of path at FILE_AT, from its page 2; with its page 0 at FILE0_AT if first. */
+/* NT_FILE: one mapping of path at FILE_AT, from its page 2; its page 0 at FILE0_AT if first. */
 static void nt_file(struct spy_buf *b, const char *path, bool first)
 {
 	struct spy_buf d = SPY_BUF_INIT;
