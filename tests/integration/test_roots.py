@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """spy and the files of a process that runs in another root.
 
-A Python from tools/pyroot's Debian root runs targets/rooted.py twice: in a
+Each Python of tools/pyroot's Debian root runs targets/rooted.py twice: in a
 container (its own mount namespace, pivot_root: its files are not ours) and
 under a plain chroot (our namespace: /proc/PID/maps paths carry the root's
 prefix). The target sleeps in C inside a library the test built, which it
@@ -18,7 +18,7 @@ has replaced on disk with a FIFO. For each:
     python3.13, the stack is the live one. The chroot's core names our own
     paths, whose build-ids match: no option needed.
 Needs root (namespaces, chroot), gcc, and the pyroot (`tools/pyroot build`):
-SKIPs saying which is missing. Uses python3.13, which spy walks today.
+SKIPs saying which is missing.
 """
 
 import os
@@ -32,7 +32,7 @@ from harness import Frame
 
 PYROOT = os.path.join(harness.REPO, "tools", "pyroot")
 TARGET = harness.target_path("rooted.py")
-PYTHON = "python3.13"
+PYTHONS = ("python3.13", "python3.14", "python3.15")
 PLANT_C = """
 #include <unistd.h>
 int plant_wait(int n);
@@ -54,19 +54,16 @@ def pyroot_path():
                        stderr=subprocess.DEVNULL)
     if r.returncode != 0:
         return None, "no pyroot built (tools/pyroot build)"
-    root = r.stdout.decode().strip()
-    if not os.access(os.path.join(root, "usr/bin", PYTHON), os.X_OK):
-        return None, "the pyroot has no %s" % PYTHON
-    return root, None
+    return r.stdout.decode().strip(), None
 
 
 class RootTarget(harness.Target):
     """rooted.py under tools/pyroot run MODE; the PID is python's own."""
 
-    def __init__(self, mode, tmp, lib):
+    def __init__(self, python, mode, tmp, lib):
         self.interp = None
         self.script = os.path.join(tmp, "rooted.py")
-        self.argv = [PYROOT, "run", mode, "--bind", tmp, "--", PYTHON,
+        self.argv = [PYROOT, "run", mode, "--bind", tmp, "--", python,
                      self.script, lib]
         self._err = tempfile.TemporaryFile()
         self.proc = harness.spawn(self.argv, stdout=subprocess.PIPE,
@@ -103,7 +100,7 @@ def check_dump(args, pid, want, what):
     return t, None
 
 
-def check_native(pid, want):
+def check_native(python, pid, want):
     t, why = check_dump(["dump", "--native-all", "--pid", str(pid)], pid,
                         want, "dump --native-all")
     if why:
@@ -112,7 +109,7 @@ def check_native(pid, want):
     problems = []
     for func, lib in (("plant_wait", "libplant.so"),
                       ("clock_nanosleep", "libc.so.6"),
-                      ("PyEval_EvalCode", PYTHON)):
+                      ("PyEval_EvalCode", python)):
         if (func, lib) not in names:
             problems.append("dump --native-all: no %s (%s) in %s"
                             % (func, lib, names))
@@ -145,7 +142,7 @@ def gcore(pid, tmp):
     return path, None
 
 
-def check_cores(mode, pid, root, tmp, want):
+def check_cores(python, mode, pid, root, tmp, want):
     core, why = gcore(pid, tmp)
     if not core:
         return ["core: " + why]
@@ -156,7 +153,7 @@ def check_cores(mode, pid, root, tmp, want):
             problems.append("core without --root: expected exit 5 naming "
                             "--root, got %s" % r.describe())
         variants = (["--root", root],
-                    ["--exe", os.path.join(root, "usr/bin", PYTHON)])
+                    ["--exe", os.path.join(root, "usr/bin", python)])
     else:
         variants = ([],)
     for extra in variants:
@@ -167,7 +164,7 @@ def check_cores(mode, pid, root, tmp, want):
     return problems
 
 
-def run_mode(mode, root):
+def run_mode(python, mode, root):
     tmp = tempfile.mkdtemp(prefix="spy-roots-")
     copied = os.path.join(root, tmp.lstrip("/"))
     try:
@@ -185,14 +182,14 @@ def run_mode(mode, root):
         script = os.path.join(tmp, "rooted.py")
         want = [Frame("leaf", script, m["wait"]), Frame("outer", script, m["call"]),
                 Frame("<module>", script, m["main"])]
-        with RootTarget(mode, tmp, lib) as t:
+        with RootTarget(python, mode, tmp, lib) as t:
             problems = []
             _, why = check_dump(["dump", "--pid", str(t.pid)], t.pid, want, "dump")
             problems.append(why)
-            problems += check_native(t.pid, want)
+            problems += check_native(python, t.pid, want)
             # Where the target sees the library: in the chroot, the copy under the root.
             swap_fifo(lib if mode == "--container" else os.path.join(copied, "libplant.so"))
-            problems += check_cores(mode, t.pid, root, tmp, want)
+            problems += check_cores(python, mode, t.pid, root, tmp, want)
             return [p for p in problems if p]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -209,13 +206,16 @@ def main():
         rep.skip("roots", why)
         rep.finish(why)
     no_ptrace = harness.ptrace_problem()
-    for mode in ("--container", "--chroot"):
-        label = "%s %s" % (PYTHON, mode.lstrip("-"))
+    for python, mode in [(p, m) for p in PYTHONS for m in ("--container", "--chroot")]:
+        label = "%s %s" % (python, mode.lstrip("-"))
+        if not os.access(os.path.join(root, "usr/bin", python), os.X_OK):
+            rep.skip(label, "the pyroot has no %s" % python)
+            continue
         if no_ptrace:
             rep.skip(label, no_ptrace)
             continue
         try:
-            rep.check(label, run_mode(mode, root))
+            rep.check(label, run_mode(python, mode, root))
         except harness.SkipInterp as e:
             rep.skip(label, str(e))
         except (harness.HarnessError, OSError, ValueError,
