@@ -32,6 +32,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <gelf.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,11 +59,22 @@ struct load {
 	uint64_t offset, filesz, vaddr;
 };
 
+/* What find_debuginfo keeps for one module (its libdwfl userdata). */
+struct dbg {
+	const struct sym_native *s;
+	bool found;                   /* its debug file is found */
+	char dir[80];                 /* the directory of that file */
+	unsigned char alt_id[64];     /* and the dwz file that one links to: its build-id */
+	int alt_n;                    /* (0: none) */
+	char *alt_name;               /* and the name the link gives */
+};
+
 struct nfile {
 	const char *path;     /* interned, as the target sees it */
 	uint64_t inode;
 	const char *lib;      /* interned basename */
 	Dwfl *dwfl;           /* NULL if the file could not be read */
+	struct dbg *dbg;      /* on the heap: files[] moves when it grows */
 	Dwfl_Module *mod;
 	Dwarf_Addr bias;
 	struct load *loads;
@@ -121,43 +133,126 @@ static bool has_build_id(int fd, const unsigned char *id, int n)
 	return yes;
 }
 
-/*
- * The separate debug file of a module, by build-id: the target's
- * /usr/lib/debug first (resolved inside its root, so a link planted there
- * stays there), then ours. The .gnu_debuglink name is not followed: it is
- * a name chosen by the file, and every distro ships build-id paths.
- */
-static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname,
-			  Dwarf_Addr base, const char *file_name, const char *debuglink_file,
-			  GElf_Word debuglink_crc, char **debuginfo_file_name)
+/* The path under /usr/lib/debug that a build-id names. */
+static void build_id_path(const unsigned char *id, int n, char *out, size_t size)
 {
-	const struct sym_native *s = *userdata;
-	const unsigned char *id;
-	GElf_Addr vaddr;
-	int n = dwfl_module_build_id(mod, &id, &vaddr);
-	if (!s || n < 2 || n > 64) {
-		return -1;
+	int k = snprintf(out, size, "/usr/lib/debug/.build-id/%02x/", id[0]);
+	for (int i = 1; i < n && (size_t)k < size; i++) {
+		k += snprintf(out + k, size - (size_t)k, "%02x", id[i]);
 	}
-	char rel[200];
-	int k = snprintf(rel, sizeof(rel), "/usr/lib/debug/.build-id/%02x/", id[0]);
-	for (int i = 1; i < n; i++) {
-		k += snprintf(rel + k, sizeof(rel) - (size_t)k, "%02x", id[i]);
+	if ((size_t)k < size) {
+		snprintf(out + k, size - (size_t)k, ".debug");
 	}
-	snprintf(rel + k, sizeof(rel) - (size_t)k, ".debug");
+}
+
+/*
+ * path in the target's root (resolved inside it, so a link planted there
+ * stays there), else in ours, if the file there carries build-id id.
+ */
+static int open_debug_file(const struct sym_native *s, const char *path, const unsigned char *id,
+			   int n)
+{
 	for (int i = 0; i < 2; i++) {
-		int fd = i == 0 ? s->rootfd >= 0 ? spy_open_path(s->rootfd, rel, SPY_OPEN_IN_ROOT, NULL)
-						 : -ENOENT
-				: spy_open_path(AT_FDCWD, rel, SPY_OPEN_USER, NULL);
+		int fd = i == 1 ? spy_open_path(AT_FDCWD, path, SPY_OPEN_USER, NULL)
+		       : s->rootfd >= 0 ? spy_open_path(s->rootfd, path, SPY_OPEN_IN_ROOT, NULL)
+		       : -ENOENT;
 		if (fd < 0) {
 			continue;
 		}
 		if (has_build_id(fd, id, n)) {
-			*debuginfo_file_name = spy_xstrdup(rel);
 			return fd;
 		}
 		close(fd);
 	}
 	return -1;
+}
+
+/* The dwz file a debug file links to (.gnu_debugaltlink: name, NUL, build-id), into d. */
+static void note_altlink(struct dbg *d, int fd)
+{
+	Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	size_t shstrndx;
+	if (!elf || elf_getshdrstrndx(elf, &shstrndx) != 0) {
+		goto out;
+	}
+	for (Elf_Scn *scn = NULL; (scn = elf_nextscn(elf, scn)) != NULL;) {
+		GElf_Shdr sh;
+		const char *name = gelf_getshdr(scn, &sh) ? elf_strptr(elf, shstrndx, sh.sh_name) : NULL;
+		if (!name || strcmp(name, ".gnu_debugaltlink") != 0) {
+			continue;
+		}
+		Elf_Data *data = elf_getdata(scn, NULL);
+		const char *buf = data ? data->d_buf : NULL;
+		const char *nul = buf ? memchr(buf, '\0', data->d_size) : NULL;
+		size_t idlen = nul ? data->d_size - (size_t)(nul - buf) - 1 : 0;
+		if (idlen >= 2 && idlen <= sizeof(d->alt_id)) {
+			memcpy(d->alt_id, nul + 1, idlen);
+			d->alt_n = (int)idlen;
+			d->alt_name = spy_xstrdup(buf);
+		}
+		break;
+	}
+out:
+	if (elf) {
+		elf_end(elf);
+	}
+}
+
+/*
+ * The separate debug file of a module, by build-id, in the target's
+ * /usr/lib/debug, then ours. The .gnu_debuglink name is not followed: it
+ * is a name chosen by the file, and every distro ships build-id paths.
+ * libdwfl calls this again, once the debug file is found, for the dwz file
+ * it links to (debuglink_file is then that link's name, the CRC 0): that
+ * one is looked up by its own build-id, then by the name the link gives
+ * (absolute, or relative to the debug file's directory), and must carry
+ * the build-id the link records.
+ */
+static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname,
+			  Dwarf_Addr base, const char *file_name, const char *debuglink_file,
+			  GElf_Word debuglink_crc, char **debuginfo_file_name)
+{
+	struct dbg *d = *userdata;
+	char path[PATH_MAX];
+	if (!d) {
+		return -1;
+	}
+	if (d->found) {
+		if (!d->alt_n || debuglink_crc != 0 || !debuglink_file ||
+		    strcmp(debuglink_file, d->alt_name) != 0) {
+			return -1;
+		}
+		build_id_path(d->alt_id, d->alt_n, path, sizeof(path));
+		int fd = open_debug_file(d->s, path, d->alt_id, d->alt_n);
+		if (fd < 0) {
+			if (d->alt_name[0] == '/') {
+				snprintf(path, sizeof(path), "%s", d->alt_name);
+			} else {
+				snprintf(path, sizeof(path), "%s/%s", d->dir, d->alt_name);
+			}
+			fd = open_debug_file(d->s, path, d->alt_id, d->alt_n);
+		}
+		if (fd >= 0) {
+			*debuginfo_file_name = spy_xstrdup(path);
+		}
+		return fd;
+	}
+	const unsigned char *id;
+	GElf_Addr vaddr;
+	int n = dwfl_module_build_id(mod, &id, &vaddr);
+	if (n < 2 || n > 64) {
+		return -1;
+	}
+	build_id_path(id, n, path, sizeof(path));
+	int fd = open_debug_file(d->s, path, id, n);
+	if (fd >= 0) {
+		d->found = true;
+		note_altlink(d, fd);
+		char *slash = strrchr(path, '/');
+		snprintf(d->dir, sizeof(d->dir), "%.*s", (int)(slash - path), path);
+		*debuginfo_file_name = spy_xstrdup(path);
+	}
+	return fd;
 }
 
 struct sym_native *sym_native_new(pid_t pid, struct spy_strtab *strs)
@@ -189,6 +284,10 @@ void sym_native_free(struct sym_native *s)
 	for (size_t i = 0; i < s->nfiles; i++) {
 		if (s->files[i].dwfl) {
 			dwfl_end(s->files[i].dwfl);
+		}
+		if (s->files[i].dbg) {
+			free(s->files[i].dbg->alt_name);
+			free(s->files[i].dbg);
 		}
 		free(s->files[i].loads);
 	}
@@ -256,7 +355,9 @@ static void open_file(struct sym_native *s, struct nfile *f, const struct spy_ma
 	if (f->mod) {
 		void **userdata;
 		dwfl_module_info(f->mod, &userdata, NULL, NULL, NULL, NULL, NULL, NULL);
-		*userdata = s;
+		f->dbg = spy_xcalloc(1, sizeof(*f->dbg));
+		f->dbg->s = s;
+		*userdata = f->dbg;
 		read_loads(f);
 	}
 	spy_log(SPY_LOG_DEBUG, "native symbols: %s %s", f->path,

@@ -9,8 +9,11 @@ has replaced on disk with a FIFO. For each:
   - dump: the Python stack, at the target's marker lines;
   - dump --native-all: finishes (a FIFO opened by name would hang spy), and
     the native frames are named from the root's own files: plant_wait in
-    the replaced library, clock_nanosleep in the root's libc, the eval loop
-    in the root's python3.13, with the Python frames above the library's;
+    the replaced library, and plant_nap inlined in it, which only the
+    library's debug file in the root's /usr/lib/debug names (its DWARF in
+    a dwz file too, when dwz is installed); clock_nanosleep in the root's
+    libc, the eval loop in the root's python, with the Python frames above
+    the library's;
   - dump --core of a gcore taken from here (once the target has swapped
     its FIFO for a file of junk, or gdb would hang): the container's core names
     paths of the container's root, which spy does not read unless told
@@ -36,15 +39,57 @@ PYTHONS = ("python3.13", "python3.14", "python3.15")
 PLANT_C = """
 #include <unistd.h>
 int plant_wait(int n);
+/* Inlined: its name is only in the DWARF of the library's debug file. */
+static inline __attribute__((always_inline)) void plant_nap(void)
+{
+	usleep(50000);
+}
 int plant_wait(int n)
 {
 	int i;
 	for (i = 0; i < n; i++) {
-		usleep(50000);
+		plant_nap();
 	}
 	return i;
 }
 """
+TOOLS = ("gcc", "objcopy", "strip", "readelf")
+
+
+def build_lib(tmp, root, placed):
+    """libplant.so, stripped, its DWARF in a debug file placed in the root's
+    /usr/lib/debug/.build-id, as a distro's -dbgsym package places it; with
+    dwz (if installed) that file's DWARF is shared with a sibling through a
+    dwz file under /usr/lib/debug/.dwz, as Debian's are. Returns the
+    library; what it put in the root is added to placed, for the caller to
+    remove."""
+    missing = [t for t in TOOLS if not shutil.which(t)]
+    if missing:
+        raise harness.SkipInterp("%s not found, cannot build the library"
+                                 % ", ".join(missing))
+    src = os.path.join(tmp, "plant.c")
+    lib = os.path.join(tmp, "libplant.so")
+    with open(src, "w") as f:
+        f.write(PLANT_C)
+    run = lambda *argv: subprocess.run(argv, check=True, stdout=subprocess.PIPE)
+    run("gcc", "-shared", "-fPIC", "-O1", "-g", "-o", lib, src)
+    if shutil.which("dwz"):
+        sibling = os.path.join(tmp, "libsibling.so")
+        shutil.copy(lib, sibling)
+        alt = "/usr/lib/debug/.dwz/%s.debug" % os.path.basename(tmp)
+        run("dwz", "-m", os.path.join(tmp, "common.debug"), "-M", alt, lib, sibling)
+        os.makedirs(os.path.dirname(root + alt), exist_ok=True)
+        placed.append(root + alt)
+        shutil.copy(os.path.join(tmp, "common.debug"), root + alt)
+    notes = run("readelf", "-n", lib).stdout.decode()
+    build_id = notes.split("Build ID:")[1].split()[0]
+    debug = os.path.join(root, "usr/lib/debug/.build-id", build_id[:2],
+                         build_id[2:] + ".debug")
+    os.makedirs(os.path.dirname(debug), exist_ok=True)
+    placed.append(debug)
+    run("objcopy", "--only-keep-debug", lib, debug)
+    run("strip", "-s", lib)
+    return lib
 
 
 def pyroot_path():
@@ -108,6 +153,7 @@ def check_native(python, pid, want):
     names = [(f.func, f.file) for f in t.frames]
     problems = []
     for func, lib in (("plant_wait", "libplant.so"),
+                      ("plant_nap", "libplant.so"),
                       ("clock_nanosleep", "libc.so.6"),
                       ("PyEval_EvalCode", python)):
         if (func, lib) not in names:
@@ -167,17 +213,10 @@ def check_cores(python, mode, pid, root, tmp, want):
 def run_mode(python, mode, root):
     tmp = tempfile.mkdtemp(prefix="spy-roots-")
     copied = os.path.join(root, tmp.lstrip("/"))
+    placed = []
     try:
         shutil.copy(TARGET, tmp)
-        lib = os.path.join(tmp, "libplant.so")
-        src = os.path.join(tmp, "plant.c")
-        with open(src, "w") as f:
-            f.write(PLANT_C)
-        gcc = shutil.which("gcc")
-        if not gcc:
-            raise harness.SkipInterp("gcc not found, cannot build the library")
-        subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-g", "-o", lib, src],
-                       check=True)
+        lib = build_lib(tmp, root, placed)
         m = harness.markers(TARGET)
         script = os.path.join(tmp, "rooted.py")
         want = [Frame("leaf", script, m["wait"]), Frame("outer", script, m["call"]),
@@ -192,6 +231,14 @@ def run_mode(python, mode, root):
             problems += check_cores(python, mode, t.pid, root, tmp, want)
             return [p for p in problems if p]
     finally:
+        for path in placed:
+            if os.path.exists(path):
+                os.unlink(path)
+            # And its directory, if this made it (.build-id/xx, .dwz).
+            try:
+                os.rmdir(os.path.dirname(path))
+            except OSError:
+                pass
         shutil.rmtree(tmp, ignore_errors=True)
         # --chroot copies the bound directory into the root, --container
         # makes an empty one there to mount it on.
@@ -205,6 +252,9 @@ def main():
     if not root:
         rep.skip("roots", why)
         rep.finish(why)
+    if not shutil.which("dwz"):
+        rep.skip("dwz", "dwz not installed: debug files whose DWARF lives in a "
+                 "dwz file (Debian's) are not checked")
     no_ptrace = harness.ptrace_problem()
     for python, mode in [(p, m) for p in PYTHONS for m in ("--container", "--chroot")]:
         label = "%s %s" % (python, mode.lstrip("-"))
