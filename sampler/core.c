@@ -78,7 +78,7 @@ struct core {
 	const char *exe_name;   /* the NT_FILE name of the executable, or NULL */
 	char *user_exe;         /* --exe: the file standing for exe_name, or NULL */
 	int rootfd;             /* --root, or -1 */
-	char *root;
+	char *root;             /* --root as given, for messages */
 	struct core_seg *segs;
 	size_t nsegs;
 	struct spy_map *maps;
