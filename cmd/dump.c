@@ -29,7 +29,7 @@
 
 struct dump_opts {
 	int pid;
-	const char *core, *exe;
+	const char *core, *exe, *root;
 	bool locals, json;
 	bool native, native_all;
 	struct native *nat;        /* --native: set up once the target is open */
@@ -38,7 +38,7 @@ struct dump_opts {
 
 static const char *const dump_usage[] = {
 	"spy dump [OPTIONS] --pid PID",
-	"spy dump [OPTIONS] --core COREFILE [--exe PYTHON]",
+	"spy dump [OPTIONS] --core COREFILE [--exe PYTHON] [--root DIR]",
 	NULL,
 };
 
@@ -270,6 +270,8 @@ static int parse_args(int argc, char **argv, struct dump_opts *o, bool *help)
 		{ 0, "core", OPT_STRING, &o->core, "COREFILE", "dump a core file instead of a process" },
 		{ 0, "exe", OPT_STRING, &o->exe, "PYTHON",
 		  "with --core: the executable that dumped it (default: from the core's notes)" },
+		{ 0, "root", OPT_STRING, &o->root, "DIR",
+		  "with --core: the root filesystem the core's paths live in (a container's)" },
 		{ 'l', "locals", OPT_BOOL, &o->locals, NULL,
 		  "show each frame's arguments and locals (short reprs)" },
 		{ 'j', "json", OPT_BOOL, &o->json, NULL, "print one JSON document (doc/dump-json.md)" },
@@ -298,6 +300,9 @@ static int parse_args(int argc, char **argv, struct dump_opts *o, bool *help)
 	if (o->exe && !o->core) {
 		return cmd_usage_error("dump", "--exe goes with --core");
 	}
+	if (o->root && !o->core) {
+		return cmd_usage_error("dump", "--root goes with --core");
+	}
 	o->native |= o->native_all;
 	if (o->native && o->core) {
 		return cmd_usage_error("dump", "--native needs a live process (--pid), not --core");
@@ -317,7 +322,7 @@ int cmd_dump(int argc, char **argv)
 	proc_install_stop_handlers();
 	struct spy_err err = SPY_ERR_INIT;
 	struct target t;
-	rc = o.core ? target_open_core(&t, o.core, o.exe, &err) : target_open_pid(&t, o.pid, &err);
+	rc = o.core ? target_open_core(&t, o.core, o.exe, o.root, &err) : target_open_pid(&t, o.pid, &err);
 	if (rc < 0) {
 		return cmd_fail(&err);
 	}

@@ -8,14 +8,15 @@
  * embedding application (uwsgi, a C++ server) is an executable without
  * CPython symbols of its own that maps libpython.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cmd/target.h"
-#include "common/buf.h"
 #include "common/log.h"
+#include "common/mapfile.h"
 #include "common/util.h"
 #include "symbolize/symbolize.h"
 
@@ -91,10 +92,42 @@ const char *target_cmdline(const struct target *t)
 	return t->core ? core_cmdline(t->core) : proc_cmdline(t->proc);
 }
 
-/* Where the target's files are seen from: a core's are this machine's own. */
-static const char *target_root(const struct target *t)
+/*
+ * The file holding the runtime, opened the one safe way: a live process's
+ * as it has it mapped (common/mapfile.h), a core's under the core's rules
+ * (core_open_file: named by the user, or its build-id checked).
+ */
+static int open_binary(const struct target *t, struct spy_err *err)
 {
-	return t->core ? "" : proc_root(t->proc);
+	int fd = -ENOENT;
+	if (t->core) {
+		fd = core_open_file(t->core, t->binary);
+	} else {
+		const struct spy_mem *mem = proc_mem(t->proc);
+		for (size_t i = 0; i < mem->nmaps && fd < 0; i++) {
+			if (mem->maps[i].offset == 0 && !strcmp(mem->maps[i].path, t->binary)) {
+				fd = spy_open_mapped(proc_pid(t->proc), &mem->maps[i]);
+			}
+		}
+	}
+	if (t->core && fd < 0) {
+		return spy_err_set(err, SPY_EIO,
+				   "cannot read %s, which the core's process ran: %s (name the file with "
+				   "--exe, or the root it lives in with --root)", t->binary,
+				   fd == -ESTALE ? "the file of that name is another build"
+				   : fd == -EPERM ? "the core records no build-id to check it against"
+				   : strerror(-fd));
+	}
+	if (fd == -ESTALE) {
+		return spy_err_set(err, SPY_EIO,
+				   "cannot open %s: the file of that name is not the one process %d runs "
+				   "(replaced, or in another root)", t->binary, target_pid(t));
+	}
+	if (fd < 0) {
+		return spy_err_set(err, SPY_EIO, "cannot open %s of process %d: %s", t->binary,
+				   target_pid(t), strerror(-fd));
+	}
+	return fd;
 }
 
 static void add_symbol(const struct sym_elf *e, uint64_t bias, const char *name, spy_addr_t *out)
@@ -126,12 +159,12 @@ static void add_gil_symbols(const struct sym_elf *e, uint64_t bias, struct pyrt_
 static int fill_hints(struct target *t, struct pyrt_hints *h, struct spy_err *err)
 {
 	const struct spy_mem *mem = target_mem(t);
-	struct spy_buf path = SPY_BUF_INIT;
 	struct sym_elf *e = NULL;
-	int rc;
-
-	spy_buf_addf(&path, "%s%s", target_root(t), t->binary);
-	rc = sym_elf_open(&e, path.buf, err);
+	int rc = open_binary(t, err);
+	if (rc < 0) {
+		return rc;
+	}
+	rc = sym_elf_open(&e, rc, t->binary, err);
 	if (rc < 0) {
 		goto out;
 	}
@@ -186,7 +219,6 @@ static int fill_hints(struct target *t, struct pyrt_hints *h, struct spy_err *er
 	rc = 0;
 out:
 	sym_elf_free(e);
-	spy_buf_release(&path);
 	return rc;
 }
 
@@ -221,10 +253,11 @@ int target_open_pid(struct target *t, pid_t pid, struct spy_err *err)
 	return rc;
 }
 
-int target_open_core(struct target *t, const char *path, const char *exe, struct spy_err *err)
+int target_open_core(struct target *t, const char *path, const char *exe, const char *root,
+		     struct spy_err *err)
 {
 	memset(t, 0, sizeof(*t));
-	int rc = core_open(&t->core, path, exe, err);
+	int rc = core_open(&t->core, path, exe, root, err);
 	if (rc == 0) {
 		rc = find_runtime(t, err);
 	}

@@ -24,8 +24,9 @@ struct target {
 
 /* Open pid and find its Python runtime. On failure everything is released. */
 int target_open_pid(struct target *t, pid_t pid, struct spy_err *err);
-/* Open a core file (exe: see core_open) and find its Python runtime. */
-int target_open_core(struct target *t, const char *path, const char *exe, struct spy_err *err);
+/* Open a core file (exe, root: see core_open) and find its Python runtime. */
+int target_open_core(struct target *t, const char *path, const char *exe, const char *root,
+		     struct spy_err *err);
 /* The pid and command line, of the process or of the one that dumped core. */
 int target_pid(const struct target *t);
 const char *target_cmdline(const struct target *t);

@@ -28,6 +28,7 @@ struct spy_map {
 	spy_addr_t lo, hi;   /* [lo, hi) */
 	uint64_t offset;     /* file offset of lo */
 	uint8_t perms;       /* SPY_MAP_* */
+	uint64_t dev;        /* makedev(major, minor) of the maps line; 0 if unknown (a core) */
 	uint64_t inode;
 	const char *path;    /* "" for anonymous; " (deleted)" already stripped */
 };

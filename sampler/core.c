@@ -12,12 +12,24 @@
  * Such bytes are read from the mapped file itself at the mapping's offset,
  * which is why the segments carry their NT_FILE path.
  *
+ * Which files: a core is input like any other, and its NT_FILE note can
+ * name any path (/etc/shadow, a FIFO, a terminal), so a named file is read
+ * only when the user vouches for it -- --exe for the executable, --root
+ * for a root filesystem the paths live under (a container's, like gdb's
+ * sysroot), resolved inside that root -- or when its GNU build-id is the
+ * one the core recorded for that mapping. The kernel and gcore both dump
+ * the first page of each mapped ELF file, which holds its headers and the
+ * build-id note, so a core of this machine's own programs needs neither
+ * option. A named file whose build-id differs from the recorded one is not
+ * read either: it is some other build, and its bytes would be wrong.
+ *
  * Why a thread's wait comes from its registers: there is no /proc for a
  * core, but a thread stopped inside a syscall keeps the syscall number in
  * orig_rax and its arguments in rdi, rsi..., which is what task/TID/syscall
  * would have shown (x86-64 only; elsewhere the state is unknown).
  */
 #include <elf.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
@@ -30,6 +42,7 @@
 
 #include "common/bounds.h"
 #include "common/log.h"
+#include "common/mapfile.h"
 #include "common/util.h"
 #include "sampler/sampler.h"
 
@@ -41,6 +54,11 @@
 #define CORE_MAX_SEGS 65536
 /* A note segment larger than this is not a core gdb or the kernel wrote. */
 #define CORE_MAX_NOTES (64u << 20)
+/* SHA-1 build-ids are 20 bytes; nothing sane exceeds this. */
+#define BUILD_ID_MAX 64
+/* An ELF file's program headers and notes looked at for its build-id. */
+#define ELF_MAX_PHDRS 256
+#define ELF_MAX_NOTE (64u << 10)
 
 struct core_seg {
 	spy_addr_t lo, hi;
@@ -57,6 +75,10 @@ struct core {
 	uint64_t size;
 	pid_t pid;
 	char *cmdline, *exe;
+	const char *exe_name;   /* the NT_FILE name of the executable, or NULL */
+	char *user_exe;         /* --exe: the file standing for exe_name, or NULL */
+	int rootfd;             /* --root, or -1 */
+	char *root;             /* --root as given, for messages */
 	struct core_seg *segs;
 	size_t nsegs;
 	struct spy_map *maps;
@@ -67,6 +89,7 @@ struct core {
 	struct core_file {
 		const char *path;
 		int fd;            /* -2 until first needed, -1 if it cannot be opened */
+		int err;           /* then why: -errno */
 	} *files;
 	size_t nfiles, alloc_files;
 	struct spy_mem mem;
@@ -86,13 +109,16 @@ static int file_index(struct core *c, const char *path)
 	return (int)c->nfiles++;
 }
 
+static int open_named(struct core *c, const char *path);
+
 static int file_fd(struct core *c, int i)
 {
 	struct core_file *f = &c->files[i];
 	if (f->fd == -2) {
-		f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+		f->fd = open_named(c, f->path);
 		if (f->fd < 0) {
-			spy_log(SPY_LOG_DEBUG, "core: cannot open mapped file %s", f->path);
+			f->err = f->fd;
+			f->fd = -1;
 		}
 	}
 	return f->fd;
@@ -120,9 +146,9 @@ static bool pread_all(int fd, void *dst, size_t len, uint64_t off)
 	return n == (ssize_t)len;
 }
 
-static int core_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
+/* Read from the core and, where it leaves bytes out, from the mapped files if files. */
+static int read_at(struct core *c, spy_addr_t addr, void *dst, size_t len, bool files)
 {
-	struct core *c = ctx;
 	unsigned char *out = dst;
 	while (len > 0) {
 		int i = seg_find(c, addr);
@@ -140,7 +166,8 @@ static int core_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
 			}
 			ok = pread_all(c->fd, out, chunk, s->off + off);
 		} else {
-			ok = s->file >= 0 && pread_all(file_fd(c, s->file), out, chunk, s->file_off + off);
+			ok = files && s->file >= 0 &&
+			     pread_all(file_fd(c, s->file), out, chunk, s->file_off + off);
 		}
 		if (!ok) {
 			spy_log(SPY_LOG_TRACE, "core: cannot read 0x%llx", (unsigned long long)addr);
@@ -151,6 +178,161 @@ static int core_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
 		len -= chunk;
 	}
 	return 0;
+}
+
+static int core_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
+{
+	return read_at(ctx, addr, dst, len, true);
+}
+
+/* ---- build-ids ---- */
+
+/* Read len bytes at offset off of an ELF image; false if they are not all there. */
+typedef bool (*image_read_fn)(void *ctx, uint64_t off, void *dst, size_t len);
+
+/*
+ * The GNU build-id of an ELF image, from its PT_NOTE segments (which is
+ * where the kernel's first dumped page has it); its length, or 0.
+ */
+static size_t image_build_id(image_read_fn rd, void *ctx, unsigned char *id)
+{
+	Elf64_Ehdr eh;
+	if (!rd(ctx, 0, &eh, sizeof(eh)) || memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 ||
+	    eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_phentsize != sizeof(Elf64_Phdr) ||
+	    eh.e_phnum > ELF_MAX_PHDRS) {
+		return 0;
+	}
+	size_t found = 0;
+	unsigned char *notes = NULL;
+	for (unsigned i = 0; i < eh.e_phnum && !found; i++) {
+		Elf64_Phdr ph;
+		if (!rd(ctx, eh.e_phoff + (uint64_t)i * sizeof(ph), &ph, sizeof(ph))) {
+			break;
+		}
+		if (ph.p_type != PT_NOTE || ph.p_filesz > ELF_MAX_NOTE || ph.p_filesz < 12) {
+			continue;
+		}
+		notes = spy_xrealloc(notes, ph.p_filesz);
+		if (!rd(ctx, ph.p_offset, notes, ph.p_filesz)) {
+			continue;
+		}
+		for (size_t off = 0; off + 12 <= ph.p_filesz;) {
+			uint32_t h[3];
+			memcpy(h, notes + off, sizeof(h));
+			size_t name = (h[0] + 3u) & ~3u, desc = (h[1] + 3u) & ~3u;
+			if (name > ph.p_filesz - off - 12 || desc > ph.p_filesz - off - 12 - name) {
+				break;
+			}
+			if (h[2] == NT_GNU_BUILD_ID && h[0] == 4 && !memcmp(notes + off + 12, "GNU", 4) &&
+			    h[1] > 0 && h[1] <= BUILD_ID_MAX) {
+				memcpy(id, notes + off + 12 + name, h[1]);
+				found = h[1];
+				break;
+			}
+			off += 12 + name + desc;
+		}
+	}
+	free(notes);
+	return found;
+}
+
+struct in_core {
+	struct core *c;
+	spy_addr_t base;
+};
+
+static bool read_in_core(void *ctx, uint64_t off, void *dst, size_t len)
+{
+	struct in_core *ic = ctx;
+	return off < UINT64_MAX - ic->base && read_at(ic->c, ic->base + off, dst, len, false) == 0;
+}
+
+static bool read_in_file(void *ctx, uint64_t off, void *dst, size_t len)
+{
+	return pread_all(*(int *)ctx, dst, len, off);
+}
+
+/* The build-id the core recorded for path: from the dumped start of its mapping at offset 0. */
+static size_t recorded_build_id(struct core *c, const char *path, unsigned char *id)
+{
+	for (size_t i = 0; i < c->nsegs; i++) {
+		const struct core_seg *s = &c->segs[i];
+		if (s->file_off == 0 && s->filesz > 0 && !strcmp(s->path, path)) {
+			struct in_core ic = { c, s->lo };
+			return image_build_id(read_in_core, &ic, id);
+		}
+	}
+	return 0;
+}
+
+static void hex(const unsigned char *id, size_t n, char *out)
+{
+	for (size_t i = 0; i < n; i++) {
+		snprintf(out + 2 * i, 3, "%02x", id[i]);
+	}
+	out[2 * n] = '\0';
+}
+
+/*
+ * Open the file the core names path under the rules at the top: the user's
+ * --exe or a path inside --root, else the path itself if the build-ids
+ * agree. A descriptor, or -errno.
+ */
+static int open_named(struct core *c, const char *path)
+{
+	bool named = true;
+	const char *shown = path;
+	int fd;
+	if (c->user_exe && c->exe_name && !strcmp(path, c->exe_name)) {
+		shown = c->user_exe;
+		fd = spy_open_path(AT_FDCWD, c->user_exe, SPY_OPEN_USER, NULL);
+	} else if (c->rootfd >= 0) {
+		fd = spy_open_path(c->rootfd, path, SPY_OPEN_IN_ROOT, NULL);
+	} else {
+		named = false;
+		fd = spy_open_path(AT_FDCWD, path, SPY_OPEN_NOLINKS, NULL);
+	}
+	if (fd < 0) {
+		spy_log(named ? SPY_LOG_WARN : SPY_LOG_DEBUG, "core: cannot open %s%s: %s",
+			c->rootfd >= 0 && shown == path ? c->root : "", shown,
+			fd == -EINVAL ? "not a regular file" : strerror(-fd));
+		return fd;
+	}
+	unsigned char want[BUILD_ID_MAX], have[BUILD_ID_MAX];
+	size_t nwant = recorded_build_id(c, path, want);
+	size_t nhave = image_build_id(read_in_file, &fd, have);
+	if (nwant && (nhave != nwant || memcmp(want, have, nwant) != 0)) {
+		char w[2 * BUILD_ID_MAX + 1], h[2 * BUILD_ID_MAX + 1];
+		hex(want, nwant, w);
+		hex(have, nhave, h);
+		spy_log(named ? SPY_LOG_WARN : SPY_LOG_DEBUG,
+			"core: %s is not the file the core ran as %s (build-id %s, core has %s): not read",
+			shown, path, nhave ? h : "none", w);
+		close(fd);
+		return -ESTALE;
+	}
+	if (!nwant && !named) {
+		spy_log(SPY_LOG_DEBUG,
+			"core: no build-id recorded for %s: not read (name its root with --root)", path);
+		close(fd);
+		return -EPERM;
+	}
+	return fd;
+}
+
+int core_open_file(struct core *c, const char *path)
+{
+	for (size_t i = 0; i < c->nfiles; i++) {
+		if (!strcmp(c->files[i].path, path)) {
+			int fd = file_fd(c, (int)i);
+			if (fd < 0) {
+				return c->files[i].err;
+			}
+			int dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+			return dup < 0 ? -errno : dup;
+		}
+	}
+	return open_named(c, path);
 }
 
 int core_parse_nt_file(const unsigned char *desc, size_t len, struct spy_map **maps, size_t *n,
@@ -380,7 +562,10 @@ static int read_phdrs(struct core *c, const char *path, struct spy_err *err)
 	return rc;
 }
 
-/* The executable: --exe, else the mapped file named like the command. */
+/*
+ * The executable: the mapped file named like the command; --exe, if given,
+ * stands for it (open_named), the maps keeping the name the core gives.
+ */
 static void pick_exe(struct core *c, const char *exe)
 {
 	const char *guess = NULL;
@@ -390,30 +575,40 @@ static void pick_exe(struct core *c, const char *exe)
 			guess = c->maps[i].path;
 		}
 	}
-	if (exe && guess) {
-		/* The file may have moved since: --exe stands for it in the maps too. */
-		for (size_t i = 0; i < c->nmaps; i++) {
-			if (c->maps[i].path == guess) {
-				c->maps[i].path = exe;
-			}
-		}
-	}
-	const char *pick = exe ? exe : guess ? guess : "";
-	char *copy = spy_xstrdup(pick);
+	c->exe_name = guess;
+	c->user_exe = exe ? spy_xstrdup(exe) : NULL;
+	char *copy = spy_xstrdup(guess ? guess : exe ? exe : "");
 	free(c->exe);
 	c->exe = copy;
 }
 
-int core_open(struct core **out, const char *path, const char *exe, struct spy_err *err)
+int core_open(struct core **out, const char *path, const char *exe, const char *root,
+	      struct spy_err *err)
 {
 	struct core *c = spy_xcalloc(1, sizeof(*c));
 	struct stat st;
 	int rc = 0;
 	*out = NULL;
+	c->rootfd = -1;
 	c->fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (c->fd < 0 || fstat(c->fd, &st) < 0) {
 		rc = spy_err_set(err, SPY_EIO, "cannot open core file %s: %m", path);
 		goto fail;
+	}
+	if (root) {
+		c->rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+		if (c->rootfd < 0) {
+			rc = spy_err_set(err, SPY_EIO, "cannot open root directory %s: %m", root);
+			goto fail;
+		}
+		/* Shown before the core's paths in messages: "/" adds nothing. */
+		size_t n = strlen(root);
+		while (n > 0 && root[n - 1] == '/') {
+			n--;
+		}
+		c->root = spy_xmalloc(n + 1);
+		memcpy(c->root, root, n);
+		c->root[n] = '\0';
 	}
 	c->size = (uint64_t)st.st_size;
 	elf_version(EV_CURRENT);
@@ -472,6 +667,11 @@ void core_free(struct core *c)
 	free(c->threads);
 	free(c->cmdline);
 	free(c->exe);
+	free(c->user_exe);
+	free(c->root);
+	if (c->rootfd >= 0) {
+		close(c->rootfd);
+	}
 	free(c);
 }
 

@@ -95,7 +95,6 @@ struct proc {
 	pid_t mem_tid;
 	int memfd;             /* mem under memdirfd when process_vm_readv is refused, else -1 */
 	int statfd;            /* dirfd's stat, opened by the first proc_alive(), else -1 */
-	char root[32];
 	char *cmdline;
 	char *exe;
 

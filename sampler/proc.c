@@ -1,5 +1,5 @@
 /*
- * struct proc: opening a live process, its identity (cmdline, exe, root), its
+ * struct proc: opening a live process, its identity (cmdline, exe), its
  * mappings, and the spy_mem that reads its memory.
  *
  * The memory reader is process_vm_readv, at most one syscall per read with
@@ -343,7 +343,6 @@ int proc_open(struct proc **out, pid_t pid, struct spy_err *err)
 	p->mem.read = memcache_read;
 	p->mem.ctx = p;
 	memcache_init(p);
-	snprintf(p->root, sizeof(p->root), "/proc/%d/root", (int)pid);
 
 	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
 	p->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -426,11 +425,6 @@ const char *proc_cmdline(const struct proc *p)
 const char *proc_exe(const struct proc *p)
 {
 	return p->exe;
-}
-
-const char *proc_root(const struct proc *p)
-{
-	return p->root;
 }
 
 const struct spy_mem *proc_mem(const struct proc *p)

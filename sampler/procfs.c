@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "common/bounds.h"
@@ -289,6 +290,7 @@ static const char *parse_maps_line(const char *s, const char *end, struct spy_ma
 	m->hi = hi;
 	m->offset = off;
 	m->perms = perms;
+	m->dev = makedev((unsigned)major, (unsigned)minor);
 	m->inode = inode;
 	*path = s;
 	*pathlen = n;

@@ -1,6 +1,6 @@
 /*
  * sampler: reaching a live target. A struct proc is one process: its
- * identity (/proc/PID/{cmdline,exe,root}), its mappings, its threads, a
+ * identity (/proc/PID/{cmdline,exe}), its mappings, its threads, a
  * struct spy_mem that reads its memory (process_vm_readv, falling back to
  * /proc/PID/mem), and ptrace control to pause and resume every thread.
  *
@@ -59,8 +59,6 @@ pid_t proc_pid(const struct proc *p);
 const char *proc_cmdline(const struct proc *p);
 /* readlink(/proc/PID/exe), " (deleted)" stripped; "" if unreadable. */
 const char *proc_exe(const struct proc *p);
-/* "/proc/PID/root": prefix for opening the target's files from its own mount namespace. */
-const char *proc_root(const struct proc *p);
 
 /*
  * The memory reader. Valid until proc_free(); its maps are the ones read by
@@ -203,14 +201,24 @@ struct core_thread {
 	pid_t tid;
 	struct proc_wait wait;
 };
-int core_open(struct core **out, const char *path, const char *exe, struct spy_err *err);
+int core_open(struct core **out, const char *path, const char *exe, const char *root,
+	      struct spy_err *err);
 void core_free(struct core *c);
 /* Valid until core_free(). */
 const struct spy_mem *core_mem(const struct core *c);
 pid_t core_pid(const struct core *c);
 const char *core_cmdline(const struct core *c);
-/* The executable's path ("" if the core does not tell). */
+/* The executable's path as the core names it (--exe if it names none; "" if unknown). */
 const char *core_exe(const struct core *c);
+/*
+ * Open a file the core names (a path of its maps) for reading, under the
+ * core's rules: the file --exe names for the executable, a path resolved
+ * inside --root, or the path itself only if its GNU build-id is the one the
+ * core recorded; never a symlink outside the root, a FIFO or a device. A
+ * new descriptor (the caller closes it), or -errno (-ESTALE: the file is
+ * another build; -EPERM: nothing vouches for it).
+ */
+int core_open_file(struct core *c, const char *path);
 const struct core_thread *core_threads(const struct core *c, size_t *n);
 /*
  * Parse an NT_FILE note's descriptor into maps (lo, hi, offset, path; paths

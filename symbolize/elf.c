@@ -8,13 +8,11 @@
  * not kept: each look-up scans the tables (a few tens of thousands of entries,
  * well under a millisecond) instead of building a hash nobody reuses.
  */
-#include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <errno.h>
 
 #include "common/util.h"
 #include "symbolize/symbolize.h"
@@ -27,15 +25,12 @@ struct sym_elf {
 	bool have_load;
 };
 
-int sym_elf_open(struct sym_elf **out, const char *path, struct spy_err *err)
+int sym_elf_open(struct sym_elf **out, int fd, const char *path, struct spy_err *err)
 {
 	*out = NULL;
 	if (elf_version(EV_CURRENT) == EV_NONE) {
+		close(fd);
 		return spy_err_set(err, SPY_EIO, "libelf is unusable: %s", elf_errmsg(-1));
-	}
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		return spy_err_set(err, SPY_EIO, "cannot open %s: %s", path, strerror(errno));
 	}
 	Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
 	if (!elf || elf_kind(elf) != ELF_K_ELF) {

@@ -11,9 +11,15 @@
  * and inode, so a library replaced on disk is opened afresh.
  *
  * libdwfl does the finding of symbols: .symtab, else .dynsym (a stripped
- * distro binary), and separate debug files by build-id or .gnu_debuglink
- * under /usr/lib/debug (the target's and ours). DWARF, where there is some,
+ * distro binary), and a separate debug file by build-id under
+ * /usr/lib/debug (the target's, then ours). DWARF, where there is some,
  * adds the inlined calls at a pc as frames of their own.
+ *
+ * libdwfl opens no file itself: left to it, it would open the path the maps
+ * give, under /proc/PID/root -- wrong for a chroot, for a replaced library,
+ * and a planted FIFO there would hang us. Each file is opened with
+ * spy_open_mapped and handed over as a descriptor, and the debug files are
+ * found by find_debuginfo below, inside the target's root.
  *
  * C++ names are demangled with libstdc++'s __cxa_demangle, looked up with
  * dlopen at run time so that spy itself does not link libstdc++; without it
@@ -21,14 +27,20 @@
  */
 #include <dlfcn.h>
 #include <dwarf.h>
+#include <elfutils/libdwelf.h>
 #include <elfutils/libdwfl.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <gelf.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/buf.h"
 #include "common/log.h"
+#include "common/mapfile.h"
 #include "common/util.h"
 #include "symbolize/symbolize.h"
 
@@ -47,11 +59,22 @@ struct load {
 	uint64_t offset, filesz, vaddr;
 };
 
+/* What find_debuginfo keeps for one module (its libdwfl userdata). */
+struct dbg {
+	const struct sym_native *s;
+	bool found;                   /* its debug file is found */
+	char dir[80];                 /* the directory of that file */
+	unsigned char alt_id[64];     /* and the dwz file that one links to: its build-id */
+	int alt_n;                    /* (0: none) */
+	char *alt_name;               /* and the name the link gives */
+};
+
 struct nfile {
 	const char *path;     /* interned, as the target sees it */
 	uint64_t inode;
 	const char *lib;      /* interned basename */
 	Dwfl *dwfl;           /* NULL if the file could not be read */
+	struct dbg *dbg;      /* on the heap: files[] moves when it grows */
 	Dwfl_Module *mod;
 	Dwarf_Addr bias;
 	struct load *loads;
@@ -76,8 +99,8 @@ struct map_memo {
 struct sym_native {
 	struct spy_strtab *strs;
 	struct map_memo memo[MAP_MEMO];
-	char *root;
-	char *debuginfo_path;
+	pid_t pid;
+	int rootfd;           /* /proc/PID/root, O_PATH; -1 if unreachable */
 	Dwfl_Callbacks cb;
 	struct nfile *files;
 	size_t nfiles, afiles;
@@ -91,19 +114,158 @@ struct sym_native {
 	struct sym_native_stats st;
 };
 
-struct sym_native *sym_native_new(const char *root, struct spy_strtab *strs)
+/* Every module is reported with a descriptor: there is nothing to find. */
+static int no_find_elf(Dwfl_Module *mod, void **userdata, const char *name, Dwarf_Addr base,
+		       char **file_name, Elf **elfp)
+{
+	return -1;
+}
+
+/* Whether the ELF file on fd carries the build-id id. */
+static bool has_build_id(int fd, const unsigned char *id, int n)
+{
+	Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	const void *have = NULL;
+	bool yes = elf && dwelf_elf_gnu_build_id(elf, &have) == n && !memcmp(have, id, (size_t)n);
+	if (elf) {
+		elf_end(elf);
+	}
+	return yes;
+}
+
+/* The path under /usr/lib/debug that a build-id names. */
+static void build_id_path(const unsigned char *id, int n, char *out, size_t size)
+{
+	int k = snprintf(out, size, "/usr/lib/debug/.build-id/%02x/", id[0]);
+	for (int i = 1; i < n && (size_t)k < size; i++) {
+		k += snprintf(out + k, size - (size_t)k, "%02x", id[i]);
+	}
+	if ((size_t)k < size) {
+		snprintf(out + k, size - (size_t)k, ".debug");
+	}
+}
+
+/*
+ * path in the target's root (resolved inside it, so a link planted there
+ * stays there), else in ours, if the file there carries build-id id.
+ */
+static int open_debug_file(const struct sym_native *s, const char *path, const unsigned char *id,
+			   int n)
+{
+	for (int i = 0; i < 2; i++) {
+		int fd = i == 1 ? spy_open_path(AT_FDCWD, path, SPY_OPEN_USER, NULL)
+		       : s->rootfd >= 0 ? spy_open_path(s->rootfd, path, SPY_OPEN_IN_ROOT, NULL)
+		       : -ENOENT;
+		if (fd < 0) {
+			continue;
+		}
+		if (has_build_id(fd, id, n)) {
+			return fd;
+		}
+		close(fd);
+	}
+	return -1;
+}
+
+/* The dwz file a debug file links to (.gnu_debugaltlink: name, NUL, build-id), into d. */
+static void note_altlink(struct dbg *d, int fd)
+{
+	Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	size_t shstrndx;
+	if (!elf || elf_getshdrstrndx(elf, &shstrndx) != 0) {
+		goto out;
+	}
+	for (Elf_Scn *scn = NULL; (scn = elf_nextscn(elf, scn)) != NULL;) {
+		GElf_Shdr sh;
+		const char *name = gelf_getshdr(scn, &sh) ? elf_strptr(elf, shstrndx, sh.sh_name) : NULL;
+		if (!name || strcmp(name, ".gnu_debugaltlink") != 0) {
+			continue;
+		}
+		Elf_Data *data = elf_getdata(scn, NULL);
+		const char *buf = data ? data->d_buf : NULL;
+		const char *nul = buf ? memchr(buf, '\0', data->d_size) : NULL;
+		size_t idlen = nul ? data->d_size - (size_t)(nul - buf) - 1 : 0;
+		if (idlen >= 2 && idlen <= sizeof(d->alt_id)) {
+			memcpy(d->alt_id, nul + 1, idlen);
+			d->alt_n = (int)idlen;
+			d->alt_name = spy_xstrdup(buf);
+		}
+		break;
+	}
+out:
+	if (elf) {
+		elf_end(elf);
+	}
+}
+
+/*
+ * The separate debug file of a module, by build-id, in the target's
+ * /usr/lib/debug, then ours. The .gnu_debuglink name is not followed: it
+ * is a name chosen by the file, and every distro ships build-id paths.
+ * libdwfl calls this again, once the debug file is found, for the dwz file
+ * it links to (debuglink_file is then that link's name, the CRC 0): that
+ * one is looked up by its own build-id, then by the name the link gives
+ * (absolute, or relative to the debug file's directory), and must carry
+ * the build-id the link records.
+ */
+static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname,
+			  Dwarf_Addr base, const char *file_name, const char *debuglink_file,
+			  GElf_Word debuglink_crc, char **debuginfo_file_name)
+{
+	struct dbg *d = *userdata;
+	char path[PATH_MAX];
+	if (!d) {
+		return -1;
+	}
+	if (d->found) {
+		if (!d->alt_n || debuglink_crc != 0 || !debuglink_file ||
+		    strcmp(debuglink_file, d->alt_name) != 0) {
+			return -1;
+		}
+		build_id_path(d->alt_id, d->alt_n, path, sizeof(path));
+		int fd = open_debug_file(d->s, path, d->alt_id, d->alt_n);
+		if (fd < 0) {
+			if (d->alt_name[0] == '/') {
+				snprintf(path, sizeof(path), "%s", d->alt_name);
+			} else {
+				snprintf(path, sizeof(path), "%s/%s", d->dir, d->alt_name);
+			}
+			fd = open_debug_file(d->s, path, d->alt_id, d->alt_n);
+		}
+		if (fd >= 0) {
+			*debuginfo_file_name = spy_xstrdup(path);
+		}
+		return fd;
+	}
+	const unsigned char *id;
+	GElf_Addr vaddr;
+	int n = dwfl_module_build_id(mod, &id, &vaddr);
+	if (n < 2 || n > 64) {
+		return -1;
+	}
+	build_id_path(id, n, path, sizeof(path));
+	int fd = open_debug_file(d->s, path, id, n);
+	if (fd >= 0) {
+		d->found = true;
+		note_altlink(d, fd);
+		char *slash = strrchr(path, '/');
+		snprintf(d->dir, sizeof(d->dir), "%.*s", (int)(slash - path), path);
+		*debuginfo_file_name = spy_xstrdup(path);
+	}
+	return fd;
+}
+
+struct sym_native *sym_native_new(pid_t pid, struct spy_strtab *strs)
 {
 	struct sym_native *s = spy_xcalloc(1, sizeof(*s));
 	s->strs = strs;
-	s->root = spy_xstrdup(root);
-	struct spy_buf b = SPY_BUF_INIT;
-	/* The file's own directory, its .debug, then /usr/lib/debug: the target's and ours. */
-	spy_buf_addf(&b, ":.debug:%s/usr/lib/debug:/usr/lib/debug", root);
-	s->debuginfo_path = spy_buf_detach(&b, NULL);
-	s->cb.find_elf = dwfl_build_id_find_elf;
-	s->cb.find_debuginfo = dwfl_standard_find_debuginfo;
+	s->pid = pid;
+	char root[64];
+	snprintf(root, sizeof(root), "/proc/%d/root", (int)pid);
+	s->rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	s->cb.find_elf = no_find_elf;
+	s->cb.find_debuginfo = find_debuginfo;
 	s->cb.section_address = dwfl_offline_section_address;
-	s->cb.debuginfo_path = &s->debuginfo_path;
 	s->unknown = spy_strtab_interns(strs, "[unknown]");
 	s->cxx = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_LOCAL);
 	if (s->cxx) {
@@ -123,13 +285,18 @@ void sym_native_free(struct sym_native *s)
 		if (s->files[i].dwfl) {
 			dwfl_end(s->files[i].dwfl);
 		}
+		if (s->files[i].dbg) {
+			free(s->files[i].dbg->alt_name);
+			free(s->files[i].dbg);
+		}
 		free(s->files[i].loads);
 	}
 	free(s->files);
 	free(s->slots);
 	free(s->names);
-	free(s->root);
-	free(s->debuginfo_path);
+	if (s->rootfd >= 0) {
+		close(s->rootfd);
+	}
 	if (s->cxx) {
 		dlclose(s->cxx);
 	}
@@ -167,22 +334,34 @@ static void read_loads(struct nfile *f)
 	}
 }
 
-static void open_file(struct sym_native *s, struct nfile *f)
+static void open_file(struct sym_native *s, struct nfile *f, const struct spy_map *m)
 {
-	struct spy_buf full = SPY_BUF_INIT;
-	spy_buf_addf(&full, "%s%s", s->root, f->path);
-	f->dwfl = dwfl_begin(&s->cb);
+	int fd = spy_open_mapped(s->pid, m);
+	if (fd >= 0) {
+		f->dwfl = dwfl_begin(&s->cb);
+	}
 	if (f->dwfl) {
 		dwfl_report_begin(f->dwfl);
-		f->mod = dwfl_report_elf(f->dwfl, f->lib, full.buf, -1, 0, false);
+		f->mod = dwfl_report_elf(f->dwfl, f->lib, f->path, fd, 0, false);
 		dwfl_report_end(f->dwfl, NULL, NULL);
+		/* On success the module owns the descriptor; on failure it is still ours. */
+		if (f->mod) {
+			fd = -1;
+		}
+	}
+	if (fd >= 0) {
+		close(fd);
 	}
 	if (f->mod) {
+		void **userdata;
+		dwfl_module_info(f->mod, &userdata, NULL, NULL, NULL, NULL, NULL, NULL);
+		f->dbg = spy_xcalloc(1, sizeof(*f->dbg));
+		f->dbg->s = s;
+		*userdata = f->dbg;
 		read_loads(f);
 	}
-	spy_log(SPY_LOG_DEBUG, "native symbols: %s %s", full.buf,
+	spy_log(SPY_LOG_DEBUG, "native symbols: %s %s", f->path,
 		f->nloads ? "opened" : "unreadable (its frames stay unknown)");
-	spy_buf_release(&full);
 	s->st.files++;
 }
 
@@ -205,7 +384,7 @@ static struct nfile *find_file_slow(struct sym_native *s, const struct spy_map *
 	f->lib = spy_strtab_interns(s->strs, basename_of(path));
 	/* Only real files: "[vdso]", "[heap]" and the like have nothing to open. */
 	if (path[0] == '/') {
-		open_file(s, f);
+		open_file(s, f, m);
 	}
 	return f;
 }

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "common/err.h"
 #include "common/mem.h"
@@ -20,8 +21,12 @@
 /* One ELF file opened for symbol look-ups. */
 struct sym_elf;
 
-/* Open path (already prefixed with the target's /proc/PID/root). -SPY_EIO if unreadable, -SPY_EFORMAT if not ELF. */
-int sym_elf_open(struct sym_elf **out, const char *path, struct spy_err *err);
+/*
+ * Read the ELF file open on fd (from spy_open_mapped or a core's rules;
+ * the sym_elf owns it from here, success or not), path naming it in
+ * messages. -SPY_EFORMAT if not ELF.
+ */
+int sym_elf_open(struct sym_elf **out, int fd, const char *path, struct spy_err *err);
 void sym_elf_free(struct sym_elf *e);
 
 /* st_value of the defined symbol name, from .dynsym or else .symtab. */
@@ -69,8 +74,8 @@ int sym_unwind(struct sym_unwinder *u, const struct spy_mem *mem, int32_t tid,
 
 /*
  * Native symbols of one process, from the ELF files behind its mappings
- * (opened as root + path, root being "/proc/PID/root"): .symtab, .dynsym, or
- * separate debug files found by build-id or debuglink; inlined calls from
+ * (opened with spy_open_mapped: right in containers and chroots): .symtab,
+ * .dynsym, or separate debug files found by build-id; inlined calls from
  * DWARF become frames of their own. Results are cached per (file, address in
  * the file), so a long recording resolves each pc once.
  */
@@ -83,7 +88,7 @@ struct sym_native_stats {
 };
 
 /* strs receives every name and must outlive the sym_native. */
-struct sym_native *sym_native_new(const char *root, struct spy_strtab *strs);
+struct sym_native *sym_native_new(pid_t pid, struct spy_strtab *strs);
 void sym_native_free(struct sym_native *s);
 /*
  * Append the frames of pcs[0..n) (as from sym_unwind) to out, innermost

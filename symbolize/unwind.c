@@ -17,7 +17,23 @@
  * handed back to _UPT_access_mem. That path runs only on cache misses.
  * Registers likewise: on x86_64 one PTRACE_GETREGS per walk serves them
  * all, where _UPT would issue a PTRACE_PEEKUSER per register read.
+ *
+ * The unwind tables are found in the target's memory, not in files.
+ * _UPT_find_proc_info opens the path /proc/PID/maps gives under
+ * /proc/PID/root: wrong for a chroot (the path already carries the prefix,
+ * so nothing is found and every stack is one frame), wrong for a library
+ * replaced on disk, and a FIFO planted at that path would hang us with the
+ * target stopped. Yet everything it needs is mapped: the ELF header and
+ * program headers sit at the start of the file's first mapping, and
+ * PT_GNU_EH_FRAME points at .eh_frame_hdr, whose binary-search table
+ * libunwind searches through our access_mem anyway. So find_proc_info
+ * locates the table from memory and hands it to libunwind's table search
+ * (dwarf_search_unwind_table: not in libunwind's headers, but exported, and
+ * what libunwind-ptrace itself calls). Objects without .eh_frame_hdr (only
+ * .debug_frame) are not unwound through; distro binaries all have it.
  */
+#include <dwarf.h>
+#include <elf.h>
 #include <libunwind-ptrace.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,15 +51,34 @@
 
 /* libunwind's default is 2^7 pcs; a profile touches far more distinct pcs. */
 #define UNWIND_CACHE_LOG2 12
+/* Loaded objects whose unwind table is remembered; past this, the oldest is replaced. */
+#define MAX_TABLES 512
+/* An ELF header claiming more program headers than this is not a real object. */
+#define MAX_PHDRS 256
+
+/* The table search libunwind-ptrace uses (see above). */
+extern int UNW_OBJ(dwarf_search_unwind_table)(unw_addr_space_t as, unw_word_t ip,
+					      unw_dyn_info_t *di, unw_proc_info_t *pi,
+					      int need_unwind_info, void *arg);
+
+/* The unwind table of one loaded object, keyed by where its file starts. */
+struct table {
+	spy_addr_t base;      /* its mapping at file offset 0 */
+	uint64_t dev, inode;
+	unw_dyn_info_t di;    /* format -1: the object has no usable table */
+};
 
 struct sym_unwinder {
 	unw_addr_space_t as;
+	struct table tables[MAX_TABLES];
+	size_t ntables, next;
 };
 
 /* The argument of one walk, given to every accessor. */
 struct walk {
 	uint64_t magic;
 	void *upt;
+	struct sym_unwinder *u;
 	const struct spy_mem *mem;
 	int32_t tid;
 #if defined(__x86_64__)
@@ -66,10 +101,153 @@ static void *upt_of(void *arg)
 	return w ? w->upt : arg;
 }
 
+/* The mapping at file offset 0 of the object m belongs to (at or before m in the sorted maps). */
+static const struct spy_map *object_start(const struct spy_mem *mem, const struct spy_map *m)
+{
+	for (size_t i = (size_t)(m - mem->maps) + 1; i-- > 0;) {
+		const struct spy_map *b = &mem->maps[i];
+		if (b->inode != m->inode || b->dev != m->dev || strcmp(b->path, m->path) != 0) {
+			break;
+		}
+		if (b->offset == 0) {
+			return b;
+		}
+	}
+	return NULL;
+}
+
+/* Read a value of DWARF pointer encoding enc (absolute or pc-relative data forms only) at *p. */
+static bool read_encoded(const struct spy_mem *mem, spy_addr_t *p, uint8_t enc, uint64_t *out)
+{
+	union {
+		uint32_t u4;
+		int32_t s4;
+		uint64_t u8;
+	} v;
+	spy_addr_t at = *p;
+	size_t len;
+	switch (enc & 0x0f) {
+	case DW_EH_PE_udata4:
+	case DW_EH_PE_sdata4:
+		len = 4;
+		break;
+	case DW_EH_PE_absptr:
+	case DW_EH_PE_udata8:
+	case DW_EH_PE_sdata8:
+		len = 8;
+		break;
+	default:
+		return false;
+	}
+	if ((enc & 0x70) != 0 && (enc & 0x70) != DW_EH_PE_pcrel) {
+		return false;
+	}
+	if (spy_mem_read(mem, at, &v, len) < 0) {
+		return false;
+	}
+	uint64_t val = len == 8 ? v.u8 : (enc & 0x0f) == DW_EH_PE_sdata4 ? (uint64_t)(int64_t)v.s4 : v.u4;
+	if ((enc & 0x70) == DW_EH_PE_pcrel) {
+		val += at;
+	}
+	*out = val;
+	*p = at + len;
+	return true;
+}
+
+/*
+ * The table of the object whose file starts at base, from its headers in
+ * memory: false (and di->format -1) if something does not add up.
+ */
+static bool load_table(const struct spy_mem *mem, spy_addr_t base, unw_dyn_info_t *di)
+{
+	Elf64_Ehdr eh;
+	memset(di, 0, sizeof(*di));
+	di->format = -1;
+	if (spy_mem_read(mem, base, &eh, sizeof(eh)) < 0 || memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 ||
+	    eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_phentsize != sizeof(Elf64_Phdr) ||
+	    eh.e_phnum > MAX_PHDRS || eh.e_phoff > UINT32_MAX) {
+		return false;
+	}
+	uint64_t lo = UINT64_MAX, hi = 0, eh_frame = 0;
+	bool have_eh = false;
+	for (unsigned i = 0; i < eh.e_phnum; i++) {
+		Elf64_Phdr ph;
+		if (spy_mem_read(mem, base + eh.e_phoff + i * sizeof(ph), &ph, sizeof(ph)) < 0) {
+			return false;
+		}
+		if (ph.p_type == PT_LOAD && ph.p_memsz < (1ull << 40) && ph.p_vaddr < (1ull << 47)) {
+			lo = ph.p_vaddr < lo ? ph.p_vaddr : lo;
+			hi = ph.p_vaddr + ph.p_memsz > hi ? ph.p_vaddr + ph.p_memsz : hi;
+		} else if (ph.p_type == PT_GNU_EH_FRAME) {
+			eh_frame = ph.p_vaddr;
+			have_eh = true;
+		}
+	}
+	if (!have_eh || lo >= hi) {
+		return false;
+	}
+	/* The first PT_LOAD is mapped at base, page-aligned (cpython-internals.md 1.2). */
+	uint64_t bias = base - (lo & ~(uint64_t)0xfff);
+	spy_addr_t hdr = bias + eh_frame;
+	uint8_t h[4];
+	if (spy_mem_read(mem, hdr, h, sizeof(h)) < 0 || h[0] != 1 ||
+	    h[3] != (DW_EH_PE_datarel | DW_EH_PE_sdata4)) {
+		return false;
+	}
+	spy_addr_t p = hdr + 4;
+	uint64_t eh_frame_ptr, count;
+	if (!read_encoded(mem, &p, h[1], &eh_frame_ptr) || !read_encoded(mem, &p, h[2], &count) ||
+	    count > (1u << 24)) {
+		return false;
+	}
+	di->format = UNW_INFO_FORMAT_REMOTE_TABLE;
+	di->start_ip = bias + lo;
+	di->end_ip = bias + hi;
+	/* DT_PLTGOT-relative FDE pointers: x86-64 compilers do not emit them. */
+	di->gp = 0;
+	di->u.rti.name_ptr = 0;
+	di->u.rti.segbase = hdr;
+	di->u.rti.table_len = count * 8 / sizeof(unw_word_t);
+	di->u.rti.table_data = p;
+	return true;
+}
+
+/* The remembered table of the object holding ip, loading it on first use; NULL if none. */
+static const unw_dyn_info_t *table_for(struct sym_unwinder *u, const struct spy_mem *mem,
+				       unw_word_t ip)
+{
+	const struct spy_map *m = spy_mem_find_map(mem, ip);
+	const struct spy_map *b = m && m->path[0] == '/' ? object_start(mem, m) : NULL;
+	if (!b) {
+		return NULL;
+	}
+	struct table *t = NULL;
+	for (size_t i = 0; i < u->ntables && !t; i++) {
+		struct table *c = &u->tables[i];
+		if (c->base == b->lo && c->inode == b->inode && c->dev == b->dev) {
+			t = c;
+		}
+	}
+	if (!t) {
+		t = u->ntables < MAX_TABLES ? &u->tables[u->ntables++] : &u->tables[u->next++ % MAX_TABLES];
+		*t = (struct table){ .base = b->lo, .dev = b->dev, .inode = b->inode };
+		if (!load_table(mem, b->lo, &t->di)) {
+			spy_log(SPY_LOG_DEBUG, "unwind: no .eh_frame_hdr found in memory for %s", b->path);
+		}
+	}
+	return t->di.format != -1 && ip >= t->di.start_ip && ip < t->di.end_ip ? &t->di : NULL;
+}
+
 static int acc_find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t *pi, int need,
 			      void *arg)
 {
-	return _UPT_find_proc_info(as, ip, pi, need, upt_of(arg));
+	struct walk *w = as_walk(arg);
+	const unw_dyn_info_t *di = w ? table_for(w->u, w->mem, ip) : NULL;
+	if (!di) {
+		return -UNW_ENOINFO;
+	}
+	unw_dyn_info_t copy = *di;
+	return UNW_OBJ(dwarf_search_unwind_table)(as, ip, &copy, pi, need, arg);
 }
 
 static void acc_put_unwind_info(unw_addr_space_t as, unw_proc_info_t *pi, void *arg)
@@ -150,10 +328,11 @@ static int acc_resume(unw_addr_space_t as, unw_cursor_t *c, void *arg)
 	return -UNW_EINVAL;
 }
 
+/* Names come from symbolize/native.c; _UPT's would open the file by its maps path. */
 static int acc_get_proc_name(unw_addr_space_t as, unw_word_t addr, char *buf, size_t len,
 			     unw_word_t *off, void *arg)
 {
-	return _UPT_get_proc_name(as, addr, buf, len, off, upt_of(arg));
+	return -UNW_ENOINFO;
 }
 
 int sym_unwinder_new(struct sym_unwinder **out, struct spy_err *err)
@@ -230,7 +409,7 @@ int sym_unwind(struct sym_unwinder *u, const struct spy_mem *mem, int32_t tid, s
 	if (tid <= 0) {
 		return -SPY_EMEM;
 	}
-	struct walk w = { .magic = WALK_MAGIC, .upt = _UPT_create(tid), .mem = mem, .tid = tid };
+	struct walk w = { .magic = WALK_MAGIC, .upt = _UPT_create(tid), .u = u, .mem = mem, .tid = tid };
 	if (!w.upt) {
 		return -SPY_EMEM;
 	}

@@ -18,7 +18,7 @@ Targets are modes of targets/hung.py (see its header). For each interpreter:
     states and frames as the live dump (when gdb's gcore is installed).
 Then, once: a truncated core and a file that is no core exit 5; a core of a
 program that is not Python (sleep) exits 4; --pid with --core, --exe
-without --core, and --core without its file are usage errors (2).
+or --root without --core, and --core without its file are usage errors (2).
 
 Expected lines come from "# @name" markers in the target; expected values
 from what the target reports of itself in its ready line.
@@ -294,7 +294,7 @@ def bad_inputs():
                 p.append("--core %s: expected exit %d and one line, got %d: %r"
                          % (os.path.basename(path), code, res.rc, lines))
         for args in (["--pid", "1", "--core", notcore], ["--exe", notcore, "--pid", "1"],
-                     ["--core"]):
+                     ["--root", "/", "--pid", "1"], ["--core"]):
             res = harness.run_spy(["dump"] + args)
             if res.rc != 2:
                 p.append("dump %s: expected exit 2, got %d" % (" ".join(args), res.rc))

@@ -6,22 +6,27 @@
  */
 #include <elf.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/procfs.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "common/buf.h"
 #include "common/err.h"
+#include "common/log.h"
 #include "common/util.h"
 #include "sampler/sampler.h"
 #include "tests/lib/check.h"
 
 #define ANON_AT 0x10000
 #define FILE_AT 0x20000
+#define FILE0_AT 0x30000
 #define PAGE 4096
 
 static char dir[] = "/tmp/spy-core-test.XXXXXX";
@@ -50,12 +55,18 @@ static void prstatus(struct spy_buf *b, pid_t tid, long nr, uint64_t arg0, uint6
 	note(b, NT_PRSTATUS, "CORE", &st, sizeof(st));
 }
 
-/* NT_FILE: one mapping of path at FILE_AT, from its page 2. */
-static void nt_file(struct spy_buf *b, const char *path)
+/* NT_FILE: one mapping of path at FILE_AT, from its page 2; its page 0 at FILE0_AT if first. */
+static void nt_file(struct spy_buf *b, const char *path, bool first)
 {
 	struct spy_buf d = SPY_BUF_INIT;
 	uint64_t head[5] = { 1, PAGE, FILE_AT, FILE_AT + PAGE, 2 };
-	spy_buf_add(&d, head, sizeof(head));
+	uint64_t head2[8] = { 2, PAGE, FILE0_AT, FILE0_AT + PAGE, 0, FILE_AT, FILE_AT + PAGE, 2 };
+	if (first) {
+		spy_buf_add(&d, head2, sizeof(head2));
+		spy_buf_add(&d, path, strlen(path) + 1);
+	} else {
+		spy_buf_add(&d, head, sizeof(head));
+	}
 	spy_buf_add(&d, path, strlen(path) + 1);
 	note(b, 0x46494c45, "CORE", d.buf, d.len);
 	spy_buf_release(&d);
@@ -70,8 +81,35 @@ static void write_file(const char *path, const void *data, size_t len)
 	}
 }
 
-/* The crafted core's bytes; etype lets a test make it an ET_EXEC instead. */
-static void make_core(struct spy_buf *out, const char *mapped, uint16_t etype)
+/*
+ * The first page of an ELF file whose build-id is 20 bytes of id: what the
+ * kernel and gcore dump of each mapped ELF file.
+ */
+static void elf_page(unsigned char *page, unsigned char id)
+{
+	memset(page, 0, PAGE);
+	Elf64_Ehdr eh = { .e_type = ET_DYN, .e_machine = EM_X86_64, .e_version = EV_CURRENT,
+			  .e_phoff = sizeof(Elf64_Ehdr), .e_ehsize = sizeof(Elf64_Ehdr),
+			  .e_phentsize = sizeof(Elf64_Phdr), .e_phnum = 1 };
+	memcpy(eh.e_ident, ELFMAG, SELFMAG);
+	eh.e_ident[EI_CLASS] = ELFCLASS64;
+	eh.e_ident[EI_DATA] = ELFDATA2LSB;
+	eh.e_ident[EI_VERSION] = EV_CURRENT;
+	Elf64_Phdr ph = { .p_type = PT_NOTE, .p_offset = 0x100, .p_filesz = 12 + 4 + 20 };
+	Elf64_Nhdr nh = { 4, 20, NT_GNU_BUILD_ID };
+	memcpy(page, &eh, sizeof(eh));
+	memcpy(page + sizeof(eh), &ph, sizeof(ph));
+	memcpy(page + 0x100, &nh, sizeof(nh));
+	memcpy(page + 0x100 + sizeof(nh), "GNU", 4);
+	memset(page + 0x100 + sizeof(nh) + 4, id, 20);
+}
+
+/*
+ * The crafted core's bytes; etype lets a test make it an ET_EXEC instead.
+ * first, if not NULL, is the mapped file's page 0 as the core dumped it.
+ */
+static void make_core_with(struct spy_buf *out, const char *mapped, uint16_t etype,
+			   const unsigned char *first)
 {
 	struct spy_buf notes = SPY_BUF_INIT;
 	prstatus(&notes, 1234, SYS_futex, ANON_AT + 0x40, 0x80 /* FUTEX_WAIT_PRIVATE */);
@@ -82,7 +120,7 @@ static void make_core(struct spy_buf *out, const char *mapped, uint16_t etype)
 	memcpy(ps.pr_fname, "python3", 8);
 	memcpy(ps.pr_psargs, "python3\0x.py", 12); /* gdb leaves NULs between arguments */
 	note(&notes, NT_PRPSINFO, "CORE", &ps, sizeof(ps));
-	nt_file(&notes, mapped);
+	nt_file(&notes, mapped, first != NULL);
 
 	Elf64_Ehdr eh;
 	memset(&eh, 0, sizeof(eh));
@@ -96,19 +134,22 @@ static void make_core(struct spy_buf *out, const char *mapped, uint16_t etype)
 	eh.e_phoff = sizeof(eh);
 	eh.e_ehsize = sizeof(eh);
 	eh.e_phentsize = sizeof(Elf64_Phdr);
-	eh.e_phnum = 3;
-	uint64_t notes_at = sizeof(eh) + 3 * sizeof(Elf64_Phdr);
+	eh.e_phnum = first ? 4 : 3;
+	uint64_t notes_at = sizeof(eh) + eh.e_phnum * sizeof(Elf64_Phdr);
 	uint64_t anon_at = (notes_at + notes.len + PAGE - 1) & ~(uint64_t)(PAGE - 1);
-	Elf64_Phdr ph[3] = {
+	Elf64_Phdr ph[4] = {
 		{ .p_type = PT_NOTE, .p_offset = notes_at, .p_filesz = notes.len },
 		{ .p_type = PT_LOAD, .p_flags = PF_R | PF_W, .p_offset = anon_at, .p_vaddr = ANON_AT,
 		  .p_filesz = PAGE, .p_memsz = PAGE },
 		/* Read-only and file-backed: not in the core, read from the file. */
 		{ .p_type = PT_LOAD, .p_flags = PF_R, .p_offset = anon_at + PAGE, .p_vaddr = FILE_AT,
 		  .p_filesz = 0, .p_memsz = PAGE },
+		/* The file's first page, dumped: where its build-id is. */
+		{ .p_type = PT_LOAD, .p_flags = PF_R, .p_offset = anon_at + PAGE, .p_vaddr = FILE0_AT,
+		  .p_filesz = PAGE, .p_memsz = PAGE },
 	};
 	spy_buf_add(out, &eh, sizeof(eh));
-	spy_buf_add(out, ph, sizeof(ph));
+	spy_buf_add(out, ph, eh.e_phnum * sizeof(Elf64_Phdr));
 	spy_buf_add(out, notes.buf, notes.len);
 	while (out->len < anon_at) {
 		spy_buf_addch(out, 0);
@@ -116,14 +157,105 @@ static void make_core(struct spy_buf *out, const char *mapped, uint16_t etype)
 	for (int i = 0; i < PAGE; i++) {
 		spy_buf_addch(out, (char)(i & 0xff));
 	}
+	if (first) {
+		spy_buf_add(out, first, PAGE);
+	}
 	spy_buf_release(&notes);
+}
+
+static void make_core(struct spy_buf *out, const char *mapped, uint16_t etype)
+{
+	make_core_with(out, mapped, etype, NULL);
+}
+
+/* Whether a core naming mapped (first page as given) lets dump read the file's page 2. */
+static bool reads_file(const char *mapped, const unsigned char *first, const char *exe,
+		       const char *root)
+{
+	char core[128];
+	snprintf(core, sizeof(core), "%s/crafted", dir);
+	struct spy_buf b = SPY_BUF_INIT;
+	make_core_with(&b, mapped, ET_CORE, first);
+	write_file(core, b.buf, b.len);
+	spy_buf_release(&b);
+	struct core *c = NULL;
+	struct spy_err err = SPY_ERR_INIT;
+	CHECK_INT(core_open(&c, core, exe, root, &err), 0);
+	unsigned char buf[5];
+	bool yes = c && spy_mem_read(core_mem(c), FILE_AT + 8, buf, 5) == 0 && !memcmp(buf, "page2", 5);
+	core_free(c);
+	return yes;
+}
+
+/*
+ * What a crafted core can make dump read (#14): a file its NT_FILE names is
+ * read only if the build-id the core recorded matches, or the user named
+ * it (--exe) or its root (--root, inside which links resolve). A FIFO, a
+ * terminal, a link out of the root: never, and without hanging.
+ */
+static void test_named_files(void)
+{
+	unsigned char ours[PAGE], other[PAGE];
+	elf_page(ours, 0xab);
+	elf_page(other, 0xcd);
+	/* The refusals warn; the checks below say what matters. */
+	int level = spy_log_level;
+	spy_log_level = SPY_LOG_ERROR;
+	char secret[128], elf[128], fifo[128], rootdir[128], link[160], path[160];
+	snprintf(secret, sizeof(secret), "%s/secret", dir);
+	snprintf(elf, sizeof(elf), "%s/lib.so", dir);
+	snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+	snprintf(rootdir, sizeof(rootdir), "%s/root", dir);
+
+	/* A secret (no build-id anywhere): not read unless the user names it. */
+	char filedata[3 * PAGE];
+	memset(filedata, 's', sizeof(filedata));
+	memcpy(filedata + 2 * PAGE + 8, "page2", 5);
+	write_file(secret, filedata, sizeof(filedata));
+	CHECK(!reads_file(secret, NULL, NULL, NULL));
+	CHECK(!reads_file(secret, ours, NULL, NULL));
+	CHECK(reads_file(secret, NULL, secret, NULL) == false); /* --exe stands for the executable only */
+	CHECK(reads_file(secret, NULL, NULL, "/"));
+
+	/* An ELF file whose build-id the core recorded: read with no option; another build: never. */
+	memcpy(filedata, ours, PAGE);
+	write_file(elf, filedata, sizeof(filedata));
+	CHECK(reads_file(elf, ours, NULL, NULL));
+	CHECK(!reads_file(elf, other, NULL, NULL));
+	CHECK(!reads_file(elf, other, NULL, "/"));
+	/* A link to it is not the name the kernel would have written: refused without --root. */
+	snprintf(link, sizeof(link), "%s/link.so", dir);
+	CHECK(symlink(elf, link) == 0);
+	CHECK(!reads_file(link, ours, NULL, NULL));
+
+	/* A FIFO and a terminal: refused, even with a root, and no open blocks. */
+	CHECK(mkfifo(fifo, 0600) == 0);
+	alarm(20);
+	CHECK(!reads_file(fifo, NULL, NULL, "/"));
+	CHECK(!reads_file(fifo, ours, NULL, NULL));
+	CHECK(!reads_file("/dev/tty", NULL, NULL, "/"));
+	CHECK(!reads_file("/dev/zero", NULL, NULL, "/"));
+	alarm(0);
+
+	/* In a root, an absolute link planted there resolves inside the root, not to our secret. */
+	snprintf(path, sizeof(path), "%s/lib", rootdir);
+	CHECK(mkdir(rootdir, 0700) == 0 && mkdir(path, 0700) == 0);
+	snprintf(path, sizeof(path), "%s/lib/planted.so", rootdir);
+	CHECK(symlink(secret, path) == 0);
+	CHECK(!reads_file("/lib/planted.so", NULL, NULL, rootdir));
+	CHECK(!reads_file("/../../../../../../lib/planted.so", NULL, NULL, rootdir));
+	/* The same file, really inside the root: read. */
+	snprintf(path, sizeof(path), "%s/lib/real.so", rootdir);
+	write_file(path, filedata, sizeof(filedata));
+	CHECK(reads_file("/lib/real.so", NULL, NULL, rootdir));
+	spy_log_level = level;
 }
 
 static void test_open_and_read(const char *core, const char *mapped)
 {
 	struct core *c = NULL;
 	struct spy_err err = SPY_ERR_INIT;
-	CHECK_INT(core_open(&c, core, NULL, &err), 0);
+	CHECK_INT(core_open(&c, core, NULL, "/", &err), 0);
 	if (!c) {
 		fprintf(stderr, "core_open: %s\n", err.msg);
 		return;
@@ -155,7 +287,7 @@ static void test_open_and_read(const char *core, const char *mapped)
 	CHECK(spy_mem_plausible(m, FILE_AT, 8));
 	core_free(c);
 
-	CHECK_INT(core_open(&c, core, "/opt/python3", &err), 0);
+	CHECK_INT(core_open(&c, core, "/opt/python3", NULL, &err), 0);
 	if (c) {
 		CHECK_STR(core_exe(c), "/opt/python3");
 		core_free(c);
@@ -166,7 +298,7 @@ static void expect_error(const char *path, int code, const char *what)
 {
 	struct core *c = NULL;
 	struct spy_err err = SPY_ERR_INIT;
-	int rc = core_open(&c, path, NULL, &err);
+	int rc = core_open(&c, path, NULL, NULL, &err);
 	CHECK_INT(rc, -code);
 	CHECK(c == NULL);
 	CHECK(strstr(err.msg, what) != NULL);
@@ -292,6 +424,7 @@ int main(void)
 	test_classify();
 	test_nt_file();
 	test_open_and_read(core, mapped);
+	test_named_files();
 	test_bad_files(&good, mapped);
 
 	spy_buf_release(&good);

@@ -6,6 +6,7 @@
  * as a frame of its own when the build has DWARF); and an unwind
  * that cannot work (a thread we do not trace) failing cleanly.
  */
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,7 +205,8 @@ static bool have_dwarf(void)
 {
 	struct sym_elf *e = NULL;
 	uint64_t addr, size;
-	bool yes = sym_elf_open(&e, "/proc/self/exe", NULL) == 0 &&
+	int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+	bool yes = fd >= 0 && sym_elf_open(&e, fd, "/proc/self/exe", NULL) == 0 &&
 		   sym_elf_section(e, ".debug_info", &addr, &size);
 	sym_elf_free(e);
 	return yes;
@@ -247,7 +249,7 @@ static void test_resolve_self(void)
 	CHECK(proc_parse_maps(text, len, &maps, &nmaps, &paths, NULL) >= 0);
 	struct spy_mem mem = { self_read, NULL, maps, nmaps };
 
-	struct sym_native *s = sym_native_new("", &strs);
+	struct sym_native *s = sym_native_new(getpid(), &strs);
 	struct spy_stack out = SPY_STACK_INIT;
 	spy_addr_t pcs[2] = { (spy_addr_t)(uintptr_t)&spy_test_marker_function + 2,
 			      (spy_addr_t)(uintptr_t)&strlen + 1 };
