@@ -322,8 +322,11 @@ int cmd_dump(int argc, char **argv)
 	proc_install_stop_handlers();
 	struct spy_err err = SPY_ERR_INIT;
 	struct target t;
-	rc = o.core ? target_open_core(&t, o.core, o.exe, o.root, &err) : target_open_pid(&t, o.pid, &err);
+	struct spy_strtab strs = SPY_STRTAB_INIT;
+	rc = o.core ? target_open_core(&t, o.core, o.exe, o.root, &strs, &err)
+		    : target_open_pid(&t, o.pid, &strs, &err);
 	if (rc < 0) {
+		spy_strtab_release(&strs);
 		return cmd_fail(&err);
 	}
 	struct dump_result r = {
@@ -342,6 +345,7 @@ int cmd_dump(int argc, char **argv)
 		if (native_init(&nat, &t, o.native_all, &err) < 0) {
 			release_result(&r);
 			target_release(&t);
+			spy_strtab_release(&strs);
 			return cmd_fail(&err);
 		}
 		o.nat = &nat;
@@ -381,5 +385,6 @@ int cmd_dump(int argc, char **argv)
 		native_release(o.nat);
 	}
 	target_release(&t);
+	spy_strtab_release(&strs);
 	return exit_code;
 }

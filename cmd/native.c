@@ -38,12 +38,12 @@ int native_init(struct native *n, struct target *t, bool all, struct spy_err *er
 	if (rc < 0) {
 		return rc;
 	}
-	n->syms = sym_native_new(proc_pid(t->proc), &t->strs);
+	n->syms = sym_native_new(proc_pid(t->proc), t->strs);
 	n->opts.all = all;
 	/* The interpreter's own files: everything in them is the interpreter's business. */
-	n->opts.hide_libs[0] = intern_basename(&t->strs, t->binary);
+	n->opts.hide_libs[0] = intern_basename(t->strs, t->binary);
 	if (proc_exe(t->proc)[0]) {
-		n->opts.hide_libs[1] = intern_basename(&t->strs, proc_exe(t->proc));
+		n->opts.hide_libs[1] = intern_basename(t->strs, proc_exe(t->proc));
 	}
 	n->fail_for_tests = getenv("SPY_TEST_NATIVE_FAIL") != NULL;
 	return 0;

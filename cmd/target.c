@@ -237,12 +237,13 @@ static int find_runtime(struct target *t, struct spy_err *err)
 	if (rc < 0) {
 		return rc;
 	}
-	return pyrt_new(&t->rt, target_mem(t), &hints, &t->strs, err);
+	return pyrt_new(&t->rt, target_mem(t), &hints, t->strs, err);
 }
 
-int target_open_pid(struct target *t, pid_t pid, struct spy_err *err)
+int target_open_pid(struct target *t, pid_t pid, struct spy_strtab *strs, struct spy_err *err)
 {
 	memset(t, 0, sizeof(*t));
+	t->strs = strs;
 	int rc = proc_open(&t->proc, pid, err);
 	if (rc == 0) {
 		rc = find_runtime(t, err);
@@ -254,9 +255,10 @@ int target_open_pid(struct target *t, pid_t pid, struct spy_err *err)
 }
 
 int target_open_core(struct target *t, const char *path, const char *exe, const char *root,
-		     struct spy_err *err)
+		     struct spy_strtab *strs, struct spy_err *err)
 {
 	memset(t, 0, sizeof(*t));
+	t->strs = strs;
 	int rc = core_open(&t->core, path, exe, root, err);
 	if (rc == 0) {
 		rc = find_runtime(t, err);
@@ -272,7 +274,6 @@ void target_release(struct target *t)
 	pyrt_free(t->rt);
 	proc_free(t->proc);
 	core_free(t->core);
-	spy_strtab_release(&t->strs);
 	free(t->binary);
 	memset(t, 0, sizeof(*t));
 }

@@ -244,20 +244,15 @@ void fg_frame_format(const struct fg_frame *f, struct spy_buf *out);
  * profile holds, the output reads back without error.
  *
  * fg_profile_write_folded streams plain text to out (not closed; -SPY_EIO on
- * a write error, name is used in the message). fg_profile_format_folded
- * appends the same text to a buffer.
- *
- * fg_profile_save_folded writes to path atomically: a temporary file in the
- * same directory, fsync, rename over path; on failure path is untouched and
- * the temporary is removed. A symlink is followed (its target is replaced,
- * the link kept); an existing path that is not a regular file (/dev/stdout,
- * a FIFO) is written in place instead. A path ending in ".gz" is
- * gzip-compressed.
+ * a write error, name is used in the message); fg_profile_write_folded_gz
+ * the same, gzip-compressed, onto out's descriptor. fg_profile_format_folded
+ * appends the text to a buffer.
  */
 int fg_profile_write_folded(const struct fg_profile *p, FILE *out, const char *name,
 			    struct spy_err *err);
+int fg_profile_write_folded_gz(const struct fg_profile *p, FILE *out, const char *name,
+			       struct spy_err *err);
 void fg_profile_format_folded(const struct fg_profile *p, struct spy_buf *out);
-int fg_profile_save_folded(const struct fg_profile *p, const char *path, struct spy_err *err);
 
 /*
  * Folded input, added to what p already holds (so several files merge).
@@ -639,5 +634,41 @@ int fg_profile_write_pprof(const struct fg_profile *p, FILE *f, struct spy_err *
  */
 int fg_profile_write_chrome(const struct fg_profile *p, const struct fg_timeline *tl, FILE *f,
 			    struct spy_err *err);
+
+/*
+ * The output formats (format.c): their names, the one a file name implies
+ * (ignoring case: ".pb.gz" is pprof, any other ".gz" folded, no known
+ * extension svg), the extension of a default output name, and writing a
+ * profile in any of them onto a FILE *, through an fg_writer: fg_write has
+ * the shape of cmd/output.h's cmd_write_fn, so cmd/output.c can hand it
+ * the file it opened.
+ */
+enum fg_format {
+	FG_FORMAT_SVG = 0,
+	FG_FORMAT_FOLDED,
+	FG_FORMAT_TABLE,
+	FG_FORMAT_SPEEDSCOPE,
+	FG_FORMAT_CHROME,
+	FG_FORMAT_PPROF,
+	FG_FORMAT_JSON,
+};
+/* Parse a --format name (exact); false if unknown. */
+bool fg_format_parse(const char *name, enum fg_format *out);
+enum fg_format fg_format_from_path(const char *path);
+const char *fg_format_name(enum fg_format f);
+const char *fg_format_ext(enum fg_format f);
+/* Whether format f written to path is gzip-compressed (a folded ".gz", any case). */
+bool fg_format_gzip(enum fg_format f, const char *path);
+
+struct fg_writer {
+	enum fg_format format;
+	const struct fg_profile *profile;
+	const struct fg_timeline *timeline;  /* chrome; NULL lays the stacks end to end */
+	const struct fg_table_opts *table;   /* table */
+	const struct fg_svg_opts *svg;       /* svg */
+	bool gzip;                           /* folded: compressed (fg_format_gzip) */
+};
+/* Write w (a struct fg_writer *) onto f; name is for messages. 0 or -SPY_EIO with err set. */
+int fg_write(void *w, FILE *f, const char *name, struct spy_err *err);
 
 #endif
