@@ -31,7 +31,7 @@
 #include "common/sample.h"
 #include "common/strtab.h"
 #include "bench/bench.h"
-#include "flamegraph/flamegraph.h"
+#include "flamegraph/internal.h"
 
 static double rss_peak(void)
 {

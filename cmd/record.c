@@ -94,16 +94,10 @@ static int record_stack(void *ctx, struct engine *e, const struct spy_stack *s,
 		push_synthetic(&r->stack, thread_root);
 	}
 	push_synthetic(&r->stack, info->proc->root);
-	int rc = fg_profile_add(r->profile, &r->stack, 1);
-	double t = (double)(info->now_ns - e->start_ns) / 1e9;
-	if (r->slices) {
-		fg_slices_add(r->slices, r->profile, t, 1);
-	}
-	if (r->timeline) {
-		struct fg_track track = { (int32_t)info->proc->pid, (int32_t)info->tid, info->proc->root,
-					  thread_root };
-		fg_timeline_add(r->timeline, r->profile, &track, t);
-	}
+	struct fg_track track = { (int32_t)info->proc->pid, (int32_t)info->tid, info->proc->root,
+				  thread_root };
+	int rc = fg_profile_add_at(r->profile, &r->stack, (double)(info->now_ns - e->start_ns) / 1e9,
+				   r->slices, r->timeline, &track);
 	return rc;
 }
 
@@ -350,10 +344,12 @@ int cmd_record(int argc, char **argv)
 	r->o.duration = -1;
 	r->out.fd = -1;
 	int exit_code = parse_args(r, argc, argv);
-	if (exit_code < 0) {
+	bool go = exit_code < 0;   /* else --help or a usage error: done */
+	if (go) {
 		exit_code = start(r);
+		go = exit_code == 0;
 	}
-	if (exit_code) {
+	if (!go) {
 		rec_release(r);
 		free(r);
 		return exit_code;

@@ -20,15 +20,9 @@
 #include "common/util.h"
 #include "symbolize/symbolize.h"
 
-static const char *base_name(const char *path)
-{
-	const char *s = strrchr(path, '/');
-	return s ? s + 1 : path;
-}
-
 int target_is_libpython(const char *path)
 {
-	const char *b = base_name(path);
+	const char *b = spy_basename(path);
 	const char *p = strstr(b, "libpython");
 	if (p != b) {
 		return 0;
@@ -43,7 +37,7 @@ int target_is_libpython(const char *path)
 
 unsigned target_version_from_path(const char *path)
 {
-	const char *b = base_name(path);
+	const char *b = spy_basename(path);
 	const char *p = strstr(b, "python");
 	if (!p) {
 		return 0;
@@ -267,6 +261,11 @@ int target_open_core(struct target *t, const char *path, const char *exe, const 
 		target_release(t);
 	}
 	return rc;
+}
+
+struct spy_process target_process(const struct target *t)
+{
+	return t->core ? spy_process_core(t->core) : spy_process_live(t->proc);
 }
 
 void target_release(struct target *t)

@@ -12,6 +12,7 @@
 #include "common/err.h"
 #include "common/strtab.h"
 #include "pystate/pystate.h"
+#include "sampler/engine.h"
 #include "sampler/sampler.h"
 
 struct target {
@@ -33,6 +34,8 @@ int target_open_core(struct target *t, const char *path, const char *exe, const 
 /* The pid and command line, of the process or of the one that dumped core. */
 int target_pid(const struct target *t);
 const char *target_cmdline(const struct target *t);
+/* The handle on what was opened, with its backend (live or core). */
+struct spy_process target_process(const struct target *t);
 /* Detach and free; safe on a zeroed or partly opened target. */
 void target_release(struct target *t);
 

@@ -22,7 +22,7 @@ static int walker_open(void *ctx, pid_t pid, struct spy_process *proc, void **py
 		return rc;
 	}
 	proc_mem_prefetch(d->t.proc, true);
-	*proc = spy_process_live(d->t.proc);
+	*proc = target_process(&d->t);
 	*py = d;
 	return 0;
 }

@@ -77,12 +77,18 @@ void spy_bug(const char *file, int line, const char *fmt, ...)
 
 bool spy_ends_with(const char *s, const char *suffix)
 {
+	if (!s) {
+		return false;
+	}
 	size_t n = strlen(s), m = strlen(suffix);
 	return n >= m && !memcmp(s + n - m, suffix, m);
 }
 
 bool spy_ends_with_nocase(const char *s, const char *suffix)
 {
+	if (!s) {
+		return false;
+	}
 	size_t n = strlen(s), m = strlen(suffix);
 	return n >= m && !strcasecmp(s + n - m, suffix);
 }

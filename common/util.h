@@ -22,7 +22,7 @@ char *spy_xstrdup(const char *s);
 void spy_grow(void **v, size_t *alloc, size_t need, size_t elsize);
 #define SPY_GROW(v, alloc, need) spy_grow((void **)&(v), &(alloc), (need), sizeof(*(v)))
 
-/* Whether s ends with suffix: exactly, or (file names) ignoring ASCII case. */
+/* Whether s (NULL: no) ends with suffix: exactly, or (file names) ignoring ASCII case. */
 bool spy_ends_with(const char *s, const char *suffix);
 bool spy_ends_with_nocase(const char *s, const char *suffix);
 /* The part of path after its last '/' (path itself without one). */

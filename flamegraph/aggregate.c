@@ -589,3 +589,17 @@ void fg_profile_meta_at(const struct fg_profile *p, size_t i, const char **key, 
 	*key = p->meta[i].key;
 	*value = p->meta[i].value;
 }
+
+int fg_profile_add_at(struct fg_profile *p, const struct spy_stack *s, double t, struct fg_slices *sl,
+		      struct fg_timeline *tl, const struct fg_track *track)
+{
+	int rc = fg_profile_add(p, s, 1);
+	/* Both count the stack just added (fg_profile_last_stack): after the add, before any other. */
+	if (sl) {
+		fg_slices_add(sl, p, t, 1);
+	}
+	if (tl) {
+		fg_timeline_add(tl, p, track, t);
+	}
+	return rc;
+}

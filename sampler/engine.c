@@ -330,7 +330,7 @@ static long sample_paused(struct engine *e, struct eng_process *p, uint64_t now)
 		}
 	}
 	if (p->attached) {
-		int rc = ops->pause(&p->proc);
+		int rc = ops->pause(&p->proc, NULL);
 		if (rc == -SPY_EGONE) {
 			p->gone = true;
 		} else if (rc < 0 && rc != -SPY_EINTR) {
@@ -639,6 +639,25 @@ void eng_release(struct engine *e)
 	}
 	free(e->scratch);
 	memset(e, 0, sizeof(*e));
+}
+
+/* ---- one look (dump) ---- */
+
+int eng_look(struct spy_process *p, int (*fn)(void *ctx, struct spy_err *err), void *ctx,
+	     struct spy_err *err)
+{
+	bool pause = spy_process_can(p, SPY_CAP_PAUSE, NULL, NULL);
+	int rc = pause ? p->ops->attach(p, err) : 0;
+	if (rc == 0 && pause) {
+		rc = p->ops->pause(p, err);
+	}
+	if (rc == 0 && !proc_stop_requested) {
+		rc = fn(ctx, err);
+	}
+	if (pause) {
+		p->ops->detach(p);
+	}
+	return rc;
 }
 
 /* ---- counters ---- */

@@ -35,6 +35,12 @@
 /* ---- the process handle ---- */
 
 struct spy_process;
+/* One thread as a process reports it, and what it waits on (dump). */
+struct spy_thread_info {
+	pid_t tid;
+	char comm[17];          /* "" if unknown (a core) */
+	struct proc_wait wait;
+};
 /*
  * A backend: how one kind of process is reached. An operation a backend
  * cannot do is NULL, and the engine (or a command asking
@@ -47,8 +53,8 @@ struct spy_process_ops {
 	const char *(*cmdline)(const struct spy_process *p);
 	/* Seize every thread; -SPY_EPERM with remedy if refused. */
 	int (*attach)(struct spy_process *p, struct spy_err *err);
-	/* Stop every thread: 0, -SPY_EINTR (stop requested), -SPY_EGONE, other < 0. */
-	int (*pause)(struct spy_process *p);
+	/* Stop every thread: 0, -SPY_EINTR (stop requested), -SPY_EGONE, other < 0 (err may be NULL). */
+	int (*pause)(struct spy_process *p, struct spy_err *err);
 	void (*resume)(struct spy_process *p);
 	/* Attached, between pauses: let self-stopped threads go on; -SPY_EGONE once gone. */
 	int (*poll)(struct spy_process *p);
@@ -68,6 +74,14 @@ struct spy_process_ops {
 	/* -s: every descendant's pid (into *out, free()); its executable, to notice an exec. */
 	size_t (*descendants)(const struct spy_process *p, pid_t **out);
 	void (*exe_of)(const struct spy_process *p, pid_t pid, char *buf, size_t size);
+	/*
+	 * Every thread, at most max, with what it waits on: a live process's
+	 * from /proc (read before pausing: a stop interrupts the wait), a
+	 * core's from its notes. < 0 if the list cannot be read.
+	 */
+	long (*threads)(struct spy_process *p, struct spy_thread_info *out, size_t max, struct spy_err *err);
+	/* Look again at one thread's wait (a live process only; NULL for a core, which never changes). */
+	void (*thread_wait)(const struct spy_process *p, pid_t tid, struct proc_wait *out);
 };
 
 struct spy_process {
@@ -88,6 +102,14 @@ enum spy_process_cap {
 /* Whether p can; if not and err, an error naming what p is. */
 bool spy_process_can(const struct spy_process *p, enum spy_process_cap cap, const char *what,
 		     struct spy_err *err);
+
+/*
+ * One look at p, for dump: seize and stop it if its backend can (a core
+ * is read as it is), call fn unless a stop was requested, then resume and
+ * detach, on every path. fn's error, else the attach's or pause's.
+ */
+int eng_look(struct spy_process *p, int (*fn)(void *ctx, struct spy_err *err), void *ctx,
+	     struct spy_err *err);
 
 /* ---- the walker: the interpreter's side, supplied by cmd ---- */
 

@@ -5,6 +5,7 @@
  * says so instead of a rule in each command.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "sampler/engine.h"
 
@@ -31,9 +32,9 @@ static int live_attach(struct spy_process *p, struct spy_err *err)
 	return rc < 0 ? rc : proc_attach(live(p), err);
 }
 
-static int live_pause(struct spy_process *p)
+static int live_pause(struct spy_process *p, struct spy_err *err)
 {
-	return proc_pause(live(p), NULL);
+	return proc_pause(live(p), err);
 }
 
 static void live_resume(struct spy_process *p)
@@ -91,6 +92,29 @@ static void live_exe_of(const struct spy_process *p, pid_t pid, char *buf, size_
 	proc_exe_of(pid, buf, size);
 }
 
+static long live_threads(struct spy_process *p, struct spy_thread_info *out, size_t max,
+			 struct spy_err *err)
+{
+	int rc = proc_list_threads(live(p), err);
+	if (rc < 0) {
+		return rc;
+	}
+	size_t n = 0;
+	const struct proc_thread *t = proc_threads(live(p), &n);
+	n = n < max ? n : max;
+	for (size_t i = 0; i < n; i++) {
+		out[i].tid = t[i].tid;
+		memcpy(out[i].comm, t[i].comm, sizeof(out[i].comm));
+		proc_task_wait(live(p), t[i].tid, &out[i].wait);
+	}
+	return (long)n;
+}
+
+static void live_thread_wait(const struct spy_process *p, pid_t tid, struct proc_wait *out)
+{
+	proc_task_wait(live(p), tid, out);
+}
+
 static const struct spy_process_ops live_ops = {
 	.kind = "process",
 	.pid = live_pid,
@@ -110,6 +134,8 @@ static const struct spy_process_ops live_ops = {
 	.task_name = live_task_name,
 	.descendants = live_descendants,
 	.exe_of = live_exe_of,
+	.threads = live_threads,
+	.thread_wait = live_thread_wait,
 };
 
 struct spy_process spy_process_live(struct proc *p)
@@ -129,11 +155,27 @@ static const char *core_cmdline_op(const struct spy_process *p)
 	return core_cmdline(p->impl);
 }
 
+/* Its notes: NT_PRSTATUS per thread, with what each waited on from its registers. */
+static long core_threads_op(struct spy_process *p, struct spy_thread_info *out, size_t max,
+			    struct spy_err *err)
+{
+	size_t n = 0;
+	const struct core_thread *t = core_threads(p->impl, &n);
+	n = n < max ? n : max;
+	for (size_t i = 0; i < n; i++) {
+		memset(&out[i], 0, sizeof(out[i]));
+		out[i].tid = t[i].tid;
+		out[i].wait = t[i].wait;
+	}
+	return (long)n;
+}
+
 /* A core never changes: nothing to pause, watch or re-read; its threads are in its notes. */
 static const struct spy_process_ops core_ops = {
 	.kind = "core file",
 	.pid = core_pid_op,
 	.cmdline = core_cmdline_op,
+	.threads = core_threads_op,
 };
 
 struct spy_process spy_process_core(struct core *c)

@@ -16,7 +16,7 @@
 
 #include "common/sample.h"
 #include "common/strtab.h"
-#include "flamegraph/flamegraph.h"
+#include "flamegraph/internal.h"
 #include "tests/lib/check.h"
 
 static char tmpdir[] = "/tmp/spy-test-fg-XXXXXX";

@@ -65,7 +65,7 @@ static int f_attach(struct spy_process *p, struct spy_err *err)
 	return 0;
 }
 
-static int f_pause(struct spy_process *p)
+static int f_pause(struct spy_process *p, struct spy_err *err)
 {
 	struct fake_proc *f = fp(p);
 	CHECK(f->attached && !f->paused);
