@@ -187,7 +187,7 @@ int main(int argc, char **argv)
 	char folded[4200];
 	snprintf(folded, sizeof(folded), "%s.folded", path);
 	struct spy_err err = SPY_ERR_INIT;
-	if (fg_profile_save_folded(p, folded, &err)) {
+	if (bench_save_folded(p, folded, &err)) {
 		fprintf(stderr, "fg-svg: %s\n", err.msg);
 		return 1;
 	}
