@@ -156,7 +156,9 @@ int cmd_report(int argc, char **argv)
 	if (trend) {
 		r.format = FG_FORMAT_TABLE;  /* text, to stdout unless -o */
 	}
-	r.profile = fg_profile_new(NULL, function && !trend ? FG_FUNCTION : 0);
+	/* The invocation's one string table, as record's and diff's. */
+	struct spy_strtab strs = SPY_STRTAB_INIT;
+	r.profile = fg_profile_new(&strs, function && !trend ? FG_FUNCTION : 0);
 	if (!strcmp(input, "-")) {
 		rc = fg_profile_read_folded_fd(r.profile, STDIN_FILENO, "<stdin>", &err);
 	} else {
@@ -171,6 +173,7 @@ int cmd_report(int argc, char **argv)
 	}
 	if (rc < 0) {
 		fg_profile_free(r.profile);
+		spy_strtab_release(&strs);
 		return cmd_fail(&err);
 	}
 
@@ -207,5 +210,6 @@ int cmd_report(int argc, char **argv)
 	free(path);
 	fg_slices_free(r.slices);
 	fg_profile_free(r.profile);
+	spy_strtab_release(&strs);
 	return rc < 0 ? cmd_fail(&err) : 0;
 }
