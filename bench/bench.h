@@ -12,10 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/sample.h"
-#include "common/strtab.h"
 #include <time.h>
 #include <unistd.h>
+
+#include "common/sample.h"
+#include "common/strtab.h"
+#include "flamegraph/flamegraph.h"
 
 /* The synthetic workload: functions spread over files, stacks 20-60 deep. */
 #define NFUNCS 3000
@@ -141,6 +143,27 @@ static inline struct spy_stack *bench_stacks(const struct bench_vocab *v, size_t
 	free(depth);
 	free(thread);
 	return stacks;
+}
+
+/*
+ * Write p as folded text to path (gzip for a ".gz" name), synced, through
+ * the format registry's one writer call: what record's output path costs,
+ * without its temporary and rename.
+ */
+static inline int bench_save_folded(const struct fg_profile *p, const char *path, struct spy_err *err)
+{
+	struct fg_writer w = { FG_FORMAT_FOLDED, p, NULL, NULL, NULL,
+			       fg_format_gzip(FG_FORMAT_FOLDED, path) };
+	FILE *f = fopen(path, "w");
+	if (!f) {
+		return spy_err_set(err, SPY_EIO, "cannot write %s", path);
+	}
+	int rc = fg_write(&w, f, path, err);
+	if (rc == 0 && (fflush(f) != 0 || fsync(fileno(f)) != 0)) {
+		rc = spy_err_set(err, SPY_EIO, "cannot write %s", path);
+	}
+	fclose(f);
+	return rc;
 }
 
 #endif

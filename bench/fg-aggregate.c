@@ -31,7 +31,7 @@
 #include "common/sample.h"
 #include "common/strtab.h"
 #include "bench/bench.h"
-#include "flamegraph/flamegraph.h"
+#include "flamegraph/internal.h"
 
 static double rss_peak(void)
 {
@@ -127,14 +127,14 @@ int main(int argc, char **argv)
 	snprintf(gz, sizeof(gz), "%s.gz", plain);
 	struct spy_err err = SPY_ERR_INIT;
 	t0 = now();
-	int rc = fg_profile_save_folded(p, plain, &err);
+	int rc = bench_save_folded(p, plain, &err);
 	double t_w = now() - t0;
 	if (rc) {
 		fprintf(stderr, "fg-aggregate: %s\n", err.msg);
 		return 1;
 	}
 	t0 = now();
-	rc = fg_profile_save_folded(p, gz, &err);
+	rc = bench_save_folded(p, gz, &err);
 	double t_wz = now() - t0;
 	if (rc) {
 		fprintf(stderr, "fg-aggregate: %s\n", err.msg);

@@ -31,7 +31,7 @@
 #include "common/sample.h"
 #include "common/strtab.h"
 #include "bench/bench.h"
-#include "flamegraph/flamegraph.h"
+#include "flamegraph/internal.h"
 
 #define LINES 8
 
@@ -187,7 +187,7 @@ int main(int argc, char **argv)
 	char folded[4200];
 	snprintf(folded, sizeof(folded), "%s.folded", path);
 	struct spy_err err = SPY_ERR_INIT;
-	if (fg_profile_save_folded(p, folded, &err)) {
+	if (bench_save_folded(p, folded, &err)) {
 		fprintf(stderr, "fg-svg: %s\n", err.msg);
 		return 1;
 	}

@@ -19,7 +19,6 @@
 #include "cmd/cmd.h"
 #include "cmd/opts.h"
 #include "cmd/output.h"
-#include "cmd/record.h"
 #include "common/util.h"
 #include "flamegraph/flamegraph.h"
 
@@ -118,20 +117,20 @@ static size_t report_gate(const struct diff_run *r)
 }
 
 /* Where to write: -o's format (or -f), else the table on stdout. */
-static int pick_format(const char *format, const char *output, enum rec_format *out)
+static int pick_format(const char *format, const char *output, enum fg_format *out)
 {
 	if (format) {
-		if (!record_format_parse(format, out)) {
+		if (!fg_format_parse(format, out)) {
 			return cmd_usage_error("diff", "unknown format '%s' (table, json or svg)", format);
 		}
 	} else if (output && strcmp(output, "-")) {
-		*out = record_format_from_path(output);
+		*out = fg_format_from_path(output);
 	} else {
-		*out = REC_TABLE;
+		*out = FG_FORMAT_TABLE;
 	}
-	if (*out != REC_TABLE && *out != REC_JSON && *out != REC_SVG) {
+	if (*out != FG_FORMAT_TABLE && *out != FG_FORMAT_JSON && *out != FG_FORMAT_SVG) {
 		return cmd_usage_error("diff", "diff writes table, json or svg, not %s",
-				       record_format_name(*out));
+				       fg_format_name(*out));
 	}
 	return 0;
 }
@@ -172,7 +171,7 @@ int cmd_diff(int argc, char **argv)
 	if (!strcmp(base, "-") && !strcmp(cur, "-")) {
 		return cmd_usage_error("diff", "only one of BASE and NEW can be read from stdin");
 	}
-	enum rec_format fmt;
+	enum fg_format fmt;
 	if (pick_format(format, output, &fmt)) {
 		return 2;
 	}
@@ -193,15 +192,15 @@ int cmd_diff(int argc, char **argv)
 	r.base_name = strcmp(base, "-") ? base : "<stdin>";
 	r.cur_name = strcmp(cur, "-") ? cur : "<stdin>";
 	r.gate = (struct fg_diff_gate){ fail_over, fail_over_self, min_samples };
-	r.top = top != UINT_MAX ? top : (fmt == REC_JSON ? 0 : DIFF_DEFAULT_TOP);
+	r.top = top != UINT_MAX ? top : (fmt == FG_FORMAT_JSON ? 0 : DIFF_DEFAULT_TOP);
 	struct spy_buf t = SPY_BUF_INIT;
 	spy_buf_addf(&t, "spy diff: %s vs %s", r.cur_name, r.base_name);
 	r.svg.title = title ? title : t.buf;
 
-	cmd_write_fn fn = fmt == REC_SVG ? write_svg : fmt == REC_JSON ? write_json : write_table;
+	cmd_write_fn fn = fmt == FG_FORMAT_SVG ? write_svg : fmt == FG_FORMAT_JSON ? write_json : write_table;
 	bool to_file = output && strcmp(output, "-");
 	rc = to_file ? cmd_output_file(output, fn, &r, &err) : fn(&r, stdout, "<stdout>", &err);
-	if (rc == 0 && to_file && fmt != REC_TABLE && !quiet) {
+	if (rc == 0 && to_file && fmt != FG_FORMAT_TABLE && !quiet) {
 		/* CI logs should show what changed even when the artefact is a file. */
 		if (top == UINT_MAX) {
 			r.top = DIFF_DEFAULT_TOP;

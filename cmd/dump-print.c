@@ -13,6 +13,7 @@
 
 #include "cmd/dump.h"
 #include "common/json.h"
+#include "common/util.h"
 
 const char *dump_state_name(enum dump_state s)
 {
@@ -58,12 +59,6 @@ static const struct dump_thread *gil_holder(const struct dump_result *r)
 	return NULL;
 }
 
-static bool ends_with(const char *s, const char *suffix)
-{
-	size_t n = s ? strlen(s) : 0, m = strlen(suffix);
-	return n >= m && !strcmp(s + n - m, suffix);
-}
-
 /*
  * A worker parked until there is work: its innermost Python frame is the
  * standard library's condition, event or queue wait. Every thread of an idle
@@ -78,11 +73,11 @@ static bool waits_for_work(const struct dump_thread *d)
 		if (f->kind != SPY_FRAME_PYTHON) {
 			continue;
 		}
-		if (ends_with(f->file, "/threading.py")) {
-			return ends_with(f->func, "wait");
+		if (spy_ends_with(f->file, "/threading.py")) {
+			return spy_ends_with(f->func, "wait");
 		}
-		return (ends_with(f->file, "/queue.py") || ends_with(f->file, "/Queue.py")) &&
-		       ends_with(f->func, "get");
+		return (spy_ends_with(f->file, "/queue.py") || spy_ends_with(f->file, "/Queue.py")) &&
+		       spy_ends_with(f->func, "get");
 	}
 	return false;
 }

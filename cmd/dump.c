@@ -69,13 +69,6 @@ static void hold_paused_for_tests(void)
 	}
 }
 
-/* The OS threads: name and what each is blocked in, by TID. */
-struct os_thread {
-	pid_t tid;
-	char comm[17];
-	struct proc_wait wait;
-};
-
 /*
  * A thread waiting for the GIL wakes every switch interval (5 ms) to ask
  * the holder to let go, and reads R for that moment; the more so right
@@ -93,20 +86,18 @@ static bool look_again(const struct proc_wait *w)
 	return w->kind == PROC_WAIT_RUNNING || (w->kind == PROC_WAIT_FUTEX && !w->futex);
 }
 
-/* Live: read before pausing (see the top of this file). */
-static size_t read_os_threads(const struct target *t, struct os_thread *out, size_t max)
+/*
+ * Every thread and what it waits on, before pausing (see the top of this
+ * file): from /proc for a live process, from the notes for a core, which
+ * never changes and is not looked at again.
+ */
+static long read_os_threads(struct spy_process *p, struct spy_thread_info *out, size_t max,
+			    struct spy_err *err)
 {
-	size_t ntasks = 0;
-	const struct proc_thread *tasks = proc_threads(t->proc, &ntasks);
-	size_t n = 0;
-	for (size_t i = 0; i < ntasks && n < max; i++, n++) {
-		out[n].tid = tasks[i].tid;
-		memcpy(out[n].comm, tasks[i].comm, sizeof(out[n].comm));
-		proc_task_wait(t->proc, tasks[i].tid, &out[n].wait);
-	}
-	for (int look = 1; look < WAIT_LOOKS; look++) {
+	long n = p->ops->threads(p, out, max, err);
+	for (int look = 1; look < WAIT_LOOKS && n > 0 && p->ops->thread_wait; look++) {
 		bool again = false;
-		for (size_t i = 0; i < n && !again; i++) {
+		for (long i = 0; i < n && !again; i++) {
 			again = look_again(&out[i].wait);
 		}
 		if (!again) {
@@ -114,16 +105,16 @@ static size_t read_os_threads(const struct target *t, struct os_thread *out, siz
 		}
 		struct timespec gap = { 0, WAIT_LOOK_GAP_NS };
 		nanosleep(&gap, NULL);
-		for (size_t i = 0; i < n; i++) {
+		for (long i = 0; i < n; i++) {
 			if (look_again(&out[i].wait)) {
-				proc_task_wait(t->proc, out[i].tid, &out[i].wait);
+				p->ops->thread_wait(p, out[i].tid, &out[i].wait);
 			}
 		}
 	}
 	return n;
 }
 
-static const struct os_thread *find_os_thread(const struct os_thread *os, size_t n, pid_t tid)
+static const struct spy_thread_info *find_os_thread(const struct spy_thread_info *os, size_t n, pid_t tid)
 {
 	for (size_t i = 0; i < n; i++) {
 		if (os[i].tid == tid) {
@@ -170,7 +161,7 @@ static void collect_thread(struct pyrt *rt, struct dump_thread *d, const struct 
 }
 
 /* The Python threads, each matched with its OS thread and collected. */
-static int collect(struct target *t, const struct os_thread *os, size_t nos,
+static int collect(struct target *t, const struct spy_thread_info *os, size_t nos,
 		   struct dump_result *r, const struct dump_opts *o, struct spy_err *err)
 {
 	struct py_thread *py = spy_xcalloc(SPY_MAX_THREADS, sizeof(*py));
@@ -194,7 +185,7 @@ static int collect(struct target *t, const struct os_thread *os, size_t nos,
 		struct dump_thread *d = &r->threads[r->n++];
 		d->py = py[i];
 		d->name = names[i];
-		const struct os_thread *ot = find_os_thread(os, nos, d->py.native_tid);
+		const struct spy_thread_info *ot = find_os_thread(os, nos, d->py.native_tid);
 		if (ot) {
 			memcpy(d->comm, ot->comm, sizeof(d->comm));
 			d->wait = ot->wait;
@@ -209,46 +200,34 @@ static int collect(struct target *t, const struct os_thread *os, size_t nos,
 	return rc;
 }
 
-static int dump_live(struct target *t, struct dump_result *r, const struct dump_opts *o,
-		     struct spy_err *err)
+/* What the stopped window needs, for eng_look. */
+struct look {
+	struct target *t;
+	const struct spy_thread_info *os;
+	size_t nos;
+	struct dump_result *r;
+	const struct dump_opts *o;
+};
+
+static int look_paused(void *ctx, struct spy_err *err)
 {
-	struct os_thread *os = spy_xcalloc(SPY_MAX_THREADS, sizeof(*os));
-	size_t nos = 0;
-	int rc = proc_list_threads(t->proc, err);
-	if (rc == 0) {
-		nos = read_os_threads(t, os, SPY_MAX_THREADS);
-		rc = proc_attach(t->proc, err);
-	}
-	struct timespec t0, t1;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	if (rc == 0) {
-		rc = proc_pause(t->proc, err);
-	}
-	if (rc == 0) {
-		hold_paused_for_tests();
-		if (!proc_stop_requested) {
-			rc = collect(t, os, nos, r, o, err);
-		}
-	}
-	proc_detach(t->proc);
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	spy_log(SPY_LOG_DEBUG, "dump: target paused for %.3f ms (%zu threads)",
-		(double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6, r->n);
-	free(os);
-	return rc;
+	struct look *l = ctx;
+	hold_paused_for_tests();
+	return proc_stop_requested ? 0 : collect(l->t, l->os, l->nos, l->r, l->o, err);
 }
 
-static int dump_core(struct target *t, struct dump_result *r, const struct dump_opts *o,
-		     struct spy_err *err)
+/* The threads' waits, then one look with the target held (a core: as it is). */
+static int dump_target(struct target *t, struct dump_result *r, const struct dump_opts *o,
+		       struct spy_err *err)
 {
-	size_t ntasks = 0;
-	const struct core_thread *tasks = core_threads(t->core, &ntasks);
-	struct os_thread *os = spy_xcalloc(ntasks ? ntasks : 1, sizeof(*os));
-	for (size_t i = 0; i < ntasks; i++) {
-		os[i].tid = tasks[i].tid;
-		os[i].wait = tasks[i].wait;
-	}
-	int rc = collect(t, os, ntasks, r, o, err);
+	struct spy_process p = target_process(t);
+	struct spy_thread_info *os = spy_xcalloc(SPY_MAX_THREADS, sizeof(*os));
+	long nos = read_os_threads(&p, os, SPY_MAX_THREADS, err);
+	struct look l = { t, os, nos > 0 ? (size_t)nos : 0, r, o };
+	uint64_t t0 = ticker_now_ns();
+	int rc = nos < 0 ? (int)nos : eng_look(&p, look_paused, &l, err);
+	spy_log(SPY_LOG_DEBUG, "dump: target paused for %.3f ms (%zu threads)",
+		(double)(ticker_now_ns() - t0) / 1e6, r->n);
 	free(os);
 	return rc;
 }
@@ -304,9 +283,6 @@ static int parse_args(int argc, char **argv, struct dump_opts *o, bool *help)
 		return cmd_usage_error("dump", "--root goes with --core");
 	}
 	o->native |= o->native_all;
-	if (o->native && o->core) {
-		return cmd_usage_error("dump", "--native needs a live process (--pid), not --core");
-	}
 	return 0;
 }
 
@@ -321,9 +297,17 @@ int cmd_dump(int argc, char **argv)
 
 	proc_install_stop_handlers();
 	struct spy_err err = SPY_ERR_INIT;
+	/* What a kind of process cannot do, its backend says: a core cannot be unwound. */
+	struct spy_process kind = o.core ? spy_process_core(NULL) : spy_process_live(NULL);
+	if (o.native && !spy_process_can(&kind, SPY_CAP_UNWIND, "--native", &err)) {
+		return cmd_fail(&err);
+	}
 	struct target t;
-	rc = o.core ? target_open_core(&t, o.core, o.exe, o.root, &err) : target_open_pid(&t, o.pid, &err);
+	struct spy_strtab strs = SPY_STRTAB_INIT;
+	rc = o.core ? target_open_core(&t, o.core, o.exe, o.root, &strs, &err)
+		    : target_open_pid(&t, o.pid, &strs, &err);
 	if (rc < 0) {
+		spy_strtab_release(&strs);
 		return cmd_fail(&err);
 	}
 	struct dump_result r = {
@@ -342,12 +326,13 @@ int cmd_dump(int argc, char **argv)
 		if (native_init(&nat, &t, o.native_all, &err) < 0) {
 			release_result(&r);
 			target_release(&t);
+			spy_strtab_release(&strs);
 			return cmd_fail(&err);
 		}
 		o.nat = &nat;
 		o.pcs = spy_xcalloc(SPY_MAX_THREADS, sizeof(*o.pcs));
 	}
-	rc = o.core ? dump_core(&t, &r, &o, &err) : dump_live(&t, &r, &o, &err);
+	rc = dump_target(&t, &r, &o, &err);
 	/* Symbols and merging after the target runs again, before sorting reorders threads. */
 	for (size_t i = 0; o.nat && i < r.n; i++) {
 		native_merge(o.nat, &t, &o.pcs[i], &r.threads[i].stack);
@@ -381,5 +366,6 @@ int cmd_dump(int argc, char **argv)
 		native_release(o.nat);
 	}
 	target_release(&t);
+	spy_strtab_release(&strs);
 	return exit_code;
 }

@@ -25,12 +25,6 @@ static uint64_t cpu_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static const char *intern_basename(struct spy_strtab *strs, const char *path)
-{
-	const char *slash = strrchr(path, '/');
-	return spy_strtab_interns(strs, slash ? slash + 1 : path);
-}
-
 int native_init(struct native *n, struct target *t, bool all, struct spy_err *err)
 {
 	memset(n, 0, sizeof(*n));
@@ -38,12 +32,12 @@ int native_init(struct native *n, struct target *t, bool all, struct spy_err *er
 	if (rc < 0) {
 		return rc;
 	}
-	n->syms = sym_native_new(proc_pid(t->proc), &t->strs);
+	n->syms = sym_native_new(proc_pid(t->proc), t->strs);
 	n->opts.all = all;
 	/* The interpreter's own files: everything in them is the interpreter's business. */
-	n->opts.hide_libs[0] = intern_basename(&t->strs, t->binary);
+	n->opts.hide_libs[0] = spy_strtab_interns(t->strs, spy_basename(t->binary));
 	if (proc_exe(t->proc)[0]) {
-		n->opts.hide_libs[1] = intern_basename(&t->strs, proc_exe(t->proc));
+		n->opts.hide_libs[1] = spy_strtab_interns(t->strs, spy_basename(proc_exe(t->proc)));
 	}
 	n->fail_for_tests = getenv("SPY_TEST_NATIVE_FAIL") != NULL;
 	return 0;

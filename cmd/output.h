@@ -1,7 +1,10 @@
 /*
- * Writing a command's output file safely: into a temporary beside it,
- * renamed over it once complete, so a failed run leaves the old file whole.
- * Shared by record, report and diff.
+ * Writing a command's output file safely, the one way spy touches the file
+ * system for its outputs (record, report and diff): into a temporary
+ * beside it, renamed over it once complete, so a failed run leaves the old
+ * file whole; never through a link or special file someone else planted in
+ * a shared directory; permissions set by descriptor (0600 as root). See
+ * output.c for the policy.
  */
 #ifndef SPY_CMD_OUTPUT_H
 #define SPY_CMD_OUTPUT_H
@@ -19,7 +22,9 @@ typedef int (*cmd_write_fn)(void *ctx, FILE *f, const char *name, struct spy_err
  * spends a minute sampling: cmd_output_open() creates the temporary beside
  * path (or notes that an existing non-regular path, /dev/stdout or a FIFO,
  * is written in place; a directory is an error), cmd_output_commit()
- * writes through fn and renames the temporary over path, and
+ * writes through fn and renames the temporary over path (a link at path
+ * is replaced, not followed; a FIFO or device is written through the
+ * descriptor opened at the start, never reopened by name), and
  * cmd_output_abandon() removes the temporary of an output never committed
  * (idempotent; commit calls it too). path must outlive o. Errors are
  * -SPY_EIO "cannot write PATH: why".

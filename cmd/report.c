@@ -24,7 +24,6 @@
 #include "cmd/cmd.h"
 #include "cmd/opts.h"
 #include "cmd/output.h"
-#include "cmd/record.h"
 #include "common/buf.h"
 #include "common/util.h"
 #include "flamegraph/flamegraph.h"
@@ -37,7 +36,7 @@ static const char *const report_usage[] = {
 
 struct report {
 	struct fg_profile *profile;
-	enum rec_format format;
+	enum fg_format format;
 	struct fg_table_opts table;
 	struct fg_svg_opts svg;
 	struct fg_slices *slices;  /* --trend: the profile's time windows */
@@ -79,12 +78,6 @@ static int output_stdout(cmd_write_fn fn, void *ctx, struct spy_err *err)
 	return rc;
 }
 
-static bool ends_with(const char *s, const char *suffix)
-{
-	size_t n = strlen(s), m = strlen(suffix);
-	return n >= m && !strcasecmp(s + n - m, suffix);
-}
-
 /*
  * The file written for PROFILE when no -o is given and the format is not
  * for a terminal: its name with ext (".svg", ".speedscope.json", ".pb.gz").
@@ -94,7 +87,7 @@ static char *default_path(const char *profile, const char *ext)
 	static const char *exts[] = { ".folded.gz", ".collapsed.gz", ".gz", ".folded", ".collapsed", ".txt" };
 	size_t len = strlen(profile);
 	for (size_t i = 0; i < SPY_ARRAY_SIZE(exts); i++) {
-		if (ends_with(profile, exts[i]) && len > strlen(exts[i])) {
+		if (spy_ends_with_nocase(profile, exts[i]) && len > strlen(exts[i])) {
 			len -= strlen(exts[i]);
 			break;
 		}
@@ -145,13 +138,13 @@ int cmd_report(int argc, char **argv)
 	r.svg.title = title;
 	r.svg.inverted = inverted;
 	if (format) {
-		if (!record_format_parse(format, &r.format)) {
+		if (!fg_format_parse(format, &r.format)) {
 			return cmd_usage_error("report", "unknown format '%s'", format);
 		}
 	} else if (output && strcmp(output, "-")) {
-		r.format = record_format_from_path(output);
+		r.format = fg_format_from_path(output);
 	} else {
-		r.format = REC_SVG;
+		r.format = FG_FORMAT_SVG;
 	}
 	if (sort && !fg_sort_parse(sort, &r.table.sort)) {
 		return cmd_usage_error("report", "unknown sort key '%s' (cumtime, tottime or name)", sort);
@@ -161,9 +154,11 @@ int cmd_report(int argc, char **argv)
 		return cmd_usage_error("report", "--trend writes a text table: -f does not apply");
 	}
 	if (trend) {
-		r.format = REC_TABLE;  /* text, to stdout unless -o */
+		r.format = FG_FORMAT_TABLE;  /* text, to stdout unless -o */
 	}
-	r.profile = fg_profile_new(NULL, function && !trend ? FG_FUNCTION : 0);
+	/* The invocation's one string table, as record's and diff's. */
+	struct spy_strtab strs = SPY_STRTAB_INIT;
+	r.profile = fg_profile_new(&strs, function && !trend ? FG_FUNCTION : 0);
 	if (!strcmp(input, "-")) {
 		rc = fg_profile_read_folded_fd(r.profile, STDIN_FILENO, "<stdin>", &err);
 	} else {
@@ -178,17 +173,18 @@ int cmd_report(int argc, char **argv)
 	}
 	if (rc < 0) {
 		fg_profile_free(r.profile);
+		spy_strtab_release(&strs);
 		return cmd_fail(&err);
 	}
 
-	struct rec_writer w = { r.format, r.profile, NULL, &r.table, &r.svg };
-	cmd_write_fn fn = trend ? write_trend : record_format_write;
+	struct fg_writer w = { r.format, r.profile, NULL, &r.table, &r.svg, false };
+	cmd_write_fn fn = trend ? write_trend : fg_write;
 	void *ctx = trend ? (void *)&r : (void *)&w;
 	/* Binary or graphical formats go to a file, never the terminal. */
 	const char *ext = NULL;
-	if (r.format == REC_SVG || r.format == REC_SPEEDSCOPE || r.format == REC_PPROF ||
-	    r.format == REC_CHROME) {
-		ext = record_format_ext(r.format);
+	if (r.format == FG_FORMAT_SVG || r.format == FG_FORMAT_SPEEDSCOPE || r.format == FG_FORMAT_PPROF ||
+	    r.format == FG_FORMAT_CHROME) {
+		ext = fg_format_ext(r.format);
 	}
 	char *path = NULL;
 	if (!output && ext) {
@@ -202,11 +198,9 @@ int cmd_report(int argc, char **argv)
 	} else if (output && strcmp(output, "-")) {
 		path = spy_xstrdup(output);
 	}
+	w.gzip = fg_format_gzip(r.format, path);
 	if (!path) {
 		rc = output_stdout(fn, ctx, &err);
-	} else if (r.format == REC_FOLDED) {
-		/* save_folded has its own temporary-and-rename, and gzips a .gz name. */
-		rc = fg_profile_save_folded(r.profile, path, &err);
 	} else {
 		rc = cmd_output_file(path, fn, ctx, &err);
 	}
@@ -216,5 +210,6 @@ int cmd_report(int argc, char **argv)
 	free(path);
 	fg_slices_free(r.slices);
 	fg_profile_free(r.profile);
+	spy_strtab_release(&strs);
 	return rc < 0 ? cmd_fail(&err) : 0;
 }

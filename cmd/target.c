@@ -20,15 +20,9 @@
 #include "common/util.h"
 #include "symbolize/symbolize.h"
 
-static const char *base_name(const char *path)
-{
-	const char *s = strrchr(path, '/');
-	return s ? s + 1 : path;
-}
-
 int target_is_libpython(const char *path)
 {
-	const char *b = base_name(path);
+	const char *b = spy_basename(path);
 	const char *p = strstr(b, "libpython");
 	if (p != b) {
 		return 0;
@@ -43,7 +37,7 @@ int target_is_libpython(const char *path)
 
 unsigned target_version_from_path(const char *path)
 {
-	const char *b = base_name(path);
+	const char *b = spy_basename(path);
 	const char *p = strstr(b, "python");
 	if (!p) {
 		return 0;
@@ -237,12 +231,13 @@ static int find_runtime(struct target *t, struct spy_err *err)
 	if (rc < 0) {
 		return rc;
 	}
-	return pyrt_new(&t->rt, target_mem(t), &hints, &t->strs, err);
+	return pyrt_new(&t->rt, target_mem(t), &hints, t->strs, err);
 }
 
-int target_open_pid(struct target *t, pid_t pid, struct spy_err *err)
+int target_open_pid(struct target *t, pid_t pid, struct spy_strtab *strs, struct spy_err *err)
 {
 	memset(t, 0, sizeof(*t));
+	t->strs = strs;
 	int rc = proc_open(&t->proc, pid, err);
 	if (rc == 0) {
 		rc = find_runtime(t, err);
@@ -254,9 +249,10 @@ int target_open_pid(struct target *t, pid_t pid, struct spy_err *err)
 }
 
 int target_open_core(struct target *t, const char *path, const char *exe, const char *root,
-		     struct spy_err *err)
+		     struct spy_strtab *strs, struct spy_err *err)
 {
 	memset(t, 0, sizeof(*t));
+	t->strs = strs;
 	int rc = core_open(&t->core, path, exe, root, err);
 	if (rc == 0) {
 		rc = find_runtime(t, err);
@@ -267,12 +263,16 @@ int target_open_core(struct target *t, const char *path, const char *exe, const 
 	return rc;
 }
 
+struct spy_process target_process(const struct target *t)
+{
+	return t->core ? spy_process_core(t->core) : spy_process_live(t->proc);
+}
+
 void target_release(struct target *t)
 {
 	pyrt_free(t->rt);
 	proc_free(t->proc);
 	core_free(t->core);
-	spy_strtab_release(&t->strs);
 	free(t->binary);
 	memset(t, 0, sizeof(*t));
 }

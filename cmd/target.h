@@ -12,24 +12,30 @@
 #include "common/err.h"
 #include "common/strtab.h"
 #include "pystate/pystate.h"
+#include "sampler/engine.h"
 #include "sampler/sampler.h"
 
 struct target {
 	struct proc *proc;      /* a live process; NULL for a core */
 	struct core *core;      /* a core file; NULL for a live process */
 	struct pyrt *rt;
-	struct spy_strtab strs;
+	struct spy_strtab *strs;   /* the command's, for the whole invocation */
 	char *binary;   /* path (as the target sees it) of the ELF holding the runtime */
 };
 
-/* Open pid and find its Python runtime. On failure everything is released. */
-int target_open_pid(struct target *t, pid_t pid, struct spy_err *err);
+/*
+ * Open pid and find its Python runtime; the strings it decodes are interned
+ * in strs, which must outlive it. On failure everything is released.
+ */
+int target_open_pid(struct target *t, pid_t pid, struct spy_strtab *strs, struct spy_err *err);
 /* Open a core file (exe, root: see core_open) and find its Python runtime. */
 int target_open_core(struct target *t, const char *path, const char *exe, const char *root,
-		     struct spy_err *err);
+		     struct spy_strtab *strs, struct spy_err *err);
 /* The pid and command line, of the process or of the one that dumped core. */
 int target_pid(const struct target *t);
 const char *target_cmdline(const struct target *t);
+/* The handle on what was opened, with its backend (live or core). */
+struct spy_process target_process(const struct target *t);
 /* Detach and free; safe on a zeroed or partly opened target. */
 void target_release(struct target *t);
 

@@ -2,7 +2,8 @@
  * spy top: a live view of the functions a Python process spends its time
  * in, redrawn every --refresh seconds, like py-spy top.
  *
- * Sampling is cmd/sampling.c's loop; this file aggregates and draws. Two
+ * Sampling is the engine's loop (sampler/engine.h), with -s over the
+ * process's Python descendants too; this file aggregates and draws. Two
  * profiles are kept: one for the current refresh interval (the %Own and
  * %Total columns, what is hot now) and one since the start (the OwnTime
  * and TotalTime columns), and flamegraph's per-function table does the
@@ -28,8 +29,8 @@
 
 #include "cmd/cmd.h"
 #include "cmd/opts.h"
-#include "cmd/sampling.h"
 #include "cmd/top.h"
+#include "cmd/walker.h"
 #include "common/util.h"
 #include "flamegraph/flamegraph.h"
 
@@ -48,7 +49,9 @@
 #define TOP_MAX_STACKS (1u << 20)
 
 struct top {
-	struct sampling s;
+	struct spy_strtab strs;   /* the invocation's one string table */
+	struct walker w;
+	struct engine e;
 	enum top_sort sort;
 	bool by_line;     /* --lines: one row per line */
 	bool tty;
@@ -73,8 +76,8 @@ static const char *const top_usage[] = {
 
 /* ---- aggregation ---- */
 
-static int add_stack(void *ctx, struct sampling *s, const struct spy_stack *stack,
-		     const struct smp_sample *info)
+static int add_stack(void *ctx, struct engine *e, const struct spy_stack *stack,
+		     const struct eng_sample *info)
 {
 	struct top *t = ctx;
 	int rc = fg_profile_add(t->cum, stack, 1);
@@ -126,7 +129,7 @@ static struct top_row *build_rows(struct top *t, size_t *n)
 {
 	struct fg_table cum, cur;
 	struct fg_table_opts o = FG_TABLE_OPTS_INIT;
-	o.rate_hz = t->s.o.rate;
+	o.rate_hz = t->e.o.rate;
 	o.by_line = t->by_line;
 	fg_table_init(&cum, t->cum, &o);
 	fg_table_init(&cur, t->cur, &o);
@@ -152,17 +155,21 @@ static double pct(uint64_t part, uint64_t whole)
 
 static void format_header(struct top *t, uint64_t now, struct spy_buf *h)
 {
-	struct sampling *s = &t->s;
-	uint64_t samples = s->samples - t->mark_samples;
+	struct engine *e = &t->e;
+	const struct target *tg = walker_target(eng_root(e));
+	uint64_t samples = e->samples - t->mark_samples;
 	double span = (double)(now - t->mark_ns) / 1e9;
 	/* The command line last: a narrow terminal cuts it, not the numbers. */
-	spy_buf_addf(h, "spy top: process %d, Python %s, %.1f s elapsed: %s\n", target_pid(&s->t),
-		     pyrt_version_string(s->t.rt), sampling_elapsed(s, now), target_cmdline(&s->t));
-	spy_buf_addf(h, "samples: %llu (%.1f Hz of %g), threads: %zu, GIL: %.1f%%, active: %.1f%%, errors: ",
-		     (unsigned long long)samples, span > 0 ? (double)samples / span : 0.0, s->o.rate,
-		     s->live_threads, pct(s->gil_ticks - t->mark_gil, samples),
-		     pct(s->active_samples - t->mark_active, s->thread_samples - t->mark_threads));
-	sampling_format_errors(s, h);
+	spy_buf_addf(h, "spy top: process %d, Python %s, %.1f s elapsed: %s\n", target_pid(tg),
+		     pyrt_version_string(tg->rt), eng_elapsed(e, now), target_cmdline(tg));
+	spy_buf_addf(h, "samples: %llu (%.1f Hz of %g), threads: %zu, ", (unsigned long long)samples,
+		     span > 0 ? (double)samples / span : 0.0, e->o.rate, e->live_threads);
+	if (e->o.subprocesses) {
+		spy_buf_addf(h, "processes: %zu, ", e->nprocs);
+	}
+	spy_buf_addf(h, "GIL: %.1f%%, active: %.1f%%, errors: ", pct(e->gil_ticks - t->mark_gil, samples),
+		     pct(e->active_samples - t->mark_active, e->thread_samples - t->mark_threads));
+	eng_format_errors(e, h);
 	spy_buf_addf(h, "\nsorted by %s; %%Own and %%Total over the last %.1f s, times since the start\n",
 		     t->sort == TOP_SORT_TOTAL ? "%Total" : "%Own", span);
 }
@@ -203,14 +210,14 @@ static void show(struct top *t, const char *header, const struct top_row *rows, 
 /* Start a new interval at now: the sampler's counters as they are, an empty profile. */
 static void start_interval(struct top *t, uint64_t now)
 {
-	struct sampling *s = &t->s;
+	struct engine *e = &t->e;
 	t->mark_ns = now;
-	t->mark_samples = s->samples;
-	t->mark_gil = s->gil_ticks;
-	t->mark_threads = s->thread_samples;
-	t->mark_active = s->active_samples;
+	t->mark_samples = e->samples;
+	t->mark_gil = e->gil_ticks;
+	t->mark_threads = e->thread_samples;
+	t->mark_active = e->active_samples;
 	fg_profile_free(t->cur);
-	t->cur = fg_profile_new(&s->t.strs, 0);
+	t->cur = fg_profile_new(&t->strs, 0);
 }
 
 /* Draw the interval just ended (or the first, empty, screen) and start a new one. */
@@ -248,7 +255,7 @@ static bool read_keys(struct top *t, uint64_t now)
 	return true;
 }
 
-static bool between_ticks(void *ctx, struct sampling *s, uint64_t now)
+static bool between_ticks(void *ctx, struct engine *e, uint64_t now)
 {
 	struct top *t = ctx;
 	if (!read_keys(t, now)) {
@@ -273,7 +280,7 @@ static bool between_ticks(void *ctx, struct sampling *s, uint64_t now)
 static void keys_enter(struct top *t)
 {
 	struct termios tio;
-	if (!t->tty || t->s.launched || !isatty(STDIN_FILENO) ||
+	if (!t->tty || t->e.launched || !isatty(STDIN_FILENO) ||
 	    tcgetattr(STDIN_FILENO, &t->saved_tio) != 0) {
 		return;
 	}
@@ -317,11 +324,11 @@ struct top_args {
 	int pid;
 	double rate, duration, refresh;
 	const char *sort;
-	bool function, lines, subprocesses;
+	bool function, lines, native, native_all;
 	char **program;
 };
 
-static int check_args(struct top_args *a, struct smp_opts *o, enum top_sort *sort)
+static int check_args(struct top_args *a, struct eng_opts *o, enum top_sort *sort)
 {
 	if (!a->pid == !a->program) {
 		return cmd_usage_error("top", a->pid ? "--pid and a program to run are exclusive"
@@ -342,11 +349,8 @@ static int check_args(struct top_args *a, struct smp_opts *o, enum top_sort *sor
 	if (a->function && a->lines) {
 		return cmd_usage_error("top", "--function and --lines are exclusive");
 	}
-	if (a->subprocesses) {
-		return cmd_usage_error("top", "--subprocesses is not supported by top yet");
-	}
-	o->native |= o->native_all;
-	if (o->native && o->nonblocking) {
+	a->native |= a->native_all;
+	if (a->native && o->nonblocking) {
 		return cmd_usage_error("top", "--native unwinds paused threads: it cannot go with --nonblocking");
 	}
 	o->rate = a->rate;
@@ -366,15 +370,17 @@ static int split_program(int argc, char **argv, struct top_args *a)
 	return argc;
 }
 
-static int run(struct top *t, const struct smp_opts *o, struct top_args *a)
+static int run(struct top *t, const struct eng_opts *o, struct top_args *a)
 {
 	struct spy_err err = SPY_ERR_INIT;
-	int rc = sampling_open(&t->s, o, a->pid, a->program, &err);
+	walker_init(&t->w, &t->strs, a->native, a->native_all);
+	struct eng_walker ops = walker_ops(&t->w);
+	int rc = eng_open(&t->e, o, &ops, &t->strs, a->pid, a->program, &err);
 	if (rc < 0) {
 		/* Stopped while waiting for a launched program's interpreter: as record does. */
 		return rc == -SPY_EINTR ? 128 + (int)proc_stop_requested : cmd_fail(&err);
 	}
-	t->cum = fg_profile_new(&t->s.t.strs, 0);
+	t->cum = fg_profile_new(&t->strs, 0);
 	fg_profile_limit_stacks(t->cum, TOP_MAX_STACKS);
 	t->tty = isatty(STDOUT_FILENO);
 	/* A reader that goes away (`spy top | head`) ends the view, not spy. */
@@ -387,23 +393,20 @@ static int run(struct top *t, const struct smp_opts *o, struct top_args *a)
 		/* the frame of the view at once, rather than a blank screen for a whole interval */
 		snapshot(t, t->mark_ns);
 	}
-	sampling_run(&t->s, add_stack, between_ticks, t);
-	sampling_detach(&t->s);
+	const struct eng_callbacks cb = { t, add_stack, between_ticks };
+	eng_run(&t->e, &cb);
+	eng_detach(&t->e);
 	uint64_t end = ticker_now_ns();
 	/* The last, partial interval is worth showing if it saw anything. */
-	if (!t->out_broken && (t->s.samples > t->mark_samples || !t->snapshots)) {
+	if (!t->out_broken && (t->e.samples > t->mark_samples || !t->snapshots)) {
 		snapshot(t, end);
 	}
 	screen_leave(t);
 	keys_leave(t);
 
 	struct spy_buf sum = SPY_BUF_INIT;
-	double el = sampling_elapsed(&t->s, end);
-	spy_buf_addf(&sum, "spy: %llu samples in %.2f s (%.1f Hz), %llu missed ticks, errors: ",
-		     (unsigned long long)t->s.samples, el, el > 0 ? (double)t->s.samples / el : 0.0,
-		     (unsigned long long)t->s.tk.missed);
-	sampling_format_errors(&t->s, &sum);
-	sampling_finish(&t->s, &sum);
+	eng_summary(&t->e, end, &sum);
+	eng_finish(&t->e, &sum);
 	fprintf(stderr, "%s\n", sum.buf);
 	spy_buf_release(&sum);
 	return 0;
@@ -412,7 +415,7 @@ static int run(struct top *t, const struct smp_opts *o, struct top_args *a)
 int cmd_top(int argc, char **argv)
 {
 	struct top_args a = { .rate = 100, .duration = -1, .refresh = 1 };
-	struct smp_opts o = { 0 };
+	struct eng_opts o = { 0 };
 	struct top *t = spy_xcalloc(1, sizeof(*t));
 	const struct opt opts[] = {
 		{ 'p', "pid", OPT_PID, &a.pid, "PID", "attach to a running process" },
@@ -424,10 +427,10 @@ int cmd_top(int argc, char **argv)
 		{ 'l', "lines", OPT_BOOL, &a.lines, NULL, "one row per line of code instead of per function" },
 		{ 'i', "idle", OPT_BOOL, &o.idle, NULL, "count idle threads too (sleeping, blocked)" },
 		{ 'g', "gil", OPT_BOOL, &o.gil, NULL, "count only the thread holding the GIL" },
-		{ 'n', "native", OPT_BOOL, &o.native, NULL, "merge native (C/C++) frames with the Python frames" },
-		{ 0, "native-all", OPT_BOOL, &o.native_all, NULL, "with --native, keep the interpreter's own frames" },
+		{ 'n', "native", OPT_BOOL, &a.native, NULL, "merge native (C/C++) frames with the Python frames" },
+		{ 0, "native-all", OPT_BOOL, &a.native_all, NULL, "with --native, keep the interpreter's own frames" },
 		{ 0, "nonblocking", OPT_BOOL, &o.nonblocking, NULL, "never pause the target (torn stacks are counted as errors)" },
-		{ 's', "subprocesses", OPT_BOOL, &a.subprocesses, NULL, "not supported by top yet (exit 2)" },
+		{ 's', "subprocesses", OPT_BOOL, &o.subprocesses, NULL, "also profile child processes, present and future" },
 		{ 0 },
 	};
 	int ac = split_program(argc, argv, &a);
@@ -448,7 +451,9 @@ int cmd_top(int argc, char **argv)
 	free(rest);
 	fg_profile_free(t->cur);
 	fg_profile_free(t->cum);
-	sampling_release(&t->s);
+	eng_release(&t->e);
+	walker_release(&t->w);
+	spy_strtab_release(&t->strs);
 	spy_buf_release(&t->screen);
 	free(t);
 	return exit_code;

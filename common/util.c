@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/util.h"
 
@@ -72,4 +73,28 @@ void spy_bug(const char *file, int line, const char *fmt, ...)
 	va_end(ap);
 	fputc('\n', stderr);
 	abort();
+}
+
+bool spy_ends_with(const char *s, const char *suffix)
+{
+	if (!s) {
+		return false;
+	}
+	size_t n = strlen(s), m = strlen(suffix);
+	return n >= m && !memcmp(s + n - m, suffix, m);
+}
+
+bool spy_ends_with_nocase(const char *s, const char *suffix)
+{
+	if (!s) {
+		return false;
+	}
+	size_t n = strlen(s), m = strlen(suffix);
+	return n >= m && !strcasecmp(s + n - m, suffix);
+}
+
+const char *spy_basename(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	return slash ? slash + 1 : path;
 }

@@ -9,7 +9,9 @@
 #ifndef SPY_COMMON_UTIL_H
 #define SPY_COMMON_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 void *spy_xmalloc(size_t n);
 void *spy_xcalloc(size_t nmemb, size_t size);
@@ -19,6 +21,25 @@ char *spy_xstrdup(const char *s);
 /* Grow *v (an array of *alloc elements of elsize bytes) to hold at least need. */
 void spy_grow(void **v, size_t *alloc, size_t need, size_t elsize);
 #define SPY_GROW(v, alloc, need) spy_grow((void **)&(v), &(alloc), (need), sizeof(*(v)))
+
+/* Whether s (NULL: no) ends with suffix: exactly, or (file names) ignoring ASCII case. */
+bool spy_ends_with(const char *s, const char *suffix);
+bool spy_ends_with_nocase(const char *s, const char *suffix);
+/* The part of path after its last '/' (path itself without one). */
+const char *spy_basename(const char *path);
+/*
+ * The splitmix64 finaliser: every input bit reaches every output bit, so
+ * masking the low bits of a pointer-derived key spreads well. Inline: it
+ * runs per frame of every sample.
+ */
+static inline uint64_t spy_mix64(uint64_t x)
+{
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ULL;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebULL;
+	return x ^ (x >> 31);
+}
 
 #define SPY_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 

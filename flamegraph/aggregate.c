@@ -28,23 +28,11 @@
 #include "common/util.h"
 #include "flamegraph/internal.h"
 
-static inline uint64_t mix64(uint64_t x)
-{
-	/* The splitmix64 finaliser: every input bit reaches every output bit,
-	 * so masking the low bits of a pointer-derived key spreads well. */
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ULL;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebULL;
-	x ^= x >> 31;
-	return x;
-}
-
 static inline uint64_t frame_hash(const char *func, const char *file, uint32_t line, uint8_t kind)
 {
-	uint64_t h = mix64((uint64_t)(uintptr_t)func);
-	h = mix64(h ^ (uint64_t)(uintptr_t)file);
-	return mix64(h ^ ((uint64_t)line << 8) ^ kind);
+	uint64_t h = spy_mix64((uint64_t)(uintptr_t)func);
+	h = spy_mix64(h ^ (uint64_t)(uintptr_t)file);
+	return spy_mix64(h ^ ((uint64_t)line << 8) ^ kind);
 }
 
 static inline uint64_t path_hash(const uint32_t *ids, size_t n)
@@ -56,7 +44,7 @@ static inline uint64_t path_hash(const uint32_t *ids, size_t n)
 		h = (h ^ ids[i]) * 0xff51afd7ed558ccdULL;
 		h ^= h >> 32;
 	}
-	return mix64(h);
+	return spy_mix64(h);
 }
 
 struct fg_profile *fg_profile_new(struct spy_strtab *strtab, unsigned flags)
@@ -600,4 +588,18 @@ void fg_profile_meta_at(const struct fg_profile *p, size_t i, const char **key, 
 	}
 	*key = p->meta[i].key;
 	*value = p->meta[i].value;
+}
+
+int fg_profile_add_at(struct fg_profile *p, const struct spy_stack *s, double t, struct fg_slices *sl,
+		      struct fg_timeline *tl, const struct fg_track *track)
+{
+	int rc = fg_profile_add(p, s, 1);
+	/* Both count the stack just added (fg_profile_last_stack): after the add, before any other. */
+	if (sl) {
+		fg_slices_add(sl, p, t, 1);
+	}
+	if (tl) {
+		fg_timeline_add(tl, p, track, t);
+	}
+	return rc;
 }

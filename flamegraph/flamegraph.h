@@ -1,59 +1,18 @@
 /*
- * flamegraph: aggregating stacks into a profile, the folded format in and
- * out (plain or gzip), the per-function cumtime table, the output
- * formats (svg, json, speedscope, pprof, chrome), the differential
- * profile of spy diff, and time windows with their trend (record --slice,
- * report --trend). It knows nothing
- * of processes: its input is spy_stacks whose strings are already interned,
- * or a folded file.
+ * flamegraph, the module's contract: a profile of stacks (spy_stacks whose
+ * strings are interned in the profile's table, or a folded file), adding
+ * samples with their time, the output formats, the cumtime table, the
+ * diff and the trend. It knows nothing of processes. The renderers' side
+ * (frames by id, the trie, each format's own writer) and the full rules
+ * are in flamegraph/internal.h, for the module and its tests.
  *
- * struct fg_profile (opaque, fg_profile_new/fg_profile_free) holds:
- *  - metadata: an ordered list of "key: value" pairs, the documented keys
- *    first in cli.md's order, then any others in the order they were set;
- *  - frames: each distinct (func, file, line, kind) gets a small integer id;
- *  - stacks: each distinct sequence of frame ids, root first, with the
- *    number of samples that had exactly that stack.
- * The trie of stacks (root first, each node with self and total counts)
- * that renderers want is a view built from the stacks on demand:
- * struct fg_tree, with children already in output order.
+ * A profile holds metadata, distinct frames and distinct stacks with their
+ * counts; memory grows with distinct stacks, never with samples; output is
+ * deterministic. A frame's folded text is "func (file:line)", "func
+ * (file)" without a line, a synthetic frame's func alone.
  *
- * Invariants and contracts:
- *  - Strings are compared by pointer. Every func and file handed to
- *    fg_profile_add() must be interned in the profile's string table
- *    (fg_profile_strtab()); that is the session's table when one was given
- *    to fg_profile_new(). Strings read from a folded file are interned there
- *    too. They live as long as that table.
- *  - Memory grows with the number of distinct frames and distinct stacks,
- *    never with the number of samples: adding a stack already seen does no
- *    allocation and costs O(depth) (one frame look-up per frame, then one
- *    look-up of the whole stack).
- *  - Output is deterministic: stacks are visited depth-first with children
- *    in the byte order of their folded text, so the same profile always
- *    writes the same bytes, whatever order the samples came in.
- *  - With FG_FUNCTION every frame's line is set to 0 when it enters the
- *    profile (by fg_profile_add or by reading), so frames of one function
- *    merge. A caller who wants py-spy's "function's first line" instead
- *    passes that line in the frames and does not set FG_FUNCTION.
- *
- * Folded text of a frame (fg_frame_format): a Python or native frame is
- * "func (file:line)", or "func (file)" when line is 0; a synthetic frame
- * (the process or thread root) is its func alone. Target strings are hostile:
- * ';' and control bytes (< 0x20, 0x7f) become '?', so a frame can neither
- * split into two nor break its line. Bytes >= 0x80 pass through untouched.
- * Reading splits a frame on its last " (" and, inside the parentheses, on
- * the last ':' when what follows is a line number (0..4294967295 written
- * without leading zeros); a frame without " (...)" is synthetic, one with a
- * line is Python, one without is Python if the file ends in ".py" and native
- * otherwise. A file whose own name ends in ":<digits>" is written with an
- * explicit ":0" when its line is unknown ("f (x:12:0)"), so it cannot be
- * mistaken for line 12. Formatting a parsed frame gives back the same text,
- * except that a redundant ":0" is dropped.
- *
- * Errors: functions that can fail return 0 or -SPY_E* and take
- * struct spy_err *err last (NULL allowed). Reading reports malformed input as
- * -SPY_EFORMAT with "NAME:LINE: what is wrong"; I/O failures are -SPY_EIO
- * with the path and strerror. After a failed read the profile holds what was
- * read before the bad line; callers normally discard it.
+ * Errors: 0 or -SPY_E*, struct spy_err *err last (NULL allowed); malformed
+ * input is -SPY_EFORMAT "NAME:LINE: what", I/O -SPY_EIO with the path.
  */
 #ifndef SPY_FLAMEGRAPH_FLAMEGRAPH_H
 #define SPY_FLAMEGRAPH_FLAMEGRAPH_H
@@ -69,40 +28,8 @@
 #include "common/sample.h"
 #include "common/strtab.h"
 
-/* No frame / no node (the root's parent and frame). */
-#define FG_NONE UINT32_MAX
-
-/*
- * Frames per stack kept by fg_profile_add and accepted by the reader: every
- * stack spy records (SPY_MAX_PY_DEPTH Python frames spliced with up to
- * SPY_MAX_NATIVE_DEPTH native ones, plus the process and thread roots) fits.
- * Deeper stacks keep their root-most frames and are counted as truncated.
- */
+/* Frames per stack kept (root-most) and read: every stack spy records fits (internal.h). */
 #define FG_MAX_DEPTH (SPY_MAX_PY_DEPTH + SPY_MAX_NATIVE_DEPTH + 16)
-/* Bytes of one frame's folded text the reader accepts: a func and a file of
- * SPY_MAX_STR each plus punctuation. The writer never produces more: it
- * writes at most SPY_MAX_STR bytes of each string (cut at a UTF-8 boundary). */
-#define FG_MAX_FRAME (2 * SPY_MAX_STR + 32)
-/* Bytes of one line of a folded file: the longest line the writer can
- * produce, FG_MAX_DEPTH frames of FG_MAX_FRAME bytes (~36 MiB; real lines
- * are a few KiB). A file without newlines (a binary mistaken for a profile)
- * stops here instead of eating memory. */
-#define FG_MAX_LINE ((size_t)FG_MAX_DEPTH * (FG_MAX_FRAME + 1) + 32)
-/* Largest count on one folded line: a year of 1000 Hz sampling on 30 threads
- * is ~10^12; anything bigger is corruption. A stack whose count grew past it
- * (identical lines add up) is written as several lines. */
-#define FG_MAX_COUNT 1000000000000ULL
-/* Samples in one profile, all stacks together: far beyond any recording,
- * and far enough below 2^64 that no count in a profile can overflow. Adding
- * or reading past it is refused (-SPY_EBOUND / -SPY_EFORMAT). */
-#define FG_MAX_TOTAL 1000000000000000000ULL
-/* Bytes of a metadata value (a long command line is cut, not rejected). */
-#define FG_MAX_META_VALUE 8192
-/* Bytes of a metadata key. */
-#define FG_MAX_META_KEY 64
-/* Distinct stacks by default (ids are 32-bit); see fg_profile_limit_stacks. */
-#define FG_MAX_STACKS (UINT32_MAX - 1)
-
 /* The documented metadata keys (cli.md, "Files"), in the order written. */
 #define FG_META_SPY_VERSION "spy-version"
 #define FG_META_PID "pid"
@@ -137,146 +64,35 @@ struct fg_stats {
 
 struct fg_profile;
 
-/*
- * A new empty profile. strtab is borrowed (the session's table, which must
- * outlive the profile); NULL makes the profile own a table of its own, which
- * is what report does when it reads a file. flags: enum fg_flags.
- */
+/* A new empty profile on strtab (borrowed, outlives it; NULL: its own). flags: enum fg_flags. */
 struct fg_profile *fg_profile_new(struct spy_strtab *strtab, unsigned flags);
 /* Frees everything, including an owned string table. NULL is a no-op. */
 void fg_profile_free(struct fg_profile *p);
-/* The table strings must be interned in; borrowed, lives with the profile. */
-struct spy_strtab *fg_profile_strtab(struct fg_profile *p);
-unsigned fg_profile_flags(const struct fg_profile *p);
 
 /*
- * Add count samples of stack s, ordered innermost frame first as walked.
- * The stack is copied if new; s is not kept. Frames deeper than
- * FG_MAX_DEPTH are cut (innermost side) and counted in fg_stats.truncated.
- * An empty stack, or count == 0, adds nothing; the former is counted in
- * fg_stats.dropped. Returns 0, or -SPY_EBOUND when the stack is new and the
- * limit of distinct stacks is reached, or when the profile would exceed
- * FG_MAX_TOTAL samples (the samples are dropped and counted). Never
- * allocates when the stack is already in the profile.
+ * Add count samples of stack s (innermost frame first, as walked). 0, or
+ * -SPY_EBOUND when a bound is hit (the samples are counted as dropped).
  */
 int fg_profile_add(struct fg_profile *p, const struct spy_stack *s, uint64_t count);
 
-/*
- * Cap the number of distinct stacks, for callers that bound memory; known
- * stacks still count once the cap is reached. Default FG_MAX_STACKS.
- */
+/* Cap the distinct stacks (known ones still count), to bound memory. */
 void fg_profile_limit_stacks(struct fg_profile *p, size_t max_stacks);
 
 void fg_profile_stats(const struct fg_profile *p, struct fg_stats *st);
 
-/*
- * The distinct stack the last fg_profile_add (or folded line read) counted
- * its samples in, a stable id below fg_stats.stacks; FG_NONE when it
- * counted none (empty stack, count 0, a limit hit). For fg_slices_add.
- */
-uint32_t fg_profile_last_stack(const struct fg_profile *p);
-
-/* Frames by id, 0 .. count-1. The pointer is valid until the next add or read. */
-size_t fg_profile_frame_count(const struct fg_profile *p);
-const struct fg_frame *fg_profile_frame(const struct fg_profile *p, uint32_t id);
-
-/*
- * Call fn once per distinct stack, in the folded file's order (depth-first,
- * children by folded text). frames holds depth frame ids root first and is
- * valid only during the call; count is that stack's samples. A nonzero
- * return from fn stops the walk and is returned. fn must not add to p.
- */
-typedef int (*fg_stack_fn)(void *ctx, const uint32_t *frames, size_t depth, uint64_t count);
-int fg_profile_foreach_stack(const struct fg_profile *p, fg_stack_fn fn, void *ctx);
-
-/*
- * The trie of a profile, for renderers: a snapshot built by fg_tree_init
- * (O(frames stored), one allocation per array) that does not change when
- * the profile does. Node 0 is the root (no frame); nodes are numbered in
- * depth-first order, so a parent's id is below its children's. The children
- * of node i are child[start[i] .. start[i + 1]), in output order.
- */
-struct fg_node {
-	uint32_t parent;   /* FG_NONE for the root */
-	uint32_t frame;    /* FG_NONE for the root */
-	uint32_t depth;    /* 0 for the root */
-	uint64_t self;     /* samples whose innermost frame is this node */
-	uint64_t total;    /* samples passing through this node (self included) */
-};
-
-struct fg_tree {
-	struct fg_node *nodes;
-	size_t nnodes;
-	uint32_t *start;   /* nnodes + 1 entries */
-	uint32_t *child;   /* nnodes - 1 entries */
-};
-
-void fg_tree_init(struct fg_tree *t, const struct fg_profile *p);
-void fg_tree_release(struct fg_tree *t);
-
-/*
- * Metadata. Keys are 1..FG_MAX_META_KEY bytes of [A-Za-z0-9._-]; any other
- * key is a bug in the caller (SPY_BUG). Values are copied; control bytes are
- * replaced by '?' and values longer than FG_MAX_META_VALUE are cut at a UTF-8
- * boundary, so what is stored is exactly what a folded file round-trips.
- * value NULL removes the key. fg_profile_meta_get returns NULL when unset;
- * the pointer is valid until that key is set again.
- */
+/* Metadata: key [A-Za-z0-9._-]+, value copied and made safe for a folded file; NULL removes. */
 void fg_profile_meta_set(struct fg_profile *p, const char *key, const char *value);
 void fg_profile_meta_setf(struct fg_profile *p, const char *key, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
-const char *fg_profile_meta_get(const struct fg_profile *p, const char *key);
-/* Entries in written order: documented keys first, then the others as set. */
-size_t fg_profile_meta_count(const struct fg_profile *p);
-void fg_profile_meta_at(const struct fg_profile *p, size_t i, const char **key, const char **value);
-/* True if key is a syntactically valid metadata key. */
-bool fg_meta_key_valid(const char *key, size_t len);
 
 /* Append the folded text of f to out (see the top of this file). */
 void fg_frame_format(const struct fg_frame *f, struct spy_buf *out);
 
 /*
- * Folded output: metadata lines "# key: value", then one line per distinct
- * stack in fg_profile_foreach_stack order: frames joined by ';', a space,
- * the count. A count above FG_MAX_COUNT is split over identical lines, which
- * add up again when read. A root frame whose text starts with '#' has that
- * byte written as '?', so the line cannot pass for metadata. Whatever the
- * profile holds, the output reads back without error.
- *
- * fg_profile_write_folded streams plain text to out (not closed; -SPY_EIO on
- * a write error, name is used in the message). fg_profile_format_folded
- * appends the same text to a buffer.
- *
- * fg_profile_save_folded writes to path atomically: a temporary file in the
- * same directory, fsync, rename over path; on failure path is untouched and
- * the temporary is removed. A symlink is followed (its target is replaced,
- * the link kept); an existing path that is not a regular file (/dev/stdout,
- * a FIFO) is written in place instead. A path ending in ".gz" is
- * gzip-compressed.
- */
-int fg_profile_write_folded(const struct fg_profile *p, FILE *out, const char *name,
-			    struct spy_err *err);
-void fg_profile_format_folded(const struct fg_profile *p, struct spy_buf *out);
-int fg_profile_save_folded(const struct fg_profile *p, const char *path, struct spy_err *err);
-
-/*
- * Folded input, added to what p already holds (so several files merge).
- * Plain or gzip is told by the first two bytes (1f 8b), never by the name;
- * concatenated gzip members are read as one stream. Lines may end in "\n" or
- * "\r\n", the last may lack its newline; empty lines are skipped; a line
- * starting with '#' must be "# key: value" (or "# key:"). A stack line is
- * "frame;frame;... COUNT": split on the last space, COUNT is 1 to 13
- * decimal digits up to FG_MAX_COUNT (0 is accepted and adds nothing), and
- * every frame is non-empty. Identical stacks add up, to at most
- * FG_MAX_TOTAL samples in the profile. Control bytes, lines longer than
- * FG_MAX_LINE, more than FG_MAX_DEPTH frames, frames longer than
- * FG_MAX_FRAME, metadata values longer than FG_MAX_META_VALUE, corrupt or
- * truncated gzip: -SPY_EFORMAT with "NAME:LINE: ...". Never crashes,
- * whatever the bytes.
- *
- * fg_profile_read_folded reads len bytes at data (name is for messages);
- * fg_profile_read_folded_fd reads fd to its end without closing it;
- * fg_profile_load_folded opens path (-SPY_EIO if it cannot).
+ * Folded input, plain or gzip (told by its first bytes), added to what p
+ * holds, so several files merge; malformed input is -SPY_EFORMAT with
+ * "NAME:LINE: ..." and never crashes (the rules: internal.h). From len
+ * bytes at data, from fd to its end (not closed), or from path.
  */
 int fg_profile_read_folded(struct fg_profile *p, const void *data, size_t len,
 			   const char *name, struct spy_err *err);
@@ -285,20 +101,9 @@ int fg_profile_read_folded_fd(struct fg_profile *p, int fd, const char *name,
 int fg_profile_load_folded(struct fg_profile *p, const char *path, struct spy_err *err);
 
 /*
- * The per-function table: what cProfile + pstats sorted by cumtime would show,
- * estimated from samples. A function is a (func, file) pair of a non-synthetic
- * frame; its lines merge.
- *  - self:  samples whose innermost frame is the function;
- *  - total: samples with the function anywhere on the stack, counted once per
- *           stack however deep the recursion;
- *  - self_pct, total_pct: of all samples in the profile;
- *  - tottime, cumtime: self / rate_hz and total / rate_hz seconds, 0 when
- *    the rate is unknown (rendered as "-");
- *  - line: the lowest nonzero line seen for the function (0 under -F or when
- *    unknown). Lowest rather than first seen, so the table of a recording and
- *    of its re-read folded file agree; it is also the line nearest the def.
- * Rows are sorted by the chosen key, then total desc, self desc, func, file
- * (bytewise): a total order, so ties never depend on insertion order.
+ * The per-function table: what cProfile + pstats sorted by cumtime would
+ * show, estimated from samples, one row per (func, file), recursion
+ * counted once per stack; a total order (the rules: internal.h).
  */
 enum fg_sort {
 	FG_SORT_CUMTIME = 0, /* total desc */
@@ -340,29 +145,10 @@ bool fg_sort_parse(const char *name, enum fg_sort *out);
  */
 void fg_table_init(struct fg_table *t, const struct fg_profile *p, const struct fg_table_opts *o);
 void fg_table_release(struct fg_table *t);
-/*
- * Append the table as aligned text: one summary line, a header
- * "  total%  self%  cumtime  tottime  function (file:line)" with columns
- * widened to fit, then one row per function. Names are escaped as in folded
- * text, so a hostile name cannot inject terminal control sequences.
- */
-void fg_table_render(const struct fg_table *t, struct spy_buf *out);
 
 /*
- * SVG flame graph: one self-contained file (inline CSS and script, nothing
- * fetched) drawn from the profile's trie, with hover details, click to zoom,
- * search and a header from the metadata (title, command, python, duration,
- * samples, rate, errors). Every target string is escaped, so a hostile name
- * cannot add markup. Deterministic for a given profile. Frames narrower
- * than one pixel of the 1200-pixel graph are not drawn one by one: a node's
- * narrow children are summed into one "merged" block, so the file's size is
- * bounded by the picture (a few MiB at most), not by the number of stacks.
- * Colours: Python frames warm, native cool, by a hash of the file (so a
- * module keeps its colour across runs); synthetic frames grey, or
- * violet-grey when the name starts with "idle", "waiting", "sleeping" or
- * "gil" (any case, optionally after '[' or '<'): name thread-state frames
- * that way to have them stand out. Returns 0 or -SPY_EIO on a write error
- * (f is flushed, not closed).
+ * SVG flame graph: one self-contained file, every target string escaped,
+ * deterministic for a given profile (what it draws: internal.h).
  */
 struct fg_svg_opts {
 	const char *title;   /* NULL: "spy flame graph" */
@@ -371,48 +157,10 @@ struct fg_svg_opts {
 int fg_profile_write_svg(const struct fg_profile *p, FILE *f, const struct fg_svg_opts *opts, struct spy_err *err);
 
 /*
- * The same renderer with the caller's colours (spy diff colours NEW's
- * frames by their change this way, so there is one renderer).
- * frame_style is called once per frame drawn (synthetic ones included), in
- * a deterministic order, before anything is written. It may set *rgb
- * (0xRRGGBB) to override the frame's colour and append one line of text to
- * note, shown in the frame's tooltip (escaped like every other string); it
- * returns false to keep the frame's usual colour (note is then ignored).
- * legend/nlegend replace the legend (NULL: the frame kinds'). style NULL is
- * fg_profile_write_svg.
- */
-struct fg_svg_legend {
-	const char *label;
-	uint32_t rgb;
-};
-struct fg_svg_style {
-	bool (*frame_style)(void *ctx, const struct fg_frame *fr, uint32_t *rgb,
-			    struct spy_buf *note);
-	void *ctx;
-	const struct fg_svg_legend *legend;
-	size_t nlegend;
-};
-int fg_profile_write_svg_styled(const struct fg_profile *p, FILE *f, const struct fg_svg_opts *opts,
-				const struct fg_svg_style *style, struct spy_err *err);
-
-/*
  * Differential profile (spy diff): how each function's share of samples
- * changed from BASE to NEW. A function is a (func, file) pair of a
- * non-synthetic frame, lines merged as in the table, so profiles recorded
- * with and without FG_FUNCTION, or on Pythons whose line numbers differ,
- * still compare. Shares are the table's self_pct and total_pct (recursion
- * counted once per stack), each of its own profile's samples, so profiles
- * of different lengths compare; a function absent from one side has share
- * 0 there. Deltas are NEW minus BASE, in percentage points. A function
- * found in one profile only under a qualified name (Klass.meth, as 3.11+
- * records) and in the other only under the bare one (meth, as older
- * Pythons do), alone with that file and bare name, is one function and
- * keeps the qualified name.
- *
- * Both profiles must use the same string table (fg_profile_new with one
- * spy_strtab), since functions are matched by pointer; SPY_BUG otherwise.
- * Rows are sorted by the larger of |total_delta| and |self_delta|, then
- * |total_delta|, func, file: the biggest change first, ties deterministic.
+ * (self and total, as in the table) changed from BASE to NEW, in
+ * percentage points. Both profiles share one string table (the rules:
+ * internal.h).
  */
 struct fg_diff_side {
 	uint64_t self, total;
@@ -432,13 +180,7 @@ struct fg_diff {
 	uint32_t *byname;              /* row indices by (func, file) pointers */
 };
 
-/*
- * The regression gate: a row fails when its total share grew by more than
- * total_pts points (or its self share by more than self_pts), and NEW has
- * at least min_samples samples of it (total or self respectively), so a
- * function seen a handful of times cannot fail a build. A negative
- * threshold is off.
- */
+/* The regression gate: a row fails when its share grew past a threshold (negative: off) on enough samples. */
 struct fg_diff_gate {
 	double total_pts, self_pts;
 	uint64_t min_samples;
@@ -448,8 +190,6 @@ struct fg_diff_gate {
 
 void fg_diff_init(struct fg_diff *d, const struct fg_profile *base, const struct fg_profile *cur);
 void fg_diff_release(struct fg_diff *d);
-/* The row of (func, file) (interned pointers), NULL if neither profile has it. */
-const struct fg_diff_row *fg_diff_find(const struct fg_diff *d, const char *func, const char *file);
 /* Which of the gate's tests r fails: bit 0 total, bit 1 self; 0 if none. */
 unsigned fg_diff_row_fails(const struct fg_diff_row *r, const struct fg_diff_gate *g);
 /*
@@ -465,43 +205,15 @@ void fg_diff_render(const struct fg_diff *d, size_t top, struct spy_buf *out);
 int fg_diff_write_json(const struct fg_diff *d, size_t top, const struct fg_diff_gate *g,
 		       const char *base_name, const char *cur_name, FILE *f, struct spy_err *err);
 
-/*
- * The differential flame graph: cur (the NEW profile the diff was made
- * from) drawn by fg_profile_write_svg_styled, each function's frames
- * coloured by its self-share change, red for grew and blue for shrank, the
- * intensity by the size of the change relative to the largest one; the
- * tooltip gives base and new shares and the deltas. fg_diff_colour is that
- * colour for a delta, scale being the largest |self_delta| (0xRRGGBB).
- */
-uint32_t fg_diff_colour(double delta, double scale);
+/* The differential flame graph: NEW drawn with each function coloured by its self-share change. */
 int fg_diff_write_svg(const struct fg_diff *d, const struct fg_profile *cur, FILE *f,
 		      const struct fg_svg_opts *opts, struct spy_err *err);
 
 /*
- * Time windows (spy record --slice S, spy report --trend): the samples of a
- * profile split into consecutive windows of S seconds, each window holding
- * (stack id, count) pairs for the stacks it saw. Memory is bounded by the
- * pairs stored, at most distinct stacks x windows and at most the samples,
- * and windows are capped at FG_MAX_SLICES: a recording longer than that
- * many windows merges neighbouring windows pairwise and doubles S, so an
- * hour-long recording with --slice 0.1 still fits.
- *
- * In a folded file the windows are metadata lines, which every reader of
- * the folded format already skips or keeps: "# slice-s: S" (the final
- * window length), "# slices: N" (windows), then one "# slice-I: R:C R:C
- * ..." line per non-empty window I, R being the stack's position among
- * the file's stack lines (0 = the first) and C its samples in that window.
- * A window whose list would pass FG_MAX_META_VALUE bytes continues in
- * "# slice-I.1:", "# slice-I.2:", ...
- *
- * fg_slices_add counts count samples of p's last added stack
- * (fg_profile_last_stack) in the window of t seconds since the start (t
- * < 0 counts as 0); it does nothing when that is FG_NONE. fg_slices_store
- * writes the metadata into p (replacing any); fg_slices_load reads it
- * back: 0 with *out NULL when the profile has no windows, -SPY_EFORMAT
- * "NAME: # slice-I: what" when they are malformed or name a stack the
- * profile lacks. p must be read without FG_FUNCTION, which would merge
- * stacks and renumber them.
+ * Time windows (record --slice S, report --trend): the samples split into
+ * windows of S seconds, bounded in memory and count (FG_MAX_SLICES), kept
+ * in a folded file as metadata lines (fg_slices_store, fg_slices_load;
+ * the format: internal.h). Samples come from fg_profile_add_at.
  */
 #define FG_MAX_SLICES 4096
 
@@ -509,27 +221,14 @@ struct fg_slices;
 
 struct fg_slices *fg_slices_new(double slice_s);
 void fg_slices_free(struct fg_slices *s);
-void fg_slices_add(struct fg_slices *s, const struct fg_profile *p, double t, uint64_t count);
 void fg_slices_store(const struct fg_slices *s, struct fg_profile *p);
 int fg_slices_load(struct fg_slices **out, const struct fg_profile *p, const char *name,
 		   struct spy_err *err);
 /* Remove the windows' metadata from p: for a profile whose stacks were
  * merged (read with FG_FUNCTION), which would make the stack numbers lie. */
 void fg_slices_drop(struct fg_profile *p);
-size_t fg_slices_count(const struct fg_slices *s);
-double fg_slices_len(const struct fg_slices *s);
 
-/*
- * The trend of each function across the windows: its total share of each
- * non-empty window's samples (recursion counted once per stack, as in the
- * table), the least-squares slope of that share against the window index
- * (percentage points per window; each window weighted by its samples, so
- * a last window cut short counts little), the share in the first and last
- * non-empty windows, the mean (weighted the same way: the function's share
- * of all those samples), and r2, the square of the correlation of
- * share with time (1: a straight line, steady; near 0: noise). Rows are sorted by slope, steepest
- * rise first, then func and file; top keeps the first top rows (0: all).
- */
+/* The trend of each function across the windows: slope, first, last and mean share, r2 (internal.h). */
 struct fg_trend_row {
 	const char *func, *file;
 	double slope, first_pct, last_pct, mean_pct, r2;
@@ -549,43 +248,11 @@ void fg_trend_release(struct fg_trend *t);
 void fg_trend_render(const struct fg_trend *t, struct spy_buf *out);
 
 /*
- * The timeline (for -f chrome): per thread, the samples in time order as
- * runs of one stack over consecutive samples, (stack id, samples, first and
- * last sample time). Memory grows with the number of stack changes, not of
- * samples, and stops at FG_MAX_TIMELINE_RUNS runs (later changes are
- * dropped and counted). A thread is a track, keyed by (pid, tid) and
- * named by the caller (strings borrowed: interned in the profile's table).
- *
- * fg_timeline_add counts one sample of p's last added stack
- * (fg_profile_last_stack; nothing when FG_NONE) for thread tid of process
- * pid, t seconds since the start, samples of one thread coming in time
- * order. It continues the thread's last run when the stack is the same and
- * no sample is missing: t is within 1.75 periods (1 / rate_hz) of the run's
- * last sample. p must not be FG_FUNCTION-merged after the fact: ids are
- * those of p.
- *
- * fg_timeline_walk turns the runs into nested spans, one per frame per
- * stretch of consecutive samples the frame stays on the stack at the same
- * depth under the same callers: a frame continuing across samples is one
- * span even when deeper frames change. A run lasts from its first sample
- * to the next run's first sample when that is contiguous (the rule
- * above), else one period past its last sample. Leading "process ..." and
- * "thread ..." synthetic roots are left out (the track is the thread). fn
- * is called in time order per track, tracks in the order first seen: a
- * begin (begin true) at each span's start, an end at its end, ends
- * innermost first; depth 0 is the outermost frame kept. A nonzero return
- * stops the walk and is returned.
- *
- * fg_timeline_layout builds a timeline from an aggregated profile that has
- * none (a folded file): per (process root, thread root) track, the stacks
- * one after another in folded order, each lasting count periods (rate from
- * "# rate-hz:", else FG_TIMELINE_RATE), which is what speedscope does for
- * folded input. Its pids and tids are 1, 2, ... in order of first
- * appearance, the roots' text being the names.
+ * The timeline (for -f chrome): per thread (a track, keyed by pid and tid
+ * and named by the caller, strings interned in the profile's table), the
+ * samples in time order; rate_hz is the sampling rate. Its samples come
+ * from fg_profile_add_at; the chrome writer lays them out.
  */
-#define FG_MAX_TIMELINE_RUNS (1u << 22)
-#define FG_TIMELINE_RATE 100.0
-
 struct fg_timeline;
 
 struct fg_track {
@@ -593,51 +260,49 @@ struct fg_track {
 	const char *pname, *tname; /* NULL: unnamed */
 };
 
-typedef int (*fg_span_fn)(void *ctx, size_t track, uint32_t frame, uint32_t depth, uint64_t ts_ns,
-			  bool begin);
-
 struct fg_timeline *fg_timeline_new(double rate_hz);
 void fg_timeline_free(struct fg_timeline *tl);
-void fg_timeline_add(struct fg_timeline *tl, const struct fg_profile *p, const struct fg_track *th,
-		     double t);
-struct fg_timeline *fg_timeline_layout(const struct fg_profile *p);
-size_t fg_timeline_tracks(const struct fg_timeline *tl);
-const struct fg_track *fg_timeline_track(const struct fg_timeline *tl, size_t i);
-/* Runs stored, and samples not stored (the run cap). */
-size_t fg_timeline_runs(const struct fg_timeline *tl);
-uint64_t fg_timeline_dropped(const struct fg_timeline *tl);
-int fg_timeline_walk(const struct fg_timeline *tl, const struct fg_profile *p, fg_span_fn fn,
-		     void *ctx);
 
 /*
- * Other formats, each one document streamed to f (flushed, not closed;
- * -SPY_EIO on a write error). Deterministic for a given profile. Target
- * strings are escaped for the format, invalid UTF-8 becoming U+FFFD.
- *  - json: metadata, frames (func, file, line, kind), threads and the
- *    distinct stacks as frame ids root first with counts
- *    (doc/json-format.md).
- *  - speedscope: speedscope.app's file format, one "sampled" profile per
- *    thread when stacks carry "thread ..." synthetic roots (those and the
- *    "process ..." root become the profile's name), else one; weights in
- *    seconds when "# rate-hz:" is known, else in samples.
- *  - pprof: gzip-compressed profile.proto for `go tool pprof`: sample types
- *    samples/count and, when the rate is known, wall/nanoseconds; one
- *    location per frame, one function per (func, file); metadata as
- *    comments.
+ * Add one sample of s to p at t seconds since the start, and, when given,
+ * to the slices (--slice) and the timeline (track: whose sample it is), in
+ * the order they need: both count p's last added stack. Returns
+ * fg_profile_add's.
  */
-int fg_profile_write_json(const struct fg_profile *p, FILE *f, struct spy_err *err);
-int fg_profile_write_speedscope(const struct fg_profile *p, FILE *f, struct spy_err *err);
-int fg_profile_write_pprof(const struct fg_profile *p, FILE *f, struct spy_err *err);
+int fg_profile_add_at(struct fg_profile *p, const struct spy_stack *s, double t, struct fg_slices *sl,
+		      struct fg_timeline *tl, const struct fg_track *track);
+
 /*
- * chrome: the Trace Event Format (chrome://tracing, Perfetto): a
- * process_name and a thread_name metadata event per track, then nested
- * B/E events, one pair per span of fg_timeline_walk, timestamps in
- * microseconds; "cat" is the frame kind, "args" its file and line; the
- * profile's metadata in "otherData", with "timeline-dropped-samples" when
- * the run cap was hit. tl NULL lays the profile out with
- * fg_timeline_layout.
+ * The output formats: names, the one a file name implies (any case:
+ * ".pb.gz" pprof, other ".gz" folded, else svg), default extensions, and
+ * one writer call onto a FILE * (the shape of cmd/output.h's cmd_write_fn).
  */
-int fg_profile_write_chrome(const struct fg_profile *p, const struct fg_timeline *tl, FILE *f,
-			    struct spy_err *err);
+enum fg_format {
+	FG_FORMAT_SVG = 0,
+	FG_FORMAT_FOLDED,
+	FG_FORMAT_TABLE,
+	FG_FORMAT_SPEEDSCOPE,
+	FG_FORMAT_CHROME,
+	FG_FORMAT_PPROF,
+	FG_FORMAT_JSON,
+};
+/* Parse a --format name (exact); false if unknown. */
+bool fg_format_parse(const char *name, enum fg_format *out);
+enum fg_format fg_format_from_path(const char *path);
+const char *fg_format_name(enum fg_format f);
+const char *fg_format_ext(enum fg_format f);
+/* Whether format f written to path is gzip-compressed (a folded ".gz", any case). */
+bool fg_format_gzip(enum fg_format f, const char *path);
+
+struct fg_writer {
+	enum fg_format format;
+	const struct fg_profile *profile;
+	const struct fg_timeline *timeline;  /* chrome; NULL lays the stacks end to end */
+	const struct fg_table_opts *table;   /* table */
+	const struct fg_svg_opts *svg;       /* svg */
+	bool gzip;                           /* folded: compressed (fg_format_gzip) */
+};
+/* Write w (a struct fg_writer *) onto f; name is for messages. 0 or -SPY_EIO with err set. */
+int fg_write(void *w, FILE *f, const char *name, struct spy_err *err);
 
 #endif

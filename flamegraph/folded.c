@@ -4,9 +4,8 @@
  *
  * Writing streams through a small sink (a spy_buf flushed every 64 KiB to a
  * FILE *, an fd or a gzFile), so a profile of any size is written with a
- * fixed amount of memory; saving to a path goes through a temporary file in
- * the same directory, fsync and rename, so a crash or a full disk never
- * leaves a half-written profile under the name the user asked for.
+ * fixed amount of memory. Files are cmd/output.c's business: it hands the
+ * writer a FILE * and replaces the output only once it is complete.
  *
  * Reading is one strict, hand-written parser, and the decision a newcomer
  * would question is why it does not use gzopen()/gzgets() or sscanf. gzgets
@@ -313,159 +312,39 @@ int fg_profile_write_folded(const struct fg_profile *p, FILE *out, const char *n
 	return 0;
 }
 
-static bool ends_with(const char *s, const char *suffix)
+int fg_profile_write_folded_gz(const struct fg_profile *p, FILE *out, const char *name,
+			       struct spy_err *err)
 {
-	size_t n = strlen(s), m = strlen(suffix);
-	return n >= m && !memcmp(s + n - m, suffix, m);
-}
-
-/*
- * Create a temporary file next to path: same directory, so rename() is
- * atomic; O_EXCL, so two writers never share one; mode 0666 through the
- * umask, so the result has the permissions a plain open would give.
- */
-static int open_temp(const char *path, struct spy_buf *tmp)
-{
-	const char *slash = strrchr(path, '/');
-	size_t dirlen = slash ? (size_t)(slash - path) + 1 : 0;
-	for (unsigned attempt = 0; attempt < 100; attempt++) {
-		spy_buf_reset(tmp);
-		spy_buf_add(tmp, path, dirlen);
-		spy_buf_addf(tmp, ".%s.%ld.%u.tmp", path + dirlen, (long)getpid(), attempt);
-		int fd = open(tmp->buf, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-		if (fd >= 0 || errno != EEXIST) {
-			return fd;
-		}
-	}
-	errno = EEXIST;
-	return -1;
-}
-
-static void fsync_dir_of(const char *path)
-{
-	/* Best effort: makes the rename itself durable where the file system
-	 * supports syncing a directory; some refuse, which is not an error. */
-	struct spy_buf dir = SPY_BUF_INIT;
-	const char *slash = strrchr(path, '/');
-	if (slash) {
-		spy_buf_add(&dir, path, slash == path ? 1 : (size_t)(slash - path));
-	} else {
-		spy_buf_addch(&dir, '.');
-	}
-	int fd = open(dir.buf, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd >= 0) {
-		(void)fsync(fd);
-		close(fd);
-	}
-	spy_buf_release(&dir);
-}
-
-/*
- * Where to write path: normally a temporary file renamed over it. A path
- * that exists and is not a regular file (/dev/stdout, /dev/null, a FIFO) is
- * written in place: renaming over a device node would replace it. A symlink
- * is followed, so the file it points to is replaced and the link kept.
- */
-static bool write_in_place(const char *path)
-{
-	struct stat st;
-	return !stat(path, &st) && !S_ISREG(st.st_mode);
-}
-
-int fg_profile_save_folded(const struct fg_profile *p, const char *path, struct spy_err *err)
-{
-	struct spy_buf tmp = SPY_BUF_INIT;
 	struct sink s;
-	bool gz = ends_with(path, ".gz");
-	bool in_place = write_in_place(path);
-	bool created = false;
-	char *resolved = NULL;
-	const char *target = path;
-	int rc = 0;
-	int fd;
-
-	sink_init(&s, gz ? SINK_GZ : SINK_FD, NULL);
-	if (in_place) {
-		fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
-		if (fd < 0) {
-			rc = spy_err_set(err, SPY_EIO, "cannot open %s: %s", path, strerror(errno));
-			goto out;
+	sink_init(&s, SINK_GZ, NULL);
+	/* gzclose closes its descriptor: give it a copy of out's, with out's buffer flushed first. */
+	int zfd = fflush(out) ? -1 : dup(fileno(out));
+	s.gz = zfd >= 0 ? gzdopen(zfd, "wb6") : NULL;
+	if (!s.gz) {
+		int e = errno;
+		if (zfd >= 0) {
+			close(zfd);
 		}
-	} else {
-		struct stat lst;
-		if (!lstat(path, &lst) && S_ISLNK(lst.st_mode)) {
-			resolved = realpath(path, NULL);
-			target = resolved ? resolved : path;
-		}
-		fd = open_temp(target, &tmp);
-		if (fd < 0) {
-			rc = spy_err_set(err, SPY_EIO, "cannot write %s: cannot create %s: %s", path,
-					 tmp.buf, strerror(errno));
-			goto out;
-		}
-		created = true;
+		return spy_err_set(err, SPY_EIO, "cannot write %s: %s", name,
+				   zfd < 0 ? strerror(e) : "zlib: cannot allocate a stream");
 	}
-	if (gz) {
-		/* gzclose closes its fd, and we still need ours for fsync. */
-		int zfd = dup(fd);
-		s.gz = zfd >= 0 ? gzdopen(zfd, "wb6") : NULL;
-		if (!s.gz) {
-			rc = spy_err_set(err, SPY_EIO, "cannot write %s: %s", path,
-					 zfd < 0 ? strerror(errno) : "zlib: cannot allocate a stream");
-			if (zfd >= 0) {
-				close(zfd);
-			}
-			goto out;
-		}
-		gzbuffer(s.gz, 128 * 1024);
-	} else {
-		s.fd = fd;
-	}
+	gzbuffer(s.gz, 128 * 1024);
 	emit_profile(p, &s);
-	if (gz) {
-		int zrc = gzclose(s.gz);
-		s.gz = NULL;
-		if (zrc != Z_OK && !s.failed) {
-			if (zrc == Z_ERRNO) {
-				sink_fail_errno(&s, errno);
-			} else {
-				s.failed = true;
-				snprintf(s.zmsg, sizeof(s.zmsg), "zlib: error %d on close", zrc);
-			}
+	int zrc = gzclose(s.gz);
+	s.gz = NULL;
+	if (zrc != Z_OK && !s.failed) {
+		if (zrc == Z_ERRNO) {
+			sink_fail_errno(&s, errno);
+		} else {
+			s.failed = true;
+			snprintf(s.zmsg, sizeof(s.zmsg), "zlib: error %d on close", zrc);
 		}
 	}
-	/* Devices and pipes cannot be synced; their data is already gone. */
-	if (!in_place && !s.failed && fsync(fd)) {
-		sink_fail_errno(&s, errno);
-	}
-	if (close(fd) && !s.failed) {
-		sink_fail_errno(&s, errno);
-	}
-	fd = -1;
-	if (s.failed) {
-		rc = spy_err_set(err, SPY_EIO, "cannot write %s: %s", path, sink_strerror(&s));
-		goto out;
-	}
-	if (created) {
-		if (rename(tmp.buf, target)) {
-			rc = spy_err_set(err, SPY_EIO, "cannot rename %s to %s: %s", tmp.buf, target,
-					 strerror(errno));
-			goto out;
-		}
-		created = false;
-		fsync_dir_of(target);
-	}
-out:
-	if (fd >= 0) {
-		close(fd);
-	}
-	if (created) {
-		unlink(tmp.buf);
-	}
-	free(resolved);
-	spy_buf_release(&tmp);
 	spy_buf_release(&s.own);
-	return rc;
+	if (s.failed) {
+		return spy_err_set(err, SPY_EIO, "cannot write %s: %s", name, sink_strerror(&s));
+	}
+	return 0;
 }
 
 /* ---- reading ------------------------------------------------------------- */

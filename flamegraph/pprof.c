@@ -87,9 +87,7 @@ struct pp_map {
 
 static size_t pp_hash(struct pp_key k, size_t mask)
 {
-	uint64_t h = (uint64_t)(uintptr_t)k.a * 0x9e3779b97f4a7c15ULL;
-	h ^= (uint64_t)(uintptr_t)k.b * 0xc2b2ae3d27d4eb4fULL;
-	return (size_t)(h ^ h >> 29) & mask;
+	return (size_t)spy_mix64(spy_mix64((uint64_t)(uintptr_t)k.a) ^ (uint64_t)(uintptr_t)k.b) & mask;
 }
 
 /* The value of k, or 0 with *slot where to insert it. */

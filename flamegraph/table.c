@@ -34,12 +34,7 @@ struct func_index {
 
 static uint64_t pair_hash(const char *a, const char *b)
 {
-	uint64_t x = (uint64_t)(uintptr_t)a * 0x9e3779b97f4a7c15ULL;
-	x ^= (uint64_t)(uintptr_t)b + 0x7f4a7c159e3779b9ULL + (x << 6) + (x >> 2);
-	x ^= x >> 31;
-	x *= 0xbf58476d1ce4e5b9ULL;
-	x ^= x >> 29;
-	return x;
+	return spy_mix64(spy_mix64((uint64_t)(uintptr_t)a) ^ (uint64_t)(uintptr_t)b);
 }
 
 /* Function id of (func, file, line); both interned, so pointers identify them. line is 0 unless by line. */

@@ -4,6 +4,10 @@
  * struct spy_mem that reads its memory (process_vm_readv, falling back to
  * /proc/PID/mem), and ptrace control to pause and resume every thread.
  *
+ * The sampling engine (engine.h) runs on top: one loop for record, top
+ * and dump, reaching a process through a handle whose backend (live or
+ * core, process.c) says what it can do.
+ *
  * Ptrace discipline: threads are attached with PTRACE_SEIZE and stopped with
  * PTRACE_INTERRUPT, never PTRACE_ATTACH/SIGSTOP. ptrace(2) guarantees that
  * when the tracer dies its tracees are detached and restarted unless they are

@@ -2,7 +2,13 @@
 """spy report: re-render a saved folded profile (plain or gzip) as svg,
 folded, table, json, speedscope, pprof or chrome; usage errors exit 2, unreadable or malformed profiles
 exit 5 with one stderr line naming FILE:LINE. One PASS/FAIL line per check;
-no Python interpreter is needed (the profiles are written here)."""
+no Python interpreter is needed (the profiles are written here).
+
+The output path against what can be planted at a name in a shared
+directory (sticky like /tmp, and not): report and diff, in every format
+family (folded, folded.gz, svg, json), given a link to a victim file never
+write the victim (a link of ours is replaced; someone else's, made by chown
+when run as root, is refused with exit 5); given a FIFO they write through it."""
 
 import gzip
 import json
@@ -10,6 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import xml.dom.minidom
 
 import harness
@@ -59,6 +66,54 @@ def svg_problems(path):
         return ["%s is not XML: %s" % (path, e)]
     n = len(doc.getElementsByTagName("script"))
     return [] if n == 1 else ["%s has %d script elements" % (path, n)]
+
+
+OTHER_UID = 65534  # nobody
+
+
+def planted_problems(d, plain):
+    """Links and FIFOs planted at the output name (see the top of this file)."""
+    p = []
+    victim = os.path.join(d, "victim")
+    for kind, mode in (("sticky", 0o1777), ("shared", 0o777)):
+        shared = os.path.join(d, kind)
+        os.mkdir(shared)
+        os.chmod(shared, mode)
+        for name in ("p.folded", "p.folded.gz", "p.svg", "p.json"):
+            for owner in ("ours", "theirs"):
+                if owner == "theirs" and os.geteuid() != 0:
+                    print("SKIP planted link of another user: not root, cannot make one")
+                    continue
+                with open(victim, "w") as f:
+                    f.write("secret")
+                out = os.path.join(shared, owner + "-" + name)
+                os.symlink(victim, out)
+                if owner == "theirs":
+                    os.lchown(out, OTHER_UID, -1)
+                for cmd in (["report", plain, "-o", out], ["diff", "-q", "-o", out, plain, plain]):
+                    r = spy(*cmd)
+                    with open(victim, "rb") as f:
+                        if f.read() != b"secret":
+                            p.append("%s: wrote through a link to the victim" % " ".join(cmd))
+                    want = 0 if owner == "ours" else 5
+                    if r.rc != want and not (cmd[0] == "diff" and name.endswith((".folded", ".gz"))):
+                        p.append("%s: exit %d, expected %d: %s" % (" ".join(cmd), r.rc, want, r.err.strip()))
+                    if owner == "theirs" and not os.path.islink(out):
+                        p.append("%s: someone else's link was replaced" % out)
+                if not os.path.islink(out):
+                    os.unlink(out)
+                    os.symlink(victim, out)
+        # A FIFO of ours: written through, with a reader on the other side.
+        fifo = os.path.join(shared, "p.fifo.folded")
+        os.mkfifo(fifo)
+        got = []
+        reader = threading.Thread(target=lambda: got.append(open(fifo).read()))
+        reader.start()
+        r = spy("report", plain, "-o", fifo)
+        reader.join(10)
+        if r.rc != 0 or not got or got[0] != PROFILE:
+            p.append("report -o FIFO in %s: exit %d, read %r" % (kind, r.rc, got[:1]))
+    return p
 
 
 def main():
@@ -145,15 +200,21 @@ def main():
         p.append("folded round trip differs: %r" % r.out[:300])
     rep.check("spy report -f folded (round trip)", p)
 
-    out = os.path.join(d, "back.folded.gz")
-    p = expect(spy("report", plain, "-o", out), 0)
-    try:
-        with gzip.open(out, "rt") as f:
-            if f.read() != PROFILE:
-                p.append("gzip round trip differs")
-    except OSError as e:
-        p.append("cannot read %s: %s" % (out, e))
-    rep.check("spy report -o X.folded.gz", p)
+    # One case rule for file names: .GZ is gzip as much as .gz.
+    for name, label in (("back.folded.gz", "spy report -o X.folded.gz"),
+                        ("back.folded.GZ", "spy report -o X.folded.GZ (gzip)")):
+        out = os.path.join(d, name)
+        p = expect(spy("report", plain, "-o", out), 0)
+        try:
+            with gzip.open(out, "rt") as f:
+                if f.read() != PROFILE:
+                    p.append("gzip round trip differs")
+        except OSError as e:
+            p.append("cannot read %s: %s" % (out, e))
+        rep.check(label, p)
+
+    rep.check("spy report/diff -o <link or FIFO planted in a shared directory>",
+              planted_problems(d, plain))
 
     bad = os.path.join(d, "bad.folded")
     with open(bad, "w") as f:

@@ -15,7 +15,9 @@ same unit of work, 7 and 3 times a round):
 Then, once, on the newest interpreter: -i shows the sleeper; --lines splits
 unit() over its lines (one row per function otherwise); launch mode
 (`spy top -d 2 -- PYTHON target split`); a target that exits mid-top (exit
-0); SIGINT to spy (exit 0, target running); on a pseudo-terminal, the
+0); -s on the "parent" target (a child present at the start and one
+started later: child_work shown beside parent_work, the header counting 3
+processes); SIGINT to spy (exit 0, target running); on a pseudo-terminal, the
 alternate screen and in-place redraw, and the terminal given back (screen,
 cursor, termios modes) after 'q' and after SIGTERM; and the usage and process
 errors of the contract (exit 2, 3, 4).
@@ -112,6 +114,26 @@ def run_one(interp):
     return p
 
 
+def check_subprocesses_of(interp):
+    """top -s: the children's functions counted beside the parent's."""
+    p = []
+    with harness.Target(interp, TARGET, ["parent"]) as t:
+        r = top(["-s", "--pid", str(t.pid), "-d", "2", "--refresh", "0.5"])
+        p += expect_rc(r, 0, "-s")
+        snaps = snapshots(r.out)
+        if not snaps:
+            return p + ["-s: no snapshot: %r" % r.out[:300]]
+        last = snaps[-1]
+        for func in ("parent_work", "child_work"):
+            if last.get(func)[3] <= 0:
+                p.append("-s: %s has no TotalTime: %r" % (func, sorted(last.rows)[:20]))
+        counts = [l for l in r.out.splitlines() if l.startswith("samples:")]
+        if not counts or "processes: 3," not in counts[-1]:
+            p.append("-s: the last snapshot does not count 3 processes: %r" % counts[-1:])
+        p += not_stopped(t.pid)
+    return p
+
+
 def on_terminal(pid, what, stop):
     """Run spy top on a pseudo-terminal and stop it with stop(spy, master):
     problems if it does not redraw in place on the alternate screen, exit 0,
@@ -201,6 +223,8 @@ def check_once(interp):
         r = top(["--pid", str(t.pid), "--refresh", "0.2"])
         p += expect_rc(r, 0, "target exits")
 
+    p += check_subprocesses_of(interp)
+
     usage = [
         (["--pid", "1", "--rate", "0"], 2, "--rate 0"),
         ([], 2, "no pid"),
@@ -235,7 +259,7 @@ def main():
         # for_each_interp has reported; the checks below still run once.
         if not newest:
             raise
-    label = "once on %s: idle, sigint, terminal, lines, launch, target exit, errors" % newest[0].label
+    label = "once on %s: idle, sigint, terminal, lines, launch, target exit, -s, errors" % newest[0].label
     try:
         rep.check(label, check_once(newest[0]))
     except (harness.HarnessError, OSError, subprocess.SubprocessError) as e:

@@ -6,44 +6,44 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "cmd/record.h"
+#include "flamegraph/flamegraph.h"
 #include "sampler/sampler.h"
 #include "tests/lib/check.h"
 
 static void test_formats(void)
 {
-	CHECK_INT(record_format_from_path("out.svg"), REC_SVG);
-	CHECK_INT(record_format_from_path("OUT.SVG"), REC_SVG);
-	CHECK_INT(record_format_from_path("out.folded"), REC_FOLDED);
-	CHECK_INT(record_format_from_path("out.collapsed"), REC_FOLDED);
-	CHECK_INT(record_format_from_path("out.folded.gz"), REC_FOLDED);
-	CHECK_INT(record_format_from_path("dir.svg/out.gz"), REC_FOLDED);
-	CHECK_INT(record_format_from_path("out.txt"), REC_TABLE);
-	CHECK_INT(record_format_from_path("out.json"), REC_JSON);
-	CHECK_INT(record_format_from_path("out.speedscope.json"), REC_SPEEDSCOPE);
-	CHECK_INT(record_format_from_path("out.trace.json"), REC_CHROME);
-	CHECK_INT(record_format_from_path("out.pb.gz"), REC_PPROF);
-	CHECK_INT(record_format_from_path("out.pprof"), REC_PPROF);
+	CHECK_INT(fg_format_from_path("out.svg"), FG_FORMAT_SVG);
+	CHECK_INT(fg_format_from_path("OUT.SVG"), FG_FORMAT_SVG);
+	CHECK_INT(fg_format_from_path("out.folded"), FG_FORMAT_FOLDED);
+	CHECK_INT(fg_format_from_path("out.collapsed"), FG_FORMAT_FOLDED);
+	CHECK_INT(fg_format_from_path("out.folded.gz"), FG_FORMAT_FOLDED);
+	CHECK_INT(fg_format_from_path("dir.svg/out.gz"), FG_FORMAT_FOLDED);
+	CHECK_INT(fg_format_from_path("out.txt"), FG_FORMAT_TABLE);
+	CHECK_INT(fg_format_from_path("out.json"), FG_FORMAT_JSON);
+	CHECK_INT(fg_format_from_path("out.speedscope.json"), FG_FORMAT_SPEEDSCOPE);
+	CHECK_INT(fg_format_from_path("out.trace.json"), FG_FORMAT_CHROME);
+	CHECK_INT(fg_format_from_path("out.pb.gz"), FG_FORMAT_PPROF);
+	CHECK_INT(fg_format_from_path("out.pprof"), FG_FORMAT_PPROF);
 	/* No or unknown extension: svg, as cli.md says. */
-	CHECK_INT(record_format_from_path("profile"), REC_SVG);
-	CHECK_INT(record_format_from_path("a.b/profile"), REC_SVG);
-	CHECK_INT(record_format_from_path(""), REC_SVG);
+	CHECK_INT(fg_format_from_path("profile"), FG_FORMAT_SVG);
+	CHECK_INT(fg_format_from_path("a.b/profile"), FG_FORMAT_SVG);
+	CHECK_INT(fg_format_from_path(""), FG_FORMAT_SVG);
 
-	enum rec_format f;
-	CHECK(record_format_parse("folded", &f) && f == REC_FOLDED);
-	CHECK(record_format_parse("table", &f) && f == REC_TABLE);
-	CHECK(record_format_parse("svg", &f) && f == REC_SVG);
-	CHECK(record_format_parse("pprof", &f) && f == REC_PPROF);
-	CHECK(!record_format_parse("SVG", &f));
-	CHECK(!record_format_parse("", &f));
-	CHECK_STR(record_format_name(REC_SPEEDSCOPE), "speedscope");
+	enum fg_format f;
+	CHECK(fg_format_parse("folded", &f) && f == FG_FORMAT_FOLDED);
+	CHECK(fg_format_parse("table", &f) && f == FG_FORMAT_TABLE);
+	CHECK(fg_format_parse("svg", &f) && f == FG_FORMAT_SVG);
+	CHECK(fg_format_parse("pprof", &f) && f == FG_FORMAT_PPROF);
+	CHECK(!fg_format_parse("SVG", &f));
+	CHECK(!fg_format_parse("", &f));
+	CHECK_STR(fg_format_name(FG_FORMAT_SPEEDSCOPE), "speedscope");
 	/* A default name's extension must imply the format it was made for. */
-	for (int i = REC_SVG; i <= REC_JSON; i++) {
+	for (int i = FG_FORMAT_SVG; i <= FG_FORMAT_JSON; i++) {
 		char name[64];
-		snprintf(name, sizeof(name), "spy-42%s", record_format_ext((enum rec_format)i));
-		CHECK_INT(record_format_from_path(name), i);
+		snprintf(name, sizeof(name), "spy-42%s", fg_format_ext((enum fg_format)i));
+		CHECK_INT(fg_format_from_path(name), i);
 	}
-	CHECK_INT(record_format_from_path("out.pb.gz"), REC_PPROF);
+	CHECK_INT(fg_format_from_path("out.pb.gz"), FG_FORMAT_PPROF);
 }
 
 static void test_ticker_on_time(void)

@@ -10,7 +10,7 @@
 
 #include "common/sample.h"
 #include "common/strtab.h"
-#include "flamegraph/flamegraph.h"
+#include "flamegraph/internal.h"
 #include "tests/lib/check.h"
 
 /* Push a frame whose strings are interned in t. file NULL for synthetic. */

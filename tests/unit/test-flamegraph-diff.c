@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flamegraph/flamegraph.h"
+#include "flamegraph/internal.h"
 #include "tests/lib/check.h"
 
 #define CHECK_NEAR(a, b) CHECK(fabs((double)(a) - (double)(b)) < 1e-9)

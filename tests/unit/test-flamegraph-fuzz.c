@@ -13,7 +13,7 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "flamegraph/flamegraph.h"
+#include "flamegraph/internal.h"
 #include "tests/lib/check.h"
 
 static uint64_t rng_state;

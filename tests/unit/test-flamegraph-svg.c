@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "common/strtab.h"
-#include "flamegraph/flamegraph.h"
+#include "flamegraph/internal.h"
 #include "tests/lib/check.h"
 
 static const char *outdir;

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flamegraph/flamegraph.h"
+#include "flamegraph/internal.h"
 #include "tests/lib/check.h"
 
 /* Read one folded line into p and count it on thread th at t seconds. */

@@ -1,0 +1,37 @@
+/*
+ * The engine's walker (sampler/engine.h) for a Python process: opening it
+ * finds its runtime (target.c), a walk reads every thread's Python stack
+ * (pystate), and with --native each thread's native stack is unwound in
+ * the stopped window and merged once the process runs again (native.c).
+ * The engine knows none of this; record and top hand it walker_ops().
+ */
+#ifndef SPY_CMD_WALKER_H
+#define SPY_CMD_WALKER_H
+
+#include <stdbool.h>
+
+#include "cmd/native.h"
+#include "cmd/target.h"
+#include "sampler/engine.h"
+
+/* One per invocation: the options and the scratch every process's walk shares. */
+struct walker {
+	struct spy_strtab *strs;     /* the command's */
+	bool native, native_all;
+	struct py_thread *py;        /* per tick, reused */
+	struct native_pcs *pcs;      /* --native: each thread's pcs, from the pause to the merge */
+};
+
+/* One process, the engine's eng_process.py. */
+struct walked {
+	struct target t;
+	struct native *nat;          /* --native; NULL without */
+};
+
+void walker_init(struct walker *w, struct spy_strtab *strs, bool native, bool native_all);
+struct eng_walker walker_ops(struct walker *w);
+void walker_release(struct walker *w);
+/* The target of a process the engine opened through the walker. */
+const struct target *walker_target(const struct eng_process *p);
+
+#endif

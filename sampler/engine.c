@@ -1,0 +1,714 @@
+/*
+ * The sampling engine (see engine.h).
+ *
+ * A tick walks every Python thread of every process. By default each
+ * process is paused for its walk and only for it: thread states are read
+ * before the pause (a ptrace-stopped thread reads 't'), and everything done
+ * with the stacks (native symbols, the command's aggregation) happens after
+ * the resume. With --nonblocking nothing is paused; a walk that does not
+ * reach the root may then be torn, and is counted rather than handed on.
+ *
+ * Ticks are absolute deadlines (ticker.c); between them the loop polls the
+ * processes, because a seized thread that receives a signal stays stopped
+ * until its tracer restarts it.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "common/bounds.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "sampler/engine.h"
+
+/* Longest sleep between looks at the processes (exits, signals) while waiting for a tick. */
+#define POLL_NS (10 * 1000 * 1000ull)
+/* Launch mode: how long a program has to show a Python interpreter, and how often we look. */
+#define LAUNCH_WAIT_NS (5 * 1000 * 1000 * 1000ull)
+#define LAUNCH_POLL_NS (10 * 1000 * 1000ull)
+/*
+ * How often a process's maps are re-read. The walk refuses addresses
+ * outside the maps it knows, and a process that grows its heap (every
+ * interpreter during start-up, any program allocating) puts new frames and
+ * thread states in new mappings: at once when a walk fails (at most every
+ * MAPS_RETRY_NS, backing off while retries do not help), and every few
+ * seconds in any case, so a slowly growing heap is followed too.
+ */
+#define MAPS_RETRY_NS (10 * 1000 * 1000ull)
+#define MAPS_REFRESH_NS (2 * 1000 * 1000 * 1000ull)
+/* -s: how often descendants are looked for. */
+#define SCAN_NS (100 * 1000 * 1000ull)
+/*
+ * A descendant that is not a Python process now may become one: a fork of
+ * a shell that execs python, or a python that has not finished starting.
+ * It is tried again while its executable stays the same for REJECT_TRIES
+ * scans, and again whenever its executable changes (an exec).
+ */
+#define REJECT_TRIES 20
+
+const char *const eng_error_names[ENG_ERR_MAX] = {
+	[ENG_ERR_PAUSE] = "pause",
+	[ENG_ERR_THREADS] = "threads",
+	[ENG_ERR_GONE] = "thread-gone",
+	[ENG_ERR_TORN] = "torn",
+	[ENG_ERR_TRUNCATED] = "truncated",
+	[ENG_ERR_DROPPED] = "dropped",
+	[ENG_ERR_NATIVE] = "native",
+};
+
+/* ---- the thread table ---- */
+
+static struct eng_os_thread *thread_get(struct engine *e, struct eng_process *p, pid_t tid, bool *fresh)
+{
+	for (size_t i = 0; i < p->nth; i++) {
+		if (p->th[i].task.tid == tid) {
+			*fresh = false;
+			return &p->th[i];
+		}
+	}
+	char comm[64] = "";
+	SPY_GROW(p->th, p->th_alloc, p->nth + 1);
+	struct eng_os_thread *th = &p->th[p->nth++];
+	memset(th, 0, sizeof(*th));
+	const struct spy_process_ops *ops = p->proc.ops;
+	if (ops->task_open) {
+		ops->task_open(&p->proc, &th->task, tid);
+	} else {
+		th->task.tid = tid;
+		th->task.stat_fd = th->task.sched_fd = -1;
+	}
+	if (ops->task_name) {
+		ops->task_name(&p->proc, tid, comm, sizeof(comm));
+	}
+	/* A first CPU reading, so that the next tick can trust an R (see is_active). */
+	if (p->attached && ops->task_refresh) {
+		ops->task_refresh(&th->task, true);
+	}
+	struct spy_buf b = SPY_BUF_INIT;
+	spy_buf_addf(&b, "thread %d \"%s\"", (int)tid, comm);
+	th->root = spy_strtab_interns(e->strs, b.buf);
+	spy_buf_release(&b);
+	e->threads_seen++;
+	*fresh = true;
+	return th;
+}
+
+/* Close the stat files of threads the last walk did not find (all: every one). */
+static void threads_prune(struct eng_process *p, bool all)
+{
+	size_t kept = 0;
+	for (size_t i = 0; i < p->nth; i++) {
+		if (!all && p->th[i].seen) {
+			p->th[kept++] = p->th[i];
+		} else if (p->proc.ops->task_close) {
+			p->proc.ops->task_close(&p->th[i].task);
+		}
+	}
+	p->nth = kept;
+}
+
+/* ---- processes ---- */
+
+/* Open pid through the walker into a new process entry, *out; on failure nothing is kept. */
+static int process_open(struct engine *e, pid_t pid, struct eng_process **out, struct spy_err *err)
+{
+	struct eng_process *p = spy_xcalloc(1, sizeof(*p));
+	int rc = e->w.open(e->w.ctx, pid, &p->proc, &p->py, err);
+	if (rc < 0) {
+		free(p);
+		return rc;
+	}
+	p->pid = p->proc.ops->pid(&p->proc);
+	struct spy_buf b = SPY_BUF_INIT;
+	spy_buf_addf(&b, "process %d \"%s\"", (int)p->pid, p->proc.ops->cmdline(&p->proc));
+	p->root = spy_strtab_interns(e->strs, b.buf);
+	spy_buf_release(&b);
+	SPY_GROW(e->procs, e->procs_alloc, e->nprocs + 1);
+	e->procs[e->nprocs++] = p;
+	*out = p;
+	return 0;
+}
+
+/* Unless nonblocking (or the backend cannot), seize it. */
+static int process_start(struct engine *e, struct eng_process *p, struct spy_err *err)
+{
+	p->last_maps_ns = ticker_now_ns();
+	p->maps_retry_ns = MAPS_RETRY_NS;
+	if (e->o.nonblocking || !p->proc.ops->attach) {
+		return 0;
+	}
+	int rc = e->w.start ? e->w.start(e->w.ctx, p->py, err) : 0;
+	if (rc == 0) {
+		rc = p->proc.ops->attach(&p->proc, err);
+	}
+	p->attached = rc == 0;
+	return rc;
+}
+
+static void process_stop(struct eng_process *p)
+{
+	if (p->attached) {
+		p->proc.ops->detach(&p->proc);
+		p->attached = false;
+	}
+	threads_prune(p, true);
+}
+
+static void process_free(struct engine *e, struct eng_process *p)
+{
+	process_stop(p);
+	free(p->th);
+	e->w.close(e->w.ctx, p->py);
+	free(p);
+}
+
+/* ---- launching ---- */
+
+static int launch(struct engine *e, char **program, struct spy_err *err)
+{
+	int rc = spawn_start(&e->sp, program, err);
+	if (rc < 0) {
+		return rc;
+	}
+	e->launched = true;
+	e->program = program[0];
+	uint64_t deadline = ticker_now_ns() + LAUNCH_WAIT_NS;
+	struct spy_err last = SPY_ERR_INIT;
+	struct eng_process *p;
+	/* A shim (pyenv's) execs the interpreter later: each try opens the process afresh. */
+	while ((rc = process_open(e, e->sp.pid, &p, &last)) < 0) {
+		if (rc == -SPY_EPERM) {
+			*err = last;
+			return rc;
+		}
+		if (spawn_reap(&e->sp, false)) {
+			return spy_err_set(err, SPY_ENOPY, "no Python interpreter found: '%s' exited before one appeared",
+					   program[0]);
+		}
+		if (proc_stop_requested) {
+			spawn_forward(&e->sp);
+			return spy_err_set(err, SPY_EINTR, "interrupted");
+		}
+		if (ticker_now_ns() >= deadline) {
+			return spy_err_set(err, SPY_ENOPY, "no Python interpreter found in '%s' (process %d) after %llu s: %s",
+					   program[0], (int)e->sp.pid,
+					   (unsigned long long)(LAUNCH_WAIT_NS / 1000000000ull), last.msg);
+		}
+		struct timespec ts = { 0, (long)LAUNCH_POLL_NS };
+		nanosleep(&ts, NULL);
+	}
+	return 0;
+}
+
+int eng_open(struct engine *e, const struct eng_opts *o, const struct eng_walker *w,
+	     struct spy_strtab *strs, pid_t pid, char **program, struct spy_err *err)
+{
+	memset(e, 0, sizeof(*e));
+	e->o = *o;
+	e->w = *w;
+	e->strs = strs;
+	e->scratch = spy_xcalloc(SPY_MAX_THREADS, sizeof(*e->scratch));
+	int rc;
+	if (program) {
+		spawn_install_signals();
+		rc = launch(e, program, err);
+	} else {
+		struct eng_process *p;
+		proc_install_stop_handlers();
+		rc = process_open(e, pid, &p, err);
+	}
+	if (rc < 0) {
+		return rc;
+	}
+	return process_start(e, e->procs[0], err);
+}
+
+/* ---- one tick ---- */
+
+/* Walk every thread of p into e->scratch. pyrt's error, else 1 if some stack is not whole, else 0. */
+static int walk(struct engine *e, struct eng_process *p, size_t *n_out)
+{
+	size_t n = 0;
+	/* Paused, the view is fresh already; a running process needs one asked for. */
+	if (!p->attached && p->proc.ops->fresh_view) {
+		p->proc.ops->fresh_view(&p->proc);
+	}
+	int rc = e->w.walk(e->w.ctx, p->py, e->scratch, SPY_MAX_THREADS, &n);
+	*n_out = rc < 0 ? 0 : (n > SPY_MAX_THREADS ? SPY_MAX_THREADS : n);
+	if (rc < 0) {
+		return rc;
+	}
+	bool whole = true;
+	for (size_t i = 0; i < *n_out; i++) {
+		whole = whole && e->scratch[i].rc == 0 && !e->scratch[i].stack.truncated;
+	}
+	return whole ? 0 : 1;
+}
+
+/*
+ * A walk that met trouble may only have met memory mapped since the maps
+ * were read: read them again and walk once more before the process moves
+ * on. A retry that does not help makes the next one wait longer, so a
+ * stack truncated for good (deeper than the bound) does not cost a maps
+ * read every tick.
+ */
+static int walk_with_retry(struct engine *e, struct eng_process *p, size_t *n, uint64_t now)
+{
+	int rc = walk(e, p, n);
+	if (rc == 0 || !p->proc.ops->read_maps || now - p->last_maps_ns < p->maps_retry_ns) {
+		return rc;
+	}
+	p->proc.ops->read_maps(&p->proc);
+	p->last_maps_ns = now;
+	rc = walk(e, p, n);
+	p->maps_retry_ns = rc == 0 ? MAPS_RETRY_NS
+		: p->maps_retry_ns < MAPS_REFRESH_NS / 2 ? 2 * p->maps_retry_ns : MAPS_REFRESH_NS;
+	return rc;
+}
+
+/*
+ * The activity rule: whether walked thread t is active. Not paused, a
+ * thread's state is read now. Paused, it was read before the pause; but a
+ * pause wakes sleepers, which then read R for a moment, and tasks.c can
+ * only tell that from running by the CPU time since its previous R
+ * reading. A thread without one (new this tick, or not seen in R since)
+ * holding no GIL is taken as idle this once; so is one without a TID.
+ */
+static bool is_active(struct eng_process *p, const struct eng_thread *t, struct eng_os_thread *th,
+		      bool fresh)
+{
+	if (t->holds_gil) {
+		return true;
+	}
+	if (!th) {
+		return false;
+	}
+	if (!p->attached && p->proc.ops->task_refresh) {
+		p->proc.ops->task_refresh(&th->task, false);
+	}
+	bool trusted = !p->attached || (!fresh && th->had_cpu);
+	return trusted && proc_task_active(&th->task);
+}
+
+/* Whether walked thread i is handed on; sets *idle. */
+static bool keep(struct engine *e, struct eng_process *p, size_t i, struct eng_os_thread *th,
+		 bool fresh, bool *idle)
+{
+	const struct eng_thread *t = &e->scratch[i];
+	if (t->rc < 0) {
+		e->errors[ENG_ERR_GONE]++;
+		return false;
+	}
+	if (t->stack.truncated) {
+		bool torn = !p->attached;
+		e->errors[torn ? ENG_ERR_TORN : ENG_ERR_TRUNCATED]++;
+		if (torn) {
+			return false;
+		}
+	}
+	bool active = is_active(p, t, th, fresh);
+	e->thread_samples++;
+	e->active_samples += active;
+	*idle = !active;
+	if (e->o.gil && !t->holds_gil) {
+		return false;
+	}
+	return (active || e->o.idle) && t->stack.n > 0;
+}
+
+/* The stopped window: pause, walk (and what the walker reads paused), resume. n, or < 0 for nothing. */
+static long sample_paused(struct engine *e, struct eng_process *p, uint64_t now)
+{
+	const struct spy_process_ops *ops = p->proc.ops;
+	for (size_t i = 0; i < p->nth; i++) {
+		struct eng_os_thread *th = &p->th[i];
+		th->seen = false;
+		if (p->attached && ops->task_refresh) {
+			th->had_cpu = th->task.read_ns != 0;
+			ops->task_refresh(&th->task, true);
+		}
+	}
+	if (p->attached) {
+		int rc = ops->pause(&p->proc, NULL);
+		if (rc == -SPY_EGONE) {
+			p->gone = true;
+		} else if (rc < 0 && rc != -SPY_EINTR) {
+			e->errors[ENG_ERR_PAUSE]++;
+		}
+		if (rc < 0) {
+			return -1;
+		}
+	}
+	size_t n = 0;
+	int rc = walk_with_retry(e, p, &n, now);
+	if (rc >= 0 && e->w.paused) {
+		e->w.paused(e->w.ctx, p->py, e->scratch, n);
+	}
+	if (p->attached) {
+		ops->resume(&p->proc);
+	}
+	if (rc < 0) {
+		e->errors[ENG_ERR_THREADS]++;
+		return -1;
+	}
+	return (long)n;
+}
+
+static void sample_process(struct engine *e, struct eng_process *p, const struct eng_callbacks *cb,
+			   bool *gil_held)
+{
+	uint64_t now = ticker_now_ns();
+	long n = sample_paused(e, p, now);
+	/* The process runs again; everything below is ours alone. */
+	struct eng_sample info = { .proc = p, .now_ns = ticker_now_ns() };
+	for (long i = 0; i < n; i++) {
+		struct eng_thread *t = &e->scratch[i];
+		struct eng_os_thread *th = NULL;
+		bool fresh = false;
+		if (t->tid > 0) {
+			th = thread_get(e, p, t->tid, &fresh);
+			th->seen = true;
+		}
+		*gil_held |= t->holds_gil;
+		if (!keep(e, p, (size_t)i, th, fresh, &info.idle)) {
+			continue;
+		}
+		/* Symbols and merging only for the stacks kept, and with the process running. */
+		if (e->w.finish && e->w.finish(e->w.ctx, p->py, (size_t)i, &t->stack) < 0) {
+			e->errors[ENG_ERR_NATIVE]++;
+		}
+		info.thread = th;
+		info.tid = t->tid;
+		info.holds_gil = t->holds_gil;
+		if (cb->stack(cb->ctx, e, &t->stack, &info) < 0) {
+			e->errors[ENG_ERR_DROPPED]++;
+		}
+	}
+	if (n >= 0) {
+		e->live_threads += (size_t)n;
+		/* Forget threads that are gone, so their stat files do not pile up. */
+		threads_prune(p, false);
+	}
+	/* A slowly growing heap is followed even where no walk fails. */
+	if (!p->gone && p->proc.ops->read_maps && now - p->last_maps_ns >= MAPS_REFRESH_NS) {
+		p->proc.ops->read_maps(&p->proc);
+		p->last_maps_ns = now;
+	}
+}
+
+/* One tick: every process, one after the other. */
+static void sample_tick(struct engine *e, const struct eng_callbacks *cb)
+{
+	bool gil_held = false;
+	e->samples++;
+	e->live_threads = 0;
+	for (size_t i = 0; i < e->nprocs && !proc_stop_requested; i++) {
+		if (!e->procs[i]->gone) {
+			sample_process(e, e->procs[i], cb, &gil_held);
+		}
+	}
+	e->gil_ticks += gil_held;
+}
+
+/* ---- descendants (-s) ---- */
+
+static bool is_sampled(const struct engine *e, pid_t pid)
+{
+	for (size_t i = 0; i < e->nprocs; i++) {
+		if (!e->procs[i]->gone && e->procs[i]->pid == pid) {
+			return true;
+		}
+	}
+	return false;
+}
+
+static bool worth_trying(struct engine *e, pid_t pid)
+{
+	char exe[256] = "";
+	const struct spy_process *root = &e->procs[0]->proc;
+	root->ops->exe_of(root, pid, exe, sizeof(exe));
+	for (size_t i = 0; i < e->nrej; i++) {
+		struct eng_rejected *j = &e->rej[i];
+		if (j->pid != pid) {
+			continue;
+		}
+		if (strcmp(j->exe, exe)) {
+			memcpy(j->exe, exe, sizeof(j->exe));
+			j->tries = 0;
+		}
+		return ++j->tries <= REJECT_TRIES;
+	}
+	SPY_GROW(e->rej, e->rej_alloc, e->nrej + 1);
+	struct eng_rejected *j = &e->rej[e->nrej++];
+	j->pid = pid;
+	memcpy(j->exe, exe, sizeof(j->exe));
+	j->tries = 1;
+	return true;
+}
+
+static void forget_rejected(struct engine *e, pid_t pid)
+{
+	for (size_t i = 0; i < e->nrej; i++) {
+		if (e->rej[i].pid == pid) {
+			e->rej[i] = e->rej[--e->nrej];
+			return;
+		}
+	}
+}
+
+/* Forget the descendants that have exited; procs[0] stays to the end. */
+static void reap_descendants(struct engine *e)
+{
+	size_t kept = 1;
+	for (size_t i = 1; i < e->nprocs; i++) {
+		if (e->procs[i]->gone) {
+			process_free(e, e->procs[i]);
+		} else {
+			e->procs[kept++] = e->procs[i];
+		}
+	}
+	e->nprocs = e->nprocs ? kept : 0;
+}
+
+static void scan_descendants(struct engine *e)
+{
+	const struct spy_process *root = &e->procs[0]->proc;
+	if (!root->ops->descendants) {
+		return;
+	}
+	pid_t *v = NULL;
+	size_t n = root->ops->descendants(root, &v);
+	for (size_t i = 0; i < n; i++) {
+		pid_t pid = v[i];
+		if (is_sampled(e, pid) || !worth_trying(e, pid)) {
+			continue;
+		}
+		struct eng_process *p;
+		if (process_open(e, pid, &p, NULL) < 0) {
+			continue;
+		}
+		forget_rejected(e, pid);
+		if (process_start(e, p, NULL) < 0) {
+			p->gone = true;
+		}
+		spy_log(SPY_LOG_DEBUG, "engine: following process %d (%s)", (int)pid,
+			p->proc.ops->cmdline(&p->proc));
+	}
+	free(v);
+}
+
+/* ---- the loop ---- */
+
+/* Notice which processes have exited, without blocking. */
+static void poll_processes(struct engine *e)
+{
+	uint64_t now = ticker_now_ns();
+	for (size_t i = 0; i < e->nprocs; i++) {
+		struct eng_process *p = e->procs[i];
+		const struct spy_process_ops *ops = p->proc.ops;
+		if (p->gone) {
+			continue;
+		}
+		if (p->attached) {
+			p->gone = ops->poll(&p->proc) == -SPY_EGONE;
+		} else if (i == 0 && e->launched) {
+			/* Our own child: only our wait sees it exit. */
+			p->gone = spawn_reap(&e->sp, false);
+		} else if (ops->alive && now - p->last_alive_ns >= POLL_NS) {
+			/* A /proc read each tick would cost more than the sample; exit can wait 10 ms. */
+			p->gone = !ops->alive(&p->proc);
+			p->last_alive_ns = now;
+		}
+	}
+}
+
+/* Sleep until the next tick, looking after the processes meanwhile; false to stop. */
+static bool next_tick(struct engine *e, const struct eng_callbacks *cb)
+{
+	for (;;) {
+		poll_processes(e);
+		if (eng_root_gone(e) || proc_stop_requested || ticker_deadline(&e->tk) >= e->end_ns) {
+			return false;
+		}
+		uint64_t now = ticker_now_ns();
+		if (e->o.subprocesses && now - e->last_scan_ns >= SCAN_NS) {
+			reap_descendants(e);
+			scan_descendants(e);
+			e->last_scan_ns = now;
+		}
+		if (cb->wait && !cb->wait(cb->ctx, e, now)) {
+			return false;
+		}
+		if (ticker_wait(&e->tk, POLL_NS) == 1) {
+			return true;
+		}
+	}
+}
+
+void eng_run(struct engine *e, const struct eng_callbacks *cb)
+{
+	e->start_ns = ticker_now_ns();
+	e->end_ns = e->o.duration >= 0 ? e->start_ns + (uint64_t)(e->o.duration * 1e9) : UINT64_MAX;
+	ticker_init(&e->tk, e->o.rate, e->start_ns);
+	while (next_tick(e, cb)) {
+		sample_tick(e, cb);
+		uint64_t now = ticker_now_ns();
+		/* A late last tick must not count deadlines past the end as missed. */
+		ticker_take(&e->tk, now < e->end_ns ? now : e->end_ns);
+	}
+	e->stop_ns = ticker_now_ns();
+}
+
+/* ---- ending ---- */
+
+void eng_detach(struct engine *e)
+{
+	for (size_t i = 0; i < e->nprocs; i++) {
+		process_stop(e->procs[i]);
+	}
+	if (e->launched && proc_stop_requested) {
+		spawn_forward(&e->sp);
+	}
+}
+
+void eng_describe_exit(struct spy_buf *out, int status)
+{
+	if (WIFEXITED(status)) {
+		spy_buf_addf(out, "exited with status %d", WEXITSTATUS(status));
+	} else if (WIFSIGNALED(status)) {
+		spy_buf_addf(out, "was killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+	} else {
+		spy_buf_adds(out, "exited");
+	}
+}
+
+/* Wait for a program that was told to stop (already forwarded); a second signal gives up on it. */
+static bool wait_program(struct engine *e)
+{
+	int signals = proc_stop_requested ? 1 : 0;
+	while (!e->sp.reaped) {
+		proc_stop_requested = 0;
+		if (spawn_reap(&e->sp, true)) {
+			break;
+		}
+		if (proc_stop_requested && ++signals < 2) {
+			spawn_forward(&e->sp);
+		} else if (proc_stop_requested) {
+			return false;
+		}
+	}
+	return true;
+}
+
+void eng_finish(struct engine *e, struct spy_buf *out)
+{
+	if (!e->launched) {
+		return;
+	}
+	int status = 0;
+	bool known = false;
+	const struct spy_process *root = e->nprocs ? &e->procs[0]->proc : NULL;
+	if (root && root->ops->exit_status && root->ops->exit_status(root, &status)) {
+		known = true;
+	} else if (eng_root_gone(e) || proc_stop_requested) {
+		known = wait_program(e);
+		status = e->sp.status;
+	} else {
+		/* The duration ran out: the program goes on, as a --pid target would. */
+		known = spawn_reap(&e->sp, false);
+		status = e->sp.status;
+	}
+	if (known) {
+		spy_buf_addf(out, "; %s ", e->program);
+		eng_describe_exit(out, status);
+	} else {
+		spy_buf_addf(out, "; %s (process %d) is still running", e->program, (int)e->sp.pid);
+	}
+}
+
+void eng_release(struct engine *e)
+{
+	for (size_t i = 0; i < e->nprocs; i++) {
+		process_free(e, e->procs[i]);
+	}
+	free(e->procs);
+	free(e->rej);
+	for (size_t i = 0; e->scratch && i < SPY_MAX_THREADS; i++) {
+		spy_stack_release(&e->scratch[i].stack);
+	}
+	free(e->scratch);
+	memset(e, 0, sizeof(*e));
+}
+
+/* ---- one look (dump) ---- */
+
+int eng_look(struct spy_process *p, int (*fn)(void *ctx, struct spy_err *err), void *ctx,
+	     struct spy_err *err)
+{
+	bool pause = spy_process_can(p, SPY_CAP_PAUSE, NULL, NULL);
+	int rc = pause ? p->ops->attach(p, err) : 0;
+	if (rc == 0 && pause) {
+		rc = p->ops->pause(p, err);
+	}
+	if (rc == 0 && !proc_stop_requested) {
+		rc = fn(ctx, err);
+	}
+	if (pause) {
+		p->ops->detach(p);
+	}
+	return rc;
+}
+
+/* ---- counters ---- */
+
+const struct eng_process *eng_root(const struct engine *e)
+{
+	return e->nprocs ? e->procs[0] : NULL;
+}
+
+bool eng_root_gone(const struct engine *e)
+{
+	return !e->nprocs || e->procs[0]->gone;
+}
+
+uint64_t eng_errors(const struct engine *e)
+{
+	uint64_t sum = 0;
+	for (size_t i = 0; i < ENG_ERR_MAX; i++) {
+		sum += e->errors[i];
+	}
+	return sum;
+}
+
+void eng_format_errors(const struct engine *e, struct spy_buf *out)
+{
+	spy_buf_addf(out, "%llu", (unsigned long long)eng_errors(e));
+	const char *sep = " (";
+	for (size_t i = 0; i < ENG_ERR_MAX; i++) {
+		if (!e->errors[i]) {
+			continue;
+		}
+		spy_buf_addf(out, "%s%s %llu", sep, eng_error_names[i], (unsigned long long)e->errors[i]);
+		sep = ", ";
+	}
+	if (sep[0] == ',') {
+		spy_buf_adds(out, ")");
+	}
+}
+
+double eng_elapsed(const struct engine *e, uint64_t now_ns)
+{
+	uint64_t end = e->stop_ns ? e->stop_ns : now_ns;
+	/* 0 before the first tick */
+	return e->start_ns && end > e->start_ns ? (double)(end - e->start_ns) / 1e9 : 0.0;
+}
+
+void eng_summary(const struct engine *e, uint64_t now_ns, struct spy_buf *out)
+{
+	double el = eng_elapsed(e, now_ns);
+	spy_buf_addf(out, "spy: %llu samples in %.2f s (%.1f Hz), %llu missed ticks, errors: ",
+		     (unsigned long long)e->samples, el, el > 0 ? (double)e->samples / el : 0.0,
+		     (unsigned long long)e->tk.missed);
+	eng_format_errors(e, out);
+}

@@ -1,0 +1,281 @@
+/*
+ * The sampling engine: the one loop behind record and top. It owns what a
+ * live sample needs and commands must not redo: opening the process (named
+ * by pid or launched, waiting for its interpreter), with -s its descendants
+ * too, seizing them, the tick, the pause, walking every thread, telling
+ * idle from active, torn and truncated stacks, resuming, re-reading the
+ * maps, noticing exits, detaching, and the summary line. Commands plug in
+ * callbacks only: what to do with a kept stack (after the target runs
+ * again) and what to do between ticks (a progress line, a redraw).
+ *
+ * The engine knows no Python: reading the interpreter is a walker's
+ * business (struct eng_walker), supplied by cmd, where sampler, pystate
+ * and symbolize meet. And it reaches a process only through a handle with
+ * a backend table (struct spy_process): a live process, or a core, which
+ * does nothing on pause and says what it cannot do; tests plug in a fake.
+ *
+ * The question a newcomer asks: why does a thread that sleeps count as
+ * active when it holds the GIL? Because a thread waiting for the GIL also
+ * sleeps (a futex), so the state letter cannot tell the holder from the
+ * waiters; holding the GIL is the better witness of running Python code.
+ */
+#ifndef SPY_SAMPLER_ENGINE_H
+#define SPY_SAMPLER_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/buf.h"
+#include "common/err.h"
+#include "common/sample.h"
+#include "common/strtab.h"
+#include "sampler/sampler.h"
+
+/* ---- the process handle ---- */
+
+struct spy_process;
+/* One thread as a process reports it, and what it waits on (dump). */
+struct spy_thread_info {
+	pid_t tid;
+	char comm[17];          /* "" if unknown (a core) */
+	struct proc_wait wait;
+};
+/*
+ * A backend: how one kind of process is reached. An operation a backend
+ * cannot do is NULL, and the engine (or a command asking
+ * spy_process_can()) treats it as such: a core has no attach, pause,
+ * resume or poll, and its threads come from its notes.
+ */
+struct spy_process_ops {
+	const char *kind;   /* "process", "core file" */
+	pid_t (*pid)(const struct spy_process *p);
+	const char *(*cmdline)(const struct spy_process *p);
+	/* Seize every thread; -SPY_EPERM with remedy if refused. */
+	int (*attach)(struct spy_process *p, struct spy_err *err);
+	/* Stop every thread: 0, -SPY_EINTR (stop requested), -SPY_EGONE, other < 0 (err may be NULL). */
+	int (*pause)(struct spy_process *p, struct spy_err *err);
+	void (*resume)(struct spy_process *p);
+	/* Attached, between pauses: let self-stopped threads go on; -SPY_EGONE once gone. */
+	int (*poll)(struct spy_process *p);
+	void (*detach)(struct spy_process *p);
+	/* Not attached: whether it still runs (one cheap read). */
+	bool (*alive)(struct spy_process *p);
+	/* The exit status reaped while tracing (see proc_exit_status). */
+	bool (*exit_status)(const struct spy_process *p, int *status);
+	/* Memory: a fresh view for a walk of a running process; re-read the maps. */
+	void (*fresh_view)(struct spy_process *p);
+	void (*read_maps)(struct spy_process *p);
+	/* Threads watched across ticks (see struct proc_task). */
+	void (*task_open)(const struct spy_process *p, struct proc_task *t, pid_t tid);
+	void (*task_refresh)(struct proc_task *t, bool with_cpu);
+	void (*task_close)(struct proc_task *t);
+	void (*task_name)(const struct spy_process *p, pid_t tid, char *buf, size_t size);
+	/* -s: every descendant's pid (into *out, free()); its executable, to notice an exec. */
+	size_t (*descendants)(const struct spy_process *p, pid_t **out);
+	void (*exe_of)(const struct spy_process *p, pid_t pid, char *buf, size_t size);
+	/*
+	 * Every thread, at most max, with what it waits on: a live process's
+	 * from /proc (read before pausing: a stop interrupts the wait), a
+	 * core's from its notes. < 0 if the list cannot be read.
+	 */
+	long (*threads)(struct spy_process *p, struct spy_thread_info *out, size_t max, struct spy_err *err);
+	/* Look again at one thread's wait (a live process only; NULL for a core, which never changes). */
+	void (*thread_wait)(const struct spy_process *p, pid_t tid, struct proc_wait *out);
+};
+
+struct spy_process {
+	const struct spy_process_ops *ops;
+	void *impl;   /* the backend's: struct proc, struct core, a test's fake */
+};
+
+/* The live backend over an opened proc, and the core backend over a core; the handle borrows it. */
+struct spy_process spy_process_live(struct proc *p);
+struct spy_process spy_process_core(struct core *c);
+
+/* What a command may ask a backend for. */
+enum spy_process_cap {
+	SPY_CAP_PAUSE,     /* stop and resume its threads (a live process) */
+	SPY_CAP_UNWIND,    /* unwind native stacks: needs stopped live threads */
+	SPY_CAP_WATCH,     /* thread states over time, liveness */
+};
+/* Whether p can; if not and err, an error naming what p is. */
+bool spy_process_can(const struct spy_process *p, enum spy_process_cap cap, const char *what,
+		     struct spy_err *err);
+
+/*
+ * One look at p, for dump: seize and stop it if its backend can (a core
+ * is read as it is), call fn unless a stop was requested, then resume and
+ * detach, on every path. fn's error, else the attach's or pause's.
+ */
+int eng_look(struct spy_process *p, int (*fn)(void *ctx, struct spy_err *err), void *ctx,
+	     struct spy_err *err);
+
+/* ---- the walker: the interpreter's side, supplied by cmd ---- */
+
+/* One thread as a walk found it. */
+struct eng_thread {
+	pid_t tid;            /* kernel thread id; 0 if unknown */
+	bool holds_gil;
+	int rc;               /* < 0: the stack could not be read (the thread exited) */
+	struct spy_stack stack;
+};
+
+struct eng_walker {
+	void *ctx;
+	/*
+	 * Open pid and find its interpreter: *proc is its handle, *py the
+	 * walker's own state for it. On failure nothing is left open.
+	 */
+	int (*open)(void *ctx, pid_t pid, struct spy_process *proc, void **py, struct spy_err *err);
+	/* Attach-time set-up (--native's unwinder); NULL if none. */
+	int (*start)(void *ctx, void *py, struct spy_err *err);
+	/* Walk every thread into th (at most max) and set *n; < 0 if the thread list is unreadable. */
+	int (*walk)(void *ctx, void *py, struct eng_thread *th, size_t max, size_t *n);
+	/* In the stopped window, after the last walk: what must be read before the threads move (--native); NULL if nothing. */
+	void (*paused)(void *ctx, void *py, const struct eng_thread *th, size_t n);
+	/* Target running: finish thread i's stack for keeping (--native's merge); < 0 counted. NULL if nothing. */
+	int (*finish)(void *ctx, void *py, size_t i, struct spy_stack *stack);
+	void (*close)(void *ctx, void *py);
+};
+
+/* ---- the engine ---- */
+
+struct eng_opts {
+	double rate;        /* ticks per second, > 0 */
+	double duration;    /* seconds; < 0 until stopped */
+	bool idle;          /* keep idle threads' stacks */
+	bool gil;           /* keep only the GIL holder's */
+	bool nonblocking;   /* never pause the target */
+	bool subprocesses;  /* -s: sample the Python descendants too */
+};
+
+/* Per-sample failures, by reason (their names are eng_error_names). */
+enum eng_error {
+	ENG_ERR_PAUSE,      /* the process could not be paused */
+	ENG_ERR_THREADS,    /* the thread list could not be read */
+	ENG_ERR_GONE,       /* a thread's stack could not be read (it exited) */
+	ENG_ERR_TORN,       /* --nonblocking: a walk did not reach the root */
+	ENG_ERR_TRUNCATED,  /* a walk stopped at a bound or bad memory (kept) */
+	ENG_ERR_DROPPED,    /* the command refused a stack (stack callback < 0) */
+	ENG_ERR_NATIVE,     /* --native: a thread could not be unwound (Python stack kept) */
+	ENG_ERR_MAX
+};
+extern const char *const eng_error_names[ENG_ERR_MAX];
+
+/* One OS thread seen, with its state kept across ticks. */
+struct eng_os_thread {
+	struct proc_task task;
+	bool seen;          /* found by this tick's walk */
+	bool had_cpu;       /* a CPU-time reading preceded this tick's (see the activity rule) */
+	const char *root;   /* interned `thread TID "name"` */
+};
+
+/* One process sampled: the one named or launched, or with -s a descendant. */
+struct eng_process {
+	struct spy_process proc;
+	void *py;                 /* the walker's */
+	pid_t pid;
+	bool attached, gone;
+	const char *root;         /* interned `process PID "cmdline"` */
+	struct eng_os_thread *th;
+	size_t nth, th_alloc;
+	uint64_t last_maps_ns;
+	uint64_t maps_retry_ns;   /* how long after the last maps read a failed walk may read them again */
+	uint64_t last_alive_ns;
+};
+
+/* What the engine knows of one kept stack besides its frames. */
+struct eng_sample {
+	const struct eng_process *proc;
+	const struct eng_os_thread *thread;   /* NULL if the walk gave no TID */
+	pid_t tid;
+	bool holds_gil;
+	bool idle;          /* only ever true with opts.idle */
+	uint64_t now_ns;    /* when the tick's walk finished */
+};
+
+struct engine;
+struct eng_callbacks {
+	void *ctx;
+	/* Once per kept stack, target running. < 0 counts as dropped. */
+	int (*stack)(void *ctx, struct engine *e, const struct spy_stack *stack,
+		     const struct eng_sample *info);
+	/* Between ticks, at least every 10 ms; false stops the loop. NULL: nothing to do. */
+	bool (*wait)(void *ctx, struct engine *e, uint64_t now_ns);
+};
+
+/* A descendant that was not (yet) a Python process, and when to look again. */
+struct eng_rejected {
+	pid_t pid;
+	char exe[256];
+	int tries;
+};
+
+struct engine {
+	struct eng_opts o;
+	struct eng_walker w;
+	struct spy_strtab *strs;   /* the command's; roots are interned here */
+
+	/* procs[0] is the process named or launched, kept to the end; the rest come and go (-s) */
+	struct eng_process **procs;
+	size_t nprocs, procs_alloc;
+	struct eng_rejected *rej;
+	size_t nrej, rej_alloc;
+	uint64_t last_scan_ns;
+
+	bool launched;
+	struct spawn sp;          /* launch mode only */
+	const char *program;      /* launch mode: argv[0], for the summary */
+
+	struct eng_thread *scratch;   /* per tick, reused */
+
+	/* counters since the start */
+	uint64_t samples;           /* ticks sampled */
+	uint64_t gil_ticks;         /* ticks in which a Python thread held the GIL */
+	uint64_t thread_samples;    /* threads walked, summed over ticks */
+	uint64_t active_samples;    /* of those, the ones running or holding the GIL */
+	uint64_t errors[ENG_ERR_MAX];
+	size_t threads_seen;        /* distinct threads ever seen */
+	size_t live_threads;        /* Python threads in the last tick, over every process */
+	struct ticker tk;
+	uint64_t start_ns, end_ns, stop_ns;
+};
+
+/*
+ * Open pid, or (pid 0) launch program and wait for its interpreter; then,
+ * unless nonblocking, seize it. Installs the SIGINT/SIGTERM handlers
+ * (launch mode: the ones that forward a signal sent to spy alone).
+ * -SPY_EINTR if stopped while waiting for a launched program's interpreter.
+ * strs must outlive the engine. Call eng_release() in every case.
+ */
+int eng_open(struct engine *e, const struct eng_opts *o, const struct eng_walker *w,
+	     struct spy_strtab *strs, pid_t pid, char **program, struct spy_err *err);
+/* Sample until the duration, a stop signal, the first process's exit or wait says stop. */
+void eng_run(struct engine *e, const struct eng_callbacks *cb);
+/* Resume and detach every process (idempotent); a stop signal is forwarded to a launched program. */
+void eng_detach(struct engine *e);
+/*
+ * After eng_detach: a launched program told to stop (or gone) is waited
+ * for, a second signal giving up; its fate ("; python3 exited with status
+ * 0", "; python3 (process 12) is still running") is appended to out.
+ * Nothing for a --pid target.
+ */
+void eng_finish(struct engine *e, struct spy_buf *out);
+void eng_release(struct engine *e);
+
+/* The process named or launched. */
+const struct eng_process *eng_root(const struct engine *e);
+/* Whether the process named or launched has exited. */
+bool eng_root_gone(const struct engine *e);
+uint64_t eng_errors(const struct engine *e);
+/* "N" or "N (reason n, reason n)". */
+void eng_format_errors(const struct engine *e, struct spy_buf *out);
+/* Seconds from the first tick to now_ns (or to the stop, once stopped). */
+double eng_elapsed(const struct engine *e, uint64_t now_ns);
+/* "spy: N samples in S s (R Hz), M missed ticks, errors: ..." */
+void eng_summary(const struct engine *e, uint64_t now_ns, struct spy_buf *out);
+/* "exited with status N", "was killed by signal N (name)" or "exited", for a wait status. */
+void eng_describe_exit(struct spy_buf *out, int status);
+
+#endif

@@ -1,0 +1,444 @@
+/*
+ * The sampling engine's loop against a fake process and a fake walker:
+ * every pause is matched by a resume and nothing is left attached; the
+ * activity rule (GIL holder, R with a CPU reading, new threads); torn and
+ * truncated stacks; the maps retry; a stack refused is counted; -s follows
+ * descendants; the loop ends when the process does or the command says so.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sampler/engine.h"
+#include "tests/lib/check.h"
+
+#define MAX_FAKE_THREADS 4
+
+struct fake_thread {
+	pid_t tid;
+	char state;          /* what its stat file says: 'R', 'S' */
+	bool gil;
+	bool truncated;      /* its walk does not reach the root */
+};
+
+struct fake_proc {
+	pid_t pid;
+	struct fake_thread th[MAX_FAKE_THREADS];
+	size_t nth;
+	bool paused, attached, gone_after_walks;
+	int pauses, resumes, detaches, walks, maps_reads, opens_tasks;
+	int walk_fails;      /* the next so many walks fail as a whole */
+	int partial_walks;   /* the next so many walks come back truncated... */
+	int partial_from;    /* ...from this walk on */
+	pid_t children[4];
+	size_t nchildren;
+	bool walked_while_running;
+};
+
+struct fake_world {
+	struct fake_proc procs[3];
+	size_t nprocs;
+	bool refuse_stacks;
+	int stacks, idle_stacks;
+	pid_t seen_pids[8];
+	size_t nseen;
+	int stop_after_ticks;     /* the wait callback stops the loop after this many ticks */
+};
+
+static struct fake_proc *fp(const struct spy_process *p)
+{
+	return p->impl;
+}
+
+static pid_t f_pid(const struct spy_process *p)
+{
+	return fp(p)->pid;
+}
+
+static const char *f_cmdline(const struct spy_process *p)
+{
+	return "fake";
+}
+
+static int f_attach(struct spy_process *p, struct spy_err *err)
+{
+	fp(p)->attached = true;
+	return 0;
+}
+
+static int f_pause(struct spy_process *p, struct spy_err *err)
+{
+	struct fake_proc *f = fp(p);
+	CHECK(f->attached && !f->paused);
+	f->pauses++;
+	f->paused = true;
+	return 0;
+}
+
+static void f_resume(struct spy_process *p)
+{
+	struct fake_proc *f = fp(p);
+	CHECK(f->paused);
+	f->resumes++;
+	f->paused = false;
+}
+
+static int f_poll(struct spy_process *p)
+{
+	CHECK(!fp(p)->paused);
+	return fp(p)->gone_after_walks && fp(p)->walks >= 3 ? -SPY_EGONE : 0;
+}
+
+static void f_detach(struct spy_process *p)
+{
+	fp(p)->detaches++;
+	fp(p)->attached = fp(p)->paused = false;
+}
+
+static bool f_alive(struct spy_process *p)
+{
+	return !(fp(p)->gone_after_walks && fp(p)->walks >= 3);
+}
+
+static void f_read_maps(struct spy_process *p)
+{
+	fp(p)->maps_reads++;
+}
+
+static void f_task_open(const struct spy_process *p, struct proc_task *t, pid_t tid)
+{
+	memset(t, 0, sizeof(*t));
+	t->tid = tid;
+	t->stat_fd = t->sched_fd = -1;
+	fp(p)->opens_tasks++;
+}
+
+/* Only tasks.c knows the files; the fake keeps every thread's state in a table by TID. */
+static struct fake_world *world;
+
+static void f_task_refresh(struct proc_task *t, bool with_cpu)
+{
+	for (size_t i = 0; i < world->nprocs; i++) {
+		struct fake_proc *f = &world->procs[i];
+		for (size_t j = 0; j < f->nth; j++) {
+			if (f->th[j].tid == t->tid) {
+				t->state = f->th[j].state;
+				t->ran = true;
+				if (with_cpu && t->state == 'R') {
+					t->read_ns = 1;
+				}
+			}
+		}
+	}
+}
+
+static void f_task_close(struct proc_task *t)
+{
+	t->tid = -1;
+}
+
+static size_t f_descendants(const struct spy_process *p, pid_t **out)
+{
+	struct fake_proc *f = fp(p);
+	*out = malloc(sizeof(pid_t) * (f->nchildren ? f->nchildren : 1));
+	memcpy(*out, f->children, sizeof(pid_t) * f->nchildren);
+	return f->nchildren;
+}
+
+static void f_exe_of(const struct spy_process *p, pid_t pid, char *buf, size_t size)
+{
+	snprintf(buf, size, "/fake/python");
+}
+
+static const struct spy_process_ops fake_ops = {
+	.kind = "fake process",
+	.pid = f_pid,
+	.cmdline = f_cmdline,
+	.attach = f_attach,
+	.pause = f_pause,
+	.resume = f_resume,
+	.poll = f_poll,
+	.detach = f_detach,
+	.alive = f_alive,
+	.read_maps = f_read_maps,
+	.task_open = f_task_open,
+	.task_refresh = f_task_refresh,
+	.task_close = f_task_close,
+	.descendants = f_descendants,
+	.exe_of = f_exe_of,
+};
+
+/* ---- the walker ---- */
+
+static int w_open(void *ctx, pid_t pid, struct spy_process *proc, void **py, struct spy_err *err)
+{
+	struct fake_world *w = ctx;
+	for (size_t i = 0; i < w->nprocs; i++) {
+		if (w->procs[i].pid == pid) {
+			*proc = (struct spy_process){ &fake_ops, &w->procs[i] };
+			*py = &w->procs[i];
+			return 0;
+		}
+	}
+	return spy_err_set(err, SPY_ENOPY, "no Python in %d", (int)pid);
+}
+
+static int w_walk(void *ctx, void *py, struct eng_thread *th, size_t max, size_t *n)
+{
+	struct fake_proc *f = py;
+	f->walks++;
+	f->walked_while_running |= f->attached && !f->paused;
+	if (f->walk_fails > 0) {
+		f->walk_fails--;
+		return -SPY_EMEM;
+	}
+	bool partial = f->partial_walks > 0 && f->walks > f->partial_from;
+	f->partial_walks -= partial;
+	for (size_t i = 0; i < f->nth && i < max; i++) {
+		th[i].tid = f->th[i].tid;
+		th[i].holds_gil = f->th[i].gil;
+		th[i].rc = 0;
+		spy_stack_reset(&th[i].stack);
+		struct spy_frame *fr = spy_stack_push(&th[i].stack);
+		memset(fr, 0, sizeof(*fr));
+		fr->func = "work";
+		th[i].stack.truncated = f->th[i].truncated || partial;
+	}
+	*n = f->nth;
+	return 0;
+}
+
+static void w_close(void *ctx, void *py)
+{
+}
+
+static const struct eng_walker fake_walker_ops = {
+	.open = w_open,
+	.walk = w_walk,
+	.close = w_close,
+};
+
+static int on_stack(void *ctx, struct engine *e, const struct spy_stack *s, const struct eng_sample *info)
+{
+	struct fake_world *w = ctx;
+	w->stacks++;
+	w->idle_stacks += info->idle;
+	bool known = false;
+	for (size_t i = 0; i < w->nseen; i++) {
+		known |= w->seen_pids[i] == info->proc->pid;
+	}
+	if (!known && w->nseen < 8) {
+		w->seen_pids[w->nseen++] = info->proc->pid;
+	}
+	CHECK(s->n == 1 && !strcmp(s->v[0].func, "work"));
+	CHECK(info->proc->root && !strncmp(info->proc->root, "process ", 8));
+	return w->refuse_stacks ? -1 : 0;
+}
+
+static bool on_wait(void *ctx, struct engine *e, uint64_t now)
+{
+	struct fake_world *w = ctx;
+	return !w->stop_after_ticks || e->samples < (uint64_t)w->stop_after_ticks;
+}
+
+/* Run the engine over w's first process for ticks ticks (at 1 kHz). */
+static void run(struct fake_world *w, const struct eng_opts *extra, int ticks, struct engine *e,
+		struct spy_strtab *strs)
+{
+	struct eng_opts o = *extra;
+	o.rate = 1000;
+	o.duration = -1;
+	struct eng_walker wk = fake_walker_ops;
+	wk.ctx = w;
+	world = w;
+	w->stop_after_ticks = ticks;
+	struct spy_err err = SPY_ERR_INIT;
+	CHECK_INT(eng_open(e, &o, &wk, strs, w->procs[0].pid, NULL, &err), 0);
+	const struct eng_callbacks cb = { w, on_stack, on_wait };
+	eng_run(e, &cb);
+	eng_detach(e);
+}
+
+static void setup(struct fake_world *w)
+{
+	memset(w, 0, sizeof(*w));
+	w->nprocs = 1;
+	struct fake_proc *f = &w->procs[0];
+	f->pid = 100;
+	f->nth = 3;
+	f->th[0] = (struct fake_thread){ 100, 'S', true, false };   /* the GIL holder, sleeping or not */
+	f->th[1] = (struct fake_thread){ 101, 'R', false, false };  /* running without the GIL */
+	f->th[2] = (struct fake_thread){ 102, 'S', false, false };  /* idle */
+}
+
+static void test_blocking(void)
+{
+	struct fake_world w;
+	struct engine e;
+	struct spy_strtab strs = SPY_STRTAB_INIT;
+	struct eng_opts o = { 0 };
+	setup(&w);
+	run(&w, &o, 10, &e, &strs);
+	struct fake_proc *f = &w.procs[0];
+	CHECK_INT(e.samples, 10);
+	CHECK_INT(f->pauses, 10);
+	CHECK_INT(f->resumes, 10);
+	CHECK(!f->walked_while_running);
+	CHECK_INT(f->detaches, 1);
+	CHECK(!f->attached);
+	/*
+	 * The GIL holder every tick; the R thread from its second tick on (its
+	 * first R reading has nothing before it: a pause may just have woken
+	 * it); the sleeper never.
+	 */
+	CHECK_INT(w.stacks, 10 + 9);
+	CHECK_INT(w.idle_stacks, 0);
+	CHECK_INT(e.thread_samples, 30);
+	CHECK_INT(e.active_samples, 19);
+	CHECK_INT(e.gil_ticks, 10);
+	CHECK_INT(e.threads_seen, 3);
+	CHECK_INT(f->opens_tasks, 3);
+	CHECK_INT(eng_errors(&e), 0);
+	eng_release(&e);
+	spy_strtab_release(&strs);
+
+	/* -i: every thread, the inactive ones marked idle; -g: the holder alone. */
+	setup(&w);
+	o.idle = true;
+	run(&w, &o, 5, &e, &strs);
+	CHECK_INT(w.stacks, 15);
+	CHECK_INT(w.idle_stacks, 5 + 1);
+	eng_release(&e);
+	setup(&w);
+	o.idle = false;
+	o.gil = true;
+	run(&w, &o, 5, &e, &strs);
+	CHECK_INT(w.stacks, 5);
+	eng_release(&e);
+	spy_strtab_release(&strs);
+}
+
+static void test_nonblocking(void)
+{
+	struct fake_world w;
+	struct engine e;
+	struct spy_strtab strs = SPY_STRTAB_INIT;
+	struct eng_opts o = { .nonblocking = true };
+	setup(&w);
+	w.procs[0].th[1].truncated = true;
+	run(&w, &o, 6, &e, &strs);
+	/* Never paused; a walk that does not reach the root is torn and not kept. */
+	CHECK_INT(w.procs[0].pauses, 0);
+	CHECK(!w.procs[0].attached);
+	CHECK_INT(e.errors[ENG_ERR_TORN], 6);
+	CHECK_INT(w.stacks, 6);
+	eng_release(&e);
+
+	/* Paused, a truncated stack is counted and kept. */
+	setup(&w);
+	w.procs[0].th[1].truncated = true;
+	o.nonblocking = false;
+	run(&w, &o, 6, &e, &strs);
+	CHECK_INT(e.errors[ENG_ERR_TRUNCATED], 6);
+	CHECK_INT(e.errors[ENG_ERR_TORN], 0);
+	CHECK_INT(w.stacks, 6 + 5);
+	eng_release(&e);
+	spy_strtab_release(&strs);
+}
+
+static void test_errors_and_maps(void)
+{
+	struct fake_world w;
+	struct engine e;
+	struct spy_strtab strs = SPY_STRTAB_INIT;
+	struct eng_opts o = { 0 };
+
+	/* A failed walk (past the first maps read's 10 ms) reads the maps and walks again before resuming. */
+	setup(&w);
+	w.procs[0].partial_walks = 1;
+	w.procs[0].partial_from = 30;
+	run(&w, &o, 40, &e, &strs);
+	CHECK_INT(w.procs[0].maps_reads, 1);
+	CHECK_INT(w.procs[0].walks, 40 + 1);
+	CHECK_INT(w.procs[0].pauses, w.procs[0].resumes);
+	CHECK_INT(eng_errors(&e), 0);
+	eng_release(&e);
+
+	/* A thread list that cannot be read counts once per tick; the process is still resumed. */
+	setup(&w);
+	w.procs[0].walk_fails = 4;
+	run(&w, &o, 3, &e, &strs);
+	CHECK(e.errors[ENG_ERR_THREADS] >= 1);
+	CHECK_INT(w.procs[0].pauses, w.procs[0].resumes);
+	eng_release(&e);
+
+	/* A stack the command refuses is counted as dropped. */
+	setup(&w);
+	w.refuse_stacks = true;
+	run(&w, &o, 4, &e, &strs);
+	CHECK_INT(e.errors[ENG_ERR_DROPPED], (uint64_t)w.stacks);
+	struct spy_buf b = SPY_BUF_INIT;
+	eng_format_errors(&e, &b);
+	CHECK(strstr(b.buf, "dropped") != NULL);
+	spy_buf_release(&b);
+	eng_release(&e);
+	spy_strtab_release(&strs);
+}
+
+static void test_end_and_descendants(void)
+{
+	struct fake_world w;
+	struct engine e;
+	struct spy_strtab strs = SPY_STRTAB_INIT;
+	struct eng_opts o = { 0 };
+
+	/* The process exits: the loop ends by itself. */
+	setup(&w);
+	w.procs[0].gone_after_walks = true;
+	run(&w, &o, 0, &e, &strs);
+	CHECK(eng_root_gone(&e));
+	CHECK_INT(e.samples, 3);
+	eng_release(&e);
+
+	/* -s: a Python child is found, attached, sampled under its own root, and detached. */
+	setup(&w);
+	w.nprocs = 2;
+	w.procs[0].children[0] = 200;
+	w.procs[0].children[1] = 300;   /* not Python: retried a while, never opened */
+	w.procs[0].nchildren = 2;
+	w.procs[1].pid = 200;
+	w.procs[1].nth = 1;
+	w.procs[1].th[0] = (struct fake_thread){ 200, 'R', true, false };
+	o.subprocesses = true;
+	run(&w, &o, 20, &e, &strs);
+	CHECK_INT(e.nprocs, 2);
+	CHECK(w.procs[1].pauses > 0 && w.procs[1].pauses == w.procs[1].resumes);
+	CHECK_INT(w.procs[1].detaches, 1);
+	CHECK_INT(w.nseen, 2);
+	CHECK(e.procs[0]->root != e.procs[1]->root);
+	eng_release(&e);
+	spy_strtab_release(&strs);
+}
+
+static void test_backends(void)
+{
+	struct spy_err err = SPY_ERR_INIT;
+	struct spy_process core = spy_process_core(NULL);
+	struct spy_process fake = { &fake_ops, NULL };
+	/* A core says what it cannot do, in the words of an error. */
+	CHECK(!spy_process_can(&core, SPY_CAP_UNWIND, "--native", &err));
+	CHECK_INT(err.code, SPY_EUSAGE);
+	CHECK(strstr(err.msg, "--native") && strstr(err.msg, "core file"));
+	CHECK(!spy_process_can(&core, SPY_CAP_PAUSE, "pausing", NULL));
+	CHECK(spy_process_can(&fake, SPY_CAP_PAUSE, "pausing", NULL));
+	CHECK(spy_process_can(&fake, SPY_CAP_WATCH, "watching", NULL));
+}
+
+int main(void)
+{
+	test_blocking();
+	test_nonblocking();
+	test_errors_and_maps();
+	test_end_and_descendants();
+	test_backends();
+	return check_done();
+}
