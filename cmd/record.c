@@ -314,6 +314,9 @@ static int start(struct rec *r)
 	walker_init(&r->w, &r->strs, r->native, r->native_all);
 	struct eng_walker ops = walker_ops(&r->w);
 	int rc = eng_open(&r->e, &r->o, &ops, &r->strs, r->pid, r->program, &err);
+	if (rc == 0) {
+		rc = walker_check_gil(&r->e, r->o.gil, &err);
+	}
 	if (rc == 0 && r->program) {
 		rc = open_output(r, eng_root(&r->e)->pid, &err);
 	}

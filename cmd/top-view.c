@@ -109,7 +109,9 @@ void top_render(struct spy_buf *out, const char *header, const struct top_row *r
 		const struct top_row *r = &rows[i];
 		spy_buf_reset(&line);
 		spy_buf_addf(&line, "%7.2f %7.2f %9.2f %10.2f  ", r->own_pct, r->total_pct, r->own_s, r->total_s);
-		struct fg_frame f = { r->func, r->file, r->line, SPY_FRAME_PYTHON };
+		/* A row with no file is a thread's (top -t): its name alone. */
+		struct fg_frame f = { r->func, r->file, r->line,
+				      r->file && *r->file ? SPY_FRAME_PYTHON : SPY_FRAME_SYNTHETIC };
 		fg_frame_format(&f, &line);
 		add_line(out, line.buf, line.len, width, ansi);
 	}

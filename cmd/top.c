@@ -54,6 +54,8 @@ struct top {
 	struct engine e;
 	enum top_sort sort;
 	bool by_line;     /* --lines: one row per line */
+	bool threads;     /* -t: a `thread TID "name"` row per thread */
+	struct spy_stack stack;   /* scratch: a stack with its thread root */
 	bool tty;
 	double refresh_s;
 	struct fg_profile *cur, *cum;
@@ -80,6 +82,21 @@ static int add_stack(void *ctx, struct engine *e, const struct spy_stack *stack,
 		     const struct eng_sample *info)
 {
 	struct top *t = ctx;
+	if (t->threads && info->thread) {
+		/* The thread's root frame makes a row of its own, whose %Total
+		 * is that thread's share, named as threading named it. */
+		spy_stack_reset(&t->stack);
+		for (size_t i = 0; i < stack->n; i++) {
+			*spy_stack_push(&t->stack) = stack->v[i];
+		}
+		struct spy_frame *f = spy_stack_push(&t->stack);
+		memset(f, 0, sizeof(*f));
+		f->func = info->thread->root;
+		/* Not synthetic: the table leaves those (process roots, idle
+		 * marks) out, and this one is meant to be a row. */
+		f->kind = SPY_FRAME_PYTHON;
+		stack = &t->stack;
+	}
 	int rc = fg_profile_add(t->cum, stack, 1);
 	int rc2 = fg_profile_add(t->cur, stack, 1);
 	return rc < 0 ? rc : rc2;
@@ -376,6 +393,9 @@ static int run(struct top *t, const struct eng_opts *o, struct top_args *a)
 	walker_init(&t->w, &t->strs, a->native, a->native_all);
 	struct eng_walker ops = walker_ops(&t->w);
 	int rc = eng_open(&t->e, o, &ops, &t->strs, a->pid, a->program, &err);
+	if (rc == 0) {
+		rc = walker_check_gil(&t->e, o->gil, &err);
+	}
 	if (rc < 0) {
 		/* Stopped while waiting for a launched program's interpreter: as record does. */
 		return rc == -SPY_EINTR ? 128 + (int)proc_stop_requested : cmd_fail(&err);
@@ -427,6 +447,8 @@ int cmd_top(int argc, char **argv)
 		{ 'l', "lines", OPT_BOOL, &a.lines, NULL, "one row per line of code instead of per function" },
 		{ 'i', "idle", OPT_BOOL, &o.idle, NULL, "count idle threads too (sleeping, blocked)" },
 		{ 'g', "gil", OPT_BOOL, &o.gil, NULL, "count only the thread holding the GIL" },
+		{ 't', "threads", OPT_BOOL, &t->threads, NULL,
+		  "a row per thread too: thread TID \"name\", its share in %Total" },
 		{ 'n', "native", OPT_BOOL, &a.native, NULL, "merge native (C/C++) frames with the Python frames" },
 		{ 0, "native-all", OPT_BOOL, &a.native_all, NULL, "with --native, keep the interpreter's own frames" },
 		{ 0, "nonblocking", OPT_BOOL, &o.nonblocking, NULL, "never pause the target (torn stacks are counted as errors)" },
@@ -451,6 +473,7 @@ int cmd_top(int argc, char **argv)
 	free(rest);
 	fg_profile_free(t->cur);
 	fg_profile_free(t->cum);
+	spy_stack_release(&t->stack);
 	eng_release(&t->e);
 	walker_release(&t->w);
 	spy_strtab_release(&t->strs);

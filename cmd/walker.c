@@ -43,6 +43,9 @@ static int walker_start(void *ctx, void *py, struct spy_err *err)
 	return rc;
 }
 
+/* A thread renamed while sampled is seen within this. */
+#define WALKER_NAMES_REFRESH_NS 1000000000ull
+
 static int walker_walk(void *ctx, void *py, struct eng_thread *th, size_t max, size_t *n_out)
 {
 	struct walker *w = ctx;
@@ -54,9 +57,12 @@ static int walker_walk(void *ctx, void *py, struct eng_thread *th, size_t max, s
 		return rc;
 	}
 	n = n > max ? max : n;
+	/* threading's names: looked up for new threads, all again each second. */
+	pyrt_names_update(d->t.rt, w->py, n, ticker_now_ns(), WALKER_NAMES_REFRESH_NS);
 	for (size_t i = 0; i < n; i++) {
 		th[i].tid = w->py[i].native_tid;
 		th[i].holds_gil = w->py[i].holds_gil;
+		th[i].name = pyrt_thread_name(d->t.rt, &w->py[i]);
 		spy_stack_reset(&th[i].stack);
 		th[i].rc = pyrt_stack(d->t.rt, &w->py[i], &th[i].stack, NULL);
 	}
@@ -141,4 +147,16 @@ void walker_release(struct walker *w)
 const struct target *walker_target(const struct eng_process *p)
 {
 	return &((const struct walked *)p->py)->t;
+}
+
+int walker_check_gil(const struct engine *e, bool gil, struct spy_err *err)
+{
+	const struct target *t = walker_target(eng_root(e));
+	if (!gil || !t || pyrt_has_gil(t->rt)) {
+		return 0;
+	}
+	return spy_err_set(err, SPY_EUSAGE,
+			   "-g: Python %s is a free-threaded build running without a GIL, so no thread "
+			   "holds one; leave -g out (or run it with PYTHON_GIL=1)",
+			   pyrt_version_string(t->rt));
 }

@@ -33,5 +33,11 @@ struct eng_walker walker_ops(struct walker *w);
 void walker_release(struct walker *w);
 /* The target of a process the engine opened through the walker. */
 const struct target *walker_target(const struct eng_process *p);
+/*
+ * -g on the opened process: -SPY_EUSAGE when it runs without a GIL (a
+ * free-threaded build whose GIL is off), where no thread ever holds one
+ * and -g would keep nothing.
+ */
+int walker_check_gil(const struct engine *e, bool gil, struct spy_err *err);
 
 #endif

@@ -59,6 +59,16 @@ const char *const eng_error_names[ENG_ERR_MAX] = {
 
 /* ---- the thread table ---- */
 
+/* The thread's root frame, named by the walker's name or else the kernel's. */
+static void thread_root(struct engine *e, struct eng_os_thread *th, const char *name)
+{
+	struct spy_buf b = SPY_BUF_INIT;
+	spy_buf_addf(&b, "thread %d \"%s\"", (int)th->task.tid, name ? name : th->comm);
+	th->root = spy_strtab_interns(e->strs, b.buf);
+	th->name = name;
+	spy_buf_release(&b);
+}
+
 static struct eng_os_thread *thread_get(struct engine *e, struct eng_process *p, pid_t tid, bool *fresh)
 {
 	for (size_t i = 0; i < p->nth; i++) {
@@ -67,7 +77,6 @@ static struct eng_os_thread *thread_get(struct engine *e, struct eng_process *p,
 			return &p->th[i];
 		}
 	}
-	char comm[64] = "";
 	SPY_GROW(p->th, p->th_alloc, p->nth + 1);
 	struct eng_os_thread *th = &p->th[p->nth++];
 	memset(th, 0, sizeof(*th));
@@ -79,16 +88,13 @@ static struct eng_os_thread *thread_get(struct engine *e, struct eng_process *p,
 		th->task.stat_fd = th->task.sched_fd = -1;
 	}
 	if (ops->task_name) {
-		ops->task_name(&p->proc, tid, comm, sizeof(comm));
+		ops->task_name(&p->proc, tid, th->comm, sizeof(th->comm));
 	}
 	/* A first CPU reading, so that the next tick can trust an R (see is_active). */
 	if (p->attached && ops->task_refresh) {
 		ops->task_refresh(&th->task, true);
 	}
-	struct spy_buf b = SPY_BUF_INIT;
-	spy_buf_addf(&b, "thread %d \"%s\"", (int)tid, comm);
-	th->root = spy_strtab_interns(e->strs, b.buf);
-	spy_buf_release(&b);
+	thread_root(e, th, NULL);
 	e->threads_seen++;
 	*fresh = true;
 	return th;
@@ -369,6 +375,10 @@ static void sample_process(struct engine *e, struct eng_process *p, const struct
 		if (t->tid > 0) {
 			th = thread_get(e, p, t->tid, &fresh);
 			th->seen = true;
+			/* Names are interned: a new pointer is a new (or first) name. */
+			if (t->name != th->name) {
+				thread_root(e, th, t->name);
+			}
 		}
 		*gil_held |= t->holds_gil;
 		if (!keep(e, p, (size_t)i, th, fresh, &info.idle)) {

@@ -118,6 +118,8 @@ struct eng_thread {
 	pid_t tid;            /* kernel thread id; 0 if unknown */
 	bool holds_gil;
 	int rc;               /* < 0: the stack could not be read (the thread exited) */
+	const char *name;     /* the interpreter's name for it (interned in the engine's
+				 table), or NULL: the kernel's is used */
 	struct spy_stack stack;
 };
 
@@ -169,6 +171,8 @@ struct eng_os_thread {
 	bool seen;          /* found by this tick's walk */
 	bool had_cpu;       /* a CPU-time reading preceded this tick's (see the activity rule) */
 	const char *root;   /* interned `thread TID "name"` */
+	const char *name;   /* the walker's name the root was made with (NULL: the kernel's) */
+	char comm[17];      /* the kernel's name, when first seen */
 };
 
 /* One process sampled: the one named or launched, or with -s a descendant. */

@@ -4,11 +4,17 @@
 On every interpreter found, targets/names.py runs named threads (one
 renamed after it started, a non-ASCII name, a thread pool) and a thread
 started from C that threading never registered. `spy dump` (text and
---json) must name each thread exactly as threading does, and the C thread
-by the kernel's name. One line per interpreter.
+--json), `record -t` (the folded thread roots), `record -f chrome` (track
+names) and `top -t` (thread rows) must name each thread exactly as
+threading does, and the C thread by the kernel's name. One line per
+interpreter.
 """
 
 import json
+import os
+import re
+import shutil
+import tempfile
 
 import harness
 
@@ -18,6 +24,59 @@ TARGET = harness.target_path("names.py")
 def comm(pid, tid):
     with open("/proc/%d/task/%d/comm" % (pid, tid)) as f:
         return f.read().rstrip("\n")
+
+
+ROOT = re.compile(r'^thread (\d+) "(.*)"$')
+
+
+def roots(lines):
+    """{tid: name} of the `thread TID "name"` frames in lines."""
+    got = {}
+    for frame in lines:
+        m = ROOT.match(frame)
+        if m:
+            got[int(m.group(1))] = m.group(2)
+    return got
+
+
+def sampled_names(target, want):
+    """record -t (folded roots, chrome track names) and top -t rows."""
+    p = []
+    tmp = tempfile.mkdtemp(prefix="spy-names.")
+    try:
+        folded = os.path.join(tmp, "p.folded")
+        r = harness.run_spy(["record", "--pid", str(target.pid), "-d", "1", "-i", "-t",
+                             "-q", "-o", folded])
+        if r.rc != 0:
+            return ["record -t: " + r.describe()]
+        with open(folded, encoding="utf-8") as f:
+            frames = [fr for line in f if not line.startswith("#")
+                      for fr in line.rsplit(" ", 1)[0].split(";")]
+        if roots(frames) != want:
+            p.append("record -t: thread roots %r, expected %r" % (roots(frames), want))
+        trace = os.path.join(tmp, "p.trace.json")
+        r = harness.run_spy(["record", "--pid", str(target.pid), "-d", "1", "-i", "-q",
+                             "-o", trace])
+        if r.rc != 0:
+            return p + ["record -f chrome: " + r.describe()]
+        with open(trace, encoding="utf-8") as f:
+            doc = json.load(f)
+        events = doc["traceEvents"] if isinstance(doc, dict) else doc
+        tracks = [e["args"]["name"] for e in events
+                  if e.get("ph") == "M" and e.get("name") == "thread_name"]
+        if roots(tracks) != want:
+            p.append("chrome: track names %r, expected %r" % (roots(tracks), want))
+        r = harness.run_spy(["top", "--pid", str(target.pid), "-d", "1.2", "-i", "-t",
+                             "--refresh", "1"])
+        if r.rc != 0:
+            return p + ["top -t: " + r.describe()]
+        rows = [line.split(None, 4)[4] for line in r.out.splitlines()
+                if ROOT.match(line.split(None, 4)[-1] if len(line.split(None, 4)) == 5 else "")]
+        if roots(rows) != want:
+            p.append("top -t: thread rows %r, expected %r" % (roots(rows), want))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return p
 
 
 def run_one(interp):
@@ -41,6 +100,7 @@ def run_one(interp):
         got = dict((t["tid"], t["name"]) for t in doc["threads"])
         if got != want:
             problems.append("json: names %r, expected %r" % (got, want))
+        problems += sampled_names(target, want)
         os_names = dict((t["tid"], t["os_name"]) for t in doc["threads"])
         kernel = dict((tid, comm(target.pid, tid)) for tid in want)
         if os_names != kernel:
