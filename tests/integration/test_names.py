@@ -14,7 +14,9 @@ import json
 import os
 import re
 import shutil
+import signal
 import tempfile
+import time
 
 import harness
 
@@ -37,6 +39,38 @@ def roots(lines):
         if m:
             got[int(m.group(1))] = m.group(2)
     return got
+
+
+def renamed(target, want, tmp):
+    """A thread renamed while record -t runs shows both names, the new one
+    within a second or so of the rename (the cache's refresh period)."""
+    tid = [t for t, n in want.items() if n == "kafka-consumer"][0]
+    folded = os.path.join(tmp, "renamed.folded")
+    spy = harness.start_spy(["record", "--pid", str(target.pid), "-d", "3.5", "-i", "-t",
+                             "-q", "-o", folded])
+    time.sleep(1.0)
+    os.kill(target.pid, signal.SIGUSR1)
+    try:
+        spy.wait(timeout=30)
+    finally:
+        harness.kill(spy)
+    if spy.returncode != 0:
+        return ["record -t across a rename: exit %s" % spy.returncode]
+    seen = {}
+    with open(folded, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("#"):
+                continue
+            stack, count = line.rsplit(" ", 1)
+            for frame in stack.split(";"):
+                m = ROOT.match(frame)
+                if m and int(m.group(1)) == tid:
+                    seen[m.group(2)] = seen.get(m.group(2), 0) + int(count)
+    # 100 Hz: renamed at ~1 s, seen by ~2.2 s at the latest: >= 100 samples after.
+    if seen.get("kafka-consumer", 0) < 30 or seen.get("kafka-consumer-2", 0) < 100:
+        return ["record -t across a rename: samples by name %r (want the old name "
+                "before and the new one for the last second and more)" % seen]
+    return []
 
 
 def sampled_names(target, want):
@@ -74,6 +108,8 @@ def sampled_names(target, want):
                 if ROOT.match(line.split(None, 4)[-1] if len(line.split(None, 4)) == 5 else "")]
         if roots(rows) != want:
             p.append("top -t: thread rows %r, expected %r" % (roots(rows), want))
+        # Last: it renames a thread for good.
+        p += renamed(target, want, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return p

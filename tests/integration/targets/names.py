@@ -7,12 +7,14 @@
 #   from C               a thread started with pthread_create through ctypes,
 #                        running Python through a ctypes callback: threading
 #                        never registered it, so it keeps the kernel's name
-# Prints "ready {json}" with {"names": {native id: expected name}} (the
+# SIGUSR1 renames "kafka-consumer" to "kafka-consumer-2" (a rename while
+# sampled). Prints "ready {json}" with {"names": {native id: expected name}} (the
 # C-started thread maps to null), and ends itself after LIFETIME seconds.
 import ctypes
 import ctypes.util
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -44,7 +46,7 @@ def start(name, expect=None):
     return t
 
 
-start("kafka-consumer")
+kafka = start("kafka-consumer")
 start("heartbeat")
 start("cafe-worker" if PY2 else u"caf\u00e9-worker")
 r = threading.Thread(target=worker, args=("renamed",), name="before-rename")
@@ -92,7 +94,19 @@ while time.time() < deadline:
             break
     time.sleep(0.01)
 ids[native_id()] = "MainThread"
+
+
+def rename(signum, frame):
+    kafka.name = "kafka-consumer-2"
+
+
+signal.signal(signal.SIGUSR1, rename)
 sys.stdout.write("ready " + json.dumps({"names": dict((str(k), v) for k, v in ids.items())}) + "\n")
 sys.stdout.flush()
-done.wait(LIFETIME)
+# Poll rather than block: a signal that arrives while a tracer holds the
+# main thread stopped goes to another thread, and CPython runs the handler
+# only when the main thread next runs Python code.
+deadline = time.time() + LIFETIME
+while time.time() < deadline:
+    time.sleep(0.02)
 os._exit(0)
