@@ -6,13 +6,17 @@ prints one line per interpreter (or per check):
 
     PASS 3.11.7 (pyenv)
     FAIL 3.11.2 (/usr/bin/python3.11): main thread: expected ..., got ...
-    SKIP 3.9 (not installed): no Python 3.9 found (searched pyenv, PATH, /usr/bin)
+    PASS 3.14.10 (debian sid, container)
+    SKIP 3.9 (not installed): no Python 3.9 found (searched pyenv, PATH, /usr/bin, debian sid root)
 
 then exits 0 (something ran, nothing failed), 1 (something failed) or 77,
 meson's skip code, only when nothing could run at all, saying why.
 
 What is in here:
-  - interpreter discovery (SPY_PYTHONS overrides; else pyenv, PATH, /usr/bin),
+  - interpreter discovery (SPY_PYTHONS overrides; else pyenv, PATH, /usr/bin,
+    and the Debian development-suite root of tools/pyroot: each of its
+    interpreters run inside it as a container would, and under a plain
+    chroot),
   - starting a target and waiting for its "ready {json}" line,
   - running spy with a timeout,
   - parsing `spy dump` text output,
@@ -45,17 +49,36 @@ import time
 # reports as "SKIP <minor> (not installed)" when none of them is found, so
 # the matrix shows what was not covered.
 SUPPORTED = ("2.7", "3.6", "3.7", "3.8", "3.9", "3.10", "3.11", "3.12",
-             "3.13")
+             "3.13", "3.14", "3.15")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGETS = os.path.join(HERE, "targets")
 REPO = os.path.dirname(os.path.dirname(HERE))
+PYROOT = os.path.join(REPO, "tools", "pyroot")
+
+# Which interpreters of the root are run, and how (tools/pyroot run MODE):
+# every release build both ways (a container keeps the target's files
+# behind /proc/PID/root, a chroot shows them with the root's prefix in
+# /proc/PID/maps); the debug and free-threaded builds, whose runtime
+# differs, in a container, on the version that has both.
+ROOT_RUNS = (("release", None, ("container", "chroot")),
+             ("debug", "3.14", ("container",)),
+             ("free-threaded", "3.14", ("container",)))
+ROOT_NAME = "debian sid root"
+# What a target reads from its environment: pyroot runs programs with a
+# clean one, so these are passed in by name.
+TARGET_ENV = ("SPY_TARGET_LIFETIME",)
 
 EXIT_SKIP = 77
 
 
 class HarnessError(Exception):
     """Something went wrong around spy (a target would not start, ...)."""
+
+
+class SpyFailed(HarnessError):
+    """spy itself failed where a check needs its output to go on: the
+    check's FAIL, reported as spy's (not the harness's) with spy's words."""
 
 
 class SkipInterp(Exception):
@@ -115,24 +138,62 @@ signal.signal(signal.SIGTERM, _on_term)
 # Interpreters.
 
 class Interp(object):
-    """One Python interpreter: path to run, exact version, label to print."""
+    """One Python interpreter: path to run, exact version, label to print.
 
-    def __init__(self, path, version, executable, origin):
+    An interpreter of the pyroot (root set) runs inside it: path is its
+    path there, command() wraps it in `tools/pyroot run MODE`, and
+    host_path() says where a file of the root is on this side.
+    """
+
+    def __init__(self, path, version, executable, origin, root=None,
+                 mode=None):
         # Run its sys.executable: a pyenv shim given in SPY_PYTHONS would
         # otherwise stand between us and the interpreter (a shell process
         # whose pid is not the target's).
-        self.path = executable if os.access(executable, os.X_OK) else path
+        if root:
+            self.path = executable
+        else:
+            self.path = executable if os.access(executable, os.X_OK) else path
         self.given = path                 # where it was found
         self.version = version            # (3, 11, 7)
         self.executable = executable      # its sys.executable
         self.origin = origin              # "pyenv", or where it was found
+        self.root = root                  # the pyroot's host path, or None
+        self.mode = mode                  # "container" or "chroot" with root
         self.minor = "%d.%d" % version[:2]
         vs = "%d.%d.%d" % version
         self.vstring = vs
         self.label = "%s (%s)" % (vs, origin)
 
+    def argv(self, args):
+        """The command line of the interpreter's process running args."""
+        return [self.path] + list(args)
+
+    def command(self, args, binds=()):
+        """What to start (spawn it, or give it to spy to launch) to run the
+        interpreter with args. In the root, targets/ and each directory of
+        binds (shared with the target) are at the same path as here, so
+        file names compare as they do outside; every step of tools/pyroot
+        execs, so the process started is the interpreter itself."""
+        if not self.root:
+            return self.argv(args)
+        return _pyroot_run(self.mode, self.argv(args), binds)
+
+    def host_path(self, path):
+        """Where a path the interpreter sees is, seen from here."""
+        return self.root + path if self.root else path
+
     def __repr__(self):
         return "Interp(%r, %r)" % (self.path, self.label)
+
+
+def _pyroot_run(mode, argv, binds=()):
+    cmd = [PYROOT, "run", "--" + mode]
+    for d in (TARGETS,) + tuple(binds):
+        cmd += ["--bind", d]
+    for name in TARGET_ENV:
+        cmd += ["--env", name]
+    return cmd + ["--"] + list(argv)
 
 
 _PY_NAME = re.compile(r"^python(2\.7|3\.\d+)$")
@@ -200,9 +261,10 @@ def _listdir(d):
 _PROBE = "import sys; print(tuple(sys.version_info[:3])); print(sys.executable)"
 
 
-def probe(path):
-    """Run an interpreter to learn its exact version: ((x, y, z), executable)."""
-    r = subprocess.run([path, "-c", _PROBE], stdin=subprocess.DEVNULL,
+def probe(path, wrap=lambda argv: argv):
+    """Run an interpreter to learn its exact version: ((x, y, z), executable).
+    wrap(argv) gives the command that runs argv (for the root's)."""
+    r = subprocess.run(wrap([path, "-c", _PROBE]), stdin=subprocess.DEVNULL,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        universal_newlines=True, timeout=60)
     if r.returncode != 0:
@@ -216,15 +278,32 @@ def probe(path):
     return version, executable or path
 
 
+_discovered = []
+
+
 def discover():
     """Find interpreters. Returns (interps, problems).
 
     interps are deduplicated by the real path of their sys.executable and
-    sorted by version; problems is [(path, reason, explicit)] for candidates
-    that could not be run (explicit: it came from SPY_PYTHONS).
+    sorted by version, the root's after the machine's; problems is
+    [(label, reason, explicit)] for candidates that could not be run
+    (explicit: it came from SPY_PYTHONS, or the root has it and it does not
+    run) and for the root's that are absent, saying why. Found once per
+    process.
     """
+    if not _discovered:
+        _discovered.append(_discover())
+    interps, problems = _discovered[0]
+    return list(interps), list(problems)
+
+
+def _discover():
     interps, problems, seen = [], [], set()
+    explicit_root = []
     for path, origin, explicit in _candidates():
+        if path.startswith("pyroot-"):
+            explicit_root.append(path)
+            continue
         try:
             version, executable = probe(path)
         except (OSError, ValueError, SyntaxError, IndexError,
@@ -236,6 +315,10 @@ def discover():
             continue
         seen.add(key)
         interps.append(Interp(path, version, executable, origin))
+    if explicit_root or not os.environ.get("SPY_PYTHONS", "").strip():
+        found, absent = root_interps(explicit_root)
+        interps += found
+        problems += absent
     labels = {}
     for i in interps:
         labels.setdefault(i.label, []).append(i)
@@ -250,8 +333,113 @@ def discover():
 def searched_where():
     if os.environ.get("SPY_PYTHONS", "").strip():
         return "SPY_PYTHONS=%s" % os.environ["SPY_PYTHONS"]
-    return "%s/versions/*/bin, python2.7/python3.N on PATH, /usr/bin/python3.N" \
-        % _pyenv_root()
+    return "%s/versions/*/bin, python2.7/python3.N on PATH, " \
+        "/usr/bin/python3.N, the %s (tools/pyroot)" % (_pyenv_root(), ROOT_NAME)
+
+
+SEARCHED = "searched pyenv, PATH, /usr/bin, %s" % ROOT_NAME
+
+
+# ---------------------------------------------------------------------------
+# The root of tools/pyroot: Debian's development-suite Pythons.
+
+def _root_kind_name(kind):
+    return {"release": "debian sid",
+            "debug": "debian sid debug",
+            "free-threaded": "debian sid free-threaded"}.get(kind, kind)
+
+
+def root_interps(explicit=()):
+    """(interps, problems) of the pyroot, run as ROOT_RUNS says, or as
+    explicit says: SPY_PYTHONS entries "pyroot-MODE=PATH" (PATH inside the
+    root, e.g. pyroot-container=/usr/bin/python3.14d).
+
+    A root that is not built, or cannot be run here, is one problem saying
+    why and how to build it (not explicit: that is a SKIP); an interpreter
+    the root holds that does not run under a mode is an explicit problem,
+    a FAIL: the root is there, so that is a breakage, not an absence.
+    """
+    env = os.environ.get("SPY_PYROOT", "")
+    if env == "off" and not explicit:
+        return [], [(ROOT_NAME, "not used (SPY_PYROOT=off)", False)]
+    how = ("build it with tools/pyroot build (a minute, ~1.2 GB, cached "
+           "outside the tree; .ci/install-deps does it)")
+    try:
+        r = subprocess.run([PYROOT, "list"], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        return [], [(ROOT_NAME, "cannot run tools/pyroot: %s" % e, False)]
+    if r.returncode != 0:
+        return [], [(ROOT_NAME, "%s; %s" % (_last_line(r.stderr), how),
+                     bool(explicit))]
+    if os.geteuid() != 0:
+        return [], [(ROOT_NAME, "running in it needs root (mount namespaces, "
+                     "chroot)", bool(explicit))]
+    root = subprocess.run([PYROOT, "path"], stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, universal_newlines=True,
+                          timeout=60).stdout.strip()
+    have, problems = {}, []            # path inside -> kind
+    for line in r.stdout.splitlines():
+        f = line.split(None, 3)
+        if len(f) >= 2 and f[0] != "missing":
+            have[f[1]] = f[0]
+        elif len(f) == 4 and not explicit:
+            kind, name, why = f[1], f[2], f[3]
+            if any(k == kind and (m is None or name.startswith("python" + m))
+                   for k, m, _ in ROOT_RUNS):
+                problems.append(("%s (%s)" % (name, _root_kind_name(kind)),
+                                 why, False))
+    runs = []                          # (path, kind, mode)
+    if explicit:
+        for spec in explicit:
+            mode, _, path = spec[len("pyroot-"):].partition("=")
+            if mode not in ("container", "chroot") or path not in have:
+                problems.append((spec, "expected pyroot-container=PATH or "
+                                 "pyroot-chroot=PATH, PATH one of %s"
+                                 % ", ".join(sorted(have)), True))
+                continue
+            runs.append((path, have[path], mode))
+    else:
+        for path, kind in sorted(have.items()):
+            for k, minor, modes in ROOT_RUNS:
+                name = os.path.basename(path)
+                if k == kind and (minor is None or
+                                  name.startswith("python" + minor)):
+                    runs += [(path, kind, mode) for mode in modes]
+    interps = []
+    for path, kind, mode in runs:
+        origin = "%s, %s" % (_root_kind_name(kind), mode)
+        wrap = lambda argv, mode=mode: _pyroot_run(mode, argv)
+        try:
+            version, executable = probe(path, wrap)
+        except (OSError, ValueError, SyntaxError, IndexError,
+                subprocess.SubprocessError, HarnessError) as e:
+            problems.append(("%s (%s)" % (path, origin),
+                             "cannot run it: %s" % e, True))
+            continue
+        interps.append(Interp(path, version, executable, origin, root, mode))
+    return interps, problems
+
+
+def shared_dir(prefix):
+    """A temporary directory to share with a target: pass it in
+    Target(binds=...); remove_shared_dir() removes it, and what the root
+    keeps of it (a copy under --chroot, the mount point in a container)."""
+    return os.path.realpath(tempfile.mkdtemp(prefix=prefix))
+
+
+def remove_shared_dir(interp, d):
+    shutil.rmtree(d, ignore_errors=True)
+    if not interp.root:
+        return
+    inside = os.path.join(interp.root, d.lstrip("/"))
+    tmp = os.path.realpath(tempfile.gettempdir())
+    # Only what shared_dir() made: a directory under the temp dir, reached
+    # without a link.
+    if os.path.dirname(d) == tmp and os.path.isdir(inside) \
+            and not os.path.islink(inside):
+        shutil.rmtree(inside, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------
@@ -333,15 +521,19 @@ def target_path(name):
 
 
 class Target(object):
-    """A target script running under one interpreter, ready to be looked at."""
+    """A target script running under one interpreter, ready to be looked at.
 
-    def __init__(self, interp, script, args=(), env=None, ready_timeout=60):
+    argv is the target's command line; binds are directories it shares
+    with the test (see Interp.command)."""
+
+    def __init__(self, interp, script, args=(), env=None, ready_timeout=60,
+                 binds=()):
         self.interp = interp
         self.script = script
-        self.argv = [interp.path, script] + list(args)
+        self.argv = interp.argv([script] + list(args))
         self._err = tempfile.TemporaryFile()
-        self.proc = spawn(self.argv, stdout=subprocess.PIPE, stderr=self._err,
-                          env=env)
+        self.proc = spawn(interp.command([script] + list(args), binds),
+                          stdout=subprocess.PIPE, stderr=self._err, env=env)
         self.pid = self.proc.pid
         self.info = self._wait_ready(ready_timeout)
 
@@ -722,8 +914,7 @@ def for_each_interp(rep, run_one, need_ptrace=True, expect=()):
     others.
     """
     interps, problems = discover()
-    for path, why, explicit in problems:
-        (rep.fail if explicit else rep.skip)(path, why)
+    report_problems(rep, problems)
     missing = []
     if not os.environ.get("SPY_PYTHONS", "").strip():
         found = set(i.minor for i in interps)
@@ -739,8 +930,7 @@ def for_each_interp(rep, run_one, need_ptrace=True, expect=()):
         # Keep the lines in version order, absent versions in their place.
         while missing and key(missing[0]) < interp.version[:2]:
             rep.skip("%s (not installed)" % missing[0],
-                     "no Python %s found (searched pyenv, PATH, /usr/bin)"
-                     % missing.pop(0))
+                     "no Python %s found (%s)" % (missing.pop(0), SEARCHED))
         label = interp.label
         if no_ptrace:
             rep.skip(label, no_ptrace)
@@ -749,6 +939,8 @@ def for_each_interp(rep, run_one, need_ptrace=True, expect=()):
             rep.check(label, run_one(interp))
         except SkipInterp as e:
             rep.skip(label, str(e))
+        except SpyFailed as e:
+            rep.fail(label, str(e))
         except (HarnessError, OSError, ValueError,
                 subprocess.SubprocessError) as e:
             rep.fail(label, "%s: %s" % (type(e).__name__, e))
@@ -756,5 +948,11 @@ def for_each_interp(rep, run_one, need_ptrace=True, expect=()):
             cleanup()
     for minor in missing:
         rep.skip("%s (not installed)" % minor,
-                 "no Python %s found (searched pyenv, PATH, /usr/bin)" % minor)
+                 "no Python %s found (%s)" % (minor, SEARCHED))
     rep.finish(no_ptrace)
+
+
+def report_problems(rep, problems):
+    """The lines for discover()'s problems: FAIL if explicit, else SKIP."""
+    for label, why, explicit in problems:
+        (rep.fail if explicit else rep.skip)(label, why)

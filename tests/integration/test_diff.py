@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """spy diff and spy report --trend against real recordings
 (targets/diff_target.py), on Python 3.11 and 2.7 (the first of each found;
-other interpreters print a SKIP line: the diff reads files, not processes,
-so one old and one new interpreter cover it, and the test stays short).
+other interpreters of the machine print a SKIP line: the diff reads files,
+not processes, so one old and one new interpreter cover it, and the test
+stays short), and on every interpreter of the Debian root (tools/pyroot):
+what they record differs (newer runtimes, debug and free-threaded builds,
+files seen through a container or a chroot).
 
 Per interpreter, one PASS/FAIL line covering:
   - two recordings of the same version (one with -F, one without and
@@ -54,7 +57,7 @@ def record(interp, out, mode, *extra):
         r = spy("record", "-q", "-r", "1000", "-d", SECONDS, "-p", str(t.pid),
                 "-o", out, *extra, timeout=60)
     if r.rc != 0:
-        raise harness.HarnessError("record %s: %s" % (mode, r.describe()))
+        raise harness.SpyFailed("record %s: %s" % (mode, r.describe()))
     return out
 
 
@@ -207,23 +210,24 @@ def check_errors(rep, d, good):
 
 def main():
     rep = harness.reporter("diff")
-    interps, _ = harness.discover()
+    interps, problems = harness.discover()
+    harness.report_problems(rep, problems)
     no_ptrace = harness.ptrace_problem()
     chosen = {}
     for i in interps:
-        if i.minor in WANTED and i.minor not in chosen:
+        if not i.root and i.minor in WANTED and i.minor not in chosen:
             chosen[i.minor] = i
     d = tempfile.mkdtemp(prefix="spy-diff-")
     try:
-        for i in interps:
-            if chosen.get(i.minor) is not i:
-                rep.skip(i.label, "diff is checked on %s only (it reads files)"
-                         % " and ".join(WANTED))
+        for n, i in enumerate(interps):
+            if not i.root and chosen.get(i.minor) is not i:
+                rep.skip(i.label, "diff is checked on %s and the Debian root "
+                         "only (it reads files)" % " and ".join(WANTED))
                 continue
             if no_ptrace:
                 rep.skip(i.label, no_ptrace)
                 continue
-            sub = os.path.join(d, i.minor)
+            sub = os.path.join(d, i.minor if not i.root else "root%d" % n)
             os.mkdir(sub)
             try:
                 rep.check(i.label, run_one(i, sub))

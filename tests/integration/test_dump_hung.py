@@ -43,7 +43,7 @@ PAUSE = 0.3
 def dump(pid, *extra):
     r = harness.run_spy(["dump", "--pid", str(pid)] + list(extra))
     if r.rc != 0 or r.timed_out:
-        raise harness.HarnessError(r.describe())
+        raise harness.SpyFailed(r.describe())
     return r.out
 
 

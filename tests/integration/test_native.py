@@ -25,7 +25,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 
 import harness
 from test_record import Profile, func_of
@@ -40,16 +39,22 @@ EVAL_NAMES = ("_PyEval_EvalFrameDefault", "PyEval_EvalFrameEx")
 
 
 def include_dir(interp):
+    """The interpreter's own headers, seen from here."""
     out = subprocess.check_output(
-        [interp.path, "-c",
-         "import sysconfig; print(sysconfig.get_paths()['include'])"],
+        interp.command(["-c",
+                        "import sysconfig; print(sysconfig.get_paths()['include'])"]),
         timeout=30)
-    return out.decode().strip()
+    return interp.host_path(out.decode().strip())
 
 
 def build_ext(interp, outdir):
     """Compile the extension for interp into outdir; SkipInterp if it cannot be."""
     inc = include_dir(interp)
+    flags = ["-I" + inc]
+    if interp.root:
+        # Debian's pyconfig.h includes <x86_64-linux-gnu/python3.X/pyconfig.h>:
+        # the root's, searched after this machine's system headers.
+        flags += ["-idirafter", interp.host_path("/usr/include")]
     if not os.path.exists(os.path.join(inc, "Python.h")):
         raise harness.SkipInterp("no Python.h in %s (install the headers, "
                                  "e.g. python3-dev)" % inc)
@@ -57,7 +62,7 @@ def build_ext(interp, outdir):
     if not gcc:
         raise harness.SkipInterp("gcc not found, cannot build the test extension")
     argv = [gcc, "-shared", "-fPIC", "-O1", "-g", "-fno-inline",
-            "-fno-optimize-sibling-calls", "-I" + inc, EXT_SRC,
+            "-fno-optimize-sibling-calls"] + flags + [EXT_SRC,
             "-o", os.path.join(outdir, EXT_LIB)]
     p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        timeout=120)
@@ -72,7 +77,7 @@ def record(pid, outdir, name, extra, env=None, seconds="1.5"):
                          "-o", path, "--pid", str(pid)] + extra, timeout=60,
                         env=harness.spy_env(env, keep_log=False))
     if r.rc != 0:
-        raise harness.HarnessError(r.describe())
+        raise harness.SpyFailed(r.describe())
     return Profile(path)
 
 
@@ -174,10 +179,13 @@ def check_usage():
 
 
 def run_one(interp):
-    outdir = tempfile.mkdtemp(prefix="spy-native-")
+    # The extension is built here and loaded by the target: a directory
+    # both see at one path, also inside the root.
+    outdir = harness.shared_dir("spy-native-")
     try:
         build_ext(interp, outdir)
-        with harness.Target(interp, TARGET, [outdir, "callback", ITERS]) as t:
+        with harness.Target(interp, TARGET, [outdir, "callback", ITERS],
+                            binds=[outdir]) as t:
             probs = check_native(record(t.pid, outdir, "native", ["--native"]))
             probs += check_plain(record(t.pid, outdir, "plain", []))
             probs += check_all(record(t.pid, outdir, "all", ["--native-all"],
@@ -190,14 +198,15 @@ def run_one(interp):
                 probs.append("target died: %s" % t.stderr())
         return probs
     finally:
-        shutil.rmtree(outdir, ignore_errors=True)
+        harness.remove_shared_dir(interp, outdir)
 
 
 def main():
     rep = harness.reporter("native")
     rep.check("native usage errors", check_usage())
     harness.for_each_interp(rep, run_one,
-                            expect=("2.7", "3.8", "3.11", "3.12", "3.13"))
+                            expect=("2.7", "3.8", "3.11", "3.12", "3.13",
+                                    "3.14", "3.15"))
 
 
 if __name__ == "__main__":
