@@ -371,7 +371,10 @@ def root_interps(explicit=()):
     except (OSError, subprocess.SubprocessError) as e:
         return [], [(ROOT_NAME, "cannot run tools/pyroot: %s" % e, False)]
     if r.returncode != 0:
-        return [], [(ROOT_NAME, "%s; %s" % (_last_line(r.stderr), how),
+        why = _last_line(r.stderr)
+        if why.startswith("pyroot: "):
+            why = why[len("pyroot: "):]
+        return [], [(ROOT_NAME, "%s; %s" % (why, how),
                      bool(explicit))]
     if os.geteuid() != 0:
         return [], [(ROOT_NAME, "running in it needs root (mount namespaces, "
