@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """spy never leaves its target stopped.
 
-On every interpreter found (2.7, 3.6-3.13: about a second each), with
-targets/nested.py (a spinning main thread and a sleeping one), four
-scenarios, each on a fresh target:
+On every interpreter found (2.7, 3.6-3.15, the Debian root's too: about a
+second each), with targets/nested.py (a spinning main thread and a sleeping
+one), four scenarios, each on a fresh target:
   dump     after `spy dump --pid` returns, no task of the target is stopped
            (state 't' or 'T' in /proc/PID/task/*/stat) and it uses CPU again;
   SIGINT   spy runs with SPY_TEST_HOLD_PAUSED_MS=20000, which makes it hold
