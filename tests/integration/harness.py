@@ -816,6 +816,15 @@ def task_states(pid):
     return out
 
 
+def comm(pid, tid):
+    """The kernel's name for a thread, or None if it is gone."""
+    try:
+        with open("/proc/%d/task/%d/comm" % (pid, tid)) as f:
+            return f.read().rstrip("\n")
+    except OSError:
+        return None
+
+
 def cpu_ticks(pid):
     """utime + stime of the whole process, in clock ticks."""
     f = read_stat("/proc/%d/stat" % pid)

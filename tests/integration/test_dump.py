@@ -108,14 +108,6 @@ class Want(object):
         self.names = names       # acceptable thread names; () = not checked
 
 
-def comm(pid, tid):
-    try:
-        with open("/proc/%d/task/%d/comm" % (pid, tid)) as f:
-            return f.read().rstrip("\n")
-    except OSError:
-        return None
-
-
 def check_threads(target, d, wants):
     """Problems with the thread blocks of a parsed dump, against wants (in
     any order: they are sorted by TID here, as spy must sort them)."""

@@ -11,7 +11,9 @@ Per interpreter, one PASS/FAIL line covering:
   - nonblocking: --nonblocking at 500 Hz records the loop;
   - deep: a 200-deep recursion is captured whole, root first;
   - gil: two spinning threads: with -i both are sampled each tick, with
-    -i -g only one (the GIL holder);
+    -i -g only one (the GIL holder); with -t every stack has its thread's
+    root frame, `thread TID "name"`, under the process root, and each
+    thread's functions sit under its own TID;
   - formats: -o f.json, f.speedscope.json, f.pb.gz, f.trace.json write
     documents that parse and hold the loop's functions (the chrome trace
     checked by tests/unit/check-chrome.py, its slices covering the samples'
@@ -32,6 +34,7 @@ The folded output is parsed as the contract describes it: metadata lines
 import gzip
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -227,7 +230,46 @@ def check_gil(interp, d):
         if only > 1.05 * samples or only < 0.25 * samples:
             p.append("gil: with -g, %d stacks for %d samples (expected one "
                      "thread per sample)" % (only, samples))
+        p += check_thread_roots(t, out)
     return p
+
+
+THREAD_ROOT = re.compile(r'^thread (\d+) "(.*)"$')
+
+
+def check_thread_roots(t, out):
+    """-t on the gil target: spin_one runs in the main thread, spin_two in
+    the other one; each under its own `thread TID "name"` root, the name
+    the kernel's (README: record -t still shows that one)."""
+    others = [tid for tid in harness.task_states(t.pid) if tid != t.pid]
+    if len(others) != 1:
+        raise harness.HarnessError("gil target has threads %s, expected "
+                                   "the main one and one more"
+                                   % sorted(harness.task_states(t.pid)))
+    want = {"spin_one": t.pid, "spin_two": others[0]}
+    r = record(["--pid", str(t.pid), "-d", "1", "-i", "-t", "-o", out])
+    p = expect_rc(r, 0, "threads -t")
+    if p:
+        return p
+    prof = Profile(out)
+    seen = set()
+    for fr, _ in prof.stacks:
+        m = THREAD_ROOT.match(fr[1]) if len(fr) > 1 else None
+        if not fr[0].startswith('process %d "' % t.pid) or not m:
+            return ["threads -t: stack %r lacks the process then thread "
+                    "roots" % ";".join(fr[:3])]
+        for func, tid in want.items():
+            if not any(func_of(f) == func for f in fr):
+                continue
+            seen.add(func)
+            name = harness.comm(t.pid, tid)
+            if int(m.group(1)) != tid or m.group(2) != name:
+                return ["threads -t: %s under %r, expected thread %d %r"
+                        % (func, fr[1], tid, name)]
+    if seen != set(want):
+        return ["threads -t: sampled %s, expected spin_one and spin_two"
+                % sorted(seen)]
+    return []
 
 
 def check_launch(interp, d):
