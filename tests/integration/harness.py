@@ -140,8 +140,8 @@ signal.signal(signal.SIGTERM, _on_term)
 class Interp(object):
     """One Python interpreter: path to run, exact version, label to print.
 
-    An interpreter of the pyroot (root set) runs inside it: path is its
-    path there, command() wraps it in `tools/pyroot run MODE`, and
+    An interpreter of tools/pyroot's root (root is set) runs inside it:
+    path is its path there, command() wraps it in `tools/pyroot run MODE`, and
     host_path() says where a file of the root is on this side.
     """
 
@@ -285,7 +285,7 @@ def discover():
     """Find interpreters. Returns (interps, problems).
 
     interps are deduplicated by the real path of their sys.executable and
-    sorted by version, the root's after the machine's; problems is
+    sorted by version, the root's among the machine's; problems is
     [(label, reason, explicit)] for candidates that could not be run
     (explicit: it came from SPY_PYTHONS, or the root has it and it does not
     run) and for the root's that are absent, saying why. Found once per
@@ -362,7 +362,7 @@ def root_interps(explicit=()):
     env = os.environ.get("SPY_PYROOT", "")
     if env == "off" and not explicit:
         return [], [(ROOT_NAME, "not used (SPY_PYROOT=off)", False)]
-    how = ("build it with tools/pyroot build (a minute, ~1.2 GB, cached "
+    how = ("build it with tools/pyroot build (a minute or two, 1.2 GB, cached "
            "outside the tree; .ci/install-deps does it)")
     try:
         r = subprocess.run([PYROOT, "list"], stdin=subprocess.DEVNULL,
