@@ -227,7 +227,10 @@ def check_core(interp, target, live):
         core = os.path.join(tmp, "core.%d" % target.pid)
         if r.returncode != 0 or not os.path.exists(core):
             return ["gcore failed: %s" % err.decode(errors="replace")[-200:]]
-        res = harness.run_spy(["dump", "--core", core], timeout=60)
+        # A container's core names paths of its root, which spy reads only
+        # when told where that is (README); a chroot's names ours.
+        root = ["--root", interp.root] if interp.mode == "container" else []
+        res = harness.run_spy(["dump", "--core", core] + root, timeout=60)
         if res.rc != 0:
             return ["--core: " + res.describe()]
         d = parse(res.out)
