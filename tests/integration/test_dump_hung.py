@@ -14,7 +14,8 @@ Targets are modes of targets/hung.py (see its header). For each interpreter:
   - --locals: work()'s arguments and locals are shown with the reprs (or
     type and length, or type) the target itself computed for them, those
     captured by a closure (held in cells) included;
-  - --core: a gcore of the deadlocked process dumps the same threads,
+  - --core: a gcore of the deadlocked process (taken from here; read with
+    --root ROOT when the process runs in a container) dumps the same threads,
     states and frames as the live dump (when gdb's gcore is installed).
 Then, once: a truncated core and a file that is no core exit 5; a core of a
 program that is not Python (sleep) exits 4; --pid with --core, --exe
