@@ -23,11 +23,6 @@ import harness
 TARGET = harness.target_path("names.py")
 
 
-def comm(pid, tid):
-    with open("/proc/%d/task/%d/comm" % (pid, tid)) as f:
-        return f.read().rstrip("\n")
-
-
 ROOT = re.compile(r'^thread (\d+) "(.*)"$')
 
 
@@ -121,7 +116,7 @@ def run_one(interp):
         want = dict((int(k), v) for k, v in target.info["names"].items())
         for tid, v in list(want.items()):
             if v is None:
-                want[tid] = comm(target.pid, tid)
+                want[tid] = harness.comm(target.pid, tid)
         r = harness.run_spy(["dump", "--pid", str(target.pid)])
         if r.rc != 0:
             return ["dump: " + r.describe()]
@@ -138,7 +133,7 @@ def run_one(interp):
             problems.append("json: names %r, expected %r" % (got, want))
         problems += sampled_names(target, want)
         os_names = dict((t["tid"], t["os_name"]) for t in doc["threads"])
-        kernel = dict((tid, comm(target.pid, tid)) for tid in want)
+        kernel = dict((tid, harness.comm(target.pid, tid)) for tid in want)
         if os_names != kernel:
             problems.append("json: os_name %r, expected the kernel's %r"
                             % (os_names, kernel))
