@@ -239,14 +239,14 @@ THREAD_ROOT = re.compile(r'^thread (\d+) "(.*)"$')
 
 def check_thread_roots(t, out):
     """-t on the gil target: spin_one runs in the main thread, spin_two in
-    the other one; each under its own `thread TID "name"` root, the name
-    the kernel's (README: record -t still shows that one)."""
+    the other one ("spinner"); each under its own `thread TID "name"`
+    root, named as threading names the thread (README)."""
     others = [tid for tid in harness.task_states(t.pid) if tid != t.pid]
     if len(others) != 1:
         raise harness.HarnessError("gil target has threads %s, expected "
                                    "the main one and one more"
                                    % sorted(harness.task_states(t.pid)))
-    want = {"spin_one": t.pid, "spin_two": others[0]}
+    want = {"spin_one": (t.pid, "MainThread"), "spin_two": (others[0], "spinner")}
     r = record(["--pid", str(t.pid), "-d", "1", "-i", "-t", "-o", out])
     p = expect_rc(r, 0, "threads -t")
     if p:
@@ -258,11 +258,10 @@ def check_thread_roots(t, out):
         if not fr[0].startswith('process %d "' % t.pid) or not m:
             return ["threads -t: stack %r lacks the process then thread "
                     "roots" % ";".join(fr[:3])]
-        for func, tid in want.items():
+        for func, (tid, name) in want.items():
             if not any(func_of(f) == func for f in fr):
                 continue
             seen.add(func)
-            name = harness.comm(t.pid, tid)
             if int(m.group(1)) != tid or m.group(2) != name:
                 return ["threads -t: %s under %r, expected thread %d %r"
                         % (func, fr[1], tid, name)]
