@@ -199,7 +199,15 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 		}
 		spy_addr_t code = pyrt_ref(o, pyrt_u64(fbuf, o->iframe_code));
 		struct pycode *c;
-		int rc = code ? get_code(rt, code, cbuf, &c) : 1;
+		if (!code) {
+			/* No frame of a thread's own has no code (shims hold None):
+			 * this is memory that is not a frame, e.g. a C stack a core
+			 * left out (gdb 13's gcore writes zeros for a stack with a
+			 * guard region). Say the stack is cut, rather than end it. */
+			truncate_stack(out);
+			return 0;
+		}
+		int rc = get_code(rt, code, cbuf, &c);
 		if (rc == 1 && exec_any) {
 			f = prev; /* 3.13+: f_executable may be None or a non-code object */
 			continue;

@@ -179,6 +179,16 @@ class Interp(object):
             return self.argv(args)
         return _pyroot_run(self.mode, self.argv(args), binds)
 
+    def tool(self, argv, binds=()):
+        """argv to run a program of the interpreter's own system: inside
+        the root (as a container) when it has that program, so that the
+        tool matches the target's libc; else this machine's; None if
+        neither has it."""
+        if self.root and os.path.exists(self.host_path("/usr/bin/" + argv[0])):
+            return _pyroot_run("container", argv, binds)
+        found = shutil.which(argv[0])
+        return [found] + list(argv[1:]) if found else None
+
     def host_path(self, path):
         """Where a path the interpreter sees is, seen from here."""
         return self.root + path if self.root else path

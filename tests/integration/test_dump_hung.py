@@ -217,13 +217,17 @@ def check_locals(interp, target):
 
 
 def check_core(interp, target, live):
-    gcore = shutil.which("gcore")
-    if not gcore:
-        return []
     tmp = tempfile.mkdtemp(prefix="spy-core.")
+    # The root's own gdb for its Pythons: this machine's gdb 13 writes a
+    # thread stack that glibc 2.41+ guards with MADV_GUARD_INSTALL as zeros,
+    # and 3.14 keeps each thread's entry frames on that stack.
+    argv = interp.tool(["gcore", "-o", os.path.join(tmp, "core"), str(target.pid)],
+                                binds=(tmp,))
+    if not argv:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return []
     try:
-        r = harness.spawn([gcore, "-o", os.path.join(tmp, "core"), str(target.pid)],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        r = harness.spawn(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         _, err = r.communicate(timeout=120)
         core = os.path.join(tmp, "core.%d" % target.pid)
         if r.returncode != 0 or not os.path.exists(core):
