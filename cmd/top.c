@@ -31,6 +31,7 @@
 #include "cmd/opts.h"
 #include "cmd/top.h"
 #include "cmd/walker.h"
+#include "common/term.h"
 #include "common/util.h"
 #include "flamegraph/flamegraph.h"
 
@@ -177,8 +178,11 @@ static void format_header(struct top *t, uint64_t now, struct spy_buf *h)
 	uint64_t samples = e->samples - t->mark_samples;
 	double span = (double)(now - t->mark_ns) / 1e9;
 	/* The command line last: a narrow terminal cuts it, not the numbers. */
-	spy_buf_addf(h, "spy top: process %d, Python %s, %.1f s elapsed: %s\n", target_pid(tg),
-		     pyrt_version_string(tg->rt), eng_elapsed(e, now), target_cmdline(tg));
+	spy_buf_addf(h, "spy top: process %d, Python ", target_pid(tg));
+	spy_term_adds(h, pyrt_version_string(tg->rt));
+	spy_buf_addf(h, ", %.1f s elapsed: ", eng_elapsed(e, now));
+	spy_term_adds(h, target_cmdline(tg));
+	spy_buf_addch(h, '\n');
 	spy_buf_addf(h, "samples: %llu (%.1f Hz of %g), threads: %zu, ", (unsigned long long)samples,
 		     span > 0 ? (double)samples / span : 0.0, e->o.rate, e->live_threads);
 	if (e->o.subprocesses) {

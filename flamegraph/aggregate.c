@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/term.h"
 #include "common/util.h"
 #include "flamegraph/internal.h"
 
@@ -503,21 +504,11 @@ static int key_rank(const char *key)
 
 static char *sanitize_value(const char *value)
 {
-	size_t len = strlen(value);
-	if (len > FG_MAX_META_VALUE) {
-		len = FG_MAX_META_VALUE;
-		/* Do not leave half a UTF-8 sequence: back off continuation bytes. */
-		while (len > 0 && ((unsigned char)value[len] & 0xc0) == 0x80) {
-			len--;
-		}
-	}
-	char *v = spy_xmalloc(len + 1);
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)value[i];
-		v[i] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
-	}
-	v[len] = '\0';
-	return v;
+	/* A command line is the target's: the one terminal escaper, bounded
+	 * (whole escapes and code points only). */
+	struct spy_buf b = SPY_BUF_INIT;
+	spy_term_escape(&b, value, strnlen(value, 4 * FG_MAX_META_VALUE), FG_MAX_META_VALUE, NULL);
+	return spy_buf_detach(&b, NULL);
 }
 
 void fg_profile_meta_set(struct fg_profile *p, const char *key, const char *value)

@@ -29,6 +29,7 @@
 #include <zlib.h>
 
 #include "common/log.h"
+#include "common/term.h"
 #include "common/util.h"
 #include "flamegraph/internal.h"
 
@@ -37,24 +38,9 @@
 void fg_escape(struct spy_buf *out, const char *s)
 {
 	/* Cap what is written so every frame fits the reader's FG_MAX_FRAME;
-	 * strings decoded from a target are bounded like this already. */
-	size_t len = strnlen(s, SPY_MAX_STR + 1);
-	if (len > SPY_MAX_STR) {
-		len = SPY_MAX_STR;
-		while (len > 0 && ((unsigned char)s[len] & 0xc0) == 0x80) {
-			len--;
-		}
-	}
-	const char *run = s, *end = s + len;
-	for (; s < end; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == ';' || c < 0x20 || c == 0x7f) {
-			spy_buf_add(out, run, (size_t)(s - run));
-			spy_buf_addch(out, '?');
-			run = s + 1;
-		}
-	}
-	spy_buf_add(out, run, (size_t)(s - run));
+	 * strings decoded from a target are bounded like this already. Folded
+	 * text is read in terminals too: the one terminal escaper, plus ';'. */
+	spy_term_escape(out, s, strnlen(s, 4 * SPY_MAX_STR), SPY_MAX_STR, ";");
 }
 
 static void add_u64(struct spy_buf *out, uint64_t v)
