@@ -284,7 +284,7 @@ static bool between_ticks(void *ctx, struct engine *e, uint64_t now)
 	}
 	if (now >= t->next_ns) {
 		snapshot(t, now);
-		uint64_t step = (uint64_t)(t->refresh_s * 1e9);
+		uint64_t step = spy_s_to_ns(t->refresh_s);
 		/* Late (a slow terminal): the next refresh is a whole period from now, not a burst. */
 		t->next_ns = t->next_ns + step > now ? t->next_ns + step : now + step;
 	}
@@ -411,8 +411,13 @@ static int run(struct top *t, const struct eng_opts *o, struct top_args *a)
 	signal(SIGPIPE, SIG_IGN);
 	keys_enter(t);
 	screen_enter(t);
+	if (t->tty) {
+		/* A crash must not leave the terminal raw and on the alternate screen. */
+		spy_term_crash_arm(STDIN_FILENO, t->keys ? &t->saved_tio : NULL, STDOUT_FILENO,
+				   "\033[?25h\033[?1049l");
+	}
 	start_interval(t, ticker_now_ns());
-	t->next_ns = t->mark_ns + (uint64_t)(t->refresh_s * 1e9);
+	t->next_ns = t->mark_ns + spy_s_to_ns(t->refresh_s);
 	if (t->tty) {
 		/* the frame of the view at once, rather than a blank screen for a whole interval */
 		snapshot(t, t->mark_ns);
@@ -425,6 +430,7 @@ static int run(struct top *t, const struct eng_opts *o, struct top_args *a)
 	if (!t->out_broken && (t->e.samples > t->mark_samples || !t->snapshots)) {
 		snapshot(t, end);
 	}
+	spy_term_crash_disarm();
 	screen_leave(t);
 	keys_leave(t);
 

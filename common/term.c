@@ -1,5 +1,8 @@
-/* The one terminal escaper; see term.h for the contract. */
+/* The one terminal escaper and the crash restore; see term.h. */
+#include <signal.h>
 #include <string.h>
+#include <termios.h>
+#include <unistd.h>
 
 #include "common/json.h"
 #include "common/term.h"
@@ -66,5 +69,61 @@ void spy_term_adds(struct spy_buf *out, const char *s)
 {
 	if (s) {
 		spy_term_escape(out, s, strlen(s), (size_t)-1, NULL);
+	}
+}
+
+/* ---- giving the terminal back on a crash ---- */
+
+static const int fatal_signals[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGQUIT };
+
+static struct {
+	volatile sig_atomic_t armed;
+	int tio_fd, out_fd;
+	bool have_tio;
+	struct termios tio;
+	char seq[64];
+	size_t seqlen;
+} crash;
+
+static void on_fatal(int sig)
+{
+	if (crash.armed) {
+		crash.armed = 0;
+		if (crash.have_tio) {
+			tcsetattr(crash.tio_fd, TCSANOW, &crash.tio);
+		}
+		ssize_t w = write(crash.out_fd, crash.seq, crash.seqlen);
+		(void)w;
+	}
+	/* SA_RESETHAND made the action the default: die of it, core and all. */
+	raise(sig);
+}
+
+void spy_term_crash_arm(int tio_fd, const struct termios *tio, int out_fd, const char *seq)
+{
+	crash.tio_fd = tio_fd;
+	crash.out_fd = out_fd;
+	crash.have_tio = tio != NULL;
+	if (tio) {
+		crash.tio = *tio;
+	}
+	crash.seqlen = strnlen(seq, sizeof(crash.seq) - 1);
+	memcpy(crash.seq, seq, crash.seqlen);
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_fatal;
+	sa.sa_flags = (int)SA_RESETHAND | SA_NODEFER;
+	sigemptyset(&sa.sa_mask);
+	crash.armed = 1;
+	for (size_t i = 0; i < sizeof(fatal_signals) / sizeof(fatal_signals[0]); i++) {
+		sigaction(fatal_signals[i], &sa, NULL);
+	}
+}
+
+void spy_term_crash_disarm(void)
+{
+	crash.armed = 0;
+	for (size_t i = 0; i < sizeof(fatal_signals) / sizeof(fatal_signals[0]); i++) {
+		signal(fatal_signals[i], SIG_DFL);
 	}
 }

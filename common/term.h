@@ -33,4 +33,17 @@ void spy_term_adds(struct spy_buf *out, const char *s);
 /* True for a code point spy_term_escape shows as \uNNNN or \xNN. */
 bool spy_term_is_control(uint32_t cp);
 
+/*
+ * A terminal to give back if spy dies of a fatal signal (SIGSEGV, SIGBUS,
+ * SIGFPE, SIGILL, SIGABRT, SIGQUIT) while it has changed it: top's raw keys
+ * and alternate screen. spy_term_crash_arm keeps tio (may be NULL) to set
+ * on tio_fd and seq (at most 63 bytes) to write to out_fd; the handler does
+ * just that, async-signal-safely, then dies of the signal as it would have.
+ * spy_term_crash_disarm puts the default actions back. The normal ways out
+ * restore the terminal themselves; SIGKILL cannot be caught.
+ */
+struct termios;
+void spy_term_crash_arm(int tio_fd, const struct termios *tio, int out_fd, const char *seq);
+void spy_term_crash_disarm(void);
+
 #endif

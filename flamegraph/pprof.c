@@ -286,7 +286,8 @@ int fg_profile_write_pprof(const struct fg_profile *p, FILE *f, struct spy_err *
 
 	double rate = meta_number(p, FG_META_RATE_HZ);
 	if (rate > 0 && rate < 1e9) {
-		pp.period = (int64_t)(1e9 / rate + 0.5);
+		/* A crafted "# rate-hz: 1e-300" saturates, never overflows. */
+		pp.period = (int64_t)spy_s_to_ns(1.0 / rate);
 	}
 	value_type(&pp, 1, "samples", "count");
 	if (pp.period) {

@@ -171,7 +171,9 @@ void fg_slices_add(struct fg_slices *s, const struct fg_profile *p, double t, ui
 	if (stack == FG_NONE || !count) {
 		return;
 	}
-	if (!(t >= 0)) {
+	/* NaN, negative or infinite times (a clock gone wrong) pin to 0: inf
+	 * would halve for ever, and its cast is undefined. */
+	if (!(t >= 0) || !(t < 1e12)) {
 		t = 0;
 	}
 	while (t / s->len_s >= FG_MAX_SLICES) {

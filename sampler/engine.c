@@ -559,7 +559,7 @@ static bool next_tick(struct engine *e, const struct eng_callbacks *cb)
 void eng_run(struct engine *e, const struct eng_callbacks *cb)
 {
 	e->start_ns = ticker_now_ns();
-	e->end_ns = e->o.duration >= 0 ? e->start_ns + (uint64_t)(e->o.duration * 1e9) : UINT64_MAX;
+	e->end_ns = e->o.duration >= 0 ? e->start_ns + spy_s_to_ns(e->o.duration) : UINT64_MAX;
 	ticker_init(&e->tk, e->o.rate, e->start_ns);
 	while (next_tick(e, cb)) {
 		sample_tick(e, cb);

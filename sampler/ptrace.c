@@ -156,6 +156,8 @@ void proc_install_stop_handlers(void)
 	sa.sa_flags = 0;
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
+	/* A closed terminal or ssh session must not lose the recording. */
+	sigaction(SIGHUP, &sa, NULL);
 }
 
 /* ---- the per-thread state machine ---- */

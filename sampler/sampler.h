@@ -43,7 +43,7 @@ struct proc_thread {
 extern volatile sig_atomic_t proc_stop_requested;
 
 /*
- * Install SIGINT and SIGTERM handlers that only set proc_stop_requested.
+ * Install SIGINT, SIGTERM and SIGHUP handlers that only set proc_stop_requested.
  * Installed without SA_RESTART so that a blocking wait returns EINTR and the
  * caller can notice the flag.
  */
@@ -289,7 +289,7 @@ struct spawn {
 };
 
 int spawn_start(struct spawn *s, char *const argv[], struct spy_err *err);
-/* Set up SIGINT/SIGTERM for launch mode (see above); sets proc_stop_requested too. */
+/* Set up SIGINT/SIGTERM/SIGHUP for launch mode (see above); sets proc_stop_requested too. */
 void spawn_install_signals(void);
 /* Send the child the stop signal received, unless the terminal already sent it. */
 void spawn_forward(struct spawn *s);

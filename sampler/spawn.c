@@ -42,6 +42,8 @@ void spawn_install_signals(void)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
+	/* A closed terminal or ssh session must not lose the recording. */
+	sigaction(SIGHUP, &sa, NULL);
 }
 
 int spawn_start(struct spawn *s, char *const argv[], struct spy_err *err)

@@ -8,6 +8,9 @@ names   -- targets/hostile.py: function, file, process name and argv are
            `spy dump`, `spy top` (piped) and `spy record -f table` print
            them visibly, with no control character but the line ends; an
            error line quoting a hostile file name is escaped too.
+numbers -- `record --rate 1e-300` and "# rate-hz:" lines of 1e-300,
+           denormals, 1e308, nan and -inf through every writer: no crash.
+sighup  -- SIGHUP stops `record --pid` like SIGTERM, profile written.
 """
 
 import os
@@ -94,7 +97,63 @@ def trial_names(interp):
     return p
 
 
-TRIALS = [("names", trial_names)]
+def trial_numbers(interp):
+    """A rate of 1e-300 Hz is a period of 1e309 ns; a crafted "# rate-hz:"
+    the same in every writer. Undefined casts once (SIGFPE in the ticker)."""
+    p = []
+    d = tempfile.mkdtemp(prefix="spy-hostile-")
+    try:
+        out = os.path.join(d, "tiny.folded")
+        rc, _, err = run_raw(["record", "--rate", "1e-300", "-d", "0.5", "-o", out, "--",
+                              interp.path, "-c", "import time; time.sleep(1)"])
+        if rc not in (0, 2):
+            p.append("record --rate 1e-300: exit %s: %r" % (rc, err[-200:]))
+        crafted = os.path.join(d, "crafted.folded")
+        for rate in ("1e-300", "4.9e-324", "1e308", "nan", "-inf"):
+            with open(crafted, "w") as f:
+                f.write("# rate-hz: %s\nmain (a.py:1);f (a.py:2) 3\n" % rate)
+            for fmt in ("pprof", "chrome", "speedscope", "table", "svg", "json"):
+                rc, _, err = run_raw(["report", crafted, "-f", fmt, "-o", os.path.join(d, "o." + fmt)])
+                if rc not in (0, 5):
+                    p.append("report rate-hz %s -f %s: exit %s: %r" % (rate, fmt, rc, err[-200:]))
+    finally:
+        harness.shutil.rmtree(d)
+    return p
+
+
+def trial_sighup(interp):
+    """SIGHUP (a closed terminal or ssh session) stops a recording like
+    SIGTERM: the profile is written, with the same exit code."""
+    p = []
+    d = tempfile.mkdtemp(prefix="spy-hostile-")
+    try:
+        with harness.Target(interp, HOSTILE) as t:
+            rcs = {}
+            for sig in (harness.signal.SIGTERM, harness.signal.SIGHUP):
+                out = os.path.join(d, "sig%d.folded" % sig)
+                spy = harness.start_spy(["record", "--pid", str(t.pid), "-o", out],
+                                        env=harness.spy_env(keep_log=False))
+                harness.time.sleep(1.0)
+                spy.send_signal(sig)
+                try:
+                    spy.communicate(timeout=10)
+                except harness.subprocess.TimeoutExpired:
+                    p.append("signal %d: spy did not stop" % sig)
+                harness.kill(spy)
+                rcs[sig] = spy.returncode
+                if not os.path.exists(out) or b"forged" not in open(out, "rb").read():
+                    p.append("signal %d: no recording written (exit %s)" % (sig, spy.returncode))
+            if rcs[harness.signal.SIGHUP] != rcs[harness.signal.SIGTERM]:
+                p.append("SIGHUP exit %s, SIGTERM exit %s" % (rcs[harness.signal.SIGHUP],
+                                                             rcs[harness.signal.SIGTERM]))
+            if harness.proc_state(t.pid) in ("t", "T"):
+                p.append("target left stopped")
+    finally:
+        harness.shutil.rmtree(d)
+    return p
+
+
+TRIALS = [("names", trial_names), ("numbers", trial_numbers), ("sighup", trial_sighup)]
 
 
 def newest(interps):
