@@ -54,11 +54,17 @@ static int thread_order(const void *a, const void *b)
 /*
  * Tests need to signal spy while it holds the target stopped, to prove the
  * target is released on every exit path; a real dump's stopped window is a
- * few milliseconds, far too short to hit. SPY_TEST_HOLD_PAUSED_MS widens it.
+ * few milliseconds, far too short to hit. SPY_TEST_HOLD_PAUSED_MS widens it,
+ * in test builds only (-Dtest_hooks=true): a knob that holds a production
+ * target stopped has no business in an installed spy.
  */
 static void hold_paused_for_tests(void)
 {
+#ifndef SPY_TEST_HOOKS
+	const char *v = NULL;
+#else
 	const char *v = getenv("SPY_TEST_HOLD_PAUSED_MS");
+#endif
 	if (!v) {
 		return;
 	}

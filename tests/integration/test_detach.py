@@ -106,6 +106,7 @@ def hold_then_signal(interp, sig, want_rc):
 
 
 def run_one(interp):
+    harness.require_test_hooks("SPY_TEST_HOLD_PAUSED_MS")
     problems = after_dump(interp)
     for sig, rc in ((signal.SIGINT, 130), (signal.SIGTERM, 143),
                     (signal.SIGKILL, -signal.SIGKILL)):

@@ -174,6 +174,7 @@ def check_usage():
 
 
 def run_one(interp):
+    harness.require_test_hooks("SPY_TEST_NATIVE_FAIL")
     outdir = tempfile.mkdtemp(prefix="spy-native-")
     try:
         build_ext(interp, outdir)
