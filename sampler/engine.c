@@ -55,6 +55,7 @@ const char *const eng_error_names[ENG_ERR_MAX] = {
 	[ENG_ERR_TRUNCATED] = "truncated",
 	[ENG_ERR_DROPPED] = "dropped",
 	[ENG_ERR_NATIVE] = "native",
+	[ENG_ERR_STATE] = "state",
 };
 
 /* ---- the thread table ---- */
@@ -282,7 +283,7 @@ static int walk_with_retry(struct engine *e, struct eng_process *p, size_t *n, u
  * holding no GIL is taken as idle this once; so is one without a TID.
  */
 static bool is_active(struct eng_process *p, const struct eng_thread *t, struct eng_os_thread *th,
-		      bool fresh)
+		      bool fresh, uint64_t *failed)
 {
 	if (t->holds_gil) {
 		return true;
@@ -292,8 +293,10 @@ static bool is_active(struct eng_process *p, const struct eng_thread *t, struct 
 	}
 	if (!p->attached && p->proc.ops->task_refresh) {
 		p->proc.ops->task_refresh(&th->task, false);
+		*failed += th->task.failed;
 	}
-	bool trusted = !p->attached || (!fresh && th->had_cpu);
+	/* A state that could not be read is no reason to call a thread idle. */
+	bool trusted = !p->attached || (!fresh && th->had_cpu) || th->task.failed;
 	return trusted && proc_task_active(&th->task);
 }
 
@@ -313,7 +316,7 @@ static bool keep(struct engine *e, struct eng_process *p, size_t i, struct eng_o
 			return false;
 		}
 	}
-	bool active = is_active(p, t, th, fresh);
+	bool active = is_active(p, t, th, fresh, &e->errors[ENG_ERR_STATE]);
 	e->thread_samples++;
 	e->active_samples += active;
 	*idle = !active;
@@ -333,6 +336,7 @@ static long sample_paused(struct engine *e, struct eng_process *p, uint64_t now)
 		if (p->attached && ops->task_refresh) {
 			th->had_cpu = th->task.read_ns != 0;
 			ops->task_refresh(&th->task, true);
+			e->errors[ENG_ERR_STATE] += th->task.failed;
 		}
 	}
 	if (p->attached) {

@@ -161,6 +161,7 @@ enum eng_error {
 	ENG_ERR_TRUNCATED,  /* a walk stopped at a bound or bad memory (kept) */
 	ENG_ERR_DROPPED,    /* the command refused a stack (stack callback < 0) */
 	ENG_ERR_NATIVE,     /* --native: a thread could not be unwound (Python stack kept) */
+	ENG_ERR_STATE,      /* a thread's state file would not open (descriptors?): sampled anyway */
 	ENG_ERR_MAX
 };
 extern const char *const eng_error_names[ENG_ERR_MAX];

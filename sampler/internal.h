@@ -180,4 +180,11 @@ void tracer_forget(struct proc *p);
 /* Map an errno from a /proc access to a spy code (negative). */
 int procfs_errno_code(int e);
 
+/*
+ * RLIMIT_NOFILE (tasks.c): raise the soft limit to the hard one (once; at
+ * the first proc_open), and put the original back in a launched child.
+ */
+void proc_fd_limit_raise(void);
+void proc_fd_limit_restore(void);
+
 #endif

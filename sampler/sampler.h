@@ -79,18 +79,26 @@ const struct proc_thread *proc_threads(const struct proc *p, size_t *n);
 int proc_thread_refresh(struct proc *p, struct proc_thread *t);
 
 /*
- * A thread watched across samples (tasks.c): its stat and schedstat files
- * stay open, so a refresh costs one or two pread()s. Open with
- * proc_task_open() (files that cannot be opened leave the state unknown),
- * close with proc_task_close().
+ * A thread watched across samples (tasks.c): its stat file stays open, so a
+ * refresh costs one pread() (schedstat, needed only for a thread in R, is
+ * opened for the read). One descriptor per thread, and none past a budget
+ * that keeps PROC_FD_RESERVE of the soft limit free (raised to the hard
+ * limit at the first proc_open): past it the file is opened for each read.
+ * An open that fails all the same leaves the state unknown and sets failed:
+ * the caller counts it, and proc_task_active() says true rather than let a
+ * thread pass for idle because spy ran out of descriptors.
  */
 struct proc_task {
 	pid_t tid;
-	int stat_fd, sched_fd;
+	int dirfd;                 /* the proc's /proc/PID, borrowed */
+	int stat_fd;               /* -1: opened for each read */
 	char state;                /* the state letter at the last refresh; 0 if unknown */
 	bool ran;                  /* see proc_task_refresh() */
+	bool failed;               /* the last refresh could not open a file */
 	uint64_t cpu_ns, read_ns;  /* schedstat's run time, and when it was read */
 };
+
+#define PROC_FD_RESERVE 32
 
 void proc_task_open(const struct proc *p, struct proc_task *t, pid_t tid);
 void proc_task_close(struct proc_task *t);
@@ -102,7 +110,7 @@ void proc_task_close(struct proc_task *t);
  * any state but R, ran is true.
  */
 void proc_task_refresh(struct proc_task *t, bool with_cpu);
-/* R, and (see above) really running. */
+/* R, and (see above) really running; or unknown because a file would not open. */
 bool proc_task_active(const struct proc_task *t);
 /* task/TID/comm without its newline ("" if unreadable) into buf. */
 void proc_task_comm(const struct proc *p, pid_t tid, char *buf, size_t size);

@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "sampler/internal.h"
 #include "sampler/sampler.h"
 
 /* Whether the last stop signal came from the terminal (see the top). */
@@ -62,6 +63,8 @@ int spawn_start(struct spawn *s, char *const argv[], struct spy_err *err)
 	}
 	if (pid == 0) {
 		close(fds[0]);
+		/* The program gets the limits it would have had without spy. */
+		proc_fd_limit_restore();
 		execvp(argv[0], argv);
 		int e = errno;
 		ssize_t w = write(fds[1], &e, sizeof(e));

@@ -11,9 +11,16 @@ names   -- targets/hostile.py: function, file, process name and argv are
 numbers -- `record --rate 1e-300` and "# rate-hz:" lines of 1e-300,
            denormals, 1e308, nan and -inf through every writer: no crash.
 sighup  -- SIGHUP stops `record --pid` like SIGTERM, profile written.
+descriptors -- targets/crowd.py with 100 threads, spy under `ulimit -n 64`
+           (soft only, then soft and hard): the busy thread is sampled, or
+           the failures are counted -- never silently taken as idle.
+dstate  -- targets/crowd.py with a thread in uninterruptible sleep (a
+           CLONE_VFORK parent whose child sleeps): 100 Hz for 3 s must give
+           about 300 samples, not one per 250 ms pause timeout.
 """
 
 import os
+import resource
 import sys
 import tempfile
 
@@ -153,7 +160,82 @@ def trial_sighup(interp):
     return p
 
 
-TRIALS = [("names", trial_names), ("numbers", trial_numbers), ("sighup", trial_sighup)]
+CROWD = harness.target_path("crowd.py")
+SUMMARY = harness.re.compile(rb"spy: (\d+) samples in ([\d.]+) s .*errors: (\d+)")
+
+
+def record_summary(args, limit=None):
+    """Run spy record; (rc, samples, seconds, errors, stderr, folded text)."""
+    d = tempfile.mkdtemp(prefix="spy-hostile-")
+    out = os.path.join(d, "out.folded")
+    try:
+        def lower():
+            if limit:
+                resource.setrlimit(resource.RLIMIT_NOFILE, limit)
+        p = harness.spawn([harness.spy_path(), "record", "-o", out] + args,
+                          stdout=harness.subprocess.PIPE, stderr=harness.subprocess.PIPE,
+                          env=harness.spy_env(keep_log=False), preexec_fn=lower)
+        try:
+            _, err = p.communicate(timeout=60)
+        except harness.subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+        harness.kill(p)
+        text = open(out, "rb").read() if os.path.exists(out) else b""
+        m = SUMMARY.search(err)
+        if not m:
+            return p.returncode, 0, 0.0, 0, err, text
+        return p.returncode, int(m.group(1)), float(m.group(2)), int(m.group(3)), err, text
+    finally:
+        harness.shutil.rmtree(d)
+
+
+def trial_descriptors(interp):
+    """A 100-thread target with `ulimit -n 64`: either the busy thread is
+    sampled (spy raised its soft limit, or had descriptors enough), or the
+    failures are counted as errors -- never a silent "idle"."""
+    p = []
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    with harness.Target(interp, CROWD, ["threads", "100"]) as t:
+        for limit, what in (((64, hard), "soft 64"), ((64, 64), "soft and hard 64")):
+            rc, n, secs, errors, err, text = record_summary(["--pid", str(t.pid), "-d", "2"], limit)
+            spun = sum(int(l.rsplit(b" ", 1)[1]) for l in text.splitlines()
+                       if b"main_hash" in l and not l.startswith(b"#"))
+            if rc != 0:
+                p.append("%s: exit %s: %r" % (what, rc, err[-300:]))
+            elif spun < 0.5 * n and errors == 0:
+                p.append("%s: main_hash in %d of %d samples, and 0 errors" % (what, spun, n))
+            if what == "soft 64" and hard > 256 and spun < 0.5 * n:
+                p.append("%s: soft limit not raised to the hard one (%d): main_hash in %d of %d samples"
+                         % (what, hard, spun, n))
+    return p
+
+
+def trial_dstate(interp):
+    """A thread in uninterruptible sleep (D) must not stall the target: after
+    the first pause gives up on it, later pauses do not wait for it."""
+    p = []
+    with harness.Target(interp, CROWD, ["dstate"]) as t:
+        states = harness.task_states(t.pid)
+        if "D" not in states.values():
+            raise harness.SkipInterp("no thread in D state (clone with CLONE_VFORK refused?): %r" % (states,))
+        start = harness.time.time()
+        rc, n, secs, errors, err, text = record_summary(["--pid", str(t.pid), "-d", "3"])
+        took = harness.time.time() - start
+        if rc != 0:
+            p.append("exit %s: %r" % (rc, err[-300:]))
+        # 100 Hz for 3 s; one 250 ms pause timeout is allowed.
+        if n < 150:
+            p.append("%d samples in %.2f s (expected about 300): pauses wait for the D thread" % (n, secs))
+        if took > 3 + 2.5:
+            p.append("spy took %.1f s for -d 3 (detach waits for the D thread)" % took)
+        if harness.proc_state(t.pid) in ("t", "T"):
+            p.append("target left stopped")
+    return p
+
+
+TRIALS = [("names", trial_names), ("numbers", trial_numbers), ("sighup", trial_sighup),
+          ("descriptors", trial_descriptors), ("dstate", trial_dstate)]
 
 
 def newest(interps):
