@@ -35,6 +35,7 @@ struct proc_tracee {
 	bool group_stop;       /* last stop was a group-stop: restart with PTRACE_LISTEN */
 	int sig;               /* signal owed to the thread (see the invariant above) */
 	unsigned redeliveries; /* signals re-delivered during the current pause */
+	bool straggler;        /* missed a pause deadline, not stopped since: not waited for */
 };
 
 /*

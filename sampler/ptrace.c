@@ -60,6 +60,13 @@
  * longer (uninterruptible sleep, a starved CPU) is not executing user code,
  * so rather than hold every other thread stopped behind it we sample without
  * it; its interrupt stays pending and a later pause collects the trap.
+ * Such a straggler is not waited for again until it has stopped: a thread
+ * in D state for minutes would otherwise cost every pause the whole timeout
+ * with every other thread stopped. Each pause and each poll between ticks
+ * still looks at it once (collect_pending), so it is sampled again, and
+ * restarted, as soon as it traps. proc_detach does not wait for it either:
+ * it stays traced, interrupt pending, until a later proc_detach (the
+ * atexit registry) finds it stopped or spy exits and the kernel detaches it.
  */
 #define PAUSE_TIMEOUT_NS (250ull * 1000 * 1000)
 /* proc_detach() waits longer: leaving a thread traced is worse than a slow exit. */
@@ -220,6 +227,7 @@ static void collect(struct proc *p, struct proc_tracee *t, int st, enum collect_
 	int event = (int)((unsigned)st >> 16);
 	/* Any trap consumes a pending interrupt. */
 	t->interrupted = false;
+	t->straggler = false;
 	t->state = TRACEE_STOPPED;
 	t->sig = 0;
 	if (event == PTRACE_EVENT_STOP) {
@@ -308,7 +316,8 @@ static int stop_all(struct proc *p, uint64_t deadline, enum collect_mode mode, b
 	}
 	for (size_t i = 0; i < p->ntracees; i++) {
 		struct proc_tracee *t = &p->tracees[i];
-		while (t->state == TRACEE_RUNNING) {
+		/* Looked at once by collect_pending; not waited for (see the top). */
+		while (t->state == TRACEE_RUNNING && !(t->straggler && t->interrupted)) {
 			if (!t->interrupted) {
 				interrupt(t);
 			}
@@ -323,6 +332,7 @@ static int stop_all(struct proc *p, uint64_t deadline, enum collect_mode mode, b
 			} else {
 				spy_log(SPY_LOG_DEBUG, "thread %d of process %d did not stop in time",
 					(int)t->tid, (int)p->pid);
+				t->straggler = true;
 				break;
 			}
 		}
@@ -613,6 +623,7 @@ void proc_detach(struct proc *p)
 	 * is detached with its signal, which delivers it; detaching also drops
 	 * any interrupt still pending, so nothing is left to trap later.
 	 */
+	collect_pending(p, COLLECT_DETACH);
 	stop_all(p, now_ns() + DETACH_TIMEOUT_NS, COLLECT_DETACH, false);
 	size_t left = 0;
 	for (size_t i = 0; i < p->ntracees; i++) {

@@ -224,8 +224,9 @@ def trial_dstate(interp):
         took = harness.time.time() - start
         if rc != 0:
             p.append("exit %s: %r" % (rc, err[-300:]))
-        # 100 Hz for 3 s; one 250 ms pause timeout is allowed.
-        if n < 150:
+        # 100 Hz for 3 s is 300; waiting 250 ms per pause gives 12. A loaded
+        # machine misses ticks, hence the margin.
+        if n < 60:
             p.append("%d samples in %.2f s (expected about 300): pauses wait for the D thread" % (n, secs))
         if took > 3 + 2.5:
             p.append("spy took %.1f s for -d 3 (detach waits for the D thread)" % took)
