@@ -187,6 +187,7 @@ static int launch(struct engine *e, char **program, struct spy_err *err)
 	while ((rc = process_open(e, e->sp.pid, &p, &last)) < 0) {
 		if (rc == -SPY_EPERM) {
 			*err = last;
+			spawn_abandon(&e->sp);
 			return rc;
 		}
 		if (spawn_reap(&e->sp, false)) {
@@ -198,6 +199,8 @@ static int launch(struct engine *e, char **program, struct spy_err *err)
 			return spy_err_set(err, SPY_EINTR, "interrupted");
 		}
 		if (ticker_now_ns() >= deadline) {
+			/* Not left running unsupervised, as root or otherwise. */
+			spawn_abandon(&e->sp);
 			return spy_err_set(err, SPY_ENOPY, "no Python interpreter found in '%s' (process %d) after %llu s: %s",
 					   program[0], (int)e->sp.pid,
 					   (unsigned long long)(LAUNCH_WAIT_NS / 1000000000ull), last.msg);
@@ -228,7 +231,11 @@ int eng_open(struct engine *e, const struct eng_opts *o, const struct eng_walker
 	if (rc < 0) {
 		return rc;
 	}
-	return process_start(e, e->procs[0], err);
+	rc = process_start(e, e->procs[0], err);
+	if (rc < 0 && program) {
+		spawn_abandon(&e->sp);
+	}
+	return rc;
 }
 
 /* ---- one tick ---- */

@@ -297,6 +297,27 @@ struct spawn {
 };
 
 int spawn_start(struct spawn *s, char *const argv[], struct spy_err *err);
+/*
+ * Who the launched program runs as (spawn.c): spy run as root by sudo
+ * (getuid() 0, SUDO_UID set and not 0) drops the child to SUDO_UID,
+ * SUDO_GID and the user's supplementary groups; otherwise drop is false.
+ * -SPY_EUSAGE when SUDO_UID/SUDO_GID are malformed. spawn_start calls it.
+ */
+#define SPAWN_MAX_GROUPS 65536
+struct spawn_creds {
+	bool drop;
+	uid_t uid;
+	gid_t gid;
+	int ngroups;
+	gid_t groups[SPAWN_MAX_GROUPS];
+};
+int spawn_sudo_creds(struct spawn_creds *c, struct spy_err *err);
+/*
+ * A launch that failed after the program started (no interpreter found,
+ * cannot attach): the program must not run on unsupervised. SIGTERM, up to
+ * a second to exit, then SIGKILL; reaped. Nothing if already reaped.
+ */
+void spawn_abandon(struct spawn *s);
 /* Set up SIGINT/SIGTERM/SIGHUP for launch mode (see above); sets proc_stop_requested too. */
 void spawn_install_signals(void);
 /* Send the child the stop signal received, unless the terminal already sent it. */

@@ -17,6 +17,11 @@ descriptors -- targets/crowd.py with 100 threads, spy under `ulimit -n 64`
 dstate  -- targets/crowd.py with a thread in uninterruptible sleep (a
            CLONE_VFORK parent whose child sleeps): 100 Hz for 3 s must give
            about 300 samples, not one per 250 ms pause timeout.
+sudo    -- as root with SUDO_UID/SUDO_GID set, `record -- python3 -c ...`
+           runs the program as that user and group (no root groups), and
+           a malformed SUDO_UID runs nothing (SKIP unless root).
+launch  -- a launched program in which no interpreter appears is not left
+           running when spy gives up.
 """
 
 import os
@@ -235,8 +240,82 @@ def trial_dstate(interp):
     return p
 
 
+def trial_sudo(interp):
+    """`sudo spy record -- prog` must not run prog as root: spy (root, with
+    SUDO_UID/SUDO_GID set as sudo sets them) launches a program that reports
+    its credentials; they must be the sudo user's, supplementary groups
+    included, while spy itself keeps root to trace it. A drop that cannot
+    be done (a bad SUDO_UID) runs nothing."""
+    if os.geteuid() != 0:
+        raise harness.SkipInterp("needs root: spy drops privileges only as root")
+    # The sudo user must be able to run the interpreter: the system one.
+    py = next((p for p in ("/usr/bin/python3",) if os.access(p, os.X_OK)), None)
+    if not py:
+        raise harness.SkipInterp("no /usr/bin/python3 that another user can run")
+    uid = gid = 65534
+    p = []
+    d = tempfile.mkdtemp(prefix="spy-hostile-")
+    os.chmod(d, 0o755)
+    try:
+        out = os.path.join(d, "out.folded")
+        code = ("import os, sys, time; time.sleep(0.5); "
+                "sys.stdout.write('creds %d %d %d %d %r\\n' % (os.getuid(), os.geteuid(), "
+                "os.getgid(), os.getegid(), sorted(os.getgroups())))")
+        env = harness.spy_env({"SUDO_UID": str(uid), "SUDO_GID": str(gid), "SUDO_USER": "nobody"},
+                              keep_log=False)
+        r = harness.run_spy(["record", "-o", out, "--", py, "-c", code], env=env, timeout=60)
+        line = [l for l in r.out.splitlines() if l.startswith("creds ")]
+        if r.rc != 0:
+            p.append("record exited %s: %s" % (r.rc, " | ".join(r.err_lines()[:3])))
+        if not line:
+            p.append("the program printed no credentials: %r" % r.out[-300:])
+        else:
+            got = line[0].split(" ", 5)[1:]
+            if got[:4] != [str(uid), str(uid), str(gid), str(gid)]:
+                p.append("the program ran as uid/euid/gid/egid %s, expected %d/%d/%d/%d"
+                         % ("/".join(got[:4]), uid, uid, gid, gid))
+            if "0," in got[4] or "[0]" in got[4]:
+                p.append("the program kept root's supplementary group 0: %s" % got[4])
+        if not os.path.exists(out):
+            p.append("no recording written (spy could not trace the dropped program?)")
+        env["SUDO_UID"] = "12x"
+        marker = os.path.join(d, "ran")
+        r = harness.run_spy(["record", "-o", out, "--", py, "-c", "open(%r, 'w')" % marker],
+                            env=env, timeout=60)
+        if r.rc == 0 or os.path.exists(marker):
+            p.append("SUDO_UID=12x: exit %s, program ran: %s" % (r.rc, os.path.exists(marker)))
+    finally:
+        harness.shutil.rmtree(d)
+    return p
+
+
+def trial_launch(interp):
+    """A launch that fails (no interpreter appears within 5 s) leaves no
+    program running unsupervised."""
+    p = []
+    d = tempfile.mkdtemp(prefix="spy-hostile-")
+    try:
+        pidfile = os.path.join(d, "pid")
+        r = harness.run_spy(["record", "-o", os.path.join(d, "o.folded"), "--", "/bin/sh", "-c",
+                             "echo $$ > %s; exec sleep 60 >/dev/null 2>&1" % pidfile],
+                            env=harness.spy_env(keep_log=False), timeout=60)
+        if r.rc != 4:
+            p.append("exit %s, expected 4: %s" % (r.rc, " | ".join(r.err_lines()[:2])))
+        try:
+            pid = int(open(pidfile).read())
+        except (OSError, ValueError):
+            return p + ["the program never ran"]
+        if harness.proc_state(pid) not in (None, "Z", "X"):
+            p.append("the program (process %d) is still running after spy gave up" % pid)
+            os.kill(pid, harness.signal.SIGKILL)
+    finally:
+        harness.shutil.rmtree(d)
+    return p
+
+
 TRIALS = [("names", trial_names), ("numbers", trial_numbers), ("sighup", trial_sighup),
-          ("descriptors", trial_descriptors), ("dstate", trial_dstate)]
+          ("descriptors", trial_descriptors), ("dstate", trial_dstate), ("sudo", trial_sudo),
+          ("launch", trial_launch)]
 
 
 def newest(interps):
