@@ -140,7 +140,10 @@ static void print_frame_locals(const struct dump_thread *d, const struct dump_fr
 			       struct spy_buf *out)
 {
 	struct spy_buf b = SPY_BUF_INIT;
-	if (fl->unreadable) {
+	if (fl->over_budget) {
+		spy_buf_addf(out, "        (locals left out: --locals read its budget of %zu MiB)\n",
+			     DUMP_LOCALS_BUDGET >> 20);
+	} else if (fl->unreadable) {
 		spy_buf_adds(out, "        (locals unreadable)\n");
 	}
 	for (size_t k = fl->first; k < fl->first + fl->n; k++) {

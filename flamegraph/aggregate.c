@@ -54,6 +54,7 @@ struct fg_profile *fg_profile_new(struct spy_strtab *strtab, unsigned flags)
 	p->flags = flags;
 	p->strtab = strtab ? strtab : &p->own_strtab;
 	p->max_stacks = FG_MAX_STACKS;
+	p->max_read = FG_MAX_READ_BYTES;
 	p->last_stack = FG_NONE;
 	return p;
 }
@@ -91,6 +92,11 @@ unsigned fg_profile_flags(const struct fg_profile *p)
 void fg_profile_limit_stacks(struct fg_profile *p, size_t max_stacks)
 {
 	p->max_stacks = max_stacks < FG_MAX_STACKS ? max_stacks : FG_MAX_STACKS;
+}
+
+void fg_profile_limit_read(struct fg_profile *p, size_t max_bytes)
+{
+	p->max_read = max_bytes;
 }
 
 /* Double the frame hash (or create it) and reinsert every frame. */

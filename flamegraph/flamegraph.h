@@ -77,6 +77,8 @@ int fg_profile_add(struct fg_profile *p, const struct spy_stack *s, uint64_t cou
 
 /* Cap the distinct stacks (known ones still count), to bound memory. */
 void fg_profile_limit_stacks(struct fg_profile *p, size_t max_stacks);
+/* The byte budget of each folded read into p (default FG_MAX_READ_BYTES). */
+void fg_profile_limit_read(struct fg_profile *p, size_t max_bytes);
 
 void fg_profile_stats(const struct fg_profile *p, struct fg_stats *st);
 

@@ -366,6 +366,7 @@ struct reader {
 
 	uint32_t *ids;
 	size_t ids_alloc;
+	size_t kept;           /* bytes this read added to the profile, about */
 };
 
 __attribute__((format(printf, 2, 3)))
@@ -586,7 +587,13 @@ static uint32_t parse_frame(struct reader *r, const char *t, size_t n)
 	}
 	const char *func = spy_strtab_intern(st, t, funclen);
 	const char *ifile = file ? spy_strtab_intern(st, file, filelen) : NULL;
-	return fg_intern_frame(r->p, func, ifile, line, kind);
+	size_t before = r->p->nframes;
+	uint32_t id = fg_intern_frame(r->p, func, ifile, line, kind);
+	if (r->p->nframes > before) {
+		/* Its names (at most: they may be shared), the frame, two hash slots. */
+		r->kept += funclen + filelen + 2 + sizeof(struct fg_frame) + 2 * sizeof(uint32_t);
+	}
+	return id;
 }
 
 static int parse_stack(struct reader *r, const char *s, size_t len)
@@ -647,9 +654,17 @@ static int parse_stack(struct reader *r, const char *s, size_t len)
 	if (count > FG_MAX_TOTAL - r->p->samples) {
 		return bad(r, "more than %llu samples in all", FG_MAX_TOTAL);
 	}
+	size_t before = r->p->nstacks;
 	if (fg_add_path(r->p, r->ids, depth, count) < 0) {
 		return spy_err_set(r->err, SPY_EBOUND, "%s:%zu: more distinct stacks than the limit of %zu",
 				   r->name, r->lineno, r->p->max_stacks);
+	}
+	if (r->p->nstacks > before) {
+		r->kept += depth * sizeof(uint32_t) + 32;
+	}
+	if (r->kept > r->p->max_read) {
+		return bad(r, "the profile would take more than %zu MiB of memory (the read budget; "
+			   "a decompression bomb?)", r->p->max_read >> 20);
 	}
 	return 0;
 }

@@ -426,6 +426,12 @@ int fg_profile_write_chrome(const struct fg_profile *p, const struct fg_timeline
 #define FG_MAX_META_KEY 64
 /* Distinct stacks by default (ids are 32-bit); see fg_profile_limit_stacks. */
 #define FG_MAX_STACKS (UINT32_MAX - 1)
+/*
+ * Memory one read of a folded file may add to a profile (new names,
+ * frames and stacks), by default; see fg_profile_limit_read. A 40 MB .gz
+ * can inflate to millions of distinct deep stacks: gigabytes.
+ */
+#define FG_MAX_READ_BYTES ((size_t)1 << 30)
 
 
 /* No frame / no node (the root's parent and frame). */
@@ -502,6 +508,7 @@ struct fg_profile {
 	/* Distinct stacks, a hash of index + 1 over them, and their frames. */
 	struct fg_stack_ent *stacks;
 	size_t nstacks, stacks_alloc, max_stacks;
+	size_t max_read;       /* fg_profile_limit_read */
 	uint32_t *sslots;
 	size_t nsslots;
 	uint32_t *pool;

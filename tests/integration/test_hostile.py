@@ -22,6 +22,8 @@ sudo    -- as root with SUDO_UID/SUDO_GID set, `record -- python3 -c ...`
            a malformed SUDO_UID runs nothing (SKIP unless root).
 launch  -- a launched program in which no interpreter appears is not left
            running when spy gives up.
+locals  -- `dump --locals` of targets/wide.py (4 threads x 900 frames x
+           300 locals) peaks under 200 MiB and marks what it left out.
 """
 
 import os
@@ -313,9 +315,29 @@ def trial_launch(interp):
     return p
 
 
+def trial_locals(interp):
+    """`dump --locals` of 4 threads x 900 frames x 300 locals stays within
+    its memory budget (32 MiB of values) and says what it left out."""
+    p = []
+    with harness.Target(interp, harness.target_path("wide.py"), ["4", "900"], ready_timeout=120) as t:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        rc, out, err = run_raw(["dump", "--locals", "--pid", str(t.pid)], timeout=120)
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        if rc != 0:
+            p.append("dump exited %s: %r" % (rc, err[-300:]))
+        # ru_maxrss is the largest child so far: only a new maximum is spy's.
+        if peak > before and peak > 200 * 1024:
+            p.append("spy peaked at %d MiB (budget 32 MiB)" % (peak // 1024))
+        if b"locals left out" not in out:
+            p.append("no frame says its locals were left out")
+        if b"local v1 = 1" not in out:
+            p.append("no locals read at all")
+    return p
+
+
 TRIALS = [("names", trial_names), ("numbers", trial_numbers), ("sighup", trial_sighup),
           ("descriptors", trial_descriptors), ("dstate", trial_dstate), ("sudo", trial_sudo),
-          ("launch", trial_launch)]
+          ("launch", trial_launch), ("locals", trial_locals)]
 
 
 def newest(interps):

@@ -719,6 +719,38 @@ static void test_malformed(void)
 	spy_buf_release(&b);
 }
 
+/*
+ * A decompression bomb: a small .gz of many distinct deep stacks. Read
+ * under a 1 MiB budget it fails with the budget named (FILE:LINE, exit 5
+ * in report); the default budget (1 GiB) takes it. Before the budget, any
+ * size was read: the same shape scaled up is gigabytes from megabytes.
+ */
+static void test_bomb(void)
+{
+	struct spy_buf text = SPY_BUF_INIT;
+	for (int i = 0; i < 4000; i++) {
+		for (int d = 0; d < 200; d++) {
+			spy_buf_adds(&text, "frame_of_a_deep_stack (deep.py:1);");
+		}
+		spy_buf_addf(&text, "leaf (deep.py:%d) 1\n", i + 1);
+	}
+	size_t gzlen;
+	void *gz = gzip_mem(text.buf, text.len, &gzlen);
+	CHECK(gzlen * 100 < text.len); /* small on disk */
+	struct fg_profile *p = fg_profile_new(NULL, 0);
+	fg_profile_limit_read(p, (size_t)1 << 20);
+	struct spy_err err = SPY_ERR_INIT;
+	CHECK_INT(fg_profile_read_folded(p, gz, gzlen, "bomb.gz", &err), -SPY_EFORMAT);
+	CHECK(strstr(err.msg, "bomb.gz:") && strstr(err.msg, "more than 1 MiB"));
+	fg_profile_free(p);
+	p = fg_profile_new(NULL, 0);
+	spy_err_clear(&err);
+	CHECK_INT(fg_profile_read_folded(p, gz, gzlen, "bomb.gz", &err), 0);
+	fg_profile_free(p);
+	free(gz);
+	spy_buf_release(&text);
+}
+
 int main(void)
 {
 	if (!mkdtemp(tmpdir)) {
@@ -734,6 +766,7 @@ int main(void)
 	test_longest();
 	test_tolerated();
 	test_malformed();
+	test_bomb();
 	rmdir(tmpdir);
 	return check_done();
 }
