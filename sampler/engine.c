@@ -732,4 +732,11 @@ void eng_summary(const struct engine *e, uint64_t now_ns, struct spy_buf *out)
 		     (unsigned long long)e->samples, el, el > 0 ? (double)e->samples / el : 0.0,
 		     (unsigned long long)e->tk.missed);
 	eng_format_errors(e, out);
+	for (size_t i = 0; i < e->nprocs; i++) {
+		const struct spy_process *sp = &e->procs[i]->proc;
+		if (sp->ops->execed && sp->ops->execed(sp)) {
+			spy_buf_addf(out, "; process %d replaced its program (exec): sampling stopped there",
+				     (int)sp->ops->pid(sp));
+		}
+	}
 }

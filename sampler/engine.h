@@ -63,6 +63,8 @@ struct spy_process_ops {
 	bool (*alive)(struct spy_process *p);
 	/* The exit status reaped while tracing (see proc_exit_status). */
 	bool (*exit_status)(const struct spy_process *p, int *status);
+	/* Whether it exec'd while traced (see proc_execed); NULL: never. */
+	bool (*execed)(const struct spy_process *p);
 	/* Memory: a fresh view for a walk of a running process; re-read the maps. */
 	void (*fresh_view)(struct spy_process *p);
 	void (*read_maps)(struct spy_process *p);

@@ -120,6 +120,7 @@ struct proc {
 	bool attached;
 	bool paused;
 	pid_t tracer;          /* getpid() of the process that attached */
+	bool execed;           /* a thread exec'd: the image we resolved is gone */
 	bool exited;           /* we reaped the thread-group leader's exit ... */
 	int exit_status;       /* ... and this is its wait status */
 	struct proc *next_attached; /* link in ptrace.c's registry of attached procs */

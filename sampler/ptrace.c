@@ -236,8 +236,12 @@ static void collect(struct proc *p, struct proc_tracee *t, int st, enum collect_
 	} else if (event == 0) {
 		t->group_stop = false;
 		t->sig = sig;
+	} else if (event == PTRACE_EVENT_EXEC) {
+		/* Every address resolved in the old image now means nothing. */
+		t->group_stop = false;
+		p->execed = true;
 	}
-	/* We set no PTRACE_O_* options, so no other event can arrive; treat one as a plain stop. */
+	/* PTRACE_O_TRACEEXEC is the only option: no other event can arrive. */
 
 	spy_log(SPY_LOG_TRACE, "thread %d: %s stop, signal %d", (int)t->tid,
 		event == PTRACE_EVENT_STOP ? "event" : event ? "other" : "signal-delivery", sig);
@@ -459,8 +463,12 @@ static int seize_new(struct proc *p, bool attaching, bool *again, struct spy_err
 				(int)p->pid, SPY_MAX_THREADS);
 			break;
 		}
-		/* No options: no clone/exec/syscall stops while the target runs between samples. */
-		if (xptrace(PTRACE_SEIZE, tid, 0) < 0) {
+		/*
+		 * Only exec stops: no clone or syscall stops while the target
+		 * runs between samples, but an exec must be seen, or the new
+		 * program would be walked with the old one's addresses.
+		 */
+		if (xptrace(PTRACE_SEIZE, tid, PTRACE_O_TRACEEXEC) < 0) {
 			int e = errno;
 			char state = 0;
 			if (e == ESRCH) {
@@ -564,6 +572,10 @@ int proc_pause(struct proc *p, struct spy_err *err)
 	if (p->ntracees == 0) {
 		return spy_err_set(err, SPY_EGONE, "process %d has exited", (int)p->pid);
 	}
+	if (p->execed) {
+		restart_all(p);
+		return spy_err_set(err, SPY_EGONE, "process %d replaced its program (exec)", (int)p->pid);
+	}
 	p->paused = true;
 	/* Nothing can change the target until it is let run: one view serves the pause. */
 	memcache_view(p, true);
@@ -586,7 +598,12 @@ int proc_poll(struct proc *p)
 	}
 	collect_pending(p, COLLECT_POLL);
 	drop_gone(p);
-	return p->ntracees ? 0 : -SPY_EGONE;
+	return p->ntracees && !p->execed ? 0 : -SPY_EGONE;
+}
+
+bool proc_execed(const struct proc *p)
+{
+	return p->execed;
 }
 
 bool proc_is_paused(const struct proc *p)

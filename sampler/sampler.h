@@ -160,6 +160,14 @@ int proc_poll(struct proc *p);
  * this is then the only place to learn it.
  */
 bool proc_exit_status(const struct proc *p, int *status);
+/*
+ * True once a thread of the traced process called exec: what was resolved
+ * in the old image (the interpreter, every address) is void, so
+ * proc_pause and proc_poll then say -SPY_EGONE and the caller reports it
+ * rather than walk the new program with old addresses. Seen only while
+ * attached (not with --nonblocking).
+ */
+bool proc_execed(const struct proc *p);
 
 /* Parse the text of /proc/.../stat: state letter, or 0 if malformed. Exposed for unit tests. */
 char proc_parse_stat_state(const char *text, size_t len);

@@ -22,6 +22,8 @@ sudo    -- as root with SUDO_UID/SUDO_GID set, `record -- python3 -c ...`
            a malformed SUDO_UID runs nothing (SKIP unless root).
 launch  -- a launched program in which no interpreter appears is not left
            running when spy gives up.
+exec    -- targets/execer.py execs a new interpreter mid-recording: spy
+           stops there and says so; the new program runs on.
 locals  -- `dump --locals` of targets/wide.py (4 threads x 900 frames x
            300 locals) peaks under 200 MiB and marks what it left out.
 """
@@ -335,9 +337,30 @@ def trial_locals(interp):
     return p
 
 
+def trial_exec(interp):
+    """A target that execs: spy stops sampling at the exec and says so,
+    rather than walk the new program with the old one's addresses (which
+    dropped every later sample, silently), and leaves it running."""
+    p = []
+    with harness.Target(interp, harness.target_path("execer.py")) as t:
+        rc, n, secs, errors, err, text = record_summary(["--pid", str(t.pid), "-d", "4"])
+        if rc != 0:
+            p.append("exit %s: %r" % (rc, err[-300:]))
+        if b"replaced its program (exec)" not in err:
+            p.append("the exec is not reported: %r" % err[-300:])
+        if b"before_exec" not in text:
+            p.append("nothing recorded before the exec")
+        if b"after_exec" in text:
+            p.append("the new program was sampled with the old addresses")
+        if harness.proc_state(t.pid) in ("t", "T", None):
+            p.append("the target is not running after spy: %s" % harness.proc_state(t.pid))
+    return p
+
+
 TRIALS = [("names", trial_names), ("numbers", trial_numbers), ("sighup", trial_sighup),
           ("descriptors", trial_descriptors), ("dstate", trial_dstate), ("sudo", trial_sudo),
-          ("launch", trial_launch), ("locals", trial_locals)]
+          ("launch", trial_launch), ("locals", trial_locals),
+          ("exec", trial_exec)]
 
 
 def newest(interps):
