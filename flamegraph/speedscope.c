@@ -54,9 +54,12 @@ static int collect(void *ctx, const uint32_t *frames, size_t depth, uint64_t cou
 		e.thread = frames[i++];
 	}
 	e.depth = (uint32_t)(depth - i);
-	SPY_GROW(s->pool, s->pool_alloc, s->npool + e.depth);
-	memcpy(s->pool + s->npool, frames + i, e.depth * sizeof(*frames));
-	s->npool += e.depth;
+	/* A stack of roots alone adds nothing, and the pool may still be NULL. */
+	if (e.depth) {
+		SPY_GROW(s->pool, s->pool_alloc, s->npool + e.depth);
+		memcpy(s->pool + s->npool, frames + i, e.depth * sizeof(*frames));
+		s->npool += e.depth;
+	}
 	SPY_GROW(s->v, s->alloc, s->n + 1);
 	s->v[s->n++] = e;
 	return 0;
