@@ -5,8 +5,9 @@
  * core_open through a memfd; what opens is then read like dump does:
  * threads, command, executable, and memory at the seed's two segments and
  * at addresses taken from the input. No crash, no read out of bounds.
- * Seeds name only files that do not exist, so a mutated NT_FILE rarely
- * names a real one (and a real one is only read).
+ * Seeds name only files that do not exist; a file a mutated NT_FILE names
+ * is opened only under the core's rules (no --exe, no --root here: only
+ * a matching build-id), so nothing on the machine is read.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -33,7 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	struct core *c = NULL;
 	struct spy_err err = SPY_ERR_INIT;
-	if (core_open(&c, path, NULL, &err) == 0) {
+	if (core_open(&c, path, NULL, NULL, &err) == 0) {
 		size_t n;
 		const struct core_thread *t = core_threads(c, &n);
 		for (size_t i = 0; i < n; i++) {
