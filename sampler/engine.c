@@ -86,7 +86,7 @@ static struct eng_os_thread *thread_get(struct engine *e, struct eng_process *p,
 		ops->task_open(&p->proc, &th->task, tid);
 	} else {
 		th->task.tid = tid;
-		th->task.stat_fd = th->task.sched_fd = -1;
+		th->task.stat_fd = -1;
 	}
 	if (ops->task_name) {
 		ops->task_name(&p->proc, tid, th->comm, sizeof(th->comm));

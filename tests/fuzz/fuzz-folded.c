@@ -15,6 +15,7 @@
 
 #include "common/strtab.h"
 #include "flamegraph/flamegraph.h"
+#include "flamegraph/internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
