@@ -122,7 +122,8 @@ static void write_profile(struct ss *s, size_t lo, size_t hi, double rate, struc
 	spy_buf_adds(b, ",\n\"samples\":[");
 	for (size_t i = lo; i < hi; i++) {
 		spy_buf_adds(b, i > lo ? ",[" : "[");
-		const uint32_t *ids = s->pool + s->v[i].off;
+		/* Roots alone: no frames, and the pool may be NULL. */
+		const uint32_t *ids = s->v[i].depth ? s->pool + s->v[i].off : NULL;
 		for (uint32_t j = 0; j < s->v[i].depth; j++) {
 			spy_buf_addf(b, j ? ",%" PRIu32 : "%" PRIu32, ids[j]);
 		}
