@@ -13,6 +13,7 @@
 
 #include "cmd/dump.h"
 #include "common/json.h"
+#include "common/term.h"
 #include "common/util.h"
 
 const char *dump_state_name(enum dump_state s)
@@ -130,61 +131,84 @@ static const struct dump_frame_locals *frame_locals(const struct dump_thread *d,
 	return &d->frame_locals[(*pj)++];
 }
 
+/*
+ * Every string below came from the target (names, reprs, the command
+ * line, the version) and goes through the terminal escaper: a "\n" in a
+ * function name must not forge a frame, nor an escape reach the terminal.
+ */
 static void print_frame_locals(const struct dump_thread *d, const struct dump_frame_locals *fl,
-			       FILE *f)
+			       struct spy_buf *out)
 {
 	struct spy_buf b = SPY_BUF_INIT;
-	if (fl->unreadable) {
-		fprintf(f, "        (locals unreadable)\n");
+	if (fl->over_budget) {
+		spy_buf_addf(out, "        (locals left out: --locals read its budget of %zu MiB)\n",
+			     DUMP_LOCALS_BUDGET >> 20);
+	} else if (fl->unreadable) {
+		spy_buf_adds(out, "        (locals unreadable)\n");
 	}
 	for (size_t k = fl->first; k < fl->first + fl->n; k++) {
 		const struct py_local *l = &d->locals[k];
 		spy_buf_reset(&b);
 		pyrt_value_repr(&l->v, &b);
-		fprintf(f, "        %s %s = %s\n", l->is_arg ? "arg  " : "local", l->name, b.buf);
+		spy_buf_addf(out, "        %s ", l->is_arg ? "arg  " : "local");
+		spy_term_adds(out, l->name);
+		spy_buf_adds(out, " = ");
+		spy_term_escape(out, b.buf, b.len, (size_t)-1, NULL);
+		spy_buf_addch(out, '\n');
 	}
 	spy_buf_release(&b);
 }
 
 void dump_print_text(const struct dump_result *r, FILE *f)
 {
-	fprintf(f, "Process %d: %s\n", r->pid, r->cmdline);
-	fprintf(f, "Python %s%s (%s)\n", r->version,
-		!r->free_threaded ? "" : r->no_gil ? " free-threaded, running without a GIL" :
-						     " free-threaded, GIL switched on",
-		r->binary);
+	struct spy_buf b = SPY_BUF_INIT;
+	spy_buf_addf(&b, "Process %d: ", r->pid);
+	spy_term_adds(&b, r->cmdline);
+	spy_buf_adds(&b, "\nPython ");
+	spy_term_adds(&b, r->version);
+	spy_buf_adds(&b, !r->free_threaded ? "" : r->no_gil ? " free-threaded, running without a GIL" :
+							     " free-threaded, GIL switched on");
+	spy_buf_adds(&b, " (");
+	spy_term_adds(&b, r->binary);
+	spy_buf_adds(&b, ")\n");
 	for (size_t i = 0; i < r->n; i++) {
 		const struct dump_thread *d = &r->threads[i];
-		fprintf(f, "\nThread %d (python 0x%llx) \"%s\" %s%s\n", (int)d->py.native_tid,
-			(unsigned long long)d->py.thread_id, d->name ? d->name : d->comm,
-			dump_state_name(d->state),
-			d->py.holds_gil ? ", holds the GIL" : "");
+		spy_buf_addf(&b, "\nThread %d (python 0x%llx) \"", (int)d->py.native_tid,
+			     (unsigned long long)d->py.thread_id);
+		spy_term_adds(&b, d->name ? d->name : d->comm);
+		spy_buf_addf(&b, "\" %s%s\n", dump_state_name(d->state),
+			     d->py.holds_gil ? ", holds the GIL" : "");
 		if (d->stack.n == 0) {
-			fprintf(f, "    (no Python frames)\n");
+			spy_buf_adds(&b, "    (no Python frames)\n");
 		}
 		size_t pj = 0;
 		for (size_t j = 0; j < d->stack.n; j++) {
 			const struct spy_frame *fr = &d->stack.v[j];
+			spy_buf_adds(&b, "    ");
+			spy_term_adds(&b, fr->func);
+			spy_buf_adds(&b, " (");
+			spy_term_adds(&b, fr->file);
 			if (fr->line) {
-				fprintf(f, "    %s (%s:%u)\n", fr->func, fr->file, fr->line);
-			} else {
-				fprintf(f, "    %s (%s)\n", fr->func, fr->file);
+				spy_buf_addf(&b, ":%u", fr->line);
 			}
+			spy_buf_adds(&b, ")\n");
 			const struct dump_frame_locals *fl = frame_locals(d, fr, &pj);
 			if (r->locals && fl) {
-				print_frame_locals(d, fl, f);
+				print_frame_locals(d, fl, &b);
 			}
 		}
 		if (d->stack.truncated) {
-			fprintf(f, "    ... (stack truncated: the walk stopped at an unreadable or bounded frame)\n");
+			spy_buf_adds(&b, "    ... (stack truncated: the walk stopped at an unreadable or bounded frame)\n");
 		}
+		/* Bounded memory for many threads with deep stacks. */
+		fwrite(b.buf, 1, b.len, f);
+		spy_buf_reset(&b);
 	}
-	struct spy_buf hint = SPY_BUF_INIT;
-	dump_hint(r, &hint);
-	if (hint.len) {
-		fprintf(f, "\nHint: %s\n", hint.buf);
+	dump_hint(r, &b);
+	if (b.len) {
+		fprintf(f, "\nHint: %s\n", b.buf);
 	}
-	spy_buf_release(&hint);
+	spy_buf_release(&b);
 	fflush(f);
 }
 

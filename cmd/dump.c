@@ -54,11 +54,17 @@ static int thread_order(const void *a, const void *b)
 /*
  * Tests need to signal spy while it holds the target stopped, to prove the
  * target is released on every exit path; a real dump's stopped window is a
- * few milliseconds, far too short to hit. SPY_TEST_HOLD_PAUSED_MS widens it.
+ * few milliseconds, far too short to hit. SPY_TEST_HOLD_PAUSED_MS widens it,
+ * in test builds only (-Dtest_hooks=true): a knob that holds a production
+ * target stopped has no business in an installed spy.
  */
 static void hold_paused_for_tests(void)
 {
+#ifndef SPY_TEST_HOOKS
+	const char *v = NULL;
+#else
 	const char *v = getenv("SPY_TEST_HOLD_PAUSED_MS");
+#endif
 	if (!v) {
 		return;
 	}
@@ -124,12 +130,22 @@ static const struct spy_thread_info *find_os_thread(const struct spy_thread_info
 	return NULL;
 }
 
-static void collect_locals(struct pyrt *rt, struct dump_thread *d)
+static void collect_locals(struct pyrt *rt, struct dump_thread *d, size_t *left)
 {
 	d->frame_locals = spy_xcalloc(d->stack.n ? d->stack.n : 1, sizeof(*d->frame_locals));
 	for (size_t j = 0; j < d->stack.n; j++) {
 		struct dump_frame_locals *fl = &d->frame_locals[j];
+		/* What the array may grow by for this frame (doubling: twice). */
+		size_t worst = 2 * PYRT_MAX_LOCALS * sizeof(*d->locals);
+		if (*left < worst) {
+			fl->first = d->nlocals;
+			fl->unreadable = fl->over_budget = true;
+			continue;
+		}
+		size_t had = d->alloc_locals;
 		SPY_GROW(d->locals, d->alloc_locals, d->nlocals + PYRT_MAX_LOCALS);
+		size_t grown = (d->alloc_locals - had) * sizeof(*d->locals);
+		*left -= grown < *left ? grown : *left;
 		fl->first = d->nlocals;
 		fl->unreadable = pyrt_frame_locals(rt, j, d->locals + d->nlocals, PYRT_MAX_LOCALS,
 						   &fl->n) < 0;
@@ -143,13 +159,14 @@ static void collect_locals(struct pyrt *rt, struct dump_thread *d)
  * (and locals), and whether the futex it waits on is the GIL. Kept apart
  * from printing so that other per-thread readings (native frames) can join.
  */
-static void collect_thread(struct pyrt *rt, struct dump_thread *d, const struct dump_opts *o)
+static void collect_thread(struct pyrt *rt, struct dump_thread *d, const struct dump_opts *o,
+			   size_t *locals_left)
 {
 	struct pyrt_range gil[DUMP_GIL_RANGES];
 	/* A thread whose walk fails still gets printed, with what was read. */
 	pyrt_stack(rt, &d->py, &d->stack, NULL);
 	if (o->locals) {
-		collect_locals(rt, d);
+		collect_locals(rt, d, locals_left);
 	}
 	size_t ng = pyrt_gil_ranges(rt, d->py.interp, gil, DUMP_GIL_RANGES);
 	bool in_gil = false;
@@ -190,7 +207,7 @@ static int collect(struct target *t, const struct spy_thread_info *os, size_t no
 			memcpy(d->comm, ot->comm, sizeof(d->comm));
 			d->wait = ot->wait;
 		}
-		collect_thread(t->rt, d, o);
+		collect_thread(t->rt, d, o, &r->locals_left);
 		if (o->nat) {
 			native_unwind(o->nat, t, d->py.native_tid, &o->pcs[r->n - 1]);
 		}
@@ -320,6 +337,7 @@ int cmd_dump(int argc, char **argv)
 		.core = o.core,
 		.threads = spy_xcalloc(SPY_MAX_THREADS, sizeof(*r.threads)),
 		.locals = o.locals,
+		.locals_left = DUMP_LOCALS_BUDGET,
 	};
 	struct native nat;
 	if (o.native) {

@@ -29,7 +29,16 @@ enum dump_state {
 struct dump_frame_locals {
 	size_t first, n;
 	bool unreadable;
+	bool over_budget;     /* not read: DUMP_LOCALS_BUDGET was spent (unreadable too) */
 };
+
+/*
+ * Memory --locals may take over all threads: a frame holds up to
+ * PYRT_MAX_LOCALS values of a few hundred bytes, and frames x threads of
+ * a hostile (or just deep, wide) target would multiply into gigabytes.
+ * Frames past the budget print "(locals left out: ...)".
+ */
+#define DUMP_LOCALS_BUDGET ((size_t)32 << 20)
 
 struct dump_thread {
 	struct py_thread py;
@@ -58,6 +67,7 @@ struct dump_result {
 	struct dump_thread *threads;
 	size_t n;
 	bool locals;
+	size_t locals_left;                /* of DUMP_LOCALS_BUDGET */
 };
 
 const char *dump_state_name(enum dump_state s);

@@ -10,6 +10,7 @@
 #include "cmd/cmd.h"
 #include "cmd/opts.h"
 #include "common/log.h"
+#include "common/term.h"
 
 struct command {
 	const char *name;
@@ -36,11 +37,16 @@ static void usage(FILE *f)
 
 int cmd_fail(const struct spy_err *err)
 {
+	/* Messages quote names from targets and files: escaped, one line. */
+	struct spy_buf b = SPY_BUF_INIT;
+	spy_buf_adds(&b, "spy: ");
+	spy_term_adds(&b, err->msg);
 	if (err->remedy[0]) {
-		fprintf(stderr, "spy: %s; %s\n", err->msg, err->remedy);
-	} else {
-		fprintf(stderr, "spy: %s\n", err->msg);
+		spy_buf_adds(&b, "; ");
+		spy_term_adds(&b, err->remedy);
 	}
+	fprintf(stderr, "%s\n", b.buf);
+	spy_buf_release(&b);
 	return spy_err_exit_code(err->code);
 }
 
@@ -63,10 +69,14 @@ int cmd_parse_options(const char *cmd, const char *const *usage, const struct op
 int cmd_usage_error(const char *cmd, const char *fmt, ...)
 {
 	va_list ap;
-	fprintf(stderr, "spy%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+	struct spy_buf msg = SPY_BUF_INIT, b = SPY_BUF_INIT;
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	spy_buf_vaddf(&msg, fmt, ap);
 	va_end(ap);
+	spy_term_escape(&b, msg.buf, msg.len, (size_t)-1, NULL);
+	fprintf(stderr, "spy%s%s: %s", cmd ? " " : "", cmd ? cmd : "", b.buf);
+	spy_buf_release(&msg);
+	spy_buf_release(&b);
 	if (cmd) {
 		fprintf(stderr, " (see 'spy %s --help')\n", cmd);
 	} else {

@@ -39,7 +39,9 @@ int native_init(struct native *n, struct target *t, bool all, struct spy_err *er
 	if (proc_exe(t->proc)[0]) {
 		n->opts.hide_libs[1] = spy_strtab_interns(t->strs, spy_basename(proc_exe(t->proc)));
 	}
+#ifdef SPY_TEST_HOOKS
 	n->fail_for_tests = getenv("SPY_TEST_NATIVE_FAIL") != NULL;
+#endif
 	return 0;
 }
 

@@ -31,6 +31,7 @@
 #include "cmd/opts.h"
 #include "cmd/top.h"
 #include "cmd/walker.h"
+#include "common/term.h"
 #include "common/util.h"
 #include "flamegraph/flamegraph.h"
 
@@ -177,8 +178,11 @@ static void format_header(struct top *t, uint64_t now, struct spy_buf *h)
 	uint64_t samples = e->samples - t->mark_samples;
 	double span = (double)(now - t->mark_ns) / 1e9;
 	/* The command line last: a narrow terminal cuts it, not the numbers. */
-	spy_buf_addf(h, "spy top: process %d, Python %s, %.1f s elapsed: %s\n", target_pid(tg),
-		     pyrt_version_string(tg->rt), eng_elapsed(e, now), target_cmdline(tg));
+	spy_buf_addf(h, "spy top: process %d, Python ", target_pid(tg));
+	spy_term_adds(h, pyrt_version_string(tg->rt));
+	spy_buf_addf(h, ", %.1f s elapsed: ", eng_elapsed(e, now));
+	spy_term_adds(h, target_cmdline(tg));
+	spy_buf_addch(h, '\n');
 	spy_buf_addf(h, "samples: %llu (%.1f Hz of %g), threads: %zu, ", (unsigned long long)samples,
 		     span > 0 ? (double)samples / span : 0.0, e->o.rate, e->live_threads);
 	if (e->o.subprocesses) {
@@ -280,7 +284,7 @@ static bool between_ticks(void *ctx, struct engine *e, uint64_t now)
 	}
 	if (now >= t->next_ns) {
 		snapshot(t, now);
-		uint64_t step = (uint64_t)(t->refresh_s * 1e9);
+		uint64_t step = spy_s_to_ns(t->refresh_s);
 		/* Late (a slow terminal): the next refresh is a whole period from now, not a burst. */
 		t->next_ns = t->next_ns + step > now ? t->next_ns + step : now + step;
 	}
@@ -407,8 +411,13 @@ static int run(struct top *t, const struct eng_opts *o, struct top_args *a)
 	signal(SIGPIPE, SIG_IGN);
 	keys_enter(t);
 	screen_enter(t);
+	if (t->tty) {
+		/* A crash must not leave the terminal raw and on the alternate screen. */
+		spy_term_crash_arm(STDIN_FILENO, t->keys ? &t->saved_tio : NULL, STDOUT_FILENO,
+				   "\033[?25h\033[?1049l");
+	}
 	start_interval(t, ticker_now_ns());
-	t->next_ns = t->mark_ns + (uint64_t)(t->refresh_s * 1e9);
+	t->next_ns = t->mark_ns + spy_s_to_ns(t->refresh_s);
 	if (t->tty) {
 		/* the frame of the view at once, rather than a blank screen for a whole interval */
 		snapshot(t, t->mark_ns);
@@ -421,6 +430,7 @@ static int run(struct top *t, const struct eng_opts *o, struct top_args *a)
 	if (!t->out_broken && (t->e.samples > t->mark_samples || !t->snapshots)) {
 		snapshot(t, end);
 	}
+	spy_term_crash_disarm();
 	screen_leave(t);
 	keys_leave(t);
 

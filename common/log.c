@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "common/log.h"
+#include "common/term.h"
 
 int spy_log_level = SPY_LOG_WARN;
 
@@ -27,9 +29,13 @@ void spy_log_write(int level, const char *fmt, ...)
 {
 	static const char *tags[] = { "error", "warn", "info", "debug", "trace" };
 	va_list ap;
-	fprintf(stderr, "spy[%s]: ", tags[level < 0 ? 0 : level > 4 ? 4 : level]);
+	struct spy_buf msg = SPY_BUF_INIT, b = SPY_BUF_INIT;
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	spy_buf_vaddf(&msg, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	/* Log lines quote target strings too. */
+	spy_term_escape(&b, msg.buf, msg.len, (size_t)-1, NULL);
+	fprintf(stderr, "spy[%s]: %s\n", tags[level < 0 ? 0 : level > 4 ? 4 : level], b.buf);
+	spy_buf_release(&msg);
+	spy_buf_release(&b);
 }

@@ -48,6 +48,15 @@ char *spy_xstrdup(const char *s)
 	return d;
 }
 
+uint64_t spy_s_to_ns(double s)
+{
+	if (!(s > 0)) {
+		return 0;
+	}
+	double ns = s * 1e9 + 0.5;
+	return ns < (double)SPY_NS_MAX ? (uint64_t)ns : SPY_NS_MAX;
+}
+
 void spy_grow(void **v, size_t *alloc, size_t need, size_t elsize)
 {
 	if (need <= *alloc) {

@@ -43,6 +43,16 @@ static inline uint64_t spy_mix64(uint64_t x)
 
 #define SPY_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
+/*
+ * Seconds as nanoseconds, saturating: NaN and s <= 0 give 0, anything from
+ * SPY_NS_MAX up gives SPY_NS_MAX (146 years, so that adding it to a
+ * monotonic clock reading cannot wrap). Converting an out-of-range double
+ * to an integer is undefined behaviour, and the doubles come from options
+ * and files: a --rate of 1e-300 is a period of 1e309 ns.
+ */
+#define SPY_NS_MAX ((uint64_t)1 << 62)
+uint64_t spy_s_to_ns(double s);
+
 /* Internal invariant broken: a bug in spy, never a property of the target. */
 #define SPY_BUG(...) spy_bug(__FILE__, __LINE__, __VA_ARGS__)
 _Noreturn void spy_bug(const char *file, int line, const char *fmt, ...)

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/term.h"
 #include "common/util.h"
 #include "flamegraph/internal.h"
 
@@ -53,6 +54,7 @@ struct fg_profile *fg_profile_new(struct spy_strtab *strtab, unsigned flags)
 	p->flags = flags;
 	p->strtab = strtab ? strtab : &p->own_strtab;
 	p->max_stacks = FG_MAX_STACKS;
+	p->max_read = FG_MAX_READ_BYTES;
 	p->last_stack = FG_NONE;
 	return p;
 }
@@ -90,6 +92,11 @@ unsigned fg_profile_flags(const struct fg_profile *p)
 void fg_profile_limit_stacks(struct fg_profile *p, size_t max_stacks)
 {
 	p->max_stacks = max_stacks < FG_MAX_STACKS ? max_stacks : FG_MAX_STACKS;
+}
+
+void fg_profile_limit_read(struct fg_profile *p, size_t max_bytes)
+{
+	p->max_read = max_bytes;
 }
 
 /* Double the frame hash (or create it) and reinsert every frame. */
@@ -503,21 +510,11 @@ static int key_rank(const char *key)
 
 static char *sanitize_value(const char *value)
 {
-	size_t len = strlen(value);
-	if (len > FG_MAX_META_VALUE) {
-		len = FG_MAX_META_VALUE;
-		/* Do not leave half a UTF-8 sequence: back off continuation bytes. */
-		while (len > 0 && ((unsigned char)value[len] & 0xc0) == 0x80) {
-			len--;
-		}
-	}
-	char *v = spy_xmalloc(len + 1);
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)value[i];
-		v[i] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
-	}
-	v[len] = '\0';
-	return v;
+	/* A command line is the target's: the one terminal escaper, bounded
+	 * (whole escapes and code points only). */
+	struct spy_buf b = SPY_BUF_INIT;
+	spy_term_escape(&b, value, strnlen(value, 4 * FG_MAX_META_VALUE), FG_MAX_META_VALUE, NULL);
+	return spy_buf_detach(&b, NULL);
 }
 
 void fg_profile_meta_set(struct fg_profile *p, const char *key, const char *value)

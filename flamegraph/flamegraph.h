@@ -77,10 +77,13 @@ int fg_profile_add(struct fg_profile *p, const struct spy_stack *s, uint64_t cou
 
 /* Cap the distinct stacks (known ones still count), to bound memory. */
 void fg_profile_limit_stacks(struct fg_profile *p, size_t max_stacks);
+/* The byte budget of each folded read into p (default FG_MAX_READ_BYTES). */
+void fg_profile_limit_read(struct fg_profile *p, size_t max_bytes);
 
 void fg_profile_stats(const struct fg_profile *p, struct fg_stats *st);
 
-/* Metadata: key [A-Za-z0-9._-]+, value copied and made safe for a folded file; NULL removes. */
+/* Metadata: key [A-Za-z0-9._-]+, value copied through the terminal escaper
+ * (common/term.h), cut to FG_MAX_META_VALUE bytes; NULL removes. */
 void fg_profile_meta_set(struct fg_profile *p, const char *key, const char *value);
 void fg_profile_meta_setf(struct fg_profile *p, const char *key, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -29,6 +29,7 @@
 #include <zlib.h>
 
 #include "common/log.h"
+#include "common/term.h"
 #include "common/util.h"
 #include "flamegraph/internal.h"
 
@@ -37,24 +38,9 @@
 void fg_escape(struct spy_buf *out, const char *s)
 {
 	/* Cap what is written so every frame fits the reader's FG_MAX_FRAME;
-	 * strings decoded from a target are bounded like this already. */
-	size_t len = strnlen(s, SPY_MAX_STR + 1);
-	if (len > SPY_MAX_STR) {
-		len = SPY_MAX_STR;
-		while (len > 0 && ((unsigned char)s[len] & 0xc0) == 0x80) {
-			len--;
-		}
-	}
-	const char *run = s, *end = s + len;
-	for (; s < end; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == ';' || c < 0x20 || c == 0x7f) {
-			spy_buf_add(out, run, (size_t)(s - run));
-			spy_buf_addch(out, '?');
-			run = s + 1;
-		}
-	}
-	spy_buf_add(out, run, (size_t)(s - run));
+	 * strings decoded from a target are bounded like this already. Folded
+	 * text is read in terminals too: the one terminal escaper, plus ';'. */
+	spy_term_escape(out, s, strnlen(s, 4 * SPY_MAX_STR), SPY_MAX_STR, ";");
 }
 
 static void add_u64(struct spy_buf *out, uint64_t v)
@@ -380,6 +366,7 @@ struct reader {
 
 	uint32_t *ids;
 	size_t ids_alloc;
+	size_t kept;           /* bytes this read added to the profile, about */
 };
 
 __attribute__((format(printf, 2, 3)))
@@ -600,7 +587,13 @@ static uint32_t parse_frame(struct reader *r, const char *t, size_t n)
 	}
 	const char *func = spy_strtab_intern(st, t, funclen);
 	const char *ifile = file ? spy_strtab_intern(st, file, filelen) : NULL;
-	return fg_intern_frame(r->p, func, ifile, line, kind);
+	size_t before = r->p->nframes;
+	uint32_t id = fg_intern_frame(r->p, func, ifile, line, kind);
+	if (r->p->nframes > before) {
+		/* Its names (at most: they may be shared), the frame, two hash slots. */
+		r->kept += funclen + filelen + 2 + sizeof(struct fg_frame) + 2 * sizeof(uint32_t);
+	}
+	return id;
 }
 
 static int parse_stack(struct reader *r, const char *s, size_t len)
@@ -661,9 +654,17 @@ static int parse_stack(struct reader *r, const char *s, size_t len)
 	if (count > FG_MAX_TOTAL - r->p->samples) {
 		return bad(r, "more than %llu samples in all", FG_MAX_TOTAL);
 	}
+	size_t before = r->p->nstacks;
 	if (fg_add_path(r->p, r->ids, depth, count) < 0) {
 		return spy_err_set(r->err, SPY_EBOUND, "%s:%zu: more distinct stacks than the limit of %zu",
 				   r->name, r->lineno, r->p->max_stacks);
+	}
+	if (r->p->nstacks > before) {
+		r->kept += depth * sizeof(uint32_t) + 32;
+	}
+	if (r->kept > r->p->max_read) {
+		return bad(r, "the profile would take more than %zu MiB of memory (the read budget; "
+			   "a decompression bomb?)", r->p->max_read >> 20);
 	}
 	return 0;
 }

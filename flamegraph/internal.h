@@ -221,8 +221,10 @@ int fg_profile_write_chrome(const struct fg_profile *p, const struct fg_timeline
  * Folded text of a frame (fg_frame_format): a Python or native frame is
  * "func (file:line)", or "func (file)" when line is 0; a synthetic frame
  * (the process or thread root) is its func alone. Target strings are hostile:
- * ';' and control bytes (< 0x20, 0x7f) become '?', so a frame can neither
- * split into two nor break its line. Bytes >= 0x80 pass through untouched.
+ * ';' becomes '?' and control characters, bidi controls and invalid UTF-8
+ * are made visible by the terminal escaper (common/term.h: "\x1b",
+ * "\u202e"), so a frame can neither split into two, break its line nor
+ * drive a terminal; other UTF-8 passes through untouched.
  * Reading splits a frame on its last " (" and, inside the parentheses, on
  * the last ':' when what follows is a line number (0..4294967295 written
  * without leading zeros); a frame without " (...)" is synthetic, one with a
@@ -424,6 +426,12 @@ int fg_profile_write_chrome(const struct fg_profile *p, const struct fg_timeline
 #define FG_MAX_META_KEY 64
 /* Distinct stacks by default (ids are 32-bit); see fg_profile_limit_stacks. */
 #define FG_MAX_STACKS (UINT32_MAX - 1)
+/*
+ * Memory one read of a folded file may add to a profile (new names,
+ * frames and stacks), by default; see fg_profile_limit_read. A 40 MB .gz
+ * can inflate to millions of distinct deep stacks: gigabytes.
+ */
+#define FG_MAX_READ_BYTES ((size_t)1 << 30)
 
 
 /* No frame / no node (the root's parent and frame). */
@@ -447,9 +455,9 @@ unsigned fg_profile_flags(const struct fg_profile *p);
 
 /*
  * Metadata in full. Keys are 1..FG_MAX_META_KEY bytes of [A-Za-z0-9._-]; any other
- * key is a bug in the caller (SPY_BUG). Values are copied; control bytes are
- * replaced by '?' and values longer than FG_MAX_META_VALUE are cut at a UTF-8
- * boundary, so what is stored is exactly what a folded file round-trips.
+ * key is a bug in the caller (SPY_BUG). Values are copied through the
+ * terminal escaper (common/term.h) and cut to FG_MAX_META_VALUE bytes at a
+ * unit boundary, so what is stored is exactly what a folded file round-trips.
  * value NULL removes the key. fg_profile_meta_get returns NULL when unset;
  * the pointer is valid until that key is set again.
  */
@@ -500,6 +508,7 @@ struct fg_profile {
 	/* Distinct stacks, a hash of index + 1 over them, and their frames. */
 	struct fg_stack_ent *stacks;
 	size_t nstacks, stacks_alloc, max_stacks;
+	size_t max_read;       /* fg_profile_limit_read */
 	uint32_t *sslots;
 	size_t nsslots;
 	uint32_t *pool;
@@ -543,8 +552,9 @@ void fg_funcs_init(struct fg_funcs *fs, const struct fg_profile *p);
 void fg_funcs_release(struct fg_funcs *fs);
 
 /*
- * Append s with ';' and control bytes replaced by '?', at most SPY_MAX_STR
- * bytes of it (the one folded escaper).
+ * Append s as common/term.h escapes it for a terminal, ';' replaced by '?',
+ * at most SPY_MAX_STR bytes (the one folded escaper; table, diff and top
+ * print names through it too).
  */
 void fg_escape(struct spy_buf *out, const char *s);
 

@@ -34,6 +34,7 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "common/term.h"
 #include "common/util.h"
 #include "flamegraph/internal.h"
 
@@ -141,23 +142,13 @@ struct pp {
 	int64_t period;           /* ns per sample, 0 when the rate is unknown */
 };
 
-/* A new string_table entry for s (valid UTF-8 after replacement); its index. */
+/* A new string_table entry for s (valid UTF-8, controls made visible); its index. */
 static uint64_t string_new(struct pp *pp, const char *s)
 {
 	struct spy_buf *t = &pp->sub2;
 	spy_buf_reset(t);
-	const unsigned char *u = (const unsigned char *)s;
-	size_t n = strlen(s);
-	for (size_t i = 0; i < n;) {
-		uint32_t cp;
-		size_t len = fg_utf8_decode(u + i, n - i, &cp);
-		if (cp == 0xfffd && !(len == 3 && u[i] == 0xef)) {
-			spy_buf_add(t, "\xef\xbf\xbd", 3);
-		} else {
-			spy_buf_add(t, u + i, len);
-		}
-		i += len;
-	}
+	/* pprof shows these strings in a terminal: the one terminal escaper. */
+	spy_term_adds(t, s);
 	put_bytes(&pp->strings, 6, t->buf, t->len);
 	spy_buf_reset(t);
 	return pp->nstrings++;
@@ -295,7 +286,8 @@ int fg_profile_write_pprof(const struct fg_profile *p, FILE *f, struct spy_err *
 
 	double rate = meta_number(p, FG_META_RATE_HZ);
 	if (rate > 0 && rate < 1e9) {
-		pp.period = (int64_t)(1e9 / rate + 0.5);
+		/* A crafted "# rate-hz: 1e-300" saturates, never overflows. */
+		pp.period = (int64_t)spy_s_to_ns(1.0 / rate);
 	}
 	value_type(&pp, 1, "samples", "count");
 	if (pp.period) {

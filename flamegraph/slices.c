@@ -84,6 +84,9 @@ static int cmp_ent(const void *a, const void *b)
 /* Sort a window's entries by stack and add up duplicates. */
 static void squash(struct window *w)
 {
+	if (!w->n) {
+		return; /* and w->v may be NULL, which qsort must not get */
+	}
 	qsort(w->v, w->n, sizeof(*w->v), cmp_ent);
 	size_t k = 0;
 	for (size_t i = 0; i < w->n; i++) {
@@ -105,7 +108,10 @@ static void halve(struct fg_slices *s)
 		if (2 * i + 1 < s->nw) {
 			struct window *b = &s->w[2 * i + 1];
 			SPY_GROW(a.v, a.alloc, a.n + b->n);
-			memcpy(a.v + a.n, b->v, b->n * sizeof(*b->v));
+			/* An empty window has no array: memcpy from NULL is undefined. */
+			if (b->n) {
+				memcpy(a.v + a.n, b->v, b->n * sizeof(*b->v));
+			}
 			a.n += b->n;
 			free(b->v);
 			squash(&a);
@@ -171,7 +177,9 @@ void fg_slices_add(struct fg_slices *s, const struct fg_profile *p, double t, ui
 	if (stack == FG_NONE || !count) {
 		return;
 	}
-	if (!(t >= 0)) {
+	/* NaN, negative or infinite times (a clock gone wrong) pin to 0: inf
+	 * would halve for ever, and its cast is undefined. */
+	if (!(t >= 0) || !(t < 1e12)) {
 		t = 0;
 	}
 	while (t / s->len_s >= FG_MAX_SLICES) {

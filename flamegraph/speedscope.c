@@ -54,9 +54,12 @@ static int collect(void *ctx, const uint32_t *frames, size_t depth, uint64_t cou
 		e.thread = frames[i++];
 	}
 	e.depth = (uint32_t)(depth - i);
-	SPY_GROW(s->pool, s->pool_alloc, s->npool + e.depth);
-	memcpy(s->pool + s->npool, frames + i, e.depth * sizeof(*frames));
-	s->npool += e.depth;
+	/* A stack of roots alone adds nothing, and the pool may still be NULL. */
+	if (e.depth) {
+		SPY_GROW(s->pool, s->pool_alloc, s->npool + e.depth);
+		memcpy(s->pool + s->npool, frames + i, e.depth * sizeof(*frames));
+		s->npool += e.depth;
+	}
 	SPY_GROW(s->v, s->alloc, s->n + 1);
 	s->v[s->n++] = e;
 	return 0;
@@ -119,7 +122,8 @@ static void write_profile(struct ss *s, size_t lo, size_t hi, double rate, struc
 	spy_buf_adds(b, ",\n\"samples\":[");
 	for (size_t i = lo; i < hi; i++) {
 		spy_buf_adds(b, i > lo ? ",[" : "[");
-		const uint32_t *ids = s->pool + s->v[i].off;
+		/* Roots alone: no frames, and the pool may be NULL. */
+		const uint32_t *ids = s->v[i].depth ? s->pool + s->v[i].off : NULL;
 		for (uint32_t j = 0; j < s->v[i].depth; j++) {
 			spy_buf_addf(b, j ? ",%" PRIu32 : "%" PRIu32, ids[j]);
 		}

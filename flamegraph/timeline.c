@@ -44,7 +44,8 @@ static uint64_t period_of(double rate_hz)
 	if (!(rate_hz > 0 && rate_hz < 1e9)) {
 		rate_hz = FG_TIMELINE_RATE;
 	}
-	return (uint64_t)(1e9 / rate_hz + 0.5);
+	/* 1e-300 Hz passes the test above: the conversion saturates. */
+	return spy_s_to_ns(1.0 / rate_hz);
 }
 
 struct fg_timeline *fg_timeline_new(double rate_hz)
@@ -120,7 +121,7 @@ void fg_timeline_add(struct fg_timeline *tl, const struct fg_profile *p, const s
 		return;
 	}
 	/* Negative or absurd times (a clock going back) pin to 0. */
-	uint64_t t_ns = t > 0 && t < 1e9 ? (uint64_t)(t * 1e9 + 0.5) : 0;
+	uint64_t t_ns = t < 1e9 ? spy_s_to_ns(t) : 0;
 	struct tl_track *tr = track_of(tl, th);
 	if (tr->n && t_ns < tr->runs[tr->n - 1].last_ns) {
 		t_ns = tr->runs[tr->n - 1].last_ns;

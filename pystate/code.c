@@ -44,6 +44,7 @@ void pycode_cache_release(struct pyrt *rt)
 	}
 	free(rt->cache);
 	rt->cache = NULL;
+	rt->tab_bytes = 0;
 }
 
 bool pyrt_is_type(struct pyrt *rt, spy_addr_t *cached, spy_addr_t type, const char *name)
@@ -119,12 +120,25 @@ static int decode(struct pyrt *rt, struct pycode *c, spy_addr_t addr, const unsi
 	if ((rc = intern_str(rt, name, &c->func)) < 0 || (rc = intern_str(rt, file, &c->file)) < 0) {
 		return rc;
 	}
+	size_t had = c->tab_alloc;
 	rc = pybytes_read(rt->mem, o, tab, SPY_MAX_LINETABLE, &c->tab, &c->tab_alloc, &c->tab_len, &type);
+	rt->tab_bytes += c->tab_alloc - had;
 	if (rc < 0) {
 		return rc;
 	}
 	if (!pyrt_is_type(rt, &rt->bytes_type, type, bytes_name(rt))) {
 		return -SPY_ECORRUPT;
+	}
+	if (rt->tab_bytes > PYCODE_TAB_BUDGET) {
+		/* Name and file without lines rather than gigabytes of tables. */
+		if (!rt->tab_over_budget++) {
+			spy_log(SPY_LOG_DEBUG, "pystate: line tables over their budget of %zu MiB: "
+				"lines left out", PYCODE_TAB_BUDGET >> 20);
+		}
+		rt->tab_bytes -= c->tab_alloc;
+		free(c->tab);
+		c->tab = NULL;
+		c->tab_alloc = c->tab_len = 0;
 	}
 	c->type = pyrt_u64(hdr, o->ob_type);
 	c->name_ptr = pyrt_u64(hdr, o->code_name);

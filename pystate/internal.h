@@ -18,6 +18,10 @@
 /* Code-cache slots: enough for the hot code of a big program, bounded so
  * a target churning through lambdas cannot grow us. Power of two. */
 #define PYCODE_CACHE_SLOTS 4096
+/* Line-table bytes the cache may hold in all: slots x SPY_MAX_LINETABLE
+ * would be 4 GiB. Past it a code object is cached without its table (its
+ * frames show no line). Real tables are a few hundred bytes. */
+#define PYCODE_TAB_BUDGET ((size_t)64 << 20)
 
 /* Threads whose names are remembered (more than SPY_MAX_THREADS: slots of
  * ended threads stay until the next full scan). Power of two. */
@@ -81,6 +85,8 @@ struct pyrt {
 
 	struct pycode *cache;       /* PYCODE_CACHE_SLOTS entries */
 	uint64_t cache_hits, cache_misses;
+	size_t tab_bytes;           /* line tables held by the cache (PYCODE_TAB_BUDGET) */
+	uint64_t tab_over_budget;   /* tables dropped for it */
 
 	struct pyrt_seen_ent *seen; /* PYRT_SEEN_SLOTS, see pyrt_seen() */
 	uint32_t seen_gen;

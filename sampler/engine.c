@@ -55,6 +55,7 @@ const char *const eng_error_names[ENG_ERR_MAX] = {
 	[ENG_ERR_TRUNCATED] = "truncated",
 	[ENG_ERR_DROPPED] = "dropped",
 	[ENG_ERR_NATIVE] = "native",
+	[ENG_ERR_STATE] = "state",
 };
 
 /* ---- the thread table ---- */
@@ -85,7 +86,7 @@ static struct eng_os_thread *thread_get(struct engine *e, struct eng_process *p,
 		ops->task_open(&p->proc, &th->task, tid);
 	} else {
 		th->task.tid = tid;
-		th->task.stat_fd = th->task.sched_fd = -1;
+		th->task.stat_fd = -1;
 	}
 	if (ops->task_name) {
 		ops->task_name(&p->proc, tid, th->comm, sizeof(th->comm));
@@ -186,6 +187,7 @@ static int launch(struct engine *e, char **program, struct spy_err *err)
 	while ((rc = process_open(e, e->sp.pid, &p, &last)) < 0) {
 		if (rc == -SPY_EPERM) {
 			*err = last;
+			spawn_abandon(&e->sp);
 			return rc;
 		}
 		if (spawn_reap(&e->sp, false)) {
@@ -197,6 +199,8 @@ static int launch(struct engine *e, char **program, struct spy_err *err)
 			return spy_err_set(err, SPY_EINTR, "interrupted");
 		}
 		if (ticker_now_ns() >= deadline) {
+			/* Not left running unsupervised, as root or otherwise. */
+			spawn_abandon(&e->sp);
 			return spy_err_set(err, SPY_ENOPY, "no Python interpreter found in '%s' (process %d) after %llu s: %s",
 					   program[0], (int)e->sp.pid,
 					   (unsigned long long)(LAUNCH_WAIT_NS / 1000000000ull), last.msg);
@@ -227,7 +231,11 @@ int eng_open(struct engine *e, const struct eng_opts *o, const struct eng_walker
 	if (rc < 0) {
 		return rc;
 	}
-	return process_start(e, e->procs[0], err);
+	rc = process_start(e, e->procs[0], err);
+	if (rc < 0 && program) {
+		spawn_abandon(&e->sp);
+	}
+	return rc;
 }
 
 /* ---- one tick ---- */
@@ -282,7 +290,7 @@ static int walk_with_retry(struct engine *e, struct eng_process *p, size_t *n, u
  * holding no GIL is taken as idle this once; so is one without a TID.
  */
 static bool is_active(struct eng_process *p, const struct eng_thread *t, struct eng_os_thread *th,
-		      bool fresh)
+		      bool fresh, uint64_t *failed)
 {
 	if (t->holds_gil) {
 		return true;
@@ -292,8 +300,10 @@ static bool is_active(struct eng_process *p, const struct eng_thread *t, struct 
 	}
 	if (!p->attached && p->proc.ops->task_refresh) {
 		p->proc.ops->task_refresh(&th->task, false);
+		*failed += th->task.failed;
 	}
-	bool trusted = !p->attached || (!fresh && th->had_cpu);
+	/* A state that could not be read is no reason to call a thread idle. */
+	bool trusted = !p->attached || (!fresh && th->had_cpu) || th->task.failed;
 	return trusted && proc_task_active(&th->task);
 }
 
@@ -313,7 +323,7 @@ static bool keep(struct engine *e, struct eng_process *p, size_t i, struct eng_o
 			return false;
 		}
 	}
-	bool active = is_active(p, t, th, fresh);
+	bool active = is_active(p, t, th, fresh, &e->errors[ENG_ERR_STATE]);
 	e->thread_samples++;
 	e->active_samples += active;
 	*idle = !active;
@@ -333,6 +343,7 @@ static long sample_paused(struct engine *e, struct eng_process *p, uint64_t now)
 		if (p->attached && ops->task_refresh) {
 			th->had_cpu = th->task.read_ns != 0;
 			ops->task_refresh(&th->task, true);
+			e->errors[ENG_ERR_STATE] += th->task.failed;
 		}
 	}
 	if (p->attached) {
@@ -559,7 +570,7 @@ static bool next_tick(struct engine *e, const struct eng_callbacks *cb)
 void eng_run(struct engine *e, const struct eng_callbacks *cb)
 {
 	e->start_ns = ticker_now_ns();
-	e->end_ns = e->o.duration >= 0 ? e->start_ns + (uint64_t)(e->o.duration * 1e9) : UINT64_MAX;
+	e->end_ns = e->o.duration >= 0 ? e->start_ns + spy_s_to_ns(e->o.duration) : UINT64_MAX;
 	ticker_init(&e->tk, e->o.rate, e->start_ns);
 	while (next_tick(e, cb)) {
 		sample_tick(e, cb);
@@ -721,4 +732,11 @@ void eng_summary(const struct engine *e, uint64_t now_ns, struct spy_buf *out)
 		     (unsigned long long)e->samples, el, el > 0 ? (double)e->samples / el : 0.0,
 		     (unsigned long long)e->tk.missed);
 	eng_format_errors(e, out);
+	for (size_t i = 0; i < e->nprocs; i++) {
+		const struct spy_process *sp = &e->procs[i]->proc;
+		if (sp->ops->execed && sp->ops->execed(sp)) {
+			spy_buf_addf(out, "; process %d replaced its program (exec): sampling stopped there",
+				     (int)sp->ops->pid(sp));
+		}
+	}
 }

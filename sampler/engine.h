@@ -63,6 +63,8 @@ struct spy_process_ops {
 	bool (*alive)(struct spy_process *p);
 	/* The exit status reaped while tracing (see proc_exit_status). */
 	bool (*exit_status)(const struct spy_process *p, int *status);
+	/* Whether it exec'd while traced (see proc_execed); NULL: never. */
+	bool (*execed)(const struct spy_process *p);
 	/* Memory: a fresh view for a walk of a running process; re-read the maps. */
 	void (*fresh_view)(struct spy_process *p);
 	void (*read_maps)(struct spy_process *p);
@@ -161,6 +163,7 @@ enum eng_error {
 	ENG_ERR_TRUNCATED,  /* a walk stopped at a bound or bad memory (kept) */
 	ENG_ERR_DROPPED,    /* the command refused a stack (stack callback < 0) */
 	ENG_ERR_NATIVE,     /* --native: a thread could not be unwound (Python stack kept) */
+	ENG_ERR_STATE,      /* a thread's state file would not open (descriptors?): sampled anyway */
 	ENG_ERR_MAX
 };
 extern const char *const eng_error_names[ENG_ERR_MAX];

@@ -35,6 +35,7 @@ struct proc_tracee {
 	bool group_stop;       /* last stop was a group-stop: restart with PTRACE_LISTEN */
 	int sig;               /* signal owed to the thread (see the invariant above) */
 	unsigned redeliveries; /* signals re-delivered during the current pause */
+	bool straggler;        /* missed a pause deadline, not stopped since: not waited for */
 };
 
 /*
@@ -119,6 +120,7 @@ struct proc {
 	bool attached;
 	bool paused;
 	pid_t tracer;          /* getpid() of the process that attached */
+	bool execed;           /* a thread exec'd: the image we resolved is gone */
 	bool exited;           /* we reaped the thread-group leader's exit ... */
 	int exit_status;       /* ... and this is its wait status */
 	struct proc *next_attached; /* link in ptrace.c's registry of attached procs */
@@ -179,5 +181,12 @@ void tracer_forget(struct proc *p);
 
 /* Map an errno from a /proc access to a spy code (negative). */
 int procfs_errno_code(int e);
+
+/*
+ * RLIMIT_NOFILE (tasks.c): raise the soft limit to the hard one (once; at
+ * the first proc_open), and put the original back in a launched child.
+ */
+void proc_fd_limit_raise(void);
+void proc_fd_limit_restore(void);
 
 #endif

@@ -333,6 +333,8 @@ int proc_open(struct proc **out, pid_t pid, struct spy_err *err)
 		return spy_err_set(err, SPY_ENOPROC, "process %d not found", (int)pid);
 	}
 
+	/* A thread costs a descriptor (tasks.c): thousands of threads, thousands. */
+	proc_fd_limit_raise();
 	struct proc *p = spy_xcalloc(1, sizeof(*p));
 	p->pid = pid;
 	p->mem_tid = pid;

@@ -115,6 +115,11 @@ static void live_thread_wait(const struct spy_process *p, pid_t tid, struct proc
 	proc_task_wait(live(p), tid, out);
 }
 
+static bool live_execed(const struct spy_process *p)
+{
+	return proc_execed(live(p));
+}
+
 static const struct spy_process_ops live_ops = {
 	.kind = "process",
 	.pid = live_pid,
@@ -126,6 +131,7 @@ static const struct spy_process_ops live_ops = {
 	.detach = live_detach,
 	.alive = live_alive,
 	.exit_status = live_exit_status,
+	.execed = live_execed,
 	.fresh_view = live_fresh_view,
 	.read_maps = live_read_maps,
 	.task_open = live_task_open,

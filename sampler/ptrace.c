@@ -60,6 +60,13 @@
  * longer (uninterruptible sleep, a starved CPU) is not executing user code,
  * so rather than hold every other thread stopped behind it we sample without
  * it; its interrupt stays pending and a later pause collects the trap.
+ * Such a straggler is not waited for again until it has stopped: a thread
+ * in D state for minutes would otherwise cost every pause the whole timeout
+ * with every other thread stopped. Each pause and each poll between ticks
+ * still looks at it once (collect_pending), so it is sampled again, and
+ * restarted, as soon as it traps. proc_detach does not wait for it either:
+ * it stays traced, interrupt pending, until a later proc_detach (the
+ * atexit registry) finds it stopped or spy exits and the kernel detaches it.
  */
 #define PAUSE_TIMEOUT_NS (250ull * 1000 * 1000)
 /* proc_detach() waits longer: leaving a thread traced is worse than a slow exit. */
@@ -156,6 +163,8 @@ void proc_install_stop_handlers(void)
 	sa.sa_flags = 0;
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
+	/* A closed terminal or ssh session must not lose the recording. */
+	sigaction(SIGHUP, &sa, NULL);
 }
 
 /* ---- the per-thread state machine ---- */
@@ -218,6 +227,7 @@ static void collect(struct proc *p, struct proc_tracee *t, int st, enum collect_
 	int event = (int)((unsigned)st >> 16);
 	/* Any trap consumes a pending interrupt. */
 	t->interrupted = false;
+	t->straggler = false;
 	t->state = TRACEE_STOPPED;
 	t->sig = 0;
 	if (event == PTRACE_EVENT_STOP) {
@@ -226,8 +236,12 @@ static void collect(struct proc *p, struct proc_tracee *t, int st, enum collect_
 	} else if (event == 0) {
 		t->group_stop = false;
 		t->sig = sig;
+	} else if (event == PTRACE_EVENT_EXEC) {
+		/* Every address resolved in the old image now means nothing. */
+		t->group_stop = false;
+		p->execed = true;
 	}
-	/* We set no PTRACE_O_* options, so no other event can arrive; treat one as a plain stop. */
+	/* PTRACE_O_TRACEEXEC is the only option: no other event can arrive. */
 
 	spy_log(SPY_LOG_TRACE, "thread %d: %s stop, signal %d", (int)t->tid,
 		event == PTRACE_EVENT_STOP ? "event" : event ? "other" : "signal-delivery", sig);
@@ -306,7 +320,8 @@ static int stop_all(struct proc *p, uint64_t deadline, enum collect_mode mode, b
 	}
 	for (size_t i = 0; i < p->ntracees; i++) {
 		struct proc_tracee *t = &p->tracees[i];
-		while (t->state == TRACEE_RUNNING) {
+		/* Looked at once by collect_pending; not waited for (see the top). */
+		while (t->state == TRACEE_RUNNING && !(t->straggler && t->interrupted)) {
 			if (!t->interrupted) {
 				interrupt(t);
 			}
@@ -321,6 +336,7 @@ static int stop_all(struct proc *p, uint64_t deadline, enum collect_mode mode, b
 			} else {
 				spy_log(SPY_LOG_DEBUG, "thread %d of process %d did not stop in time",
 					(int)t->tid, (int)p->pid);
+				t->straggler = true;
 				break;
 			}
 		}
@@ -447,8 +463,12 @@ static int seize_new(struct proc *p, bool attaching, bool *again, struct spy_err
 				(int)p->pid, SPY_MAX_THREADS);
 			break;
 		}
-		/* No options: no clone/exec/syscall stops while the target runs between samples. */
-		if (xptrace(PTRACE_SEIZE, tid, 0) < 0) {
+		/*
+		 * Only exec stops: no clone or syscall stops while the target
+		 * runs between samples, but an exec must be seen, or the new
+		 * program would be walked with the old one's addresses.
+		 */
+		if (xptrace(PTRACE_SEIZE, tid, PTRACE_O_TRACEEXEC) < 0) {
 			int e = errno;
 			char state = 0;
 			if (e == ESRCH) {
@@ -552,6 +572,10 @@ int proc_pause(struct proc *p, struct spy_err *err)
 	if (p->ntracees == 0) {
 		return spy_err_set(err, SPY_EGONE, "process %d has exited", (int)p->pid);
 	}
+	if (p->execed) {
+		restart_all(p);
+		return spy_err_set(err, SPY_EGONE, "process %d replaced its program (exec)", (int)p->pid);
+	}
 	p->paused = true;
 	/* Nothing can change the target until it is let run: one view serves the pause. */
 	memcache_view(p, true);
@@ -574,7 +598,12 @@ int proc_poll(struct proc *p)
 	}
 	collect_pending(p, COLLECT_POLL);
 	drop_gone(p);
-	return p->ntracees ? 0 : -SPY_EGONE;
+	return p->ntracees && !p->execed ? 0 : -SPY_EGONE;
+}
+
+bool proc_execed(const struct proc *p)
+{
+	return p->execed;
 }
 
 bool proc_is_paused(const struct proc *p)
@@ -611,6 +640,7 @@ void proc_detach(struct proc *p)
 	 * is detached with its signal, which delivers it; detaching also drops
 	 * any interrupt still pending, so nothing is left to trap later.
 	 */
+	collect_pending(p, COLLECT_DETACH);
 	stop_all(p, now_ns() + DETACH_TIMEOUT_NS, COLLECT_DETACH, false);
 	size_t left = 0;
 	for (size_t i = 0; i < p->ntracees; i++) {

@@ -43,7 +43,7 @@ struct proc_thread {
 extern volatile sig_atomic_t proc_stop_requested;
 
 /*
- * Install SIGINT and SIGTERM handlers that only set proc_stop_requested.
+ * Install SIGINT, SIGTERM and SIGHUP handlers that only set proc_stop_requested.
  * Installed without SA_RESTART so that a blocking wait returns EINTR and the
  * caller can notice the flag.
  */
@@ -79,18 +79,26 @@ const struct proc_thread *proc_threads(const struct proc *p, size_t *n);
 int proc_thread_refresh(struct proc *p, struct proc_thread *t);
 
 /*
- * A thread watched across samples (tasks.c): its stat and schedstat files
- * stay open, so a refresh costs one or two pread()s. Open with
- * proc_task_open() (files that cannot be opened leave the state unknown),
- * close with proc_task_close().
+ * A thread watched across samples (tasks.c): its stat file stays open, so a
+ * refresh costs one pread() (schedstat, needed only for a thread in R, is
+ * opened for the read). One descriptor per thread, and none past a budget
+ * that keeps PROC_FD_RESERVE of the soft limit free (raised to the hard
+ * limit at the first proc_open): past it the file is opened for each read.
+ * An open that fails all the same leaves the state unknown and sets failed:
+ * the caller counts it, and proc_task_active() says true rather than let a
+ * thread pass for idle because spy ran out of descriptors.
  */
 struct proc_task {
 	pid_t tid;
-	int stat_fd, sched_fd;
+	int dirfd;                 /* the proc's /proc/PID, borrowed */
+	int stat_fd;               /* -1: opened for each read */
 	char state;                /* the state letter at the last refresh; 0 if unknown */
 	bool ran;                  /* see proc_task_refresh() */
+	bool failed;               /* the last refresh could not open a file */
 	uint64_t cpu_ns, read_ns;  /* schedstat's run time, and when it was read */
 };
+
+#define PROC_FD_RESERVE 32
 
 void proc_task_open(const struct proc *p, struct proc_task *t, pid_t tid);
 void proc_task_close(struct proc_task *t);
@@ -102,7 +110,7 @@ void proc_task_close(struct proc_task *t);
  * any state but R, ran is true.
  */
 void proc_task_refresh(struct proc_task *t, bool with_cpu);
-/* R, and (see above) really running. */
+/* R, and (see above) really running; or unknown because a file would not open. */
 bool proc_task_active(const struct proc_task *t);
 /* task/TID/comm without its newline ("" if unreadable) into buf. */
 void proc_task_comm(const struct proc *p, pid_t tid, char *buf, size_t size);
@@ -152,6 +160,14 @@ int proc_poll(struct proc *p);
  * this is then the only place to learn it.
  */
 bool proc_exit_status(const struct proc *p, int *status);
+/*
+ * True once a thread of the traced process called exec: what was resolved
+ * in the old image (the interpreter, every address) is void, so
+ * proc_pause and proc_poll then say -SPY_EGONE and the caller reports it
+ * rather than walk the new program with old addresses. Seen only while
+ * attached (not with --nonblocking).
+ */
+bool proc_execed(const struct proc *p);
 
 /* Parse the text of /proc/.../stat: state letter, or 0 if malformed. Exposed for unit tests. */
 char proc_parse_stat_state(const char *text, size_t len);
@@ -289,7 +305,28 @@ struct spawn {
 };
 
 int spawn_start(struct spawn *s, char *const argv[], struct spy_err *err);
-/* Set up SIGINT/SIGTERM for launch mode (see above); sets proc_stop_requested too. */
+/*
+ * Who the launched program runs as (spawn.c): spy run as root by sudo
+ * (getuid() 0, SUDO_UID set and not 0) drops the child to SUDO_UID,
+ * SUDO_GID and the user's supplementary groups; otherwise drop is false.
+ * -SPY_EUSAGE when SUDO_UID/SUDO_GID are malformed. spawn_start calls it.
+ */
+#define SPAWN_MAX_GROUPS 65536
+struct spawn_creds {
+	bool drop;
+	uid_t uid;
+	gid_t gid;
+	int ngroups;
+	gid_t groups[SPAWN_MAX_GROUPS];
+};
+int spawn_sudo_creds(struct spawn_creds *c, struct spy_err *err);
+/*
+ * A launch that failed after the program started (no interpreter found,
+ * cannot attach): the program must not run on unsupervised. SIGTERM, up to
+ * a second to exit, then SIGKILL; reaped. Nothing if already reaped.
+ */
+void spawn_abandon(struct spawn *s);
+/* Set up SIGINT/SIGTERM/SIGHUP for launch mode (see above); sets proc_stop_requested too. */
 void spawn_install_signals(void);
 /* Send the child the stop signal received, unless the terminal already sent it. */
 void spawn_forward(struct spawn *s);

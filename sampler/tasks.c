@@ -9,10 +9,12 @@
  * reused PID never answers for the process we opened.
  */
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "common/bounds.h"
@@ -29,11 +31,64 @@
  */
 #define ACTIVE_MIN_SHARE 0.05
 
-static int open_task_file(const struct proc *p, pid_t tid, const char *name)
+static int open_task_file_at(int dirfd, pid_t tid, const char *name)
 {
 	char path[64];
 	snprintf(path, sizeof(path), "task/%d/%s", (int)tid, name);
-	return openat(p->dirfd, path, O_RDONLY | O_CLOEXEC);
+	return openat(dirfd, path, O_RDONLY | O_CLOEXEC);
+}
+
+static int open_task_file(const struct proc *p, pid_t tid, const char *name)
+{
+	return open_task_file_at(p->dirfd, tid, name);
+}
+
+/* ---- descriptors ---- */
+
+/*
+ * A target with thousands of threads needs thousands of descriptors, and
+ * the default soft limit is often 1024 (or a user's `ulimit -n 64`): the
+ * soft limit goes up to the hard one once, and the child of a launch gets
+ * the original back (proc_fd_limit_restore).
+ */
+static struct {
+	bool raised;
+	struct rlimit orig;
+	rlim_t soft;
+} fdlim;
+
+void proc_fd_limit_raise(void)
+{
+	if (fdlim.raised) {
+		return;
+	}
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+		return;
+	}
+	fdlim.raised = true;
+	fdlim.orig = rl;
+	fdlim.soft = rl.rlim_cur;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) == 0) {
+			fdlim.soft = rl.rlim_max;
+		}
+	}
+}
+
+void proc_fd_limit_restore(void)
+{
+	if (fdlim.raised && fdlim.orig.rlim_cur != fdlim.soft) {
+		setrlimit(RLIMIT_NOFILE, &fdlim.orig);
+	}
+}
+
+/* Whether fd may stay open for a thread: it leaves PROC_FD_RESERVE free. */
+static bool fd_within_budget(int fd)
+{
+	rlim_t soft = fdlim.raised ? fdlim.soft : 1024;
+	return soft == RLIM_INFINITY || (rlim_t)fd + PROC_FD_RESERVE < soft;
 }
 
 static ssize_t pread_text(int fd, char *buf, size_t size)
@@ -47,8 +102,12 @@ void proc_task_open(const struct proc *p, struct proc_task *t, pid_t tid)
 {
 	memset(t, 0, sizeof(*t));
 	t->tid = tid;
+	t->dirfd = p->dirfd;
 	t->stat_fd = open_task_file(p, tid, "stat");
-	t->sched_fd = open_task_file(p, tid, "schedstat");
+	if (t->stat_fd >= 0 && !fd_within_budget(t->stat_fd)) {
+		close(t->stat_fd);
+		t->stat_fd = -1;
+	}
 }
 
 void proc_task_close(struct proc_task *t)
@@ -56,26 +115,47 @@ void proc_task_close(struct proc_task *t)
 	if (t->stat_fd >= 0) {
 		close(t->stat_fd);
 	}
-	if (t->sched_fd >= 0) {
-		close(t->sched_fd);
+	t->stat_fd = -1;
+}
+
+/* Read a task file through keep (when >= 0) or a descriptor opened for it. */
+static ssize_t read_task_file(struct proc_task *t, int keep, const char *name, char *buf,
+			      size_t size)
+{
+	if (keep >= 0) {
+		return pread_text(keep, buf, size);
 	}
-	t->stat_fd = t->sched_fd = -1;
+	int fd = open_task_file_at(t->dirfd, t->tid, name);
+	if (fd < 0) {
+		/* The thread gone (ENOENT) is no failure of ours; anything else is. */
+		t->failed = errno != ENOENT && errno != ESRCH;
+		buf[0] = '\0';
+		return -1;
+	}
+	ssize_t n = pread_text(fd, buf, size);
+	close(fd);
+	return n;
 }
 
 void proc_task_refresh(struct proc_task *t, bool with_cpu)
 {
 	/* A prefix is enough: nothing after the state letter contains ')'. */
 	char buf[128];
-	ssize_t n = pread_text(t->stat_fd, buf, sizeof(buf));
+	t->failed = false;
+	ssize_t n = read_task_file(t, t->stat_fd, "stat", buf, sizeof(buf));
 	t->state = n > 0 ? proc_parse_stat_state(buf, (size_t)n) : 0;
 	/* Only R is ambiguous; any other state decides alone. */
-	if (!with_cpu || t->state != 'R' || t->sched_fd < 0) {
+	if (!with_cpu || t->state != 'R') {
 		t->ran = true;
 		return;
 	}
 	uint64_t now = ticker_now_ns();
-	n = pread_text(t->sched_fd, buf, sizeof(buf));
-	uint64_t cpu = n > 0 ? strtoull(buf, NULL, 10) : 0;
+	n = read_task_file(t, -1, "schedstat", buf, sizeof(buf));
+	if (n <= 0) {
+		t->ran = true;
+		return;
+	}
+	uint64_t cpu = strtoull(buf, NULL, 10);
 	/* The first read has nothing to compare with. */
 	t->ran = !t->read_ns || now <= t->read_ns ||
 		 (double)(cpu - t->cpu_ns) >= ACTIVE_MIN_SHARE * (double)(now - t->read_ns);
@@ -85,7 +165,7 @@ void proc_task_refresh(struct proc_task *t, bool with_cpu)
 
 bool proc_task_active(const struct proc_task *t)
 {
-	return t->state == 'R' && t->ran;
+	return (t->state == 'R' && t->ran) || t->failed;
 }
 
 void proc_task_comm(const struct proc *p, pid_t tid, char *buf, size_t size)

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <time.h>
 
+#include "common/util.h"
 #include "sampler/sampler.h"
 
 uint64_t ticker_now_ns(void)
@@ -23,10 +24,11 @@ uint64_t ticker_now_ns(void)
 
 void ticker_init(struct ticker *t, double hz, uint64_t now_ns)
 {
-	double period = 1e9 / hz;
+	uint64_t period = spy_s_to_ns(1.0 / hz);
 	t->start_ns = now_ns;
-	/* A period under 1 ns would make every deadline the same instant. */
-	t->period_ns = period < 1.0 ? 1 : (uint64_t)(period + 0.5);
+	/* A period under 1 ns would make every deadline the same instant (and
+	 * 0 a division by zero); a tiny hz saturates. */
+	t->period_ns = period ? period : 1;
 	t->next = 0;
 	t->taken = 0;
 	t->missed = 0;

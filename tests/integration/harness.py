@@ -606,6 +606,13 @@ def spy_path():
     return p
 
 
+def require_test_hooks(knob):
+    """SkipInterp unless spy honours the SPY_TEST_* knobs: they are compiled
+    only with -Dtest_hooks=true (tests/run sets it; meson tells us)."""
+    if os.environ.get("SPY_TEST_HOOKS_BUILT", "1") != "1":
+        raise SkipInterp("spy built without -Dtest_hooks=true: no %s" % knob)
+
+
 def spy_env(extra=None, keep_log=True):
     env = dict(os.environ)
     if not keep_log:

@@ -3,13 +3,14 @@
 
 On every interpreter found (2.7, 3.6-3.15, the Debian root's too: about a
 second each), with targets/nested.py (a spinning main thread and a sleeping
-one), four scenarios, each on a fresh target:
+one), five scenarios, each on a fresh target:
   dump     after `spy dump --pid` returns, no task of the target is stopped
            (state 't' or 'T' in /proc/PID/task/*/stat) and it uses CPU again;
   SIGINT   spy runs with SPY_TEST_HOLD_PAUSED_MS=20000, which makes it hold
   SIGTERM  the target paused after stopping it; once every task shows 't',
-  SIGKILL  spy gets the signal. spy must exit (130 for SIGINT, 143 for
-           SIGTERM; SIGKILL simply kills it and the kernel detaches), and
+  SIGHUP   spy gets the signal. spy must exit (130 for SIGINT, 143 for
+  SIGKILL  SIGTERM, 129 for SIGHUP; SIGKILL simply kills it and the kernel
+           detaches), and
            within a second of the signal the target must be running again,
            still alive, and using CPU.
 One line per interpreter; a FAIL names every scenario that went wrong. A
@@ -106,8 +107,9 @@ def hold_then_signal(interp, sig, want_rc):
 
 
 def run_one(interp):
+    harness.require_test_hooks("SPY_TEST_HOLD_PAUSED_MS")
     problems = after_dump(interp)
-    for sig, rc in ((signal.SIGINT, 130), (signal.SIGTERM, 143),
+    for sig, rc in ((signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129),
                     (signal.SIGKILL, -signal.SIGKILL)):
         problems += hold_then_signal(interp, sig, rc)
         harness.cleanup()

@@ -187,6 +187,7 @@ def check_usage():
 
 
 def run_one(interp):
+    harness.require_test_hooks("SPY_TEST_NATIVE_FAIL")
     # The extension is built here and loaded by the target: a directory
     # both see at one path, also inside the root.
     outdir = harness.shared_dir("spy-native-")

@@ -19,7 +19,7 @@ unit() over its lines (one row per function otherwise); launch mode
 started later: child_work shown beside parent_work, the header counting 3
 processes); SIGINT to spy (exit 0, target running); on a pseudo-terminal, the
 alternate screen and in-place redraw, and the terminal given back (screen,
-cursor, termios modes) after 'q' and after SIGTERM; and the usage and process
+cursor, termios modes) after 'q', SIGTERM, SIGHUP and a crash (SIGSEGV); and the usage and process
 errors of the contract (exit 2, 3, 4).
 """
 
@@ -29,6 +29,7 @@ import re
 import select
 import signal
 import subprocess
+import resource
 import termios
 import time
 
@@ -134,17 +135,20 @@ def check_subprocesses_of(interp):
     return p
 
 
-def on_terminal(pid, what, stop):
+def on_terminal(pid, what, stop, want_rc=0):
     """Run spy top on a pseudo-terminal and stop it with stop(spy, master):
-    problems if it does not redraw in place on the alternate screen, exit 0,
-    and give the terminal back (screen, cursor, termios) as it found it."""
+    problems if it does not redraw in place on the alternate screen, exit
+    want_rc (-N: killed by signal N), and give the terminal back (screen,
+    cursor, termios) as it found it."""
     master, slave = pty.openpty()
     p = []
     try:
         before = termios.tcgetattr(slave)
+        # No core file from the crash case.
         spy = harness.spawn([harness.spy_path(), "top", "--pid", str(pid), "--refresh", "0.3"],
                             stdin=slave, stdout=slave, stderr=slave,
-                            env=harness.spy_env(keep_log=False))
+                            env=harness.spy_env(keep_log=False),
+                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)))
         out = b""
         deadline = time.time() + 15
         stopped = False
@@ -162,8 +166,8 @@ def on_terminal(pid, what, stop):
                 break
         if spy.poll() is None:
             p.append("%s: spy did not stop" % what)
-        elif spy.returncode != 0:
-            p.append("%s: exit %s, expected 0" % (what, spy.returncode))
+        elif spy.returncode != want_rc:
+            p.append("%s: exit %s, expected %d" % (what, spy.returncode, want_rc))
         harness.kill(spy)
         for esc, name in ((b"\033[?1049h", "enter the alternate screen"), (b"\033[H", "redraw in place"),
                           (b"\033[?1049l", "leave the alternate screen"), (b"\033[?25h", "show the cursor")):
@@ -202,6 +206,10 @@ def check_once(interp):
 
         p += on_terminal(t.pid, "tty q", lambda spy, master: os.write(master, b"q"))
         p += on_terminal(t.pid, "tty sigterm", lambda spy, master: spy.send_signal(signal.SIGTERM))
+        p += on_terminal(t.pid, "tty sighup", lambda spy, master: spy.send_signal(signal.SIGHUP))
+        # A crash (here a SIGSEGV sent to it) gives the terminal back too.
+        p += on_terminal(t.pid, "tty sigsegv", lambda spy, master: spy.send_signal(signal.SIGSEGV),
+                         -signal.SIGSEGV)
         p += not_stopped(t.pid)
 
         r = top(["--pid", str(t.pid), "--lines", "-d", "1.5", "--refresh", "0.5"])

@@ -11,7 +11,8 @@ outputs there as NAME.json, NAME.speedscope.json and NAME.pb.gz), then:
     to it divided by the rate when the unit is seconds), the same stacks as
     the json file once the process and thread roots are stripped;
   - pprof: gunzips, decodes with the small protobuf reader below;
-    string_table[0] is "", every id referenced exists, location ids are
+    string_table[0] is "", every id referenced exists, names as the
+    terminal escaper (common/term.h) writes them, location ids are
     leaf first, the "samples" values sum to the sample count, the
     wall/nanoseconds values are count * period;
   - `go tool pprof -top` lists the hot function, when go is installed.
@@ -37,6 +38,29 @@ HOSTILE = [
     b"astral \xf0\x9f\x94\xa5 \xef\xbf\xbd &amp;",
 ]
 HOSTILE_TEXT = {n.decode("utf-8", "replace") for n in HOSTILE}
+BIDI = set(range(0x202a, 0x202f)) | set(range(0x2066, 0x206a)) | {0x061c, 0x200e, 0x200f, 0x2028, 0x2029}
+
+
+def term_escape(b):
+    """common/term.c in Python: what pprof's string table holds for b."""
+    out = []
+    for c in b.decode("utf-8", "backslashreplace"):
+        o = ord(c)
+        if o < 0x20 or o == 0x7f:
+            out.append("\\x%02x" % o)
+        elif 0x80 <= o <= 0x9f or o in BIDI:
+            out.append("\\u%04x" % o)
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+# pprof is read in terminals: its strings are the terminal escaper's.
+PPROF_TEXT = {n.decode("utf-8", "replace"): term_escape(n) for n in HOSTILE}
+
+
+def pprof_name(text):
+    return PPROF_TEXT.get(text, term_escape(text.encode("utf-8")))
 
 failures = []
 
@@ -317,7 +341,8 @@ def check_pprof(name, path, doc):
     for l in prof["location"]:
         fr = frames[l["id"] - 1] if 0 < l["id"] <= len(frames) else None
         fn = funcs.get(l["line"][0][0]) if l["line"] else None
-        if not fr or not fn or s(fn["name"]) != fr["func"] or s(fn["filename"]) != (fr["file"] or "") \
+        if not fr or not fn or s(fn["name"]) != pprof_name(fr["func"]) \
+                or s(fn["filename"]) != pprof_name(fr["file"] or "") \
                 or l["line"][0][1] != fr["line"]:
             fail("%s: location %d does not match frame %r" % (path, l["id"], fr))
     if rate and prof["period"] != round(1e9 / rate):
@@ -326,7 +351,7 @@ def check_pprof(name, path, doc):
     want_comments = ["%s: %s" % kv for kv in doc["metadata"].items()]
     if comments != want_comments:
         fail("%s: comments %r, want %r" % (path, comments, want_comments))
-    if name == "hostile" and {s(f["name"]) for f in prof["function"]} != HOSTILE_TEXT:
+    if name == "hostile" and {s(f["name"]) for f in prof["function"]} != set(PPROF_TEXT.values()):
         fail("%s: names do not round-trip" % path)
 
 

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/util.h"
 #include "flamegraph/flamegraph.h"
 #include "sampler/sampler.h"
 #include "tests/lib/check.h"
@@ -63,6 +64,25 @@ static void test_ticker_on_time(void)
 	CHECK_INT(n, 6000);
 	CHECK_INT(t.taken, 6000);
 	CHECK_INT(t.missed, 0);
+}
+
+/* A rate of 1e-300 Hz is a period of 1e309 ns: saturated, not 0 (which
+ * made ticker_take divide by zero: SIGFPE) nor undefined. */
+static void test_ticker_tiny_rate(void)
+{
+	struct ticker t;
+	const uint64_t s = 1000000000ull;
+	ticker_init(&t, 1e-300, 5 * s);
+	CHECK(t.period_ns >= 1);
+	CHECK_INT(t.period_ns, SPY_NS_MAX);
+	ticker_take(&t, 10 * s);
+	CHECK(ticker_deadline(&t) > 5 * s);
+	ticker_init(&t, 1e300, 0);
+	CHECK_INT(t.period_ns, 1);
+	CHECK_INT(spy_s_to_ns(0.0 / 0.0), 0);
+	CHECK_INT(spy_s_to_ns(-1), 0);
+	CHECK_INT(spy_s_to_ns(1e300), SPY_NS_MAX);
+	CHECK_INT(spy_s_to_ns(1.5), 1500000000);
 }
 
 static void test_ticker_late(void)
@@ -155,6 +175,7 @@ int main(void)
 	test_formats();
 	test_ticker_on_time();
 	test_ticker_late();
+	test_ticker_tiny_rate();
 	test_ticker_catch_up();
 	test_ticker_rates();
 	test_ticker_wait();

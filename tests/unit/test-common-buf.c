@@ -4,6 +4,8 @@
 
 #include "common/buf.h"
 #include "common/err.h"
+#include "common/json.h"
+#include "common/term.h"
 #include "common/mem.h"
 #include "common/sample.h"
 #include "common/strtab.h"
@@ -54,6 +56,70 @@ static void test_err(void)
 	CHECK_INT(spy_err_exit_code(SPY_EVERSION), 4);
 	CHECK_INT(spy_err_exit_code(SPY_EIO), 5);
 	CHECK_INT(spy_err_exit_code(SPY_EFORMAT), 5);
+}
+
+static const char *term(struct spy_buf *b, const char *s, size_t n, size_t max, const char *also)
+{
+	spy_buf_reset(b);
+	spy_term_escape(b, s, n, max, also);
+	return b->buf;
+}
+
+/* Valid UTF-8 with no control character, as term.h promises. */
+static int term_clean(const struct spy_buf *b)
+{
+	const unsigned char *s = (const unsigned char *)b->buf;
+	for (size_t i = 0; i < b->len;) {
+		uint32_t cp;
+		size_t len = spy_utf8_decode(s + i, b->len - i, &cp);
+		if ((cp == 0xfffd && !(len == 3 && s[i] == 0xef)) || spy_term_is_control(cp)) {
+			return 0;
+		}
+		i += len;
+	}
+	return 1;
+}
+
+static void test_term(void)
+{
+	struct spy_buf b = SPY_BUF_INIT, again = SPY_BUF_INIT;
+	CHECK_STR(term(&b, "plain é 计算 \\x41", strlen("plain é 计算 \\x41"), (size_t)-1, NULL), "plain é 计算 \\x41");
+	/* OSC 52 (clipboard), BEL, a forged line, DEL, NUL. */
+	CHECK_STR(term(&b, "\x1b]52;c;aGk=\x07\n    f (x.py:1)\x7f\0z", 30, (size_t)-1, NULL),
+		  "\\x1b]52;c;aGk=\\x07\\x0a    f (x.py:1)\\x7f\\x00z");
+	/* C1 CSI, bidi override and isolate, line separator, ALM. */
+	CHECK_STR(term(&b, "a\xc2\x9b" "1m\xe2\x80\xae" "b\xe2\x81\xa6\xe2\x80\xa8\xd8\x9c", 17,
+		       (size_t)-1, NULL),
+		  "a\\u009b1m\\u202eb\\u2066\\u2028\\u061c");
+	/* Invalid UTF-8 byte by byte; a literal U+FFFD is text. */
+	CHECK_STR(term(&b, "\xff\xe2\x80x\xc0\xaf\xef\xbf\xbd\xed\xa0\x80", 12, (size_t)-1, NULL),
+		  "\\xff\\xe2\\x80x\\xc0\\xaf\xef\xbf\xbd\\xed\\xa0\\x80");
+	CHECK_STR(term(&b, "a;b;\n", 5, (size_t)-1, ";"), "a?b?\\x0a");
+	/* The bound keeps whole units only. */
+	CHECK_STR(term(&b, "ab\x1b", 3, 5, NULL), "ab");
+	CHECK_STR(term(&b, "a\xe8\xae\xa1", 4, 3, NULL), "a");
+	CHECK_STR(term(&b, "a\xe8\xae\xa1", 4, 4, NULL), "a\xe8\xae\xa1");
+	/* Every byte pair and some triples: clean, and escaping twice is once. */
+	unsigned char in[3];
+	int clean = 1, stable = 1;
+	for (unsigned i = 0; i < 0x10000; i++) {
+		in[0] = (unsigned char)(i >> 8);
+		in[1] = (unsigned char)i;
+		in[2] = (unsigned char)(i * 7);
+		for (size_t n = 2; n <= 3; n++) {
+			term(&b, (const char *)in, n, (size_t)-1, ";");
+			clean &= term_clean(&b);
+			term(&again, b.buf, b.len, (size_t)-1, ";");
+			stable &= again.len == b.len && !memcmp(again.buf, b.buf, b.len);
+		}
+	}
+	CHECK(clean);
+	CHECK(stable);
+	spy_buf_reset(&b);
+	spy_term_adds(&b, NULL);
+	CHECK_STR(b.buf, "");
+	spy_buf_release(&b);
+	spy_buf_release(&again);
 }
 
 static void test_strtab(void)
@@ -132,6 +198,7 @@ int main(void)
 {
 	test_buf();
 	test_err();
+	test_term();
 	test_strtab();
 	test_mem();
 	test_stack();

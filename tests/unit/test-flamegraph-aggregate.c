@@ -473,8 +473,8 @@ static void test_meta(void)
 		fg_profile_meta_at(p, i, &k, &v);
 		CHECK_STR(k, want[i]);
 	}
-	/* Control bytes are replaced so the value stays on its line. */
-	CHECK_STR(fg_profile_meta_get(p, FG_META_COMMAND), "python3 app.py --x?--y");
+	/* Control bytes are made visible so the value stays on its line. */
+	CHECK_STR(fg_profile_meta_get(p, FG_META_COMMAND), "python3 app.py --x\\x0a--y");
 	CHECK_STR(fg_profile_meta_get(p, FG_META_PID), "1234");
 	CHECK(fg_profile_meta_get(p, "missing") == NULL);
 

@@ -349,7 +349,8 @@ static void test_hostile(void)
 	push(&s, t, SPY_FRAME_PYTHON, "a;b", "x\ny.py", 3);
 	push(&s, t, SPY_FRAME_PYTHON, script, quoted, 4);
 	push(&s, t, SPY_FRAME_PYTHON, utf8, "/tmp/\xc3\xbcn\xc3\xaf.py", 5);
-	push(&s, t, SPY_FRAME_NATIVE, "sym\r\x1b[31m", "lib;c.so", 0);
+	/* C0, C1 (CSI), a bidi override, invalid UTF-8. */
+	push(&s, t, SPY_FRAME_NATIVE, "sym\r\x1b[31m\xc2\x9b\xe2\x80\xae\xff", "lib;c.so", 0);
 	push(&s, t, SPY_FRAME_PYTHON, "f (weird) ", "a (b).py", 6);
 	push(&s, t, SPY_FRAME_SYNTHETIC, "process 1 \"py;thon\napp\"", NULL, 0);
 	CHECK_INT(fg_profile_add(p, &s, 2), 0);
@@ -366,11 +367,12 @@ static void test_hostile(void)
 		CHECK(*c == '\n' || ((unsigned char)*c >= 0x20 && *c != 0x7f));
 	}
 	CHECK_STR(text,
-		  "# command: evil?# pid: 1?\n"
-		  "?root: 1;tab?here (t.py:1) 3\n"
-		  "process 1 \"py?thon?app\";f (weird)  (a (b).py:6);sym??[31m (lib?c.so);"
+		  "# command: evil\\x0a# pid: 1\\x7f\n"
+		  "?root: 1;tab\\x09here (t.py:1) 3\n"
+		  "process 1 \"py?thon\\x0aapp\";f (weird)  (a (b).py:6);"
+		  "sym\\x0d\\x1b[31m\\u009b\\u202e\\xff (lib?c.so);"
 		  "h\xc3\xa9llo_\xe2\x98\x83_\xe5\x87\xbd\xe6\x95\xb0 (/tmp/\xc3\xbcn\xc3\xaf.py:5);"
-		  "</text><script>alert('x')</script> (\"quoted\" 'file'.py:4);a?b (x?y.py:3) 2\n");
+		  "</text><script>alert('x')</script> (\"quoted\" 'file'.py:4);a?b (x\\x0ay.py:3) 2\n");
 
 	struct fg_profile *q = fg_profile_new(NULL, 0);
 	struct spy_err err = SPY_ERR_INIT;
@@ -382,11 +384,11 @@ static void test_hostile(void)
 	f = frame_by_func(q, utf8);
 	CHECK(f && !strcmp(f->file, "/tmp/\xc3\xbcn\xc3\xaf.py") && f->line == 5);
 	f = frame_by_func(q, "a?b");
-	CHECK(f && !strcmp(f->file, "x?y.py") && f->line == 3);
+	CHECK(f && !strcmp(f->file, "x\\x0ay.py") && f->line == 3);
 	/* Split on the last " (": the function keeps its own parentheses. */
 	f = frame_by_func(q, "f (weird)  (a");
 	CHECK(f && !strcmp(f->file, "b).py") && f->line == 6);
-	CHECK_STR(fg_profile_meta_get(q, FG_META_COMMAND), "evil?# pid: 1?");
+	CHECK_STR(fg_profile_meta_get(q, FG_META_COMMAND), "evil\\x0a# pid: 1\\x7f");
 	CHECK(fg_profile_meta_get(q, FG_META_PID) == NULL);
 
 	/* .gz file round trip of the same. */
@@ -717,6 +719,38 @@ static void test_malformed(void)
 	spy_buf_release(&b);
 }
 
+/*
+ * A decompression bomb: a small .gz of many distinct deep stacks. Read
+ * under a 1 MiB budget it fails with the budget named (FILE:LINE, exit 5
+ * in report); the default budget (1 GiB) takes it. Before the budget, any
+ * size was read: the same shape scaled up is gigabytes from megabytes.
+ */
+static void test_bomb(void)
+{
+	struct spy_buf text = SPY_BUF_INIT;
+	for (int i = 0; i < 4000; i++) {
+		for (int d = 0; d < 200; d++) {
+			spy_buf_adds(&text, "frame_of_a_deep_stack (deep.py:1);");
+		}
+		spy_buf_addf(&text, "leaf (deep.py:%d) 1\n", i + 1);
+	}
+	size_t gzlen;
+	void *gz = gzip_mem(text.buf, text.len, &gzlen);
+	CHECK(gzlen * 100 < text.len); /* small on disk */
+	struct fg_profile *p = fg_profile_new(NULL, 0);
+	fg_profile_limit_read(p, (size_t)1 << 20);
+	struct spy_err err = SPY_ERR_INIT;
+	CHECK_INT(fg_profile_read_folded(p, gz, gzlen, "bomb.gz", &err), -SPY_EFORMAT);
+	CHECK(strstr(err.msg, "bomb.gz:") && strstr(err.msg, "more than 1 MiB"));
+	fg_profile_free(p);
+	p = fg_profile_new(NULL, 0);
+	spy_err_clear(&err);
+	CHECK_INT(fg_profile_read_folded(p, gz, gzlen, "bomb.gz", &err), 0);
+	fg_profile_free(p);
+	free(gz);
+	spy_buf_release(&text);
+}
+
 int main(void)
 {
 	if (!mkdtemp(tmpdir)) {
@@ -732,6 +766,7 @@ int main(void)
 	test_longest();
 	test_tolerated();
 	test_malformed();
+	test_bomb();
 	rmdir(tmpdir);
 	return check_done();
 }

@@ -240,7 +240,7 @@ static void test_render(void)
 	CHECK_STR(b.buf,
 		  "40 samples, sorted by cumtime, top 1 of 6 functions\n"
 		  "  total%  self%  cumtime  tottime  function (file:line)\n"
-		  "   50.00  50.00        -        -  evil?[2J?x (e.py:1)\n");
+		  "   50.00  50.00        -        -  evil\\x1b[2J?x (e.py:1)\n");
 	spy_buf_release(&b);
 	fg_table_release(&t);
 	spy_stack_release(&s);

@@ -142,8 +142,12 @@ static spy_addr_t tuple_of(struct fakepy *fp, const spy_addr_t *items, size_t n)
 	return t;
 }
 
-/* An int with the given 30-bit digits, negative or not, in the row's layout. */
-static spy_addr_t long_of(struct fakepy *fp, const char *tp, const uint32_t *d, uint64_t n, bool neg)
+/*
+ * An int of n 30-bit digits, negative or not, in the row's layout; the
+ * first nd of them from d (an absurd n claims more digits than are written).
+ */
+static spy_addr_t long_of(struct fakepy *fp, const char *tp, const uint32_t *d, size_t nd,
+			  uint64_t n, bool neg)
 {
 	const struct pyoffsets *o = fakepy_row(fp);
 	spy_addr_t v = fakepy_object(fp, fakepy_type(fp, tp), o->long_digit + 4 * PYV_MAX_DIGITS + 8);
@@ -152,7 +156,7 @@ static spy_addr_t long_of(struct fakepy *fp, const char *tp, const uint32_t *d, 
 	} else {
 		fakepy_w64(fp, v + o->ob_size, neg ? (uint64_t)0 - n : n);
 	}
-	for (uint64_t i = 0; i < n && i < PYV_MAX_DIGITS; i++) {
+	for (uint64_t i = 0; i < n && i < nd && i < PYV_MAX_DIGITS; i++) {
 		fakepy_w32(fp, v + o->long_digit + 4 * i, d[i]);
 	}
 	return v;
@@ -166,7 +170,7 @@ static spy_addr_t small_int(struct fakepy *fp, uint32_t x)
 		fakepy_w64(fp, v + o->int_ival, x);
 		return v;
 	}
-	return long_of(fp, "int", &x, 1, false);
+	return long_of(fp, "int", &x, 1, 1, false);
 }
 
 static spy_addr_t sized(struct fakepy *fp, const char *tp, uint32_t off, int64_t n)
@@ -217,14 +221,14 @@ static void test_read_row(const struct pyoffsets *row)
 	const char *long_name = o->int_ival != PYOFF_NONE ? "long" : "int"; /* 2.7's int is small */
 	spy_addr_t vals[] = {
 		small_int(fp, 42),
-		long_of(fp, long_name, big, 3, true),
+		long_of(fp, long_name, big, 3, 3, true),
 		fakepy_str(fp, "hi"),
 		sized(fp, "list", o->ob_size, 3),
 		sized(fp, "dict", o->dict_used, 2),
 		fakepy_object(fp, fakepy_type(fp, "NoneType"), 16),
 		0xdead0000,
 		sized(fp, "list", o->ob_size, -1),
-		long_of(fp, long_name, big, 1000000000, false),
+		long_of(fp, long_name, big, 3, 1000000000, false),
 		0,
 	};
 	for (size_t i = 0; i < nn; i++) {

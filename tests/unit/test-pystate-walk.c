@@ -738,6 +738,43 @@ static void test_table(void)
 	}
 }
 
+/*
+ * 100 code objects sharing one line table of almost SPY_MAX_LINETABLE
+ * bytes: the cache copies each, 100 MiB, unless its budget stops it. The
+ * frames past the budget keep their names and lose their lines.
+ */
+static void test_table_budget(const struct pyoffsets *row)
+{
+	struct scene s;
+	scene_init(&s, row);
+	size_t big = SPY_MAX_LINETABLE - 64;
+	uint8_t *zeros = calloc(1, big);
+	spy_addr_t tab = fakepy_bytes(s.fp, zeros, big);
+	free(zeros);
+	for (int i = 0; i < 100; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "f%d", i);
+		spy_addr_t c = fakepy_code(s.fp, name, "big.py", 1, 4, 0, 1);
+		fakepy_w64(s.fp, c + row->code_linetable, tab);
+		fakepy_push_frame(s.fp, s.t2, c, 0, 0);
+	}
+	struct pyrt *rt = open_rt(&s);
+	if (rt) {
+		struct py_thread th[8];
+		size_t n = 0;
+		CHECK_INT(pyrt_threads(rt, th, 8, &n, NULL), 0);
+		struct spy_stack st = SPY_STACK_INIT;
+		CHECK_INT(pyrt_stack(rt, &th[1], &st, NULL), 0);
+		CHECK_INT(st.n, 102);
+		CHECK(rt->tab_bytes <= PYCODE_TAB_BUDGET);
+		CHECK(rt->tab_over_budget > 0);
+		CHECK_STR(st.n ? st.v[0].func : NULL, "f99");
+		spy_stack_release(&st);
+		pyrt_free(rt);
+	}
+	scene_release(&s);
+}
+
 int main(void)
 {
 	test_table();
@@ -752,5 +789,6 @@ int main(void)
 		test_name_cache(row);
 	}
 	test_debug_offsets();
+	test_table_budget(pyoffsets_find(0x030d0000));
 	return check_done();
 }

@@ -108,7 +108,7 @@ static void f_task_open(const struct spy_process *p, struct proc_task *t, pid_t 
 {
 	memset(t, 0, sizeof(*t));
 	t->tid = tid;
-	t->stat_fd = t->sched_fd = -1;
+	t->stat_fd = -1;
 	fp(p)->opens_tasks++;
 }
 

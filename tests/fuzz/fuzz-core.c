@@ -1,0 +1,61 @@
+/*
+ * Fuzzing the core reader (sampler/core.c): headers, program headers,
+ * notes (NT_PRSTATUS, NT_PRPSINFO, NT_FILE) and segments of a file anyone
+ * can hand to `spy dump --core`. The input is the core itself, given to
+ * core_open through a memfd; what opens is then read like dump does:
+ * threads, command, executable, and memory at the seed's two segments and
+ * at addresses taken from the input. No crash, no read out of bounds.
+ * Seeds name only files that do not exist; a file a mutated NT_FILE names
+ * is opened only under the core's rules (no --exe, no --root here: only
+ * a matching build-id), so nothing on the machine is read.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "sampler/sampler.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	int fd = memfd_create("fuzz-core", MFD_CLOEXEC);
+	if (fd < 0) {
+		abort();
+	}
+	if (size && write(fd, data, size) != (ssize_t)size) {
+		abort();
+	}
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	struct core *c = NULL;
+	struct spy_err err = SPY_ERR_INIT;
+	if (core_open(&c, path, NULL, NULL, &err) == 0) {
+		size_t n;
+		const struct core_thread *t = core_threads(c, &n);
+		for (size_t i = 0; i < n; i++) {
+			(void)strnlen(t[i].wait.wchan, sizeof(t[i].wait.wchan));
+		}
+		(void)strlen(core_cmdline(c));
+		(void)strlen(core_exe(c));
+		(void)core_pid(c);
+		const struct spy_mem *m = core_mem(c);
+		uint8_t buf[256];
+		static const spy_addr_t at[] = { 0x10000, 0x10ff0, 0x20000, 0x20ff8, 0, ~(spy_addr_t)0 - 8 };
+		for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+			(void)m->read(m->ctx, at[i], buf, 16);
+		}
+		for (size_t off = 0; off + 8 <= size && off < 4096; off += 512) {
+			spy_addr_t a;
+			memcpy(&a, data + off, 8);
+			(void)m->read(m->ctx, a, buf, sizeof(buf));
+		}
+		core_free(c);
+	}
+	close(fd);
+	return 0;
+}

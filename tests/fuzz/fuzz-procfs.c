@@ -1,0 +1,78 @@
+/*
+ * Fuzzing sampler's text parsers: /proc/PID/maps, task stat, syscall and
+ * wchan text (proc_parse_maps, proc_parse_stat_state, proc_classify_wait,
+ * proc_wait_note_wchan) and a core's NT_FILE note (core_parse_nt_file).
+ * A target or a core writes these bytes. Whatever they are: no crash, no
+ * read outside the buffer (an exact-size copy: the sanitizers tell), and
+ * what is accepted holds together (maps sorted, lo < hi, paths inside
+ * their storage). Input: byte 0 picks the parser, the rest is its text.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "sampler/sampler.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void check_maps(const struct spy_map *m, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (m[i].lo >= m[i].hi || (i && m[i - 1].hi > m[i].lo)) {
+			abort();
+		}
+		if (m[i].path) {
+			(void)strlen(m[i].path);
+		}
+	}
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	if (size < 1) {
+		return 0;
+	}
+	size_t n = size - 1;
+	/* An exact-size copy, NUL-terminated one past for the C-string parsers. */
+	char *text = malloc(n + 1);
+	if (!text) {
+		abort();
+	}
+	memcpy(text, data + 1, n);
+	text[n] = '\0';
+	struct spy_err err = SPY_ERR_INIT;
+	struct spy_map *maps = NULL;
+	char *paths = NULL;
+	size_t nmaps = 0;
+	switch (data[0] % 4) {
+	case 0:
+		if (proc_parse_maps(text, n, &maps, &nmaps, &paths, &err) >= 0) {
+			check_maps(maps, nmaps);
+		}
+		break;
+	case 1: {
+		char st = proc_parse_stat_state(text, n);
+		struct proc_wait w;
+		memset(&w, 0, sizeof(w));
+		proc_classify_wait(st, text, &w);
+		proc_wait_note_wchan(&w, text);
+		if (strnlen(w.wchan, sizeof(w.wchan)) >= sizeof(w.wchan)) {
+			abort();
+		}
+		break;
+	}
+	case 2:
+	case 3:
+		if (core_parse_nt_file((const unsigned char *)text, n, &maps, &nmaps, &paths, &err) == 0) {
+			for (size_t i = 0; i < nmaps; i++) {
+				(void)strlen(maps[i].path);
+			}
+		}
+		break;
+	}
+	free(maps);
+	free(paths);
+	free(text);
+	return 0;
+}
