@@ -120,8 +120,8 @@ def trial_numbers(interp):
     d = tempfile.mkdtemp(prefix="spy-hostile-")
     try:
         out = os.path.join(d, "tiny.folded")
-        rc, _, err = run_raw(["record", "--rate", "1e-300", "-d", "0.5", "-o", out, "--",
-                              interp.path, "-c", "import time; time.sleep(1)"])
+        rc, _, err = run_raw(["record", "--rate", "1e-300", "-d", "0.5", "-o", out, "--"]
+                             + interp.command(["-c", "import time; time.sleep(1)"]))
         if rc not in (0, 2):
             p.append("record --rate 1e-300: exit %s: %r" % (rc, err[-200:]))
         crafted = os.path.join(d, "crafted.folded")
