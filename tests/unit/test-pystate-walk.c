@@ -151,6 +151,17 @@ static struct pyrt *open_rt(struct scene *s)
 	return rc < 0 ? NULL : rt;
 }
 
+/* scene_init and open_rt; on failure the scene is released and NULL returned. */
+static struct pyrt *scene_open(struct scene *s, const struct pyoffsets *row)
+{
+	scene_init(s, row);
+	struct pyrt *rt = open_rt(s);
+	if (!rt) {
+		scene_release(s);
+	}
+	return rt;
+}
+
 static void check_stack(const struct spy_stack *st, const struct exp *e, size_t n, uint32_t version)
 {
 	CHECK_INT(st->n, n);
@@ -170,10 +181,8 @@ static void check_stack(const struct spy_stack *st, const struct exp *e, size_t 
 static void test_row(const struct pyoffsets *row)
 {
 	struct scene s;
-	scene_init(&s, row);
-	struct pyrt *rt = open_rt(&s);
+	struct pyrt *rt = scene_open(&s, row);
 	if (!rt) {
-		scene_release(&s);
 		return;
 	}
 	char vs[32];
@@ -272,10 +281,8 @@ static void test_row(const struct pyoffsets *row)
 static void test_free_threaded(const struct pyoffsets *row)
 {
 	struct scene s;
-	scene_init(&s, row);
-	struct pyrt *rt = open_rt(&s);
+	struct pyrt *rt = scene_open(&s, row);
 	if (!rt) {
-		scene_release(&s);
 		return;
 	}
 	CHECK(pyrt_free_threaded(rt));
@@ -344,10 +351,8 @@ static void test_free_threaded(const struct pyoffsets *row)
 static void test_name_cache(const struct pyoffsets *row)
 {
 	struct scene s;
-	scene_init(&s, row);
-	struct pyrt *rt = open_rt(&s);
+	struct pyrt *rt = scene_open(&s, row);
 	if (!rt) {
-		scene_release(&s);
 		return;
 	}
 	const uint64_t sec = 1000000000ull;
