@@ -922,6 +922,22 @@ class Reporter(object):
         else:
             self.ok(label)
 
+    def run(self, label, fn, *args):
+        """One labelled check: fn(*args) gives its problems. A SkipInterp
+        is a SKIP, spy's or the harness's failure a FAIL with its message;
+        processes it started are cleaned up whatever happens."""
+        try:
+            self.check(label, fn(*args))
+        except SkipInterp as e:
+            self.skip(label, str(e))
+        except SpyFailed as e:
+            self.fail(label, str(e))
+        except (HarnessError, OSError, ValueError,
+                subprocess.SubprocessError) as e:
+            self.fail(label, "%s: %s" % (type(e).__name__, e))
+        finally:
+            cleanup()
+
     def finish(self, why_nothing=None):
         if self.failed:
             sys.exit(1)
@@ -960,21 +976,10 @@ def for_each_interp(rep, run_one, need_ptrace=True, expect=()):
         while missing and key(missing[0]) < interp.version[:2]:
             rep.skip("%s (not installed)" % missing[0],
                      "no Python %s found (%s)" % (missing.pop(0), SEARCHED))
-        label = interp.label
         if no_ptrace:
-            rep.skip(label, no_ptrace)
+            rep.skip(interp.label, no_ptrace)
             continue
-        try:
-            rep.check(label, run_one(interp))
-        except SkipInterp as e:
-            rep.skip(label, str(e))
-        except SpyFailed as e:
-            rep.fail(label, str(e))
-        except (HarnessError, OSError, ValueError,
-                subprocess.SubprocessError) as e:
-            rep.fail(label, "%s: %s" % (type(e).__name__, e))
-        finally:
-            cleanup()
+        rep.run(interp.label, run_one, interp)
     for minor in missing:
         rep.skip("%s (not installed)" % minor,
                  "no Python %s found (%s)" % (minor, SEARCHED))

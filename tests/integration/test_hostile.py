@@ -382,16 +382,7 @@ def main():
         if no_ptrace:
             rep.skip(name, no_ptrace)
             continue
-        label = "%s (%s)" % (name, interp.label)
-        try:
-            rep.check(label, fn(interp))
-        except harness.SkipInterp as e:
-            rep.skip(label, str(e))
-        except (harness.HarnessError, OSError, ValueError,
-                harness.subprocess.SubprocessError) as e:
-            rep.fail(label, "%s: %s" % (type(e).__name__, e))
-        finally:
-            harness.cleanup()
+        rep.run("%s (%s)" % (name, interp.label), fn, interp)
     rep.finish()
 
 

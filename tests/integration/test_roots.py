@@ -264,15 +264,7 @@ def main():
         if no_ptrace:
             rep.skip(label, no_ptrace)
             continue
-        try:
-            rep.check(label, run_mode(python, mode, root))
-        except harness.SkipInterp as e:
-            rep.skip(label, str(e))
-        except (harness.HarnessError, OSError, ValueError,
-                subprocess.SubprocessError) as e:
-            rep.fail(label, "%s: %s" % (type(e).__name__, e))
-        finally:
-            harness.cleanup()
+        rep.run(label, run_mode, python, mode, root)
     rep.finish()
 
 

@@ -271,12 +271,7 @@ def main():
         if not newest:
             raise
     label = "once on %s: idle, sigint, terminal, lines, launch, target exit, -s, errors" % newest[0].label
-    try:
-        rep.check(label, check_once(newest[0]))
-    except (harness.HarnessError, OSError, subprocess.SubprocessError) as e:
-        rep.fail(label, "%s: %s" % (type(e).__name__, e))
-    finally:
-        harness.cleanup()
+    rep.run(label, check_once, newest[0])
     rep.finish()
 
 
