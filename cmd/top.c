@@ -422,7 +422,7 @@ static int run(struct top *t, const struct eng_opts *o, struct top_args *a)
 		/* the frame of the view at once, rather than a blank screen for a whole interval */
 		snapshot(t, t->mark_ns);
 	}
-	const struct eng_callbacks cb = { t, add_stack, between_ticks };
+	const struct eng_callbacks cb = { t, add_stack, between_ticks, NULL };
 	eng_run(&t->e, &cb);
 	eng_detach(&t->e);
 	uint64_t end = ticker_now_ns();

@@ -544,6 +544,63 @@ static void poll_processes(struct engine *e)
 	}
 }
 
+/* ---- continuous mode ---- */
+
+static void window_open(struct engine *e, int64_t from_s, uint64_t seq)
+{
+	int64_t every = (int64_t)e->o.window_s;
+	int64_t until_s = (from_s / every + 1) * every;
+	e->win.seq = seq;
+	e->win.from_s = from_s;
+	e->win.ticks = e->samples;
+	e->win.missed = e->tk.missed;
+	e->win_end_ns = (uint64_t)(until_s * 1000000000ll - e->wall_minus_mono_ns);
+}
+
+static void window_close(struct engine *e, const struct eng_callbacks *cb, int64_t until_s, bool last)
+{
+	struct eng_window w = e->win;
+	w.until_s = until_s;
+	w.ticks = e->samples - e->win.ticks;
+	w.missed = e->tk.missed - e->win.missed;
+	w.last = last;
+	if (cb->window) {
+		cb->window(cb->ctx, e, &w);
+	}
+	if (!last) {
+		window_open(e, until_s, w.seq + 1);
+	}
+}
+
+static void window_start(struct engine *e)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	int64_t wall = (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+	e->wall_minus_mono_ns = wall - (int64_t)e->start_ns;
+	window_open(e, (int64_t)ts.tv_sec, 0);
+}
+
+/* Close every window that ended by now (several, if the loop was held up: they stay contiguous). */
+static void window_check(struct engine *e, const struct eng_callbacks *cb, uint64_t now)
+{
+	while (e->o.window_s && now >= e->win_end_ns) {
+		int64_t every = (int64_t)e->o.window_s;
+		window_close(e, cb, (e->win.from_s / every + 1) * every, false);
+	}
+}
+
+/* The window open when the run stops ends then, rounded up to its second. */
+static void window_end(struct engine *e, const struct eng_callbacks *cb)
+{
+	if (!e->o.window_s) {
+		return;
+	}
+	int64_t wall = (int64_t)e->stop_ns + e->wall_minus_mono_ns;
+	int64_t until_s = (wall + 999999999ll) / 1000000000ll;
+	window_close(e, cb, until_s > e->win.from_s ? until_s : e->win.from_s + 1, true);
+}
+
 /* Sleep until the next tick, looking after the processes meanwhile; false to stop. */
 static bool next_tick(struct engine *e, const struct eng_callbacks *cb)
 {
@@ -558,6 +615,7 @@ static bool next_tick(struct engine *e, const struct eng_callbacks *cb)
 			scan_descendants(e);
 			e->last_scan_ns = now;
 		}
+		window_check(e, cb, now);
 		if (cb->wait && !cb->wait(cb->ctx, e, now)) {
 			return false;
 		}
@@ -572,13 +630,19 @@ void eng_run(struct engine *e, const struct eng_callbacks *cb)
 	e->start_ns = ticker_now_ns();
 	e->end_ns = e->o.duration >= 0 ? e->start_ns + spy_s_to_ns(e->o.duration) : UINT64_MAX;
 	ticker_init(&e->tk, e->o.rate, e->start_ns);
+	if (e->o.window_s) {
+		window_start(e);
+	}
 	while (next_tick(e, cb)) {
+		/* A tick due just past a boundary belongs to the next window. */
+		window_check(e, cb, ticker_now_ns());
 		sample_tick(e, cb);
 		uint64_t now = ticker_now_ns();
 		/* A late last tick must not count deadlines past the end as missed. */
 		ticker_take(&e->tk, now < e->end_ns ? now : e->end_ns);
 	}
 	e->stop_ns = ticker_now_ns();
+	window_end(e, cb);
 }
 
 /* ---- ending ---- */

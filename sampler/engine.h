@@ -152,6 +152,7 @@ struct eng_opts {
 	bool gil;           /* keep only the GIL holder's */
 	bool nonblocking;   /* never pause the target */
 	bool subprocesses;  /* -s: sample the Python descendants too */
+	unsigned window_s;  /* continuous mode: close a window every this many seconds; 0: none */
 };
 
 /* Per-sample failures, by reason (their names are eng_error_names). */
@@ -202,6 +203,23 @@ struct eng_sample {
 	uint64_t now_ns;    /* when the tick's walk finished */
 };
 
+/*
+ * Continuous mode: one window of the run, closed. Windows are whole
+ * seconds of the wall clock, aligned to multiples of window_s (as the
+ * backends' own agents align theirs), and contiguous: each one's until is
+ * the next one's from. The first starts at the run's start (its second,
+ * rounded down); the last ends where the run stops (rounded up, at least
+ * one second long). A tick belongs to the window in which it is taken.
+ */
+struct eng_window {
+	uint64_t seq;         /* 0, 1, ... */
+	int64_t from_s;       /* unix seconds */
+	int64_t until_s;
+	uint64_t ticks;       /* ticks sampled in it */
+	uint64_t missed;      /* deadlines missed in it (ticker.h) */
+	bool last;            /* the run's end: no window follows */
+};
+
 struct engine;
 struct eng_callbacks {
 	void *ctx;
@@ -210,6 +228,12 @@ struct eng_callbacks {
 		     const struct eng_sample *info);
 	/* Between ticks, at least every 10 ms; false stops the loop. NULL: nothing to do. */
 	bool (*wait)(void *ctx, struct engine *e, uint64_t now_ns);
+	/*
+	 * With opts.window_s: a window has closed (every stack of it was
+	 * handed on before). Called between ticks, and once at the end of
+	 * eng_run for the last one. Keep it short: the next tick waits.
+	 */
+	void (*window)(void *ctx, struct engine *e, const struct eng_window *w);
 };
 
 /* A descendant that was not (yet) a Python process, and when to look again. */
@@ -247,6 +271,11 @@ struct engine {
 	size_t live_threads;        /* Python threads in the last tick, over every process */
 	struct ticker tk;
 	uint64_t start_ns, end_ns, stop_ns;
+
+	/* continuous mode: the open window */
+	struct eng_window win;        /* from_s, seq and the counters at its start */
+	uint64_t win_end_ns;          /* monotonic time at which it closes */
+	int64_t wall_minus_mono_ns;   /* the wall clock at the start, less the monotonic one */
 };
 
 /*

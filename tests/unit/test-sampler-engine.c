@@ -253,7 +253,7 @@ static void run(struct fake_world *w, const struct eng_opts *extra, int ticks, s
 	w->stop_after_ticks = ticks;
 	struct spy_err err = SPY_ERR_INIT;
 	CHECK_INT(eng_open(e, &o, &wk, strs, w->procs[0].pid, NULL, &err), 0);
-	const struct eng_callbacks cb = { w, on_stack, on_wait };
+	const struct eng_callbacks cb = { w, on_stack, on_wait, NULL };
 	eng_run(e, &cb);
 	eng_detach(e);
 }
