@@ -9,6 +9,12 @@
  * output file through cmd/output.c, the one place that touches the file
  * system. The output is opened before anything is started or attached, so
  * a minute of sampling never ends in "cannot write".
+ *
+ * Continuous mode (--push URL) is the engine's windows (eng_opts.window_s):
+ * each kept stack also goes into the open window's profile, and when the
+ * engine closes a window it is written as pprof and handed to the pusher
+ * (cmd/push.h), whose thread does the network. Without -o (or --table)
+ * no whole-run profile is kept, so memory follows the window, not the run.
  */
 #include <errno.h>
 #include <limits.h>
@@ -20,6 +26,7 @@
 #include "cmd/cmd.h"
 #include "cmd/opts.h"
 #include "cmd/output.h"
+#include "cmd/push.h"
 #include "cmd/walker.h"
 #include "common/buf.h"
 #include "common/util.h"
@@ -29,6 +36,12 @@
 #define PROGRESS_NS (250 * 1000 * 1000ull)
 /* Rates above this are not samples any more, they are a busy loop. */
 #define MAX_RATE_HZ 100000.0
+/* --push-every: the default (the backends' own agents push every 10 s) and the longest. */
+#define PUSH_EVERY_S 10
+#define PUSH_EVERY_MAX_S 3600
+/* How often the sender's state is looked at for a line to print. */
+#define PUSH_LOOK_NS (100 * 1000 * 1000ull)
+#define PUSH_TIMEOUT_NS (10 * 1000 * 1000 * 1000ull)
 
 struct rec {
 	/* options */
@@ -55,6 +68,19 @@ struct rec {
 	struct fg_timeline *timeline;      /* -f chrome only: the samples in time order */
 	const char *idle_frame;            /* the synthetic leaf marking -i's idle samples */
 	uint64_t last_progress_ns;
+
+	/* --push */
+	const char *push_url, *app, *tenant, *token_file, *basic_file;
+	unsigned push_every;
+	const char **labels;               /* --label K=V, as given */
+	size_t nlabels;
+	bool no_file;                      /* --push without -o: nothing written locally */
+	bool keep_run;                     /* a whole-run profile is needed (a file or a table) */
+	struct push_config *push;
+	struct pusher *pusher;
+	struct fg_profile *window;         /* the open window's samples */
+	uint64_t last_push_look_ns;
+	struct push_status shown;          /* what the lines printed so far told */
 };
 
 static const char *const record_usage[] = {
@@ -96,22 +122,104 @@ static int record_stack(void *ctx, struct engine *e, const struct spy_stack *s,
 	push_synthetic(&r->stack, info->proc->root);
 	struct fg_track track = { (int32_t)info->proc->pid, (int32_t)info->tid, info->proc->root,
 				  thread_root };
-	int rc = fg_profile_add_at(r->profile, &r->stack, (double)(info->now_ns - e->start_ns) / 1e9,
-				   r->slices, r->timeline, &track);
+	int rc = 0;
+	if (r->window) {
+		rc = fg_profile_add(r->window, &r->stack, 1);
+	}
+	if (r->keep_run) {
+		int rrc = fg_profile_add_at(r->profile, &r->stack, (double)(info->now_ns - e->start_ns) / 1e9,
+					    r->slices, r->timeline, &track);
+		rc = rc < 0 ? rc : rrc;
+	}
 	return rc;
+}
+
+/* The closed window, as pprof, to the pusher; a new one opens. */
+static void record_window(void *ctx, struct engine *e, const struct eng_window *w)
+{
+	struct rec *r = ctx;
+	struct fg_stats st;
+	fg_profile_stats(r->window, &st);
+	if (st.samples == 0) {
+		pusher_skip(r->pusher);
+	} else {
+		struct fg_profile *p = r->window;
+		const struct target *t = walker_target(eng_root(e));
+		fg_profile_meta_set(p, FG_META_SPY_VERSION, SPY_VERSION);
+		fg_profile_meta_setf(p, FG_META_PID, "%d", target_pid(t));
+		fg_profile_meta_set(p, FG_META_PYTHON, pyrt_version_string(t->rt));
+		fg_profile_meta_setf(p, FG_META_RATE_HZ, "%g", r->o.rate);
+		fg_profile_meta_setf(p, FG_META_DURATION_S, "%lld", (long long)(w->until_s - w->from_s));
+		fg_profile_meta_setf(p, FG_META_SAMPLES, "%llu", (unsigned long long)w->ticks);
+		fg_profile_meta_set(p, FG_META_COMMAND, target_cmdline(t));
+		fg_profile_meta_setf(p, "missed-ticks", "%llu", (unsigned long long)w->missed);
+		fg_profile_meta_setf(p, "window", "%llu %lld %lld", (unsigned long long)w->seq,
+				     (long long)w->from_s, (long long)w->until_s);
+		char *buf = NULL;
+		size_t len = 0;
+		FILE *f = open_memstream(&buf, &len);
+		struct fg_writer wr = { FG_FORMAT_PPROF, p, NULL, NULL, NULL, false };
+		int rc = f ? fg_write(&wr, f, "window", NULL) : -SPY_EIO;
+		if (f && fclose(f) != 0) {
+			rc = -SPY_EIO;
+		}
+		if (rc == 0) {
+			pusher_enqueue(r->pusher, w->from_s, w->until_s, buf, len);
+		} else {
+			pusher_skip(r->pusher);
+		}
+		free(buf);
+	}
+	fg_profile_free(r->window);
+	r->window = w->last ? NULL : fg_profile_new(&r->strs, r->function ? FG_FUNCTION : 0);
+}
+
+/* A line when pushing starts failing, works again, or a window is refused. */
+static void push_lines(struct rec *r, uint64_t now)
+{
+	if (!r->pusher || now - r->last_push_look_ns < PUSH_LOOK_NS) {
+		return;
+	}
+	r->last_push_look_ns = now;
+	struct push_status st;
+	pusher_status(r->pusher, &st);
+	const char *clear = r->progress ? "\r\033[K" : "";
+	if (st.failing && !r->shown.failing) {
+		fprintf(stderr, "%sspy: push to %s failed: %s; retrying, the windows are kept\n", clear,
+			r->push->url_text, st.last_error);
+	} else if (!st.failing && r->shown.failing && st.sent > r->shown.sent) {
+		fprintf(stderr, "%sspy: push to %s works again\n", clear, r->push->url_text);
+	}
+	if (st.rejected > r->shown.rejected) {
+		fprintf(stderr, "%sspy: push to %s: %llu window(s) refused, not sent again: %s\n", clear,
+			r->push->url_text, (unsigned long long)(st.rejected - r->shown.rejected), st.last_error);
+	}
+	if (st.dropped > r->shown.dropped) {
+		fprintf(stderr, "%sspy: push: the queue is full: %llu oldest window(s) dropped\n", clear,
+			(unsigned long long)(st.dropped - r->shown.dropped));
+	}
+	r->shown = st;
 }
 
 static void show_progress(struct rec *r, uint64_t now)
 {
 	double el = eng_elapsed(&r->e, now);
-	fprintf(stderr, "\rspy: %.1f s, %llu samples (%.1f Hz), %llu errors, %zu threads\033[K",
+	fprintf(stderr, "\rspy: %.1f s, %llu samples (%.1f Hz), %llu errors, %zu threads",
 		el, (unsigned long long)r->e.samples, el > 0 ? (double)r->e.samples / el : 0.0,
 		(unsigned long long)eng_errors(&r->e), r->e.threads_seen);
+	if (r->pusher) {
+		struct push_status st;
+		pusher_status(r->pusher, &st);
+		fprintf(stderr, "; pushed %llu, queued %zu%s", (unsigned long long)st.sent, st.queued,
+			st.failing ? ", retrying" : "");
+	}
+	fputs("\033[K", stderr);
 }
 
 static bool between_ticks(void *ctx, struct engine *e, uint64_t now)
 {
 	struct rec *r = ctx;
+	push_lines(r, now);
 	if (r->progress && now - r->last_progress_ns >= PROGRESS_NS) {
 		r->last_progress_ns = now;
 		show_progress(r, now);
@@ -146,7 +254,7 @@ static void set_metadata(struct rec *r, uint64_t now)
 /* The output file, named or spy-<pid>EXT; none for a table bound for stdout. */
 static int open_output(struct rec *r, pid_t pid, struct spy_err *err)
 {
-	if (r->table_to_stdout || r->out.path) {
+	if (r->table_to_stdout || r->out.path || r->no_file) {
 		return 0;
 	}
 	if (!r->output) {
@@ -165,7 +273,7 @@ static int write_outputs(struct rec *r, uint64_t end, struct spy_err *err)
 	topts.rate_hz = r->o.rate;
 	struct fg_svg_opts sopts = { NULL, false };
 	struct fg_writer w = { r->fmt, r->profile, r->timeline, &topts, &sopts, false };
-	if (!r->table_to_stdout) {
+	if (!r->table_to_stdout && !r->no_file) {
 		w.gzip = fg_format_gzip(r->fmt, r->output);
 		rc = cmd_output_commit(&r->out, fg_write, &w, err);
 	}
@@ -191,6 +299,120 @@ static bool all_digits(const char *s)
 		}
 	}
 	return true;
+}
+
+/* --push's rules, and what it changes in the outputs; 0, else the exit code (2). */
+static int check_push_args(struct rec *r, const char *table)
+{
+	const char *needs = r->push_every != UINT_MAX ? "--push-every" : r->app ? "--app" : r->nlabels ? "--label"
+		: r->tenant ? "--tenant" : r->token_file ? "--push-token-file" : r->basic_file ? "--push-basic-auth-file" : NULL;
+	if (!r->push_url) {
+		return needs ? cmd_usage_error("record", "%s goes with --push URL", needs) : 0;
+	}
+	if (r->push_every == UINT_MAX) {
+		r->push_every = PUSH_EVERY_S;
+	}
+	if (r->push_every < 1 || r->push_every > PUSH_EVERY_MAX_S) {
+		return cmd_usage_error("record", "--push-every must be 1 to %d seconds", PUSH_EVERY_MAX_S);
+	}
+	struct push_config *c = r->push = spy_xcalloc(1, sizeof(*c));
+	struct spy_err err = SPY_ERR_INIT;
+	if (http_url_parse(r->push_url, &c->url, &err) < 0) {
+		return cmd_usage_error("record", "%s", err.msg);
+	}
+	c->url_text = r->push_url;
+	const char *why;
+	if (r->app && (why = push_check_app(r->app))) {
+		return cmd_usage_error("record", "--app '%s': %s", r->app, why);
+	}
+	for (size_t i = 0; i < r->nlabels; i++) {
+		const char *kv = r->labels[i], *eq = strchr(kv, '=');
+		char key[128];
+		if (!eq || (size_t)(eq - kv) >= sizeof(key)) {
+			return cmd_usage_error("record", "--label '%s': expected KEY=VALUE", kv);
+		}
+		snprintf(key, sizeof(key), "%.*s", (int)(eq - kv), kv);
+		if ((why = push_check_key(key)) || (why = push_check_value(eq + 1))) {
+			return cmd_usage_error("record", "--label '%s': %s", kv, why);
+		}
+	}
+	if (r->tenant && (push_check_value(r->tenant) || strlen(r->tenant) > 150)) {
+		return cmd_usage_error("record", "--tenant '%s': a tenant ID is 1 to 150 printable characters, "
+				       "no blanks, quotes or { } , =", r->tenant);
+	}
+	r->o.window_s = r->push_every;
+	/* Continuous: a file only with -o, a table only when asked for. */
+	r->no_file = !r->output && !r->table_to_stdout;
+	r->want_table = table || r->table_to_stdout;
+	return 0;
+}
+
+/* The application name a command line suggests: the script's or module's name, else the program's. */
+static void default_app(const char *cmdline, char *out, size_t size)
+{
+	char words[3][256] = { "", "", "" };
+	const char *p = cmdline;
+	for (int i = 0; i < 3 && *p; i++) {
+		size_t n = strcspn(p, " ");
+		snprintf(words[i], sizeof(words[i]), "%.*s", (int)(n < 255 ? n : 255), p);
+		p += n;
+		p += strspn(p, " ");
+	}
+	const char *name = spy_basename(words[0]);
+	if (!strncmp(name, "python", 6) && !strcmp(words[1], "-m") && words[2][0]) {
+		name = words[2];
+	} else if (!strncmp(name, "python", 6) && words[1][0] && words[1][0] != '-') {
+		name = spy_basename(words[1]);
+	}
+	snprintf(out, size, "%s", name[0] ? name : "python");
+	size_t n = strlen(out);
+	if (n > 3 && !strcmp(out + n - 3, ".py")) {
+		out[n - 3] = 0;
+	}
+	if (strlen(out) > 200) {
+		out[200] = 0;
+	}
+	push_sanitize(out, true);
+}
+
+/* The labels and the sender, once the target is known; 0 or the exit code. */
+static int start_push(struct rec *r)
+{
+	struct push_config *c = r->push;
+	const struct target *t = walker_target(eng_root(&r->e));
+	char host[256] = "";
+	snprintf(c->app, sizeof(c->app), "%s", r->app ? r->app : "");
+	if (!r->app) {
+		default_app(target_cmdline(t), c->app, sizeof(c->app));
+	}
+	if (gethostname(host, sizeof(host) - 1) != 0 || !host[0]) {
+		snprintf(host, sizeof(host), "unknown");
+	}
+	push_sanitize(host, false);
+	char pid[16], python[64];
+	snprintf(pid, sizeof(pid), "%d", target_pid(t));
+	snprintf(python, sizeof(python), "%s", pyrt_version_string(t->rt));
+	push_sanitize(python, false);
+	push_config_label(c, "host", host);
+	push_config_label(c, "pid", pid);
+	push_config_label(c, "python", python);
+	for (size_t i = 0; i < r->nlabels; i++) {
+		const char *kv = r->labels[i], *eq = strchr(kv, '=');
+		char key[128];
+		snprintf(key, sizeof(key), "%.*s", (int)(eq - kv), kv);
+		if (!push_config_label(c, key, eq + 1)) {
+			return cmd_usage_error("record", "more than %d labels", PUSH_MAX_LABELS);
+		}
+	}
+	c->rate_hz = r->o.rate;
+	c->every_s = r->push_every;
+	c->timeout_ns = PUSH_TIMEOUT_NS;
+	struct spy_err err = SPY_ERR_INIT;
+	if (pusher_start(&r->pusher, c, &err) < 0) {
+		return cmd_fail(&err);
+	}
+	r->window = fg_profile_new(&r->strs, r->function ? FG_FUNCTION : 0);
+	return 0;
 }
 
 /* Usage rules beyond the parser's; 0, else the exit code (2). */
@@ -228,7 +450,7 @@ static int check_args(struct rec *r, const char *format, const char *sort, const
 		return cmd_usage_error("record", "--slice keeps its windows in a folded profile: use -o FILE.folded");
 	}
 	r->progress = !r->quiet && isatty(STDERR_FILENO);
-	return 0;
+	return check_push_args(r, table);
 }
 
 /*
@@ -238,7 +460,7 @@ static int check_args(struct rec *r, const char *format, const char *sort, const
  */
 static int parse_args(struct rec *r, int argc, char **argv)
 {
-	const char *format = NULL, *sort = NULL, *table = NULL;
+	const char *format = NULL, *sort = NULL, *table = NULL, *label_help = NULL;
 	const struct opt opts[] = {
 		{ 'p', "pid", OPT_PID, &r->pid, "PID", "attach to a running process" },
 		{ 'o', "output", OPT_STRING, &r->output, "FILE", "where to write (default spy-<pid>.svg; with -f, that format's extension)" },
@@ -259,10 +481,21 @@ static int parse_args(struct rec *r, int argc, char **argv)
 		{ 0, "sort", OPT_STRING, &sort, "KEY", "table order: cumtime, tottime or name" },
 		{ 'q', "quiet", OPT_BOOL, &r->quiet, NULL, "no progress line" },
 		{ 0, "slice", OPT_DOUBLE, &r->slice, "S", "also count samples per S-second window, kept in a folded profile (for report --trend)" },
+		{ 0, "push", OPT_STRING, &r->push_url, "URL",
+		  "continuous mode: every --push-every S, send the last window to the Pyroscope server at URL (http:// only); no file unless -o" },
+		{ 0, "push-every", OPT_UINT, &r->push_every, "S", "with --push: the window, in seconds (default 10)" },
+		{ 0, "app", OPT_STRING, &r->app, "NAME", "with --push: the application name (default: the script's or program's name)" },
+		{ 0, "label", OPT_STRING, &label_help, "K=V", "with --push: one more label (repeatable; host, pid and python are set)" },
+		{ 0, "tenant", OPT_STRING, &r->tenant, "ID", "with --push: the tenant, sent as X-Scope-OrgID" },
+		{ 0, "push-token-file", OPT_STRING, &r->token_file, "FILE",
+		  "with --push: a bearer token, read from FILE (or from $SPY_PUSH_TOKEN)" },
+		{ 0, "push-basic-auth-file", OPT_STRING, &r->basic_file, "FILE",
+		  "with --push: USER:PASSWORD for basic auth, read from FILE (or from $SPY_PUSH_BASIC_AUTH)" },
 		{ 0 },
 	};
 	char **av = spy_xcalloc((size_t)argc + 1, sizeof(*av));
 	char **rest = spy_xcalloc((size_t)argc + 1, sizeof(*rest));
+	r->labels = spy_xcalloc((size_t)argc + 1, sizeof(*r->labels));
 	char table_arg[32];
 	int ac = 0, nrest = 0;
 	for (int i = 0; i < argc; i++) {
@@ -274,6 +507,15 @@ static int parse_args(struct rec *r, int argc, char **argv)
 			bool n = i + 1 < argc && all_digits(argv[i + 1]) && strlen(argv[i + 1]) < 20;
 			snprintf(table_arg, sizeof(table_arg), "--table=%s", n ? argv[++i] : "20");
 			av[ac++] = table_arg;
+			continue;
+		}
+		/* --label repeats: each one is kept here, the parser only lists it in --help. */
+		if (i > 0 && !strcmp(argv[i], "--label") && i + 1 < argc) {
+			r->labels[r->nlabels++] = argv[++i];
+			continue;
+		}
+		if (i > 0 && !strncmp(argv[i], "--label=", 8)) {
+			r->labels[r->nlabels++] = argv[i] + 8;
 			continue;
 		}
 		av[ac++] = argv[i];
@@ -302,7 +544,10 @@ static int start(struct rec *r)
 	if (r->pid && open_output(r, r->pid, &err) < 0) {
 		return cmd_fail(&err);
 	}
-	if (r->program && !r->output && !r->table_to_stdout && access(".", W_OK) != 0) {
+	if (r->push && push_config_auth(r->push, r->token_file, r->basic_file, &err) < 0) {
+		return err.code == SPY_EUSAGE ? cmd_usage_error("record", "%s", err.msg) : cmd_fail(&err);
+	}
+	if (r->program && !r->output && !r->table_to_stdout && !r->no_file && access(".", W_OK) != 0) {
 		/* The default name needs the child's pid; the directory can be checked now. */
 		spy_err_set(&err, SPY_EIO, "cannot write spy-<pid>%s in the current directory: %s",
 			    fg_format_ext(r->fmt), strerror(errno));
@@ -324,7 +569,7 @@ static int start(struct rec *r)
 		cmd_output_abandon(&r->out);
 		return rc == -SPY_EINTR ? 128 + (int)proc_stop_requested : cmd_fail(&err);
 	}
-	return 0;
+	return r->push ? start_push(r) : 0;
 }
 
 static void rec_release(struct rec *r)
@@ -337,6 +582,9 @@ static void rec_release(struct rec *r)
 	fg_slices_free(r->slices);
 	fg_timeline_free(r->timeline);
 	fg_profile_free(r->profile);
+	fg_profile_free(r->window);
+	free(r->push);
+	free(r->labels);
 	spy_strtab_release(&r->strs);
 }
 
@@ -346,6 +594,7 @@ int cmd_record(int argc, char **argv)
 	r->o.rate = 100;
 	r->o.duration = -1;
 	r->out.fd = -1;
+	r->push_every = UINT_MAX;   /* not given */
 	int exit_code = parse_args(r, argc, argv);
 	bool go = exit_code < 0;   /* else --help or a usage error: done */
 	if (go) {
@@ -362,7 +611,8 @@ int cmd_record(int argc, char **argv)
 	r->timeline = r->fmt == FG_FORMAT_CHROME ? fg_timeline_new(r->o.rate) : NULL;
 	r->idle_frame = spy_strtab_interns(&r->strs, "idle");
 
-	const struct eng_callbacks cb = { r, record_stack, between_ticks };
+	r->keep_run = !r->no_file || r->want_table;
+	const struct eng_callbacks cb = { r, record_stack, between_ticks, record_window };
 	eng_run(&r->e, &cb);
 	uint64_t end = ticker_now_ns();
 	eng_detach(&r->e);
@@ -371,10 +621,24 @@ int cmd_record(int argc, char **argv)
 	}
 
 	/* Detached: from here on nothing can leave the target stopped. */
+	struct push_status pst = { 0 };
+	if (r->pusher) {
+		/* The last window goes out too, for a bounded time (Ctrl-C: the backend may be down). */
+		pusher_finish(r->pusher, PUSH_FLUSH_NS, &pst);
+		r->pusher = NULL;
+	}
 	struct spy_err werr = SPY_ERR_INIT;
-	int wrc = write_outputs(r, end, &werr);
+	int wrc = r->keep_run ? write_outputs(r, end, &werr) : 0;
 	struct spy_buf sum = SPY_BUF_INIT;
 	eng_summary(&r->e, end, &sum);
+	if (r->push) {
+		spy_buf_addf(&sum, "; pushed %llu window%s to %s", (unsigned long long)pst.sent,
+			     pst.sent == 1 ? "" : "s", r->push->url_text);
+		if (pst.dropped || pst.rejected || pst.queued) {
+			spy_buf_addf(&sum, " (lost: %llu dropped from a full queue, %llu refused, %zu not sent in time)",
+				     (unsigned long long)pst.dropped, (unsigned long long)pst.rejected, pst.queued);
+		}
+	}
 	if (wrc == 0 && r->out.path) {
 		spy_buf_addf(&sum, "; wrote %s", r->out.path);
 	}
