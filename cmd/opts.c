@@ -189,7 +189,12 @@ void opts_usage(FILE *f, const char *const *usage, const struct opt *opts)
 		if (o->type != OPT_BOOL && n < (int)sizeof(left)) {
 			snprintf(left + n, sizeof(left) - (size_t)n, " %s", o->argh ? o->argh : "VALUE");
 		}
-		fprintf(f, "    %-24s %s\n", left, o->help);
+		/* A long option gets a line of its own, the help in the column below. */
+		if (strlen(left) > 24) {
+			fprintf(f, "    %s\n    %-24s %s\n", left, "", o->help);
+		} else {
+			fprintf(f, "    %-24s %s\n", left, o->help);
+		}
 	}
 	fprintf(f, "    %-24s %s\n", "-h, --help", "show this help");
 }
