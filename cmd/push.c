@@ -186,8 +186,8 @@ int push_config_auth(struct push_config *c, const char *token_file, const char *
 	}
 	if (given > 1) {
 		return spy_err_set(err, SPY_EUSAGE,
-				   "one of SPY_PUSH_TOKEN, SPY_PUSH_BASIC_AUTH, --push-token-file and "
-				   "--push-basic-auth-file, not several");
+				   "one of SPY_PUSH_TOKEN, SPY_PUSH_BASIC_AUTH, --token-file and "
+				   "--basic-auth-file, not several");
 	}
 	bool basic = basic_file || (env_basic && *env_basic);
 	const char *file = token_file ? token_file : basic_file;

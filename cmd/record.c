@@ -305,7 +305,7 @@ static bool all_digits(const char *s)
 static int check_push_args(struct rec *r, const char *table)
 {
 	const char *needs = r->push_every != UINT_MAX ? "--push-every" : r->app ? "--app" : r->nlabels ? "--label"
-		: r->tenant ? "--tenant" : r->token_file ? "--push-token-file" : r->basic_file ? "--push-basic-auth-file" : NULL;
+		: r->tenant ? "--tenant" : r->token_file ? "--token-file" : r->basic_file ? "--basic-auth-file" : NULL;
 	if (!r->push_url) {
 		return needs ? cmd_usage_error("record", "%s goes with --push URL", needs) : 0;
 	}
@@ -340,6 +340,7 @@ static int check_push_args(struct rec *r, const char *table)
 		return cmd_usage_error("record", "--tenant '%s': a tenant ID is 1 to 150 printable characters, "
 				       "no blanks, quotes or { } , =", r->tenant);
 	}
+	snprintf(c->tenant, sizeof(c->tenant), "%s", r->tenant ? r->tenant : "");
 	r->o.window_s = r->push_every;
 	/* Continuous: a file only with -o, a table only when asked for. */
 	r->no_file = !r->output && !r->table_to_stdout;
@@ -487,9 +488,9 @@ static int parse_args(struct rec *r, int argc, char **argv)
 		{ 0, "app", OPT_STRING, &r->app, "NAME", "with --push: the application name (default: the script's or program's name)" },
 		{ 0, "label", OPT_STRING, &label_help, "K=V", "with --push: one more label (repeatable; host, pid and python are set)" },
 		{ 0, "tenant", OPT_STRING, &r->tenant, "ID", "with --push: the tenant, sent as X-Scope-OrgID" },
-		{ 0, "push-token-file", OPT_STRING, &r->token_file, "FILE",
+		{ 0, "token-file", OPT_STRING, &r->token_file, "FILE",
 		  "with --push: a bearer token, read from FILE (or from $SPY_PUSH_TOKEN)" },
-		{ 0, "push-basic-auth-file", OPT_STRING, &r->basic_file, "FILE",
+		{ 0, "basic-auth-file", OPT_STRING, &r->basic_file, "FILE",
 		  "with --push: USER:PASSWORD for basic auth, read from FILE (or from $SPY_PUSH_BASIC_AUTH)" },
 		{ 0 },
 	};
