@@ -3,10 +3,12 @@
  * every pause is matched by a resume and nothing is left attached; the
  * activity rule (GIL holder, R with a CPU reading, new threads); torn and
  * truncated stacks; the maps retry; a stack refused is counted; -s follows
- * descendants; the loop ends when the process does or the command says so.
+ * descendants; the loop ends when the process does or the command says so;
+ * continuous mode's windows are whole seconds, contiguous, and hold every tick.
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "sampler/engine.h"
 #include "tests/lib/check.h"
@@ -419,6 +421,62 @@ static void test_end_and_descendants(void)
 	spy_strtab_release(&strs);
 }
 
+/* What the window callback saw. */
+#define MAX_WINDOWS 8
+static struct eng_window windows[MAX_WINDOWS];
+static size_t nwindows;
+static int stacks_at_window[MAX_WINDOWS];
+
+static void on_window(void *ctx, struct engine *e, const struct eng_window *win)
+{
+	struct fake_world *w = ctx;
+	if (nwindows < MAX_WINDOWS) {
+		stacks_at_window[nwindows] = w->stacks;
+		windows[nwindows++] = *win;
+	}
+}
+
+static void test_windows(void)
+{
+	struct fake_world w;
+	struct engine e;
+	struct spy_strtab strs = SPY_STRTAB_INIT;
+	struct eng_opts o = { 0 };
+	setup(&w);
+	o.rate = 1000;
+	o.duration = 1.3;
+	o.window_s = 1;
+	struct eng_walker wk = fake_walker_ops;
+	wk.ctx = &w;
+	world = &w;
+	struct spy_err err = SPY_ERR_INIT;
+	struct timespec t0;
+	clock_gettime(CLOCK_REALTIME, &t0);
+	CHECK_INT(eng_open(&e, &o, &wk, &strs, w.procs[0].pid, NULL, &err), 0);
+	const struct eng_callbacks cb = { &w, on_stack, NULL, on_window };
+	eng_run(&e, &cb);
+	eng_detach(&e);
+	/* 1.3 s of 1 s windows aligned to whole seconds: two or three of them. */
+	CHECK(nwindows >= 2 && nwindows <= 3);
+	uint64_t ticks = 0;
+	for (size_t i = 0; i < nwindows; i++) {
+		CHECK_INT(windows[i].seq, i);
+		CHECK(windows[i].until_s > windows[i].from_s);
+		CHECK(windows[i].last == (i + 1 == nwindows));
+		if (i > 0) {
+			CHECK_INT(windows[i].from_s, windows[i - 1].until_s);
+			CHECK_INT(windows[i].until_s - windows[i].from_s, 1);
+		}
+		ticks += windows[i].ticks;
+	}
+	CHECK(windows[0].from_s == t0.tv_sec || windows[0].from_s == t0.tv_sec + 1);
+	CHECK_INT(ticks, e.samples);
+	/* Every stack was handed on before its window closed: the last saw them all. */
+	CHECK_INT(stacks_at_window[nwindows - 1], w.stacks);
+	eng_release(&e);
+	spy_strtab_release(&strs);
+}
+
 static void test_backends(void)
 {
 	struct spy_err err = SPY_ERR_INIT;
@@ -439,6 +497,7 @@ int main(void)
 	test_nonblocking();
 	test_errors_and_maps();
 	test_end_and_descendants();
+	test_windows();
 	test_backends();
 	return check_done();
 }
