@@ -36,6 +36,8 @@
 #define BACKOFF_MAX_NS (30 * 1000 * 1000 * 1000ull)
 /* While flushing at exit, a failed push is tried again this soon. */
 #define FLUSH_RETRY_NS (250 * 1000 * 1000ull)
+/* How long past its flush time a sender stuck in a name lookup is waited for. */
+#define JOIN_GRACE_NS (1000 * 1000 * 1000ull)
 /* A credentials file larger than this is not one. */
 #define MAX_SECRET 1000
 
@@ -480,7 +482,22 @@ void pusher_finish(struct pusher *p, uint64_t wait_ns, struct push_status *st)
 	atomic_store(&p->abort_at_ns, http_now_ns() + wait_ns);
 	pthread_cond_signal(&p->cv);
 	pthread_mutex_unlock(&p->mu);
-	pthread_join(p->thread, NULL);
+	/*
+	 * Every step of a request has a deadline but the name lookup: a
+	 * resolver that hangs must not hold the exit. The thread is then left
+	 * behind, with p, for the process's end.
+	 */
+	uint64_t limit = http_now_ns() + wait_ns + JOIN_GRACE_NS;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	uint64_t rt = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + (limit - http_now_ns());
+	ts.tv_sec = (time_t)(rt / 1000000000ull);
+	ts.tv_nsec = (long)(rt % 1000000000ull);
+	if (pthread_timedjoin_np(p->thread, NULL, &ts) != 0) {
+		pusher_status(p, st);
+		pthread_detach(p->thread);
+		return;
+	}
 	pusher_status(p, st);
 	while (p->n > 0) {
 		window_free(&p->q[p->head]);

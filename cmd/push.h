@@ -89,7 +89,9 @@ void pusher_skip(struct pusher *p);
 void pusher_status(struct pusher *p, struct push_status *st);
 /*
  * Send what is queued, waiting at most wait_ns, then stop the thread and
- * free p; *st is the final status (queued: the windows left unsent).
+ * free p; *st is the final status (queued: the windows left unsent). A
+ * thread stuck in a name lookup (which has no deadline) is waited for 1 s
+ * more, then left with p to the process's end.
  */
 void pusher_finish(struct pusher *p, uint64_t wait_ns, struct push_status *st);
 
