@@ -265,4 +265,28 @@ void pyrt_seen_reset(struct pyrt *rt);
 /* true when addr was already seen on this walk; otherwise remember it. */
 bool pyrt_seen(struct pyrt *rt, spy_addr_t addr);
 
+/* tasks.c / tasks-legacy.c: asyncio. */
+/*
+ * What a thread's event loop is running now, version-neutral: the Task,
+ * its coroutine's embedded _PyInterpreterFrame (what pyrt_stack() saw as a
+ * frame address, rt->frames) and its name object (a str, or an int N that
+ * get_name() formats as "Task-N").
+ */
+struct pyrt_running_task {
+	spy_addr_t task, frame, name;
+};
+/* 3.11-3.13 (tasks-legacy.c): every task, as pyrt_tasks(). */
+int pyrt_tasks_legacy(struct pyrt *rt, struct pyrt_task *out, size_t max, size_t *n,
+		      struct spy_err *err);
+/* 3.11-3.13 (tasks-legacy.c): the task t runs now; 1 and *r filled, 0 none, < 0 unreadable. */
+int pyrt_running_task_legacy(struct pyrt *rt, const struct py_thread *t, struct pyrt_running_task *r);
+/*
+ * Shared by both: one _PyInterpreterFrame (a suspended coroutine's
+ * embedded frame) decoded as pyrt_stack() would; 0, or < 0 when it is not a
+ * readable frame with code.
+ */
+int pyrt_iframe_decode(struct pyrt *rt, spy_addr_t frame, struct spy_frame *out);
+/* A task's name from its name object: a str, or an int N as "Task-N"; NULL if neither. */
+const char *pyrt_task_name(struct pyrt *rt, spy_addr_t name_obj);
+
 #endif

@@ -199,4 +199,65 @@ int pyrt_frame_locals(struct pyrt *rt, size_t i, struct py_local *out, size_t ma
 struct spy_buf;
 void pyrt_value_repr(const struct py_value *v, struct spy_buf *out);
 
+/*
+ * asyncio (tasks.c): the tasks of every event loop, for dump --tasks, and
+ * the task a thread is running, for record --async.
+ */
+#define PYRT_TASK_MAX_CHAIN 64      /* coroutine frames kept per task */
+#define PYRT_TASK_MAX_AWAITERS 32   /* awaited_by entries kept per task */
+#define PYRT_MAX_TASKS 100000       /* bound on a walk */
+
+enum pyrt_task_state { PYRT_TASK_PENDING, PYRT_TASK_DONE, PYRT_TASK_CANCELLED };
+
+struct pyrt_task {
+	spy_addr_t addr;        /* the Task object */
+	spy_addr_t loop;        /* its event loop object, 0 if unknown */
+	const char *name;       /* interned; task.get_name() */
+	uint8_t state;          /* enum pyrt_task_state */
+	bool running;           /* the current task of its loop (its coroutine is on a thread's stack) */
+	uint64_t thread_id;     /* py_thread.thread_id of the thread running it when running, else 0 */
+	size_t nchain;
+	bool chain_truncated;
+	/* The coroutine chain, innermost first (func, file, line; addr the code object). */
+	struct spy_frame chain[PYRT_TASK_MAX_CHAIN];
+	size_t nawaited_by;
+	/* Task objects awaiting this one (gather, await task). */
+	spy_addr_t awaited_by[PYRT_TASK_MAX_AWAITERS];
+};
+
+/* Anchors found outside pystate (cmd/target.c, via symbolize/): 0 = unknown. */
+struct pyrt_async_hints {
+	spy_addr_t debug_offsets; /* the _asyncio module's .AsyncioDebug section, 3.14+ */
+};
+
+/*
+ * Whether this version's tasks can be read at all: 0, or -SPY_EVERSION with
+ * one clear message (which versions are). Reads nothing.
+ */
+int pyrt_tasks_supported(const struct pyrt *rt, struct spy_err *err);
+
+/*
+ * Every task of every event loop, in each thread's creation order. Fills at
+ * most max entries; *n is how many were found (bounded by PYRT_MAX_TASKS),
+ * which may exceed max. A list cut short by bad memory, a cycle or a bound
+ * returns 0 with what was read. -SPY_EVERSION for unsupported versions (see
+ * pyrt_tasks_supported), -SPY_ENOPY when the target has no asyncio loaded
+ * (3.14+: h->debug_offsets is 0).
+ */
+int pyrt_tasks(struct pyrt *rt, const struct pyrt_async_hints *h, struct pyrt_task *out, size_t max,
+	       size_t *n, struct spy_err *err);
+
+/*
+ * record --async: the task t is running, against the stack the last
+ * pyrt_stack(rt, t, ...) read (call it right after, target unchanged).
+ * Returns 1 with *name (interned task name) and *nframes: that stack's
+ * frames [0, *nframes) are the task's (its coroutines and what they call);
+ * those outward of them are the event loop's. Returns 0 when t runs no task
+ * or the task's coroutine is not on that stack, negative when the version
+ * is unsupported or nothing could be read. Cheap per sample: one read of
+ * the thread's running task, one of the task; names cached by task.
+ */
+int pyrt_stack_task(struct pyrt *rt, const struct pyrt_async_hints *h, const struct py_thread *t,
+		    const char **name, size_t *nframes);
+
 #endif

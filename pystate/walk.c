@@ -244,6 +244,33 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 	return 0;
 }
 
+int pyrt_iframe_decode(struct pyrt *rt, spy_addr_t frame, struct spy_frame *out)
+{
+	const struct pyoffsets *o = &rt->off;
+	unsigned char fbuf[PYRT_MAX_SPAN], cbuf[PYRT_MAX_SPAN];
+	struct pycode *c;
+	if (o->iframe_code == PYOFF_NONE || !spy_mem_plausible(rt->mem, frame, 8) ||
+	    spy_mem_read(rt->mem, frame, fbuf, rt->frame_span) < 0) {
+		return -SPY_EMEM;
+	}
+	spy_addr_t code = pyrt_ref(o, pyrt_u64(fbuf, o->iframe_code));
+	if (!code || get_code(rt, code, cbuf, &c) != 0) {
+		return -SPY_ECORRUPT;
+	}
+	spy_addr_t start = code + o->code_adaptive;
+	if (o->iframe_tlbc_index != PYOFF_NONE &&
+	    tlbc_start(rt, pyrt_u64(cbuf, o->code_tlbc), (int32_t)pyrt_u32(fbuf, o->iframe_tlbc_index),
+		       &start) < 0) {
+		return -SPY_ECORRUPT;
+	}
+	int64_t idx = (int64_t)(pyrt_u64(fbuf, o->iframe_instr) - start) / 2;
+	int64_t nunits = (int64_t)pyrt_u64(cbuf, o->ob_size);
+	*out = (struct spy_frame){ .func = c->func, .file = c->file, .kind = SPY_FRAME_PYTHON,
+				   .addr = c->addr };
+	out->line = (idx < -1 || idx > nunits) ? 0 : pycode_line(rt, c, 2 * idx);
+	return 0;
+}
+
 /* 2.7/3.6: the exported _PyThreadState_Current variable is the holder. */
 spy_addr_t pyrt_gil_tstate_current(struct pyrt *rt, spy_addr_t interp)
 {
