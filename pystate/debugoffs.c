@@ -106,6 +106,7 @@ int pyrt_apply_debug_offsets(struct pyrt *rt, const char *binary, struct spy_err
 	} while (0)
 #define DBG_SAME(field) DBG(field, o->field);
 	PYDEBUG_FIELDS(DBG_SAME)
+	PYDEBUG_TASK_FIELDS(DBG_SAME)
 	if (o->build & PYBUILD_FT) {
 		/* A release build's table holds 0 for these: only read them where
 		 * the row says the build has them. */

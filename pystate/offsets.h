@@ -221,6 +221,16 @@ struct pyoffsets {
 	uint32_t interp_gc_collecting; /* PyInterpreterState.gc.collecting (int, 3.9+) */
 	uint32_t stackref_tag_bits;    /* _PyStackRef Py_TAG_BITS (3.14+); PYOFF_NONE: plain pointers */
 	uint32_t stackref_int_tag;     /* Py_INT_TAG: a tagged integer, not an object */
+	/* asyncio tasks (tasks.c, tasks-legacy.c). */
+	uint32_t gen_iframe;           /* PyGenObject.gi_iframe: the embedded frame (3.11+) */
+	uint32_t gen_frame_state;      /* PyGenObject.gi_frame_state (int8, 3.11+) */
+	uint32_t gen_state_suspended;  /* FRAME_SUSPENDED, as its byte */
+	uint32_t gen_state_yield_from; /* FRAME_SUSPENDED_YIELD_FROM (3.13+): awaiting another */
+	uint32_t gen_state_executing;  /* FRAME_EXECUTING */
+	uint32_t iframe_stacktop;      /* _PyInterpreterFrame.stacktop (int, 3.11-3.13) */
+	uint32_t iframe_stackpointer;  /* _PyInterpreterFrame.stackpointer (3.14+) */
+	uint32_t set_mask;             /* PySetObject.mask */
+	uint32_t set_table;            /* PySetObject.table: setentry {key, hash} */
 
 	/* Free-threaded builds (3.14+): per-thread bytecode. */
 	uint32_t iframe_tlbc_index;    /* _PyInterpreterFrame.tlbc_index (int32) */
@@ -290,6 +300,12 @@ struct pyoffsets {
 		uint32_t interp_gil_enabled; /* of _gil.enabled inside the interp (free-threaded) */
 		uint32_t interp_gc;         /* of the gc state inside the interp */
 		uint32_t gc_collecting;     /* of collecting inside the gc state */
+		uint32_t gen_iframe;        /* 3.14+ */
+		uint32_t gen_frame_state;
+		uint32_t iframe_stackpointer;
+		uint32_t set_used;
+		uint32_t set_mask;
+		uint32_t set_table;
 	} dbg;
 };
 
@@ -313,6 +329,10 @@ struct pyoffsets {
 	X(ob_type) X(ob_size) X(type_name) X(type_flags) X(tuple_item) X(bytes_sval)    \
 	X(str_state) X(str_length) X(float_fval) X(long_tag) X(long_digit)
 #define PYDEBUG_FT_FIELDS(X) X(iframe_tlbc_index) X(code_tlbc)
+/* 3.14+ only (absent from 3.13's table): what asyncio tasks need. */
+#define PYDEBUG_TASK_FIELDS(X)                                                         \
+	X(gen_iframe) X(gen_frame_state) X(iframe_stackpointer) X(set_used) X(set_mask) \
+	X(set_table)
 
 /* The 8-byte cookie at the start of _Py_DebugOffsets (3.13+). */
 #define PYDEBUG_COOKIE "xdebugpy"

@@ -435,6 +435,7 @@ static void write_debug_offsets(struct fakepy *fp)
 	W(free_threaded, (o->build & PYBUILD_FT) != 0);
 #define W_SAME(field) W(field, o->field);
 	PYDEBUG_FIELDS(W_SAME)
+	PYDEBUG_TASK_FIELDS(W_SAME)
 	if (o->build & PYBUILD_FT) {
 		PYDEBUG_FT_FIELDS(W_SAME)
 	}
