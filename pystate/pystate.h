@@ -216,6 +216,7 @@ struct pyrt_task {
 	uint8_t state;          /* enum pyrt_task_state */
 	bool running;           /* the current task of its loop (its coroutine is on a thread's stack) */
 	uint64_t thread_id;     /* py_thread.thread_id of the thread running it when running, else 0 */
+	uint64_t loop_thread_id; /* py_thread.thread_id of the thread whose running loop is loop, 0 if none or unknown */
 	size_t nchain;
 	bool chain_truncated;
 	/* The coroutine chain, innermost first (func, file, line; addr the code object). */
