@@ -204,6 +204,11 @@ void dump_print_text(const struct dump_result *r, FILE *f)
 		fwrite(b.buf, 1, b.len, f);
 		spy_buf_reset(&b);
 	}
+	if (r->tasks) {
+		dump_print_tasks_text(r, &b);
+		fwrite(b.buf, 1, b.len, f);
+		spy_buf_reset(&b);
+	}
 	dump_hint(r, &b);
 	if (b.len) {
 		fprintf(f, "\nHint: %s\n", b.buf);
@@ -301,7 +306,9 @@ void dump_print_json(const struct dump_result *r, FILE *f)
 		json_thread(&b, r, &r->threads[i]);
 	}
 	dump_hint(r, &hint);
-	spy_buf_adds(&b, "],\n ");
+	spy_buf_adds(&b, "],\n \"asyncio\": ");
+	dump_print_tasks_json(r, &b);
+	spy_buf_adds(&b, ",\n ");
 	json_key_str(&b, "hint", hint.len ? hint.buf : NULL);
 	spy_buf_adds(&b, "}\n");
 	fwrite(b.buf, 1, b.len, f);

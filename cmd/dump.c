@@ -32,6 +32,9 @@ struct dump_opts {
 	const char *core, *exe, *root;
 	bool locals, json;
 	bool native, native_all;
+	bool tasks;
+	struct pyrt_async_hints ah; /* --tasks: found before pausing */
+	struct spy_err tasks_err;
 	struct native *nat;        /* --native: set up once the target is open */
 	struct native_pcs *pcs;    /* per collected thread, in collection order */
 };
@@ -223,18 +226,34 @@ struct look {
 	const struct spy_thread_info *os;
 	size_t nos;
 	struct dump_result *r;
-	const struct dump_opts *o;
+	struct dump_opts *o;
 };
+
+/* --tasks: after the threads (a running task's walk reuses pyrt_stack's scratch). */
+static void collect_tasks(struct target *t, struct dump_result *r, struct dump_opts *o)
+{
+	r->task_v = spy_xcalloc(DUMP_MAX_TASKS, sizeof(*r->task_v));
+	int rc = pyrt_tasks(t->rt, &o->ah, r->task_v, DUMP_MAX_TASKS, &r->tasks_total, &o->tasks_err);
+	if (rc < 0) {
+		r->tasks_error = o->tasks_err.msg;
+		r->tasks_total = 0;
+	}
+	r->ntasks = r->tasks_total < DUMP_MAX_TASKS ? r->tasks_total : DUMP_MAX_TASKS;
+}
 
 static int look_paused(void *ctx, struct spy_err *err)
 {
 	struct look *l = ctx;
 	hold_paused_for_tests();
-	return proc_stop_requested ? 0 : collect(l->t, l->os, l->nos, l->r, l->o, err);
+	int rc = proc_stop_requested ? 0 : collect(l->t, l->os, l->nos, l->r, l->o, err);
+	if (rc == 0 && l->o->tasks && !proc_stop_requested) {
+		collect_tasks(l->t, l->r, l->o);
+	}
+	return rc;
 }
 
 /* The threads' waits, then one look with the target held (a core: as it is). */
-static int dump_target(struct target *t, struct dump_result *r, const struct dump_opts *o,
+static int dump_target(struct target *t, struct dump_result *r, struct dump_opts *o,
 		       struct spy_err *err)
 {
 	struct spy_process p = target_process(t);
@@ -257,6 +276,7 @@ static void release_result(struct dump_result *r)
 		free(r->threads[i].locals);
 	}
 	free(r->threads);
+	free(r->task_v);
 }
 
 static int parse_args(int argc, char **argv, struct dump_opts *o, bool *help)
@@ -275,6 +295,9 @@ static int parse_args(int argc, char **argv, struct dump_opts *o, bool *help)
 		  "interleave native (C/C++) frames with the Python frames" },
 		{ 0, "native-all", OPT_BOOL, &o->native_all, NULL,
 		  "with --native, also show the interpreter's own frames (eval loop, call trampolines)" },
+		{ 0, "tasks", OPT_BOOL, &o->tasks, NULL,
+		  "also list each event loop's asyncio tasks: name, state, coroutine chain, await tree "
+		  "(Python 3.14+; 3.11-3.13 to come; older: refused)" },
 		{ 0 },
 	};
 	char **rest = spy_xcalloc((size_t)argc + 1, sizeof(*rest));
@@ -327,6 +350,12 @@ int cmd_dump(int argc, char **argv)
 		spy_strtab_release(&strs);
 		return cmd_fail(&err);
 	}
+	if (o.tasks && (pyrt_tasks_supported(t.rt, &err) < 0 ||
+			target_async_hints(&t, false, &o.ah) < 0)) {
+		target_release(&t);
+		spy_strtab_release(&strs);
+		return cmd_fail(&err);
+	}
 	struct dump_result r = {
 		.pid = target_pid(&t),
 		.cmdline = target_cmdline(&t),
@@ -338,6 +367,7 @@ int cmd_dump(int argc, char **argv)
 		.threads = spy_xcalloc(SPY_MAX_THREADS, sizeof(*r.threads)),
 		.locals = o.locals,
 		.locals_left = DUMP_LOCALS_BUDGET,
+		.tasks = o.tasks,
 	};
 	struct native nat;
 	if (o.native) {
@@ -362,6 +392,9 @@ int cmd_dump(int argc, char **argv)
 		exit_code = 128 + (int)proc_stop_requested;
 	} else if (rc < 0) {
 		exit_code = cmd_fail(&err);
+	} else if (r.tasks_error && o.tasks_err.code == SPY_EVERSION) {
+		/* A version whose tasks cannot be read is refused, as a whole. */
+		exit_code = cmd_fail(&o.tasks_err);
 	} else {
 		qsort(r.threads, r.n, sizeof(*r.threads), thread_order);
 		if (o.json) {

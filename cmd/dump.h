@@ -68,7 +68,16 @@ struct dump_result {
 	size_t n;
 	bool locals;
 	size_t locals_left;                /* of DUMP_LOCALS_BUDGET */
+	/* --tasks: the asyncio tasks (tasks_total may exceed ntasks, which
+	 * DUMP_MAX_TASKS bounds), or why there are none (tasks_error). */
+	bool tasks;
+	struct pyrt_task *task_v;
+	size_t ntasks, tasks_total;
+	const char *tasks_error;
 };
+
+/* Tasks dump --tasks shows at most (each carries its chain: ~3 KiB). */
+#define DUMP_MAX_TASKS 4096
 
 const char *dump_state_name(enum dump_state s);
 /* The state a wait observation gives, knowing whether its futex is the GIL's. */
@@ -77,5 +86,8 @@ enum dump_state dump_classify(const struct proc_wait *w, bool gil_known, bool fu
 void dump_hint(const struct dump_result *r, struct spy_buf *out);
 void dump_print_text(const struct dump_result *r, FILE *f);
 void dump_print_json(const struct dump_result *r, FILE *f);
+/* dump-tasks.c: the --tasks section of the text and of the JSON document. */
+void dump_print_tasks_text(const struct dump_result *r, struct spy_buf *b);
+void dump_print_tasks_json(const struct dump_result *r, struct spy_buf *b);
 
 #endif

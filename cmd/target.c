@@ -86,6 +86,23 @@ const char *target_cmdline(const struct target *t)
 	return t->core ? core_cmdline(t->core) : proc_cmdline(t->proc);
 }
 
+/* The file mapped at offset 0 as path: a live process's as it has it
+ * mapped (common/mapfile.h), a core's under the core's rules. */
+static int open_mapped_path(const struct target *t, const char *path)
+{
+	if (t->core) {
+		return core_open_file(t->core, path);
+	}
+	const struct spy_mem *mem = proc_mem(t->proc);
+	int fd = -ENOENT;
+	for (size_t i = 0; i < mem->nmaps && fd < 0; i++) {
+		if (mem->maps[i].offset == 0 && !strcmp(mem->maps[i].path, path)) {
+			fd = spy_open_mapped(proc_pid(t->proc), &mem->maps[i]);
+		}
+	}
+	return fd;
+}
+
 /*
  * The file holding the runtime, opened the one safe way: a live process's
  * as it has it mapped (common/mapfile.h), a core's under the core's rules
@@ -93,17 +110,7 @@ const char *target_cmdline(const struct target *t)
  */
 static int open_binary(const struct target *t, struct spy_err *err)
 {
-	int fd = -ENOENT;
-	if (t->core) {
-		fd = core_open_file(t->core, t->binary);
-	} else {
-		const struct spy_mem *mem = proc_mem(t->proc);
-		for (size_t i = 0; i < mem->nmaps && fd < 0; i++) {
-			if (mem->maps[i].offset == 0 && !strcmp(mem->maps[i].path, t->binary)) {
-				fd = spy_open_mapped(proc_pid(t->proc), &mem->maps[i]);
-			}
-		}
-	}
+	int fd = open_mapped_path(t, t->binary);
 	if (t->core && fd < 0) {
 		return spy_err_set(err, SPY_EIO,
 				   "cannot read %s, which the core's process ran: %s (name the file with "
@@ -122,6 +129,47 @@ static int open_binary(const struct target *t, struct spy_err *err)
 				   target_pid(t), strerror(-fd));
 	}
 	return fd;
+}
+
+/* The run-time address of section name of the mapped ELF path, or 0. */
+static spy_addr_t mapped_section(const struct target *t, const char *path, const char *name)
+{
+	const struct spy_mem *mem = target_mem(t);
+	struct sym_elf *e = NULL;
+	uint64_t bias, addr = 0, size;
+	spy_addr_t at = 0;
+	int fd = open_mapped_path(t, path);
+	if (fd < 0 || sym_elf_open(&e, fd, path, NULL) < 0) {
+		return 0;
+	}
+	if (sym_elf_section(e, name, &addr, &size) && addr &&
+	    sym_elf_bias(e, mem->maps, mem->nmaps, path, &bias)) {
+		at = bias + addr;
+	}
+	sym_elf_free(e);
+	return at;
+}
+
+int target_async_hints(struct target *t, bool reread_maps, struct pyrt_async_hints *h)
+{
+	memset(h, 0, sizeof(*h));
+	if (reread_maps && t->proc && proc_read_maps(t->proc, NULL) < 0) {
+		return -SPY_EGONE;
+	}
+	const struct spy_mem *mem = target_mem(t);
+	for (size_t i = 0; i < mem->nmaps && !h->debug_offsets; i++) {
+		const char *b = spy_basename(mem->maps[i].path);
+		if (mem->maps[i].offset == 0 && mem->maps[i].path[0] == '/' &&
+		    !strncmp(b, "_asyncio.", strlen("_asyncio.")) && strstr(b, ".so")) {
+			h->debug_offsets = mapped_section(t, mem->maps[i].path, ".AsyncioDebug");
+		}
+	}
+	/* Built in (Debian's 3.15): in the interpreter's own ELF. */
+	if (!h->debug_offsets) {
+		h->debug_offsets = mapped_section(t, t->binary, ".AsyncioDebug");
+	}
+	spy_log(SPY_LOG_DEBUG, "_AsyncioDebug at 0x%llx", (unsigned long long)h->debug_offsets);
+	return 0;
 }
 
 static void add_symbol(const struct sym_elf *e, uint64_t bias, const char *name, spy_addr_t *out)

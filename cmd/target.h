@@ -7,6 +7,7 @@
 #ifndef SPY_CMD_TARGET_H
 #define SPY_CMD_TARGET_H
 
+#include <stdbool.h>
 #include <sys/types.h>
 
 #include "common/err.h"
@@ -36,6 +37,14 @@ int target_pid(const struct target *t);
 const char *target_cmdline(const struct target *t);
 /* The handle on what was opened, with its backend (live or core). */
 struct spy_process target_process(const struct target *t);
+/*
+ * Where the target's _asyncio module says how to read its tasks (3.14+: the
+ * .AsyncioDebug section of lib-dynload/_asyncio*.so, or of the interpreter
+ * where the module is built in); h->debug_offsets stays 0 while asyncio is
+ * not loaded. reread_maps: the module may have been loaded since the maps
+ * were read (a live process only). -SPY_EGONE if the process went away.
+ */
+int target_async_hints(struct target *t, bool reread_maps, struct pyrt_async_hints *h);
 /* Detach and free; safe on a zeroed or partly opened target. */
 void target_release(struct target *t);
 

@@ -119,6 +119,8 @@ struct pyrt {
 	uint32_t names_gen;
 	uint64_t names_scanned_ns;  /* when the last full scan ran */
 	uint64_t names_scans;       /* scans of threading._active so far (debug log, tests) */
+
+	struct pyrt_async *async;   /* asyncio (tasks.c), allocated on first use */
 };
 
 /*

@@ -390,6 +390,7 @@ void pyrt_free(struct pyrt *rt)
 	}
 	pycode_cache_release(rt);
 	free(rt->names);
+	free(rt->async);
 	free(rt->tmp);
 	free(rt->frames);
 	free(rt->seen);
