@@ -50,7 +50,7 @@ struct rec {
 	char **program;
 	const char *output;
 	enum fg_format fmt;
-	bool threads, function, quiet, native, native_all, progress;
+	bool threads, function, quiet, native, native_all, progress, async;
 	bool want_table, table_to_stdout;
 	double slice;                      /* --slice S: window length, 0 without */
 	struct fg_table_opts table_opts;   /* --table N, --sort */
@@ -430,6 +430,8 @@ static int check_args(struct rec *r, const char *format, const char *sort, const
 		msg = "--duration must be above 0";
 	} else if ((r->native || r->native_all) && r->o.nonblocking) {
 		msg = "--native unwinds paused threads: it cannot go with --nonblocking";
+	} else if (r->async && (r->native || r->native_all)) {
+		msg = "--async cannot go with --native yet: the task frame replaces Python frames only";
 	} else if (sort && !fg_sort_parse(sort, &r->table_opts.sort)) {
 		return cmd_usage_error("record", "--sort: '%s' is not cumtime, tottime or name", sort);
 	} else if (table && (!all_digits(table) || strlen(table) > 10 || strtoull(table, NULL, 10) > UINT_MAX)) {
@@ -492,6 +494,9 @@ static int parse_args(struct rec *r, int argc, char **argv)
 		  "with --push: a bearer token, read from FILE (or from $SPY_PUSH_TOKEN)" },
 		{ 0, "basic-auth-file", OPT_STRING, &r->basic_file, "FILE",
 		  "with --push: USER:PASSWORD for basic auth, read from FILE (or from $SPY_PUSH_BASIC_AUTH)" },
+		{ 0, "async", OPT_BOOL, &r->async, NULL,
+		  "put the running asyncio task, as a `task \"NAME\"` frame, in place of the event loop's "
+		  "frames (Python 3.14+; 3.11-3.13 to come; older: refused)" },
 		{ 0 },
 	};
 	char **av = spy_xcalloc((size_t)argc + 1, sizeof(*av));
@@ -557,11 +562,14 @@ static int start(struct rec *r)
 	if (r->program && r->output && open_output(r, 0, &err) < 0) {
 		return cmd_fail(&err);
 	}
-	walker_init(&r->w, &r->strs, r->native, r->native_all);
+	walker_init(&r->w, &r->strs, r->native, r->native_all, r->async);
 	struct eng_walker ops = walker_ops(&r->w);
 	int rc = eng_open(&r->e, &r->o, &ops, &r->strs, r->pid, r->program, &err);
 	if (rc == 0) {
 		rc = walker_check_gil(&r->e, r->o.gil, &err);
+	}
+	if (rc == 0 && r->async) {
+		rc = walker_check_async(&r->e, &err);
 	}
 	if (rc == 0 && r->program) {
 		rc = open_output(r, eng_root(&r->e)->pid, &err);

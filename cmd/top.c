@@ -394,7 +394,7 @@ static int split_program(int argc, char **argv, struct top_args *a)
 static int run(struct top *t, const struct eng_opts *o, struct top_args *a)
 {
 	struct spy_err err = SPY_ERR_INIT;
-	walker_init(&t->w, &t->strs, a->native, a->native_all);
+	walker_init(&t->w, &t->strs, a->native, a->native_all, false);
 	struct eng_walker ops = walker_ops(&t->w);
 	int rc = eng_open(&t->e, o, &ops, &t->strs, a->pid, a->program, &err);
 	if (rc == 0) {

@@ -45,6 +45,43 @@ static int walker_start(void *ctx, void *py, struct spy_err *err)
 
 /* A thread renamed while sampled is seen within this. */
 #define WALKER_NAMES_REFRESH_NS 1000000000ull
+/* --async: while asyncio is not loaded (3.14's _asyncio is a module loaded
+ * on import), the maps are searched for it this often. */
+#define WALKER_ASYNC_LOOK_NS 1000000000ull
+
+/* The `task "NAME"` frame for an interned task name. */
+static const char *task_frame(struct walker *w, const char *name)
+{
+	size_t s = (size_t)(((uintptr_t)name >> 3) * 0x9e3779b97f4a7c15ull >> 58) &
+		   (SPY_ARRAY_SIZE(w->task_frames) - 1);
+	if (w->task_frames[s].name != name) {
+		struct spy_buf b = SPY_BUF_INIT;
+		spy_buf_addf(&b, "task \"%s\"", name);
+		w->task_frames[s].name = name;
+		w->task_frames[s].frame = spy_strtab_interns(w->strs, b.buf);
+		spy_buf_release(&b);
+	}
+	return w->task_frames[s].frame;
+}
+
+/*
+ * --async: in place of the event loop's frames outward of the running
+ * task's coroutine, one `task "NAME"` frame, so samples group by task.
+ */
+static void attribute_task(struct walker *w, struct walked *d, const struct py_thread *py,
+			   struct spy_stack *st)
+{
+	const char *name;
+	size_t keep;
+	if (pyrt_stack_task(d->t.rt, &d->ah, py, &name, &keep) != 1 || keep > st->n) {
+		return;
+	}
+	st->n = keep;
+	struct spy_frame *f = spy_stack_push(st);
+	memset(f, 0, sizeof(*f));
+	f->func = task_frame(w, name);
+	f->kind = SPY_FRAME_SYNTHETIC;
+}
 
 static int walker_walk(void *ctx, void *py, struct eng_thread *th, size_t max, size_t *n_out)
 {
@@ -58,13 +95,22 @@ static int walker_walk(void *ctx, void *py, struct eng_thread *th, size_t max, s
 	}
 	n = n > max ? max : n;
 	/* threading's names: looked up for new threads, all again each second. */
-	pyrt_names_update(d->t.rt, w->py, n, ticker_now_ns(), WALKER_NAMES_REFRESH_NS);
+	uint64_t now = ticker_now_ns();
+	pyrt_names_update(d->t.rt, w->py, n, now, WALKER_NAMES_REFRESH_NS);
+	if (w->async && !d->ah.debug_offsets && now - d->ah_looked_ns >= WALKER_ASYNC_LOOK_NS &&
+	    pyrt_version(d->t.rt) >= 0x030e0000) {
+		d->ah_looked_ns = now;
+		(void)target_async_hints(&d->t, true, &d->ah);
+	}
 	for (size_t i = 0; i < n; i++) {
 		th[i].tid = w->py[i].native_tid;
 		th[i].holds_gil = w->py[i].holds_gil;
 		th[i].name = pyrt_thread_name(d->t.rt, &w->py[i]);
 		spy_stack_reset(&th[i].stack);
 		th[i].rc = pyrt_stack(d->t.rt, &w->py[i], &th[i].stack, NULL);
+		if (w->async && th[i].rc == 0) {
+			attribute_task(w, d, &w->py[i], &th[i].stack);
+		}
 	}
 	*n_out = n;
 	return 0;
@@ -109,9 +155,10 @@ static void walker_close(void *ctx, void *py)
 	free(d);
 }
 
-void walker_init(struct walker *w, struct spy_strtab *strs, bool native, bool native_all)
+void walker_init(struct walker *w, struct spy_strtab *strs, bool native, bool native_all, bool async)
 {
 	memset(w, 0, sizeof(*w));
+	w->async = async;
 	w->strs = strs;
 	w->native = native || native_all;
 	w->native_all = native_all;
@@ -159,4 +206,10 @@ int walker_check_gil(const struct engine *e, bool gil, struct spy_err *err)
 			   "-g: Python %s is a free-threaded build running without a GIL, so no thread "
 			   "holds one; leave -g out (or run it with PYTHON_GIL=1)",
 			   pyrt_version_string(t->rt));
+}
+
+int walker_check_async(const struct engine *e, struct spy_err *err)
+{
+	const struct target *t = walker_target(eng_root(e));
+	return t ? pyrt_tasks_supported(t->rt, err) : 0;
 }

@@ -18,7 +18,13 @@
 struct walker {
 	struct spy_strtab *strs;     /* the command's */
 	bool native, native_all;
+	bool async;                  /* --async: a `task "NAME"` frame for the running task */
 	struct py_thread *py;        /* per tick, reused */
+	/* --async: the root frame of each task name (names are interned:
+	 * compared by pointer), so a sample interns nothing. */
+	struct {
+		const char *name, *frame;
+	} task_frames[64];
 	struct native_pcs *pcs;      /* --native: each thread's pcs, from the pause to the merge */
 };
 
@@ -26,9 +32,11 @@ struct walker {
 struct walked {
 	struct target t;
 	struct native *nat;          /* --native; NULL without */
+	struct pyrt_async_hints ah;  /* --async: found when asyncio is loaded */
+	uint64_t ah_looked_ns;       /* when the maps were last searched for it */
 };
 
-void walker_init(struct walker *w, struct spy_strtab *strs, bool native, bool native_all);
+void walker_init(struct walker *w, struct spy_strtab *strs, bool native, bool native_all, bool async);
 struct eng_walker walker_ops(struct walker *w);
 void walker_release(struct walker *w);
 /* The target of a process the engine opened through the walker. */
@@ -39,5 +47,7 @@ const struct target *walker_target(const struct eng_process *p);
  * and -g would keep nothing.
  */
 int walker_check_gil(const struct engine *e, bool gil, struct spy_err *err);
+/* --async on the opened process: -SPY_EVERSION when its version's tasks cannot be read. */
+int walker_check_async(const struct engine *e, struct spy_err *err);
 
 #endif

@@ -277,6 +277,9 @@ bool pyrt_seen(struct pyrt *rt, spy_addr_t addr);
 struct pyrt_running_task {
 	spy_addr_t task, frame, name;
 };
+/* 3.11-3.13 (tasks-legacy.c): whether that backend is there; false, its
+ * versions are refused with "not supported yet" before anything is read. */
+extern const bool pyrt_tasks_legacy_ready;
 /* 3.11-3.13 (tasks-legacy.c): every task, as pyrt_tasks(). */
 int pyrt_tasks_legacy(struct pyrt *rt, struct pyrt_task *out, size_t max, size_t *n,
 		      struct spy_err *err);

@@ -5,6 +5,8 @@
 #include "common/err.h"
 #include "pystate/internal.h"
 
+const bool pyrt_tasks_legacy_ready = false;
+
 int pyrt_tasks_legacy(struct pyrt *rt, struct pyrt_task *out, size_t max, size_t *n,
 		      struct spy_err *err)
 {

@@ -84,7 +84,8 @@ int pyrt_tasks_supported(const struct pyrt *rt, struct spy_err *err)
 {
 	uint32_t mm = rt->version & 0xffff0000u;
 	if (mm >= V(3, 11) && mm < V(3, 14) && (rt->off.build & PYBUILD_FT) == 0) {
-		return 0;
+		return pyrt_tasks_legacy_ready ? 0 :
+		       spy_err_set(err, SPY_EVERSION, "asyncio tasks: Python 3.11-3.13 not supported yet");
 	}
 	if (mm >= V(3, 14) && rt->off.gen_iframe != PYOFF_NONE &&
 	    rt->off.iframe_stackpointer != PYOFF_NONE && rt->off.set_table != PYOFF_NONE) {

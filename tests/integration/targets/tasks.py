@@ -11,6 +11,9 @@
 # Thread "side-loop" runs a second event loop:
 #   side-main  side, suspended in `await sleeper`            awaits sleeper
 #   sleeper    nap, suspended in `await never`
+# With the argument "busy" (for record --async), the cruncher and a second
+# task, "hasher" (hash_loop -> digest), take turns at CPU work in slices,
+# yielding to the loop in between, so both are sampled.
 # Lines marked "# L:name" are where each coroutine is suspended; the test
 # finds them by the marker, so editing this file does not break it. Prints
 # "ready" once everything is in place, and ends itself after LIFETIME seconds.
@@ -20,6 +23,7 @@ import threading
 import time
 
 LIFETIME = 120.0
+BUSY = sys.argv[1:] == ["busy"]
 side_ready = threading.Event()
 
 
@@ -62,6 +66,27 @@ async def crunch(go, deadline):
     spin(deadline)  # L:crunch
 
 
+def digest(deadline):
+    x = 0
+    while time.monotonic() < deadline:
+        x ^= hash(str(x))  # L:digest
+    return x
+
+
+async def hash_loop(deadline):
+    while time.monotonic() < deadline:
+        digest(time.monotonic() + 0.005)  # L:hash_loop
+        await asyncio.sleep(0)
+
+
+async def crunch_slices(go, deadline):
+    await go
+    print("ready", flush=True)
+    while time.monotonic() < deadline:
+        spin(time.monotonic() + 0.005)  # L:crunch_slices
+        await asyncio.sleep(0)
+
+
 async def nap(never):
     await never  # L:nap
 
@@ -92,7 +117,11 @@ async def main():
     chain = loop.create_task(top(never), name="chain")
     loop.create_task(consume(q), name="consumer")
     loop.create_task(gather_two(never), name="gatherer")
-    loop.create_task(crunch(go, deadline), name="cruncher")
+    if BUSY:
+        loop.create_task(crunch_slices(go, deadline), name="cruncher")
+        loop.create_task(hash_loop(deadline), name="hasher")
+    else:
+        loop.create_task(crunch(go, deadline), name="cruncher")
     t = threading.Thread(target=side_thread, args=(deadline,), name="side-loop")
     t.daemon = True
     t.start()
