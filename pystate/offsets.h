@@ -99,6 +99,8 @@ struct pyoffsets {
 	uint8_t str_kind_shift;    /* PEP 393 state bit-fields: kind (3 bits), */
 	uint8_t str_compact_bit;   /* compact, */
 	uint8_t str_ascii_bit;     /* ascii (0 for 2.7, which has no PEP 393) */
+	uint8_t gen_await_depth;   /* a coroutine suspended in await: the awaited object is
+				      this many slots below its stack top (3.11+; 0 unknown) */
 	uint8_t owner_shim;        /* owner >= this: not a Python function's frame (3.12/3.13
 				      FRAME_OWNED_BY_CSTACK, 3.14+ ..._INTERPRETER); PYOWNER_NONE */
 

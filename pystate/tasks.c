@@ -83,18 +83,19 @@ struct pyrt_async {
 int pyrt_tasks_supported(const struct pyrt *rt, struct spy_err *err)
 {
 	uint32_t mm = rt->version & 0xffff0000u;
-	if (mm >= V(3, 11) && mm < V(3, 14) && (rt->off.build & PYBUILD_FT) == 0) {
+	if (mm >= V(3, 13) && (rt->off.build & PYBUILD_FT)) {
+		/* Untested: no free-threaded build to verify the walk against. */
+		return spy_err_set(err, SPY_EVERSION,
+				   "asyncio tasks: not supported on a free-threaded Python %u.%u",
+				   rt->version >> 24, (rt->version >> 16) & 0xff);
+	}
+	if (mm >= V(3, 11) && mm < V(3, 14)) {
 		return pyrt_tasks_legacy_ready ? 0 :
 		       spy_err_set(err, SPY_EVERSION, "asyncio tasks: Python 3.11-3.13 not supported yet");
 	}
 	if (mm >= V(3, 14) && rt->off.gen_iframe != PYOFF_NONE &&
 	    rt->off.iframe_stackpointer != PYOFF_NONE && rt->off.set_table != PYOFF_NONE) {
 		return 0;
-	}
-	if (mm >= V(3, 13) && (rt->off.build & PYBUILD_FT)) {
-		return spy_err_set(err, SPY_EVERSION,
-				   "asyncio tasks: not supported on a free-threaded Python %u.%u",
-				   rt->version >> 24, (rt->version >> 16) & 0xff);
 	}
 	return spy_err_set(err, SPY_EVERSION,
 			   "asyncio tasks need Python 3.11 or newer (this is Python %u.%u)",
@@ -246,12 +247,13 @@ static void coro_chain(struct pyrt *rt, spy_addr_t coro, struct pyrt_task *t)
 		if (st < yield_from) {
 			return;
 		}
-		/* _PyGen_yf: the awaited object is the top of the value stack. */
+		/* _PyGen_yf: the awaited object is at the top of the value stack
+		 * (3.15: one below it). */
 		spy_addr_t sp, base = frame + o->iframe_localsplus;
-		uint64_t top;
-		if (spy_mem_read_addr(rt->mem, frame + o->iframe_stackpointer, &sp) < 0 || sp <= base ||
-		    sp - base > STACK_SPAN_MAX || (sp & 7) ||
-		    spy_mem_read(rt->mem, sp - 8, &top, sizeof(top)) < 0) {
+		uint64_t top, depth = 8 * (uint64_t)o->gen_await_depth;
+		if (!depth || spy_mem_read_addr(rt->mem, frame + o->iframe_stackpointer, &sp) < 0 ||
+		    sp < base + depth || sp - base > STACK_SPAN_MAX || (sp & 7) ||
+		    spy_mem_read(rt->mem, sp - depth, &top, sizeof(top)) < 0) {
 			t->chain_truncated = true;
 			return;
 		}

@@ -14,7 +14,7 @@
 # With the argument "busy" (for record --async), the cruncher and a second
 # task, "hasher" (hash_loop -> digest), take turns at CPU work in slices,
 # yielding to the loop in between, so both are sampled.
-# Lines marked "# L:name" are where each coroutine is suspended; the test
+# Lines marked "# @name" are where each coroutine is suspended; the test
 # finds them by the marker, so editing this file does not break it. Prints
 # "ready" once everything is in place, and ends itself after LIFETIME seconds.
 import asyncio
@@ -28,54 +28,54 @@ side_ready = threading.Event()
 
 
 async def leaf(never):
-    await never  # L:leaf
+    await never  # @leaf
 
 
 async def middle(never):
-    await leaf(never)  # L:middle
+    await leaf(never)  # @middle
 
 
 async def top(never):
-    await middle(never)  # L:top
+    await middle(never)  # @top
 
 
 async def consume(q):
-    await q.get()  # L:consume
+    await q.get()  # @consume
 
 
 async def worker(never):
-    await never  # L:worker
+    await never  # @worker
 
 
 async def gather_two(never):
     w1 = asyncio.get_running_loop().create_task(worker(never), name="w1")
     w2 = asyncio.get_running_loop().create_task(worker(never), name="w2")
-    await asyncio.gather(w1, w2)  # L:gather_two
+    await asyncio.gather(w1, w2)  # @gather_two
 
 
 def spin(deadline):
     x = 0
     while time.monotonic() < deadline:
-        x += 1  # L:spin
+        x += 1  # @spin
     return x
 
 
 async def crunch(go, deadline):
     await go
     print("ready", flush=True)
-    spin(deadline)  # L:crunch
+    spin(deadline)  # @crunch
 
 
 def digest(deadline):
     x = 0
     while time.monotonic() < deadline:
-        x ^= hash(str(x))  # L:digest
+        x ^= hash(str(x))  # @digest
     return x
 
 
 async def hash_loop(deadline):
     while time.monotonic() < deadline:
-        digest(time.monotonic() + 0.005)  # L:hash_loop
+        digest(time.monotonic() + 0.005)  # @hash_loop
         await asyncio.sleep(0)
 
 
@@ -83,12 +83,12 @@ async def crunch_slices(go, deadline):
     await go
     print("ready", flush=True)
     while time.monotonic() < deadline:
-        spin(time.monotonic() + 0.005)  # L:crunch_slices
+        spin(time.monotonic() + 0.005)  # @crunch_slices
         await asyncio.sleep(0)
 
 
 async def nap(never):
-    await never  # L:nap
+    await never  # @nap
 
 
 async def side(deadline):
@@ -97,7 +97,7 @@ async def side(deadline):
     sleeper = loop.create_task(nap(never), name="sleeper")
     loop.call_later(0.01, side_ready.set)
     loop.call_later(max(0.0, deadline - time.monotonic()), never.set_result, None)
-    await sleeper  # L:side
+    await sleeper  # @side
 
 
 def side_thread(deadline):
@@ -129,7 +129,7 @@ async def main():
         await asyncio.sleep(0.01)
     # Every task has reached its await: let the cruncher run, for good.
     go.set_result(None)
-    await chain  # L:main
+    await chain  # @main
 
 
 if __name__ == "__main__":

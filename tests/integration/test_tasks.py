@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""spy dump --tasks and record --async against asyncio tasks whose tree is known.
+
+targets/tasks.py runs two event loops (MainThread's and "side-loop"'s) with
+a gather of named tasks, a chain three coroutines deep, a task blocked on an
+asyncio.Queue, an unnamed task ("Task-1", asyncio.run's) awaiting another,
+and a task running CPU work. On every interpreter found:
+
+  3.14+      dump --tasks (text and --json): every task's name, state,
+             coroutine chain (functions and lines, innermost first, lines
+             from the target's "# @name" markers) and awaited-by edges,
+             exactly; the running task's stack; the await tree as drawn.
+             record --async on the busy variant: samples of each CPU task
+             under its `task "NAME"` frame, then its coroutines, with none
+             of the event loop's frames (no _run_once) beneath a task; with
+             -t under the thread root.
+  3.11-3.13  while their backend (pystate/tasks-legacy.c) is not in, both
+             commands refuse with exit 4 and exactly the pending line;
+             LEGACY_READY turns these into the 3.14+ checks.
+  older      both commands refuse with exit 4 and exactly the version line.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+
+import harness
+
+TARGET = harness.target_path("tasks.py")
+OLD_TARGET = harness.target_path("record_target.py")
+M = harness.markers(TARGET)
+
+# pystate/tasks-legacy.c's pyrt_tasks_legacy_ready: flip both together.
+LEGACY_READY = False
+LEGACY_PENDING = "spy: asyncio tasks: Python 3.11-3.13 not supported yet"
+
+# The tree, per loop thread: task -> (chain innermost first as (function,
+# marker or None for a library frame), awaited by, running).
+HERE = ("tasks.py",)
+MAIN_LOOP = [
+    ("Task-1", [("main", "main")], [], False),
+    ("chain", [("leaf", "leaf"), ("middle", "middle"), ("top", "top")], ["Task-1"], False),
+    ("consumer", [("Queue.get", None), ("consume", "consume")], [], False),
+    ("gatherer", [("gather_two", "gather_two")], [], False),
+    ("cruncher", [("crunch", "crunch")], [], True),
+    ("w1", [("worker", "worker")], ["gatherer"], False),
+    ("w2", [("worker", "worker")], ["gatherer"], False),
+]
+SIDE_LOOP = [
+    ("side-main", [("side", "side")], [], False),
+    ("sleeper", [("nap", "nap")], ["side-main"], False),
+]
+MAIN_TREE = [
+    '\u251c\u2500\u2500 "Task-1" main',
+    '\u2502   \u2514\u2500\u2500 "chain" top',
+    '\u251c\u2500\u2500 "consumer" consume',
+    '\u251c\u2500\u2500 "gatherer" gather_two',
+    '\u2502   \u251c\u2500\u2500 "w1" worker',
+    '\u2502   \u2514\u2500\u2500 "w2" worker',
+    '\u2514\u2500\u2500 "cruncher" crunch (running)',
+]
+SIDE_TREE = [
+    '\u2514\u2500\u2500 "side-main" side',
+    '    \u2514\u2500\u2500 "sleeper" nap',
+]
+
+
+def chain_problems(name, got, want):
+    """got: [{"function", "file", "line"}]; want: [(function, marker)]."""
+    if [f["function"] for f in got] != [w[0] for w in want]:
+        return ["task %s: chain %r, expected %r"
+                % (name, [f["function"] for f in got], [w[0] for w in want])]
+    p = []
+    for f, (func, marker) in zip(got, want):
+        if marker is None:
+            # The standard library's own line moves between releases.
+            if not f["file"].endswith("/asyncio/queues.py") or not f["line"]:
+                p.append("task %s: %s at %s:%s" % (name, func, f["file"], f["line"]))
+        elif os.path.basename(f["file"]) != "tasks.py" or f["line"] != M[marker]:
+            p.append("task %s: %s at %s:%s, expected tasks.py:%d"
+                     % (name, func, f["file"], f["line"], M[marker]))
+    return p
+
+
+def loop_problems(loop, want, pid_tid, thread):
+    p = []
+    if loop["thread"] != thread or (pid_tid and loop["tid"] != pid_tid):
+        p.append("loop %s: thread %r (tid %r), expected %r"
+                 % (loop["loop"], loop["thread"], loop["tid"], thread))
+    tasks = loop["tasks"]
+    names = [t["name"] for t in tasks]
+    if names != [w[0] for w in want]:
+        return p + ["loop of %s: tasks %r, expected %r" % (thread, names, [w[0] for w in want])]
+    by_addr = dict((t["address"], t["name"]) for t in tasks)
+    for t, (name, chain, awaiters, running) in zip(tasks, want):
+        p += chain_problems(name, t["chain"], chain)
+        got_aw = [by_addr.get(a, a) for a in t["awaited_by"]]
+        if got_aw != awaiters:
+            p.append("task %s: awaited by %r, expected %r" % (name, got_aw, awaiters))
+        if t["state"] != "pending" or t["running"] != running or t["chain_truncated"]:
+            p.append("task %s: state %s running %s truncated %s"
+                     % (name, t["state"], t["running"], t["chain_truncated"]))
+        if running:
+            fr = (t["stack"] or {}).get("frames", [])
+            funcs = [f["function"] for f in fr]
+            if funcs[:2] != ["spin", "crunch"] or "BaseEventLoop._run_once" not in funcs or \
+                    fr[0]["line"] not in (M["spin"] - 1, M["spin"]) or fr[1]["line"] != M["crunch"]:
+                p.append("task %s: running stack %r" % (name, funcs))
+        elif t["stack"] is not None:
+            p.append("task %s: a stack, but it is not running" % name)
+    return p
+
+
+def tree_lines(text, thread):
+    """The await tree lines of the loop section of thread, indentation cut."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("Event loop ") and ('"%s"' % thread) in line:
+            j = lines.index("    await tree:", i)
+            out = []
+            for k in range(j + 1, len(lines)):
+                if not lines[k].startswith("    "):
+                    break
+                out.append(lines[k][4:])
+            return out
+    return None
+
+
+def check_dump(target):
+    r = harness.run_spy(["dump", "--tasks", "--json", "--pid", str(target.pid)])
+    if r.rc != 0:
+        return ["dump --tasks --json: " + r.describe()]
+    doc = json.loads(r.out)["asyncio"]
+    p = []
+    if doc["error"] is not None or doc["total"] != len(MAIN_LOOP) + len(SIDE_LOOP):
+        p.append("asyncio: error %r, total %r" % (doc["error"], doc["total"]))
+    loops = dict((lp["thread"], lp) for lp in doc["loops"])
+    if sorted(loops) != ["MainThread", "side-loop"]:
+        return p + ["loops on threads %r" % sorted(loops)]
+    p += loop_problems(loops["MainThread"], MAIN_LOOP, target.pid, "MainThread")
+    p += loop_problems(loops["side-loop"], SIDE_LOOP, None, "side-loop")
+    r = harness.run_spy(["dump", "--tasks", "--pid", str(target.pid)])
+    if r.rc != 0:
+        return p + ["dump --tasks: " + r.describe()]
+    if "asyncio: 9 tasks in 2 event loops" not in r.out:
+        p.append("text: no 'asyncio: 9 tasks in 2 event loops' line")
+    for thread, want in (("MainThread", MAIN_TREE), ("side-loop", SIDE_TREE)):
+        got = tree_lines(r.out, thread)
+        if got != want:
+            p.append("text: await tree of %s %r, expected %r" % (thread, got, want))
+    want_line = '        leaf (%s:%d)' % (TARGET, M["leaf"])
+    if target.interp.mode != "chroot" and want_line not in r.out.splitlines():
+        p.append("text: no line %r" % want_line)
+    return p
+
+
+def folded_stacks(path):
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.startswith("#") and line.strip():
+                stack, count = line.rstrip("\n").rsplit(" ", 1)
+                yield stack.split(";"), int(count)
+
+
+def check_record(interp):
+    p = []
+    tmp = tempfile.mkdtemp(prefix="spy-tasks.")
+    try:
+        with harness.Target(interp, TARGET, ["busy"]) as target:
+            for extra in ([], ["-t"]):
+                out = os.path.join(tmp, "a%s.folded" % len(extra))
+                r = harness.run_spy(["record", "--async", "--pid", str(target.pid), "-d", "2",
+                                     "-q", "-o", out] + extra)
+                if r.rc != 0:
+                    return p + ["record --async %s: %s" % (" ".join(extra), r.describe())]
+                per_task = {}
+                for frames, n in folded_stacks(out):
+                    names = [f.split(" (")[0] for f in frames]
+                    k = next((i for i, f in enumerate(names) if f.startswith('task "')), None)
+                    if k is None:
+                        continue
+                    below = names[k + 1:]
+                    if any(f.endswith("_run_once") or f.startswith("BaseEventLoop.") for f in below):
+                        p.append("record --async: loop frames under a task: %s" % ";".join(names))
+                    if extra and not names[k - 1].startswith('thread %d "MainThread"' % target.pid):
+                        p.append("record --async -t: %r above the task frame" % names[k - 1])
+                    key = (names[k], below[0] if below else None,
+                           frames[k + 1].rsplit(":", 1)[-1].rstrip(")") if below else None)
+                    per_task[key] = per_task.get(key, 0) + n
+                want = {('task "cruncher"', "crunch_slices", str(M["crunch_slices"])),
+                        ('task "hasher"', "hash_loop", str(M["hash_loop"]))}
+                for key in want:
+                    # 2 s at 100 Hz, the two share one thread: ~100 each.
+                    if per_task.get(key, 0) < 20:
+                        p.append("record --async %s: %d samples of %s;%s (line %s), got %r"
+                                 % (" ".join(extra), per_task.get(key, 0), key[0], key[1],
+                                    key[2], per_task))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return p
+
+
+def check_refusal(interp, script, args, want):
+    p = []
+    with harness.Target(interp, script, args) as target:
+        for cmd in (["dump", "--tasks"], ["record", "--async", "-d", "1", "-q",
+                                          "-o", os.devnull, "-f", "folded"]):
+            r = harness.run_spy(cmd + ["--pid", str(target.pid)])
+            if r.rc != 4 or r.err_lines() != [want]:
+                p.append("%s: %s, expected exit 4 and %r" % (" ".join(cmd[:2]), r.describe(), want))
+    return p
+
+
+def run_one(interp):
+    v = interp.version[:2]
+    if v < (3, 11):
+        return check_refusal(interp, OLD_TARGET, ["split"],
+                             "spy: asyncio tasks need Python 3.11 or newer (this is Python %d.%d)" % v)
+    if v < (3, 14) and not LEGACY_READY:
+        return check_refusal(interp, TARGET, [], LEGACY_PENDING)
+    with harness.Target(interp, TARGET) as target:
+        p = check_dump(target)
+    return p + check_record(interp)
+
+
+def main():
+    rep = harness.reporter("tasks")
+    harness.for_each_interp(rep, run_one, expect=harness.SUPPORTED)
+
+
+if __name__ == "__main__":
+    main()
