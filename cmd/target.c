@@ -164,9 +164,10 @@ int target_async_hints(struct target *t, bool reread_maps, struct pyrt_async_hin
 			h->debug_offsets = mapped_section(t, mem->maps[i].path, ".AsyncioDebug");
 		}
 	}
-	/* Built in (Debian's 3.15): in the interpreter's own ELF. */
-	if (!h->debug_offsets) {
+	/* Built in (Debian's 3.15): in the interpreter's own ELF, or never. */
+	if (!h->debug_offsets && !t->no_builtin_asyncio) {
 		h->debug_offsets = mapped_section(t, t->binary, ".AsyncioDebug");
+		t->no_builtin_asyncio = !h->debug_offsets;
 	}
 	spy_log(SPY_LOG_DEBUG, "_AsyncioDebug at 0x%llx", (unsigned long long)h->debug_offsets);
 	return 0;

@@ -22,6 +22,7 @@ struct target {
 	struct pyrt *rt;
 	struct spy_strtab *strs;   /* the command's, for the whole invocation */
 	char *binary;   /* path (as the target sees it) of the ELF holding the runtime */
+	bool no_builtin_asyncio; /* binary has no .AsyncioDebug: not searched again */
 };
 
 /*

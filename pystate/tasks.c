@@ -19,9 +19,16 @@
  * awaits which is what 3.14 records in Task.awaited_by (one object, or a set).
  *
  * 3.11-3.13 walk the _asyncio module's own state instead: tasks-legacy.c,
- * through two hooks declared in internal.h, pyrt_tasks_legacy() and
- * pyrt_running_task_legacy(). What follows the running task (matching its
- * coroutine frame against the stack, caching its name) is shared here.
+ * through the hooks declared in internal.h: pyrt_tasks_legacy() (dump
+ * --tasks: fills struct pyrt_task as the 3.14 reader does, loop_thread_id
+ * included), pyrt_running_task_legacy() (record --async: the running task,
+ * its coroutine's frame and its name object, two or three reads per
+ * sample), and pyrt_tasks_legacy_ready, false until that backend is in
+ * (tests/integration/test_tasks.py's LEGACY_READY goes with it). Shared
+ * helpers for it: pyrt_iframe_decode(), pyrt_task_name(), and the row's
+ * gen_* / iframe_stacktop / gen_await_depth fields. What follows the
+ * running task (matching its coroutine frame against the stack, caching
+ * its name) is shared here.
  *
  * Everything read is hostile: lists are bounded by PYRT_MAX_TASKS and
  * cycle-checked (Brent), chains by PYRT_TASK_MAX_CHAIN, sets by their mask,
