@@ -196,6 +196,19 @@ def check_record(interp):
                         p.append("record --async %s: %d samples of %s;%s (line %s), got %r"
                                  % (" ".join(extra), per_task.get(key, 0), key[0], key[1],
                                     key[2], per_task))
+            # The flame graph has each task and its coroutine (the SVG keeps
+            # frame names in a script array, JSON-quoted; the folded checks
+            # above say how they nest).
+            svg = os.path.join(tmp, "a.svg")
+            r = harness.run_spy(["record", "--async", "--pid", str(target.pid), "-d", "1",
+                                 "-q", "-o", svg])
+            if r.rc != 0:
+                return p + ["record --async -o a.svg: " + r.describe()]
+            with open(svg, encoding="utf-8") as f:
+                text = f.read()
+            for task, coro in (("cruncher", "crunch_slices"), ("hasher", "hash_loop")):
+                if json.dumps('task "%s"' % task) not in text or json.dumps(coro) not in text:
+                    p.append("record --async svg: no %s / %s frames" % (task, coro))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return p
