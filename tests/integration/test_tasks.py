@@ -13,7 +13,9 @@ and a task running CPU work. On every interpreter found:
              record --async on the busy variant: samples of each CPU task
              under its `task "NAME"` frame, then its coroutines, with none
              of the event loop's frames (no _run_once) beneath a task; with
-             -t under the thread root.
+             -t under the thread root; the flame graph has each task. On
+             the Debian root's interpreters, dump --tasks --core of a
+             gcore of the target gives the same tree.
   3.11-3.13  while their backend (pystate/tasks-legacy.c) is not in, both
              commands refuse with exit 4 and exactly the pending line;
              LEGACY_READY turns these into the 3.14+ checks.
@@ -23,6 +25,7 @@ and a task running CPU work. On every interpreter found:
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 
 import harness
@@ -131,15 +134,7 @@ def check_dump(target):
     r = harness.run_spy(["dump", "--tasks", "--json", "--pid", str(target.pid)])
     if r.rc != 0:
         return ["dump --tasks --json: " + r.describe()]
-    doc = json.loads(r.out)["asyncio"]
-    p = []
-    if doc["error"] is not None or doc["total"] != len(MAIN_LOOP) + len(SIDE_LOOP):
-        p.append("asyncio: error %r, total %r" % (doc["error"], doc["total"]))
-    loops = dict((lp["thread"], lp) for lp in doc["loops"])
-    if sorted(loops) != ["MainThread", "side-loop"]:
-        return p + ["loops on threads %r" % sorted(loops)]
-    p += loop_problems(loops["MainThread"], MAIN_LOOP, target.pid, "MainThread")
-    p += loop_problems(loops["side-loop"], SIDE_LOOP, None, "side-loop")
+    p = tree_problems(json.loads(r.out)["asyncio"], target.pid)
     r = harness.run_spy(["dump", "--tasks", "--pid", str(target.pid)])
     if r.rc != 0:
         return p + ["dump --tasks: " + r.describe()]
@@ -153,6 +148,41 @@ def check_dump(target):
     if target.interp.mode != "chroot" and want_line not in r.out.splitlines():
         p.append("text: no line %r" % want_line)
     return p
+
+
+def tree_problems(doc, pid):
+    """The checks of a --json document's "asyncio" against the known tree."""
+    p = []
+    if doc["error"] is not None or doc["total"] != len(MAIN_LOOP) + len(SIDE_LOOP):
+        p.append("asyncio: error %r, total %r" % (doc["error"], doc["total"]))
+    loops = dict((lp["thread"], lp) for lp in doc["loops"])
+    if sorted(loops) != ["MainThread", "side-loop"]:
+        return p + ["loops on threads %r" % sorted(loops)]
+    p += loop_problems(loops["MainThread"], MAIN_LOOP, pid, "MainThread")
+    p += loop_problems(loops["side-loop"], SIDE_LOOP, None, "side-loop")
+    return p
+
+
+def check_core(interp, target):
+    """dump --tasks --core of a gcore of the target: the same tree."""
+    tmp = tempfile.mkdtemp(prefix="spy-tasks-core.")
+    argv = interp.tool(["gcore", "-o", os.path.join(tmp, "core"), str(target.pid)], binds=(tmp,))
+    if not argv:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise harness.SkipInterp("no gcore to take a core with")
+    try:
+        r = harness.spawn(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _, err = r.communicate(timeout=120)
+        core = os.path.join(tmp, "core.%d" % target.pid)
+        if r.returncode != 0 or not os.path.exists(core):
+            return ["gcore failed: %s" % err.decode(errors="replace")[-200:]]
+        root = ["--root", interp.root] if interp.mode == "container" else []
+        res = harness.run_spy(["dump", "--tasks", "--json", "--core", core] + root, timeout=60)
+        if res.rc != 0:
+            return ["dump --tasks --core: " + res.describe()]
+        return ["--core: " + x for x in tree_problems(json.loads(res.out)["asyncio"], target.pid)]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def folded_stacks(path):
@@ -234,6 +264,8 @@ def run_one(interp):
         return check_refusal(interp, TARGET, [], LEGACY_PENDING)
     with harness.Target(interp, TARGET) as target:
         p = check_dump(target)
+        if interp.root:
+            p += check_core(interp, target)
     return p + check_record(interp)
 
 
