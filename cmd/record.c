@@ -430,8 +430,6 @@ static int check_args(struct rec *r, const char *format, const char *sort, const
 		msg = "--duration must be above 0";
 	} else if ((r->native || r->native_all) && r->o.nonblocking) {
 		msg = "--native unwinds paused threads: it cannot go with --nonblocking";
-	} else if (r->async && (r->native || r->native_all)) {
-		msg = "--async cannot go with --native yet: the task frame replaces Python frames only";
 	} else if (sort && !fg_sort_parse(sort, &r->table_opts.sort)) {
 		return cmd_usage_error("record", "--sort: '%s' is not cumtime, tottime or name", sort);
 	} else if (table && (!all_digits(table) || strlen(table) > 10 || strtoull(table, NULL, 10) > UINT_MAX)) {

@@ -66,21 +66,42 @@ static const char *task_frame(struct walker *w, const char *name)
 
 /*
  * --async: in place of the event loop's frames outward of the running
- * task's coroutine, one `task "NAME"` frame, so samples group by task.
+ * task's coroutine (its keep-th Python frame from the innermost), one
+ * `task "NAME"` frame, so samples group by task. Native frames merged in
+ * count for nothing: those outward of the coroutine are the loop's too.
  */
-static void attribute_task(struct walker *w, struct walked *d, const struct py_thread *py,
-			   struct spy_stack *st)
+static void cut_at_task(struct walker *w, struct spy_stack *st, const char *name, size_t keep)
 {
-	const char *name;
-	size_t keep;
-	if (pyrt_stack_task(d->t.rt, &d->ah, py, &name, &keep) != 1 || keep > st->n) {
+	size_t i = 0, py = 0;
+	while (i < st->n && py < keep) {
+		py += st->v[i++].kind == SPY_FRAME_PYTHON;
+	}
+	if (py < keep) {
 		return;
 	}
-	st->n = keep;
+	st->n = i;
 	struct spy_frame *f = spy_stack_push(st);
 	memset(f, 0, sizeof(*f));
 	f->func = task_frame(w, name);
 	f->kind = SPY_FRAME_SYNTHETIC;
+}
+
+/* The task thread i runs: cut now, or with --native after the merge. */
+static void attribute_task(struct walker *w, struct walked *d, size_t i, struct spy_stack *st)
+{
+	const char *name;
+	size_t keep;
+	if (w->task) {
+		w->task[i].name = NULL;
+	}
+	if (pyrt_stack_task(d->t.rt, &d->ah, &w->py[i], &name, &keep) != 1 || keep > st->n) {
+		return;
+	}
+	if (w->task) {
+		w->task[i] = (struct walker_task){ name, keep };
+	} else {
+		cut_at_task(w, st, name, keep);
+	}
 }
 
 static int walker_walk(void *ctx, void *py, struct eng_thread *th, size_t max, size_t *n_out)
@@ -109,7 +130,7 @@ static int walker_walk(void *ctx, void *py, struct eng_thread *th, size_t max, s
 		spy_stack_reset(&th[i].stack);
 		th[i].rc = pyrt_stack(d->t.rt, &w->py[i], &th[i].stack, NULL);
 		if (w->async && th[i].rc == 0) {
-			attribute_task(w, d, &w->py[i], &th[i].stack);
+			attribute_task(w, d, i, &th[i].stack);
 		}
 	}
 	*n_out = n;
@@ -129,7 +150,11 @@ static int walker_finish(void *ctx, void *py, size_t i, struct spy_stack *stack)
 {
 	struct walker *w = ctx;
 	struct walked *d = py;
-	return d->nat ? native_merge(d->nat, &d->t, &w->pcs[i], stack) : 0;
+	int rc = d->nat ? native_merge(d->nat, &d->t, &w->pcs[i], stack) : 0;
+	if (w->task && w->task[i].name) {
+		cut_at_task(w, stack, w->task[i].name, w->task[i].keep);
+	}
+	return rc;
 }
 
 static void walker_close(void *ctx, void *py)
@@ -166,6 +191,9 @@ void walker_init(struct walker *w, struct spy_strtab *strs, bool native, bool na
 	if (w->native) {
 		w->pcs = spy_xcalloc(SPY_MAX_THREADS, sizeof(*w->pcs));
 	}
+	if (w->native && w->async) {
+		w->task = spy_xcalloc(SPY_MAX_THREADS, sizeof(*w->task));
+	}
 }
 
 struct eng_walker walker_ops(struct walker *w)
@@ -187,6 +215,7 @@ void walker_release(struct walker *w)
 		native_pcs_release(&w->pcs[i]);
 	}
 	free(w->pcs);
+	free(w->task);
 	free(w->py);
 	memset(w, 0, sizeof(*w));
 }

@@ -26,6 +26,12 @@ struct walker {
 		const char *name, *frame;
 	} task_frames[64];
 	struct native_pcs *pcs;      /* --native: each thread's pcs, from the pause to the merge */
+	/* --async --native: each thread's running task, from the walk to the
+	 * merge (the merge needs the whole Python stack); name NULL: none. */
+	struct walker_task {
+		const char *name;
+		size_t keep;
+	} *task;
 };
 
 /* One process, the engine's eng_process.py. */
