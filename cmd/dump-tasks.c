@@ -188,7 +188,8 @@ static void print_loop(const struct dump_result *r, spy_addr_t loop, struct spy_
 		}
 	}
 	spy_buf_adds(b, "    await tree:\n");
-	char prefix[4 * (TREE_MAX_DEPTH + 2)];
+	/* Up to 6 bytes per level ("\u2502   " is 3 + 3). */
+	char prefix[6 * (TREE_MAX_DEPTH + 1)];
 	size_t nroots = 0, seen = 0;
 	for (size_t i = 0; i < r->ntasks; i++) {
 		nroots += r->task_v[i].loop == loop && is_root(r, &r->task_v[i]);

@@ -126,10 +126,77 @@ static void test_header(void)
 	}
 }
 
+/* A task t[i] in loop 0x100, awaited by the tasks at awaiters (addresses 0x1000 + 16 * j). */
+static void mk_task(struct pyrt_task *t, size_t i, const char *name, const size_t *awaiters, size_t n)
+{
+	memset(t, 0, sizeof(*t));
+	t->addr = 0x1000 + 16 * i;
+	t->loop = 0x100;
+	t->name = name;
+	for (size_t k = 0; k < n; k++) {
+		t->awaited_by[t->nawaited_by++] = 0x1000 + 16 * awaiters[k];
+	}
+}
+
+/*
+ * The --tasks section's await tree: as asyncio pstree draws it; a cycle of
+ * awaits (hostile memory) drawn once per task; a chain deeper than the
+ * tree's bound cut, not overflowing the prefix.
+ */
+static void test_tasks_tree(void)
+{
+	struct pyrt_task *t = calloc(80, sizeof(*t));
+	size_t zero = 0, three = 3, four = 4;
+	mk_task(&t[0], 0, "main", NULL, 0);
+	mk_task(&t[1], 1, "child", &zero, 1);
+	mk_task(&t[2], 2, "solo", NULL, 0);
+	mk_task(&t[3], 3, "a", &four, 1); /* a and b await each other */
+	mk_task(&t[4], 4, "b", &three, 1);
+	struct dump_result r = { .tasks = true, .task_v = t, .ntasks = 5, .tasks_total = 5 };
+	struct spy_buf b = SPY_BUF_INIT;
+	dump_print_tasks_text(&r, &b);
+	CHECK(strstr(b.buf, "asyncio: 5 tasks in 1 event loop\n") != NULL);
+	CHECK(strstr(b.buf, "    task \"child\" (0x1010) pending, awaited by \"main\"\n") != NULL);
+	CHECK(strstr(b.buf, "    await tree:\n"
+			    "    \u251c\u2500\u2500 \"main\"\n"
+			    "    \u2502   \u2514\u2500\u2500 \"child\"\n"
+			    "    \u2514\u2500\u2500 \"solo\"\n"
+			    "    \u2514\u2500\u2500 \"a\"\n"
+			    "        \u2514\u2500\u2500 \"b\"\n") != NULL);
+	/* A chain 40 deep (tasks 0, 2, 4, ...) where every level has a second, last child: each
+	 * level's prefix is the widest ("\u2502   "); the tree stops at depth 32. */
+	for (size_t i = 0; i < 80; i += 2) {
+		size_t up = i >= 2 ? i - 2 : 0;
+		mk_task(&t[i], i, "deep", &up, i >= 2 ? 1 : 0);
+		mk_task(&t[i + 1], i + 1, "leaf", &up, i >= 2 ? 1 : 0);
+	}
+	t[1].nawaited_by = 1;
+	t[1].awaited_by[0] = t[0].addr;
+	r.ntasks = r.tasks_total = 80;
+	spy_buf_reset(&b);
+	dump_print_tasks_text(&r, &b);
+	CHECK(strstr(b.buf, "asyncio: 80 tasks in 1 event loop\n") != NULL);
+	struct spy_buf want = SPY_BUF_INIT;
+	spy_buf_adds(&want, "\n        "); /* the root is the last of its level */
+	for (int i = 0; i < 31; i++) {
+		spy_buf_adds(&want, "\u2502   ");
+	}
+	spy_buf_adds(&want, "\u251c\u2500\u2500 \"deep\"\n");
+	CHECK(strstr(b.buf, want.buf) != NULL);
+	spy_buf_release(&want);
+	spy_buf_reset(&b);
+	dump_print_tasks_json(&r, &b);
+	const char *head = "{\"error\": null, \"total\": 80, \"loops\": [";
+	CHECK(strncmp(b.buf, head, strlen(head)) == 0);
+	spy_buf_release(&b);
+	free(t);
+}
+
 int main(void)
 {
 	test_classify();
 	test_hint();
 	test_header();
+	test_tasks_tree();
 	return check_done();
 }
