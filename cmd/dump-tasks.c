@@ -34,14 +34,96 @@ static const struct dump_thread *thread_of(const struct dump_result *r, uint64_t
 	return NULL;
 }
 
-static const struct pyrt_task *task_at(const struct dump_result *r, spy_addr_t addr)
+/*
+ * Who awaits whom, indexed once: up to DUMP_MAX_TASKS tasks with up to
+ * PYRT_TASK_MAX_AWAITERS edges each must not take a scan per edge.
+ */
+struct tree {
+	const struct dump_result *r;
+	struct task_ref {
+		spy_addr_t addr;
+		size_t i;
+	} *by_addr;            /* the tasks sorted by address */
+	size_t *kid_start;     /* task i's children: kids[kid_start[i] .. kid_start[i + 1]) */
+	size_t *kids;          /* in task order */
+	bool *drawn;
+};
+
+static int by_addr_cmp(const void *a, const void *b)
 {
-	for (size_t i = 0; i < r->ntasks; i++) {
-		if (r->task_v[i].addr == addr) {
-			return &r->task_v[i];
+	spy_addr_t x = ((const struct task_ref *)a)->addr, y = ((const struct task_ref *)b)->addr;
+	return x < y ? -1 : x > y;
+}
+
+static const struct pyrt_task *task_at(const struct tree *tr, spy_addr_t addr)
+{
+	size_t lo = 0, hi = tr->r->ntasks;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const struct task_ref *t = &tr->by_addr[mid];
+		if (t->addr == addr) {
+			return &tr->r->task_v[t->i];
+		}
+		if (t->addr < addr) {
+			lo = mid + 1;
+		} else {
+			hi = mid;
 		}
 	}
 	return NULL;
+}
+
+/* The task awaiting t through its k-th edge, when it is a listed task of t's loop. */
+static const struct pyrt_task *parent_of(const struct tree *tr, const struct pyrt_task *t, size_t k)
+{
+	const struct pyrt_task *p = task_at(tr, t->awaited_by[k]);
+	return p && p->loop == t->loop && p != t ? p : NULL;
+}
+
+static void tree_init(struct tree *tr, const struct dump_result *r)
+{
+	size_t n = r->ntasks;
+	tr->r = r;
+	tr->by_addr = spy_xcalloc(n + 1, sizeof(*tr->by_addr));
+	tr->kid_start = spy_xcalloc(n + 2, sizeof(*tr->kid_start));
+	tr->drawn = spy_xcalloc(n + 1, sizeof(*tr->drawn));
+	for (size_t i = 0; i < n; i++) {
+		tr->by_addr[i] = (struct task_ref){ r->task_v[i].addr, i };
+	}
+	qsort(tr->by_addr, n, sizeof(*tr->by_addr), by_addr_cmp);
+	size_t edges = 0;
+	for (size_t i = 0; i < n; i++) {
+		for (size_t k = 0; k < r->task_v[i].nawaited_by; k++) {
+			const struct pyrt_task *p = parent_of(tr, &r->task_v[i], k);
+			if (p) {
+				tr->kid_start[(size_t)(p - r->task_v) + 1]++;
+				edges++;
+			}
+		}
+	}
+	for (size_t i = 0; i < n; i++) {
+		tr->kid_start[i + 1] += tr->kid_start[i];
+	}
+	tr->kids = spy_xcalloc(edges + 1, sizeof(*tr->kids));
+	size_t *fill = spy_xcalloc(n + 1, sizeof(*fill));
+	for (size_t i = 0; i < n; i++) {
+		for (size_t k = 0; k < r->task_v[i].nawaited_by; k++) {
+			const struct pyrt_task *p = parent_of(tr, &r->task_v[i], k);
+			if (p) {
+				size_t pi = (size_t)(p - r->task_v);
+				tr->kids[tr->kid_start[pi] + fill[pi]++] = i;
+			}
+		}
+	}
+	free(fill);
+}
+
+static void tree_release(struct tree *tr)
+{
+	free(tr->by_addr);
+	free(tr->kid_start);
+	free(tr->kids);
+	free(tr->drawn);
 }
 
 /* The loops in order of first appearance: index of each task's loop. */
@@ -80,31 +162,21 @@ static void add_frame(struct spy_buf *b, const char *indent, const struct spy_fr
 }
 
 /* A root of the tree: no task of the same loop awaits it. */
-static bool is_root(const struct dump_result *r, const struct pyrt_task *t)
+static bool is_root(const struct tree *tr, const struct pyrt_task *t)
 {
-	for (size_t i = 0; i < t->nawaited_by; i++) {
-		const struct pyrt_task *p = task_at(r, t->awaited_by[i]);
-		if (p && p->loop == t->loop && p != t) {
+	for (size_t k = 0; k < t->nawaited_by; k++) {
+		if (parent_of(tr, t, k)) {
 			return false;
 		}
 	}
 	return true;
 }
 
-static bool awaits(const struct pyrt_task *child, const struct pyrt_task *parent)
+static void tree_node(const struct tree *tr, const struct pyrt_task *t, struct spy_buf *b,
+		      char *prefix, size_t plen, bool last, size_t depth)
 {
-	for (size_t i = 0; i < child->nawaited_by; i++) {
-		if (child->awaited_by[i] == parent->addr) {
-			return true;
-		}
-	}
-	return false;
-}
-
-static void tree_node(const struct dump_result *r, const struct pyrt_task *t, struct spy_buf *b,
-		      char *prefix, size_t plen, bool last, size_t depth, bool *drawn)
-{
-	drawn[t - r->task_v] = true;
+	size_t ti = (size_t)(t - tr->r->task_v);
+	tr->drawn[ti] = true;
 	spy_buf_adds(b, "    ");
 	spy_buf_add(b, prefix, plen);
 	spy_buf_adds(b, last ? "\u2514\u2500\u2500 \"" : "\u251c\u2500\u2500 \"");
@@ -122,20 +194,22 @@ static void tree_node(const struct dump_result *r, const struct pyrt_task *t, st
 	const char *more = last ? "    " : "\u2502   ";
 	size_t mlen = strlen(more);
 	memcpy(prefix + plen, more, mlen);
-	size_t nkids = 0, seen = 0;
-	for (size_t i = 0; i < r->ntasks; i++) {
-		nkids += !drawn[i] && awaits(&r->task_v[i], t);
-	}
-	for (size_t i = 0; i < r->ntasks && seen < nkids; i++) {
-		if (!drawn[i] && awaits(&r->task_v[i], t)) {
-			seen++;
-			tree_node(r, &r->task_v[i], b, prefix, plen + mlen, seen == nkids, depth + 1, drawn);
+	/* A task awaited by several is drawn under the first that reaches it. */
+	for (size_t k = tr->kid_start[ti]; k < tr->kid_start[ti + 1]; k++) {
+		if (tr->drawn[tr->kids[k]]) {
+			continue;
 		}
+		bool more_kids = false;
+		for (size_t j = k + 1; j < tr->kid_start[ti + 1] && !more_kids; j++) {
+			more_kids = !tr->drawn[tr->kids[j]];
+		}
+		tree_node(tr, &tr->r->task_v[tr->kids[k]], b, prefix, plen + mlen, !more_kids, depth + 1);
 	}
 }
 
-static void print_loop(const struct dump_result *r, spy_addr_t loop, struct spy_buf *b, bool *drawn)
+static void print_loop(const struct tree *tr, spy_addr_t loop, struct spy_buf *b)
 {
+	const struct dump_result *r = tr->r;
 	size_t n = 0;
 	const struct dump_thread *d = NULL;
 	for (size_t i = 0; i < r->ntasks; i++) {
@@ -161,7 +235,7 @@ static void print_loop(const struct dump_result *r, spy_addr_t loop, struct spy_
 		spy_buf_addf(b, "\" (0x%llx) %s", (unsigned long long)t->addr,
 			     t->running ? "running" : state_name(t->state));
 		for (size_t k = 0; k < t->nawaited_by; k++) {
-			const struct pyrt_task *p = task_at(r, t->awaited_by[k]);
+			const struct pyrt_task *p = task_at(tr, t->awaited_by[k]);
 			spy_buf_adds(b, k ? ", \"" : ", awaited by \"");
 			if (p) {
 				spy_term_adds(b, p->name);
@@ -192,19 +266,19 @@ static void print_loop(const struct dump_result *r, spy_addr_t loop, struct spy_
 	char prefix[6 * (TREE_MAX_DEPTH + 1)];
 	size_t nroots = 0, seen = 0;
 	for (size_t i = 0; i < r->ntasks; i++) {
-		nroots += r->task_v[i].loop == loop && is_root(r, &r->task_v[i]);
+		nroots += r->task_v[i].loop == loop && is_root(tr, &r->task_v[i]);
 	}
 	for (size_t i = 0; i < r->ntasks; i++) {
 		const struct pyrt_task *t = &r->task_v[i];
-		if (t->loop == loop && is_root(r, t) && !drawn[i]) {
+		if (t->loop == loop && is_root(tr, t) && !tr->drawn[i]) {
 			seen++;
-			tree_node(r, t, b, prefix, 0, seen == nroots, 0, drawn);
+			tree_node(tr, t, b, prefix, 0, seen == nroots, 0);
 		}
 	}
 	/* Tasks only a cycle of awaits reaches (hostile or corrupt memory). */
 	for (size_t i = 0; i < r->ntasks; i++) {
-		if (r->task_v[i].loop == loop && !drawn[i]) {
-			tree_node(r, &r->task_v[i], b, prefix, 0, true, 0, drawn);
+		if (r->task_v[i].loop == loop && !tr->drawn[i]) {
+			tree_node(tr, &r->task_v[i], b, prefix, 0, true, 0);
 		}
 	}
 }
@@ -218,18 +292,19 @@ void dump_print_tasks_text(const struct dump_result *r, struct spy_buf *b)
 		return;
 	}
 	spy_addr_t *loops = spy_xcalloc(r->ntasks + 1, sizeof(*loops));
-	bool *drawn = spy_xcalloc(r->ntasks + 1, sizeof(*drawn));
+	struct tree tr;
+	tree_init(&tr, r);
 	size_t nl = loops_of(r, loops);
 	spy_buf_addf(b, "\nasyncio: %zu task%s in %zu event loop%s\n", r->tasks_total,
 		     r->tasks_total == 1 ? "" : "s", nl, nl == 1 ? "" : "s");
 	for (size_t i = 0; i < nl; i++) {
-		print_loop(r, loops[i], b, drawn);
+		print_loop(&tr, loops[i], b);
 	}
 	if (r->tasks_total > r->ntasks) {
 		spy_buf_addf(b, "\n... %zu more tasks not shown (at most %d)\n", r->tasks_total - r->ntasks,
 			     DUMP_MAX_TASKS);
 	}
-	free(drawn);
+	tree_release(&tr);
 	free(loops);
 }
 

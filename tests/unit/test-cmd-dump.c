@@ -188,6 +188,22 @@ static void test_tasks_tree(void)
 	dump_print_tasks_json(&r, &b);
 	const char *head = "{\"error\": null, \"total\": 80, \"loops\": [";
 	CHECK(strncmp(b.buf, head, strlen(head)) == 0);
+	/* The most dump shows, each awaited by the most it keeps: indexed, not
+	 * scanned per edge (that took seconds). */
+	free(t);
+	t = calloc(DUMP_MAX_TASKS, sizeof(*t));
+	for (size_t i = 0; i < DUMP_MAX_TASKS; i++) {
+		size_t up[PYRT_TASK_MAX_AWAITERS];
+		for (size_t k = 0; k < PYRT_TASK_MAX_AWAITERS; k++) {
+			up[k] = (i * 7919 + k * 104729) % DUMP_MAX_TASKS;
+		}
+		mk_task(&t[i], i, "many", up, i ? PYRT_TASK_MAX_AWAITERS : 0);
+	}
+	r.task_v = t;
+	r.ntasks = r.tasks_total = DUMP_MAX_TASKS;
+	spy_buf_reset(&b);
+	dump_print_tasks_text(&r, &b);
+	CHECK(strstr(b.buf, "asyncio: 4096 tasks in 1 event loop\n") != NULL);
 	spy_buf_release(&b);
 	free(t);
 }
