@@ -284,8 +284,10 @@ static void running_chain(struct pyrt *rt, const struct py_thread *th, spy_addr_
 		}
 		for (size_t i = 0; k < rt->nframes && k < st.n && i <= k; i++) {
 			uint8_t owner;
+			/* A generator's frame is owned the same way: keep coroutines'. */
 			if (spy_mem_read(rt->mem, rt->frames[i] + rt->off.iframe_owner, &owner, 1) < 0 ||
-			    owner != rt->off.owner_generator) {
+			    owner != rt->off.owner_generator ||
+			    !is_coroutine(rt, rt->frames[i] - rt->off.gen_iframe)) {
 				continue;
 			}
 			if (t->nchain >= PYRT_TASK_MAX_CHAIN) {

@@ -266,8 +266,16 @@ def run_one(interp):
                              "spy: asyncio tasks need Python 3.11 or newer (this is Python %d.%d)" % v)
     if v < (3, 14) and not LEGACY_READY:
         return check_refusal(interp, TARGET, [], LEGACY_PENDING)
+    p = []
+    # A process that never imported asyncio: said (3.15 builds _asyncio in:
+    # there it is loaded, with no task), and no failure.
+    with harness.Target(interp, OLD_TARGET, ["split"]) as target:
+        r = harness.run_spy(["dump", "--tasks", "--pid", str(target.pid)])
+        if r.rc != 0 or ("\nasyncio: asyncio is not loaded in the target" not in r.out and
+                         "\nasyncio: 0 tasks in 0 event loops\n" not in r.out):
+            p.append("dump --tasks without asyncio: " + r.describe())
     with harness.Target(interp, TARGET) as target:
-        p = check_dump(target)
+        p += check_dump(target)
         if interp.root:
             p += check_core(interp, target)
     return p + check_record(interp)
