@@ -11,8 +11,9 @@ scratch DESTDIR, then checks:
   argument and its help text, and no option --help lacks;
 - the README names every option of every command in that command's
   sections;
-- the bash completion offers exactly the --help options of each command, and
-  the zsh completion parses (zsh -n) and names them all.
+- the bash completion (its function called as bash would) and the zsh
+  completion (TAB in a real interactive zsh, through zpty) offer exactly the
+  --help options of each command, and the command names after `spy`.
 
 Needs SPY (the built binary), SPY_MESON, SPY_BUILD_ROOT, SPY_SOURCE_ROOT
 (tests/integration/meson.build sets them).
@@ -209,21 +210,69 @@ def check_bash(script, names, rows_by_cmd):
     return p
 
 
-def check_zsh(script, rows_by_cmd):
+# Drives a real interactive zsh through zpty: TAB at the end of each line
+# runs a widget that completes (a compadd wrapper writes every candidate to
+# OUT), writes "@@END", clears the line and says DONE, which the driver
+# waits for before typing the next line (nothing typed ahead of a TAB).
+ZSH_DRIVER = r"""
+zmodload zsh/zpty || exit 3
+dir=$1 out=$2
+shift 2
+zpty z zsh -f -i
+zpty -w z "PS1=''; unsetopt auto_list auto_menu list_ambiguous beep; fpath=(${(q)dir} \$fpath); autoload -U compinit; compinit -u -D"
+zpty -w z "compadd() { local -a _a; builtin compadd -O _a \"\$@\"; print -rl -- \$_a >> ${(q)out}; builtin compadd \"\$@\"; }"
+zpty -w z "_t() { zle complete-word; print @@END >> ${(q)out}; BUFFER=; print -n DO''NE > /dev/tty; }; zle -N _t; bindkey '^I' _t; print RE''ADY"
+zpty -r -m z chunk '*READY*' || exit 4
+for line in "$@"; do
+	zpty -w -n z "$line"$'\t'
+	zpty -r -m z chunk '*DONE*' || exit 5
+done
+zpty -w z 'exit'
+while zpty -r z chunk 2>/dev/null; do :; done
+zpty -d z 2>/dev/null
+exit 0
+"""
+
+
+def zsh_complete(script, lines):
+    """What zsh offers at the end of each line (a set each), through the
+    installed _spy."""
+    with tempfile.TemporaryDirectory(prefix="spy-zsh-") as d:
+        fdir = os.path.join(d, "functions")
+        os.mkdir(fdir)
+        shutil.copy(script, os.path.join(fdir, "_spy"))
+        driver = os.path.join(d, "driver.zsh")
+        with open(driver, "w") as f:
+            f.write(ZSH_DRIVER)
+        out = os.path.join(d, "out")
+        r = run(["zsh", "-f", driver, fdir, out] + lines)
+        if r.returncode != 0 or not os.path.exists(out):
+            raise harness.HarnessError("zsh driver: exit %d, %s" % (r.returncode, r.stderr.strip()))
+        with open(out) as f:
+            parts = f.read().split("@@END\n")
+    if len(parts) != len(lines) + 1:
+        raise harness.HarnessError("zsh completed %d of %d lines" % (len(parts) - 1, len(lines)))
+    return [set(p.split()) for p in parts[:-1]]
+
+
+def check_zsh(script, names, rows_by_cmd):
     p = []
     r = run(["zsh", "-n", script])
     if r.returncode != 0:
-        p.append("zsh -n: %s" % r.stderr.strip())
-    with open(script, encoding="utf-8") as f:
-        text = f.read()
-    for cmd, rows in rows_by_cmd.items():
-        body = re.search(r"^_spy_%s\(\) \{\n(.*?)^\}" % cmd, text, re.M | re.S)
-        if not body:
-            p.append("no _spy_%s" % cmd)
-            continue
-        for _, _, long_, _, _ in rows:
-            if "--%s" % long_ not in body.group(1):
-                p.append("_spy_%s lacks --%s" % (cmd, long_))
+        return ["zsh -n: %s" % r.stderr.strip()]
+    got = zsh_complete(script, ["spy "] + ["spy %s -" % c for c in names])
+    if not set(names) <= got[0]:
+        p.append("'spy <TAB>' offers %s" % sorted(got[0]))
+    for cmd, offered in zip(names, got[1:]):
+        want = set()
+        for _, short, long_, _, _ in rows_by_cmd[cmd]:
+            want.add("--" + long_)
+            if short:
+                want.add("-" + short)
+        offered = {w for w in offered if w.startswith("-")} - {"-", "--"}
+        if offered != want:
+            p.append("'spy %s -<TAB>': offers %s beyond --help, lacks %s"
+                     % (cmd, sorted(offered - want), sorted(want - offered)))
     return p
 
 
@@ -276,8 +325,8 @@ def main():
         elif not shutil.which("zsh"):
             rep.skip("zsh completion", "no zsh here (.ci/install-deps installs it)")
         else:
-            rep.run("zsh completion parses and names --help's options",
-                    check_zsh, destdir + zsh[0], rows_by_cmd)
+            rep.run("zsh completion offers --help's options",
+                    check_zsh, destdir + zsh[0], names, rows_by_cmd)
     finally:
         shutil.rmtree(destdir, ignore_errors=True)
     rep.finish()
