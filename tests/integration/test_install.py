@@ -37,7 +37,8 @@ MESON = os.environ.get("SPY_MESON", "meson")
 # How groff -Tutf8 may spell ASCII punctuation; compared as ASCII.
 TYPOGRAPHY = str.maketrans({"\u2010": "-", "\u2011": "-", "\u2212": "-", "\u2019": "'",
                             "\u2018": "'", "\u201c": '"', "\u201d": '"', "\u00b4": "'"})
-HELP_ROW = re.compile(r"^    ((?:-(\S), |    )--([a-z0-9-]+)(?: (\[?[A-Z]+\]?))?) +(\S.*)$")
+HELP_LEFT_ONLY = re.compile(r"^    (?:-\S, |    )--[a-z0-9-]+(?: \[?[A-Z][A-Z_=]*\]?)?$")
+HELP_ROW = re.compile(r"^    ((?:-(\S), |    )--([a-z0-9-]+)(?: (\[?[A-Z][A-Z_=]*\]?))?) +(\S.*)$")
 
 
 def gen_docs():
@@ -60,8 +61,15 @@ def help_options(spy, cmd):
     r = run([spy, cmd, "--help"])
     if r.returncode != 0:
         raise harness.HarnessError("spy %s --help exited %d" % (cmd, r.returncode))
-    rows = [HELP_ROW.match(line) for line in r.stdout.splitlines()
-            if re.match(r"^ {4}(?: {4})?-", line)]
+    # An option too long for the column has its help on the next line,
+    # under the column: joined back into one row here.
+    lines = []
+    for line in r.stdout.splitlines():
+        if re.match(r"^ {29}\S", line) and lines and HELP_LEFT_ONLY.match(lines[-1]):
+            lines[-1] = "%-28s %s" % (lines[-1], line.strip())
+        elif re.match(r"^ {4}(?: {4})?-", line):
+            lines.append(line)
+    rows = [HELP_ROW.match(line) for line in lines]
     if not rows or not all(rows):
         raise harness.HarnessError("spy %s --help: rows not understood: %r" % (cmd, r.stdout))
     return [(m.group(1).strip(), m.group(2), m.group(3), m.group(4), m.group(5)) for m in rows]
