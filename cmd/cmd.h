@@ -8,13 +8,30 @@
 #ifndef SPY_CMD_CMD_H
 #define SPY_CMD_CMD_H
 
+#include <stdio.h>
+
 #include "common/err.h"
+
+struct opt;
 
 int cmd_record(int argc, char **argv);
 int cmd_dump(int argc, char **argv);
 int cmd_top(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
+
+/* The subcommands, in the order `spy help` lists them; ends with a NULL name. */
+struct cmd_info {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *summary;
+};
+extern const struct cmd_info cmd_table[];
+/* `spy`'s own usage lines (NULL-terminated), before the list of commands. */
+extern const char *const cmd_top_usage[];
+const struct cmd_info *cmd_find(const char *name);
+/* The top-level usage: usage lines and the commands with their summaries. */
+void cmd_usage(FILE *f);
 
 /* Print err as the one error line ("spy: msg (remedy)") and return its exit code. */
 int cmd_fail(const struct spy_err *err);
@@ -26,8 +43,14 @@ int cmd_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
  * else the exit code to return: 0 once the help is printed on stdout, 2
  * once the one error line (naming --help) is printed on stderr.
  */
-struct opt;
 int cmd_parse_options(const char *cmd, const char *const *usage, const struct opt *opts,
 		      int argc, char **argv, char **rest, int *nrest);
+
+/*
+ * When set, --help calls it with the command's usage lines and option
+ * table instead of printing them: tools/options-dump.c reads every
+ * command's table this way at build time. spy itself never sets it.
+ */
+extern void (*cmd_help_hook)(const char *cmd, const char *const *usage, const struct opt *opts);
 
 #endif

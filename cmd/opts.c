@@ -169,6 +169,31 @@ int opts_parse(const struct opt *opts, int argc, char **argv, char **rest, int *
 	return OPTS_OK;
 }
 
+const struct opt opts_help = { 'h', "help", OPT_BOOL, NULL, NULL, "show this help" };
+
+static void usage_row(FILE *f, const struct opt *o)
+{
+	char left[64];
+	int n = 0;
+	if (o->short_name) {
+		n += snprintf(left + n, sizeof(left) - (size_t)n, "-%c, ", o->short_name);
+	} else {
+		n += snprintf(left + n, sizeof(left) - (size_t)n, "    ");
+	}
+	if (o->long_name) {
+		n += snprintf(left + n, sizeof(left) - (size_t)n, "--%s", o->long_name);
+	}
+	if (o->type != OPT_BOOL && n < (int)sizeof(left)) {
+		snprintf(left + n, sizeof(left) - (size_t)n, " %s", o->argh ? o->argh : "VALUE");
+	}
+	/* A long option gets a line of its own, the help in the column below. */
+	if (strlen(left) > 24) {
+		fprintf(f, "    %s\n    %-24s %s\n", left, "", o->help);
+	} else {
+		fprintf(f, "    %-24s %s\n", left, o->help);
+	}
+}
+
 void opts_usage(FILE *f, const char *const *usage, const struct opt *opts)
 {
 	for (int i = 0; usage[i]; i++) {
@@ -176,25 +201,7 @@ void opts_usage(FILE *f, const char *const *usage, const struct opt *opts)
 	}
 	fputc('\n', f);
 	for (const struct opt *o = opts; o->type != OPT_END; o++) {
-		char left[64];
-		int n = 0;
-		if (o->short_name) {
-			n += snprintf(left + n, sizeof(left) - (size_t)n, "-%c, ", o->short_name);
-		} else {
-			n += snprintf(left + n, sizeof(left) - (size_t)n, "    ");
-		}
-		if (o->long_name) {
-			n += snprintf(left + n, sizeof(left) - (size_t)n, "--%s", o->long_name);
-		}
-		if (o->type != OPT_BOOL && n < (int)sizeof(left)) {
-			snprintf(left + n, sizeof(left) - (size_t)n, " %s", o->argh ? o->argh : "VALUE");
-		}
-		/* A long option gets a line of its own, the help in the column below. */
-		if (strlen(left) > 24) {
-			fprintf(f, "    %s\n    %-24s %s\n", left, "", o->help);
-		} else {
-			fprintf(f, "    %-24s %s\n", left, o->help);
-		}
+		usage_row(f, o);
 	}
-	fprintf(f, "    %-24s %s\n", "-h, --help", "show this help");
+	usage_row(f, &opts_help);
 }

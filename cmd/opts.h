@@ -47,7 +47,10 @@ enum {
 int opts_parse(const struct opt *opts, int argc, char **argv, char **rest, int *nrest,
 	       struct spy_err *err);
 
-/* Print the usage lines, then one line per option, to f. */
+/* The -h/--help row every command has; opts_parse answers it itself. */
+extern const struct opt opts_help;
+
+/* Print the usage lines, then one line per option (opts_help last), to f. */
 void opts_usage(FILE *f, const char *const *usage, const struct opt *opts);
 
 #endif

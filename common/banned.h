@@ -5,6 +5,15 @@
 #ifndef SPY_COMMON_BANNED_H
 #define SPY_COMMON_BANNED_H
 
+/*
+ * The headers declaring them first: once included, a later #include is a
+ * no-op. Otherwise, with _FORTIFY_SOURCE (Debian's package flags, Ubuntu's
+ * compiler default), their inline wrappers (bits/stdio2.h) would be
+ * expanded by the macros below and fail to compile.
+ */
+#include <stdio.h>
+#include <string.h>
+
 #define SPY_BANNED(func) sorry_##func##_is_banned
 
 #undef strcpy
