@@ -267,6 +267,34 @@ void pyrt_seen_reset(struct pyrt *rt);
 /* true when addr was already seen on this walk; otherwise remember it. */
 bool pyrt_seen(struct pyrt *rt, spy_addr_t addr);
 
+/*
+ * names.c: dicts and instance attributes of every layout (offsets.h enum
+ * pydict_model, enum pyidict_model), read from copies with every count and
+ * pointer checked; scanned, never hashed into. Shared with tasks-legacy.c.
+ */
+/* Entries read from one dict at most (sys.modules of a big service: ~2000). */
+#define PYRT_DICT_MAX_ENTRIES 16384
+/* A dict's storage, whatever its layout: entry i's key and value. */
+struct dview {
+	spy_addr_t entries;   /* first entry */
+	size_t n;             /* entries in use or deleted (nentries / 2.7 slots) */
+	uint32_t stride;      /* bytes per entry */
+	uint32_t key_off, value_off;
+	spy_addr_t values;    /* split table: value i at values + 8 * i, else 0 */
+};
+int pyrt_dict_view(struct pyrt *rt, spy_addr_t dict, struct dview *v);
+/*
+ * Call fn(ctx, key, value) for every live entry of v, in order, until it
+ * returns nonzero (which is returned). Deleted and empty slots (NULL key or
+ * value) are skipped.
+ */
+typedef int (*pyrt_entry_fn)(struct pyrt *rt, void *ctx, spy_addr_t key, spy_addr_t value);
+int pyrt_dict_each(struct pyrt *rt, const struct dview *v, pyrt_entry_fn fn, void *ctx);
+/* The value of str key want in the dict at dict, or 0. */
+spy_addr_t pyrt_dict_get(struct pyrt *rt, spy_addr_t dict, const char *want);
+/* Attribute want of an ordinary instance (a Thread, a WeakSet), or 0. */
+spy_addr_t pyrt_attr_get(struct pyrt *rt, spy_addr_t obj, const char *want);
+
 /* tasks.c / tasks-legacy.c: asyncio. */
 /*
  * What a thread's event loop is running now, version-neutral: the Task,
