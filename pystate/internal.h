@@ -121,6 +121,14 @@ struct pyrt {
 	uint64_t names_scans;       /* scans of threading._active so far (debug log, tests) */
 
 	struct pyrt_async *async;   /* asyncio (tasks.c), allocated on first use */
+
+	/* asyncio before 3.14 (tasks-legacy.c): types learned by tp_name, and
+	 * asyncio.tasks._current_tasks of aio_interp, looked up once (after a
+	 * failed lookup, again only every PYAIO_RETRY calls). */
+	spy_addr_t aio_task_type, aio_coro_type, aio_gather_type, aio_dict_type;
+	bool aio_layout_bad;        /* _asyncio.Task's tp_basicsize is not the row's */
+	spy_addr_t aio_interp, aio_current_tasks;
+	uint32_t aio_retry;
 };
 
 /*
@@ -305,13 +313,13 @@ spy_addr_t pyrt_attr_get(struct pyrt *rt, spy_addr_t obj, const char *want);
 struct pyrt_running_task {
 	spy_addr_t task, frame, name;
 };
-/* 3.11-3.13 (tasks-legacy.c): whether that backend is there; false, its
+/* 3.8-3.13 (tasks-legacy.c): whether that backend is there; false, its
  * versions are refused with "not supported yet" before anything is read. */
 extern const bool pyrt_tasks_legacy_ready;
-/* 3.11-3.13 (tasks-legacy.c): every task, as pyrt_tasks(). */
+/* 3.8-3.13 (tasks-legacy.c): every task, as pyrt_tasks(). */
 int pyrt_tasks_legacy(struct pyrt *rt, struct pyrt_task *out, size_t max, size_t *n,
 		      struct spy_err *err);
-/* 3.11-3.13 (tasks-legacy.c): the task t runs now; 1 and *r filled, 0 none, < 0 unreadable. */
+/* 3.8-3.13 (tasks-legacy.c): the task t runs now; 1 and *r filled, 0 none, < 0 unreadable. */
 int pyrt_running_task_legacy(struct pyrt *rt, const struct py_thread *t, struct pyrt_running_task *r);
 /*
  * Shared by both: one _PyInterpreterFrame (a suspended coroutine's
@@ -319,6 +327,8 @@ int pyrt_running_task_legacy(struct pyrt *rt, const struct py_thread *t, struct 
  * readable frame with code.
  */
 int pyrt_iframe_decode(struct pyrt *rt, spy_addr_t frame, struct spy_frame *out);
+/* The same for a PyFrameObject (before 3.11: a coroutine's gi_frame). */
+int pyrt_frameobj_decode(struct pyrt *rt, spy_addr_t frame, struct spy_frame *out);
 /* A task's name from its name object: a str, or an int N as "Task-N"; NULL if neither. */
 const char *pyrt_task_name(struct pyrt *rt, spy_addr_t name_obj);
 
