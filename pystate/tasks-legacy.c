@@ -743,43 +743,51 @@ int pyrt_tasks_legacy(struct pyrt *rt, struct pyrt_task *out, size_t max, size_t
 	 * frame runs it, and the coroutine frames of that stack inward of it
 	 * are its chain.
 	 */
-	struct spy_stack st = SPY_STACK_INIT;
+	/* Each thread's stack is walked once, and searched for every frame. */
+	long idx[SPY_ARRAY_SIZE(run.v)];
+	spy_addr_t frame[SPY_ARRAY_SIZE(run.v)];
+	size_t left = 0;
 	for (size_t r = 0; r < run.n; r++) {
-		long i = ts_find(&kept, run.v[r].task);
-		spy_addr_t frame = task_frame(rt, run.v[r].coro);
-		if (i < 0) {
+		idx[r] = ts_find(&kept, run.v[r].task);
+		frame[r] = idx[r] < 0 ? 0 : task_frame(rt, run.v[r].coro);
+		if (idx[r] >= 0) {
+			out[idx[r]].running = true;
+		}
+		left += frame[r] != 0;
+	}
+	struct spy_stack st = SPY_STACK_INIT;
+	for (size_t t = 0; t < nth && left; t++) {
+		spy_stack_reset(&st);
+		if (pyrt_stack(rt, &th[t], &st, NULL) < 0) {
 			continue;
 		}
-		out[i].running = true;
-		for (size_t t = 0; t < nth && frame; t++) {
-			spy_stack_reset(&st);
-			if (pyrt_stack(rt, &th[t], &st, NULL) < 0) {
-				continue;
-			}
+		for (size_t r = 0; r < run.n; r++) {
 			size_t f = 0;
-			while (f < rt->nframes && f < st.n && rt->frames[f] != frame) {
+			while (frame[r] && f < rt->nframes && f < st.n && rt->frames[f] != frame[r]) {
 				f++;
 			}
-			if (f == rt->nframes || f == st.n) {
+			if (!frame[r] || f == rt->nframes || f == st.n) {
 				continue;
 			}
 			/* The coroutines' frames of it, as a suspended task's chain
 			 * (what they call is the thread's stack). */
-			out[i].thread_id = th[t].thread_id;
-			out[i].nchain = 0;
-			out[i].chain_truncated = false;
+			struct pyrt_task *rk = &out[idx[r]];
+			rk->thread_id = th[t].thread_id;
+			rk->nchain = 0;
+			rk->chain_truncated = false;
 			for (size_t j = 0; j <= f; j++) {
 				if (!coro_owns(rt, rt->frames[j])) {
 					continue;
 				}
-				if (out[i].nchain == PYRT_TASK_MAX_CHAIN) {
-					out[i].chain_truncated = true;
+				if (rk->nchain == PYRT_TASK_MAX_CHAIN) {
+					rk->chain_truncated = true;
 					break;
 				}
-				out[i].chain[out[i].nchain] = st.v[j];
-				out[i].chain[out[i].nchain++].flags = 0;
+				rk->chain[rk->nchain] = st.v[j];
+				rk->chain[rk->nchain++].flags = 0;
 			}
-			break;
+			frame[r] = 0;
+			left--;
 		}
 	}
 	spy_stack_release(&st);
