@@ -297,7 +297,7 @@ static int parse_args(int argc, char **argv, struct dump_opts *o, bool *help)
 		  "with --native, also show the interpreter's own frames (eval loop, call trampolines)" },
 		{ 0, "tasks", OPT_BOOL, &o->tasks, NULL,
 		  "also list each event loop's asyncio tasks: name, state, coroutine chain, await tree "
-		  "(Python 3.14+; 3.11-3.13 to come; older: refused)" },
+		  "(Python 3.8+; older: refused)" },
 		{ 0 },
 	};
 	char **rest = spy_xcalloc((size_t)argc + 1, sizeof(*rest));

@@ -494,7 +494,7 @@ static int parse_args(struct rec *r, int argc, char **argv)
 		  "with --push: USER:PASSWORD for basic auth, read from FILE (or from $SPY_PUSH_BASIC_AUTH)" },
 		{ 0, "async", OPT_BOOL, &r->async, NULL,
 		  "put the running asyncio task, as a `task \"NAME\"` frame, in place of the event loop's "
-		  "frames (Python 3.14+; 3.11-3.13 to come; older: refused)" },
+		  "frames (Python 3.8+; older: refused)" },
 		{ 0 },
 	};
 	char **av = spy_xcalloc((size_t)argc + 1, sizeof(*av));

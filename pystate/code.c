@@ -49,7 +49,7 @@ void pycode_cache_release(struct pyrt *rt)
 
 bool pyrt_is_type(struct pyrt *rt, spy_addr_t *cached, spy_addr_t type, const char *name)
 {
-	char buf[16];
+	char buf[32]; /* "_asyncio.Task", "_GatheringFuture" */
 	spy_addr_t tp_name;
 	size_t n = strlen(name) + 1;
 

@@ -121,6 +121,14 @@ struct pyrt {
 	uint64_t names_scans;       /* scans of threading._active so far (debug log, tests) */
 
 	struct pyrt_async *async;   /* asyncio (tasks.c), allocated on first use */
+
+	/* asyncio before 3.14 (tasks-legacy.c): types learned by tp_name, and
+	 * asyncio.tasks._current_tasks of aio_interp, looked up once (after a
+	 * failed lookup, again only every PYAIO_RETRY calls). */
+	spy_addr_t aio_task_type, aio_coro_type, aio_gather_type, aio_dict_type;
+	bool aio_layout_bad;        /* _asyncio.Task's tp_basicsize is not the row's */
+	spy_addr_t aio_interp, aio_current_tasks;
+	uint32_t aio_retry;
 };
 
 /*
@@ -267,6 +275,34 @@ void pyrt_seen_reset(struct pyrt *rt);
 /* true when addr was already seen on this walk; otherwise remember it. */
 bool pyrt_seen(struct pyrt *rt, spy_addr_t addr);
 
+/*
+ * names.c: dicts and instance attributes of every layout (offsets.h enum
+ * pydict_model, enum pyidict_model), read from copies with every count and
+ * pointer checked; scanned, never hashed into. Shared with tasks-legacy.c.
+ */
+/* Entries read from one dict at most (sys.modules of a big service: ~2000). */
+#define PYRT_DICT_MAX_ENTRIES 16384
+/* A dict's storage, whatever its layout: entry i's key and value. */
+struct dview {
+	spy_addr_t entries;   /* first entry */
+	size_t n;             /* entries in use or deleted (nentries / 2.7 slots) */
+	uint32_t stride;      /* bytes per entry */
+	uint32_t key_off, value_off;
+	spy_addr_t values;    /* split table: value i at values + 8 * i, else 0 */
+};
+int pyrt_dict_view(struct pyrt *rt, spy_addr_t dict, struct dview *v);
+/*
+ * Call fn(ctx, key, value) for every live entry of v, in order, until it
+ * returns nonzero (which is returned). Deleted and empty slots (NULL key or
+ * value) are skipped.
+ */
+typedef int (*pyrt_entry_fn)(struct pyrt *rt, void *ctx, spy_addr_t key, spy_addr_t value);
+int pyrt_dict_each(struct pyrt *rt, const struct dview *v, pyrt_entry_fn fn, void *ctx);
+/* The value of str key want in the dict at dict, or 0. */
+spy_addr_t pyrt_dict_get(struct pyrt *rt, spy_addr_t dict, const char *want);
+/* Attribute want of an ordinary instance (a Thread, a WeakSet), or 0. */
+spy_addr_t pyrt_attr_get(struct pyrt *rt, spy_addr_t obj, const char *want);
+
 /* tasks.c / tasks-legacy.c: asyncio. */
 /*
  * What a thread's event loop is running now, version-neutral: the Task,
@@ -277,13 +313,13 @@ bool pyrt_seen(struct pyrt *rt, spy_addr_t addr);
 struct pyrt_running_task {
 	spy_addr_t task, frame, name;
 };
-/* 3.11-3.13 (tasks-legacy.c): whether that backend is there; false, its
+/* 3.8-3.13 (tasks-legacy.c): whether that backend is there; false, its
  * versions are refused with "not supported yet" before anything is read. */
 extern const bool pyrt_tasks_legacy_ready;
-/* 3.11-3.13 (tasks-legacy.c): every task, as pyrt_tasks(). */
+/* 3.8-3.13 (tasks-legacy.c): every task, as pyrt_tasks(). */
 int pyrt_tasks_legacy(struct pyrt *rt, struct pyrt_task *out, size_t max, size_t *n,
 		      struct spy_err *err);
-/* 3.11-3.13 (tasks-legacy.c): the task t runs now; 1 and *r filled, 0 none, < 0 unreadable. */
+/* 3.8-3.13 (tasks-legacy.c): the task t runs now; 1 and *r filled, 0 none, < 0 unreadable. */
 int pyrt_running_task_legacy(struct pyrt *rt, const struct py_thread *t, struct pyrt_running_task *r);
 /*
  * Shared by both: one _PyInterpreterFrame (a suspended coroutine's
@@ -291,6 +327,8 @@ int pyrt_running_task_legacy(struct pyrt *rt, const struct py_thread *t, struct 
  * readable frame with code.
  */
 int pyrt_iframe_decode(struct pyrt *rt, spy_addr_t frame, struct spy_frame *out);
+/* The same for a PyFrameObject (before 3.11: a coroutine's gi_frame). */
+int pyrt_frameobj_decode(struct pyrt *rt, spy_addr_t frame, struct spy_frame *out);
 /* A task's name from its name object: a str, or an int N as "Task-N"; NULL if neither. */
 const char *pyrt_task_name(struct pyrt *rt, spy_addr_t name_obj);
 

@@ -12,7 +12,7 @@
  * and instance attributes of four (enum pyidict_model), each decoded from
  * a copy of the target's memory with every count and pointer checked: the
  * dicts are scanned, never hashed into, and a scan stops at
- * NAMES_MAX_ENTRIES entries.
+ * PYRT_DICT_MAX_ENTRIES entries.
  *
  * Threads started from C that never touched threading are not in _active:
  * they get no name here and keep the kernel's.
@@ -29,20 +29,12 @@
 #include "pystate/pystr.h"
 
 /* Entries read from one dict at most (sys.modules of a big service: ~2000). */
-#define NAMES_MAX_ENTRIES 16384
+
 /* Entries read per process_vm_readv. */
 #define NAMES_CHUNK 128
 /* The longest key we compare against (ours are short). */
 #define NAMES_KEY_MAX 32
 
-/* A dict's storage, whatever its layout: entry i's key and value. */
-struct dview {
-	spy_addr_t entries;   /* first entry */
-	size_t n;             /* entries in use or deleted (nentries / 2.7 slots) */
-	uint32_t stride;      /* bytes per entry */
-	uint32_t key_off, value_off;
-	spy_addr_t values;    /* split table: value i at values + 8 * i, else 0 */
-};
 
 static int read_u8(struct pyrt *rt, spy_addr_t at, uint8_t *v)
 {
@@ -66,18 +58,22 @@ static int read_ptr(struct pyrt *rt, spy_addr_t at, spy_addr_t *p)
 static int keys_view(struct pyrt *rt, spy_addr_t keys, spy_addr_t values, struct dview *v)
 {
 	const struct pyoffsets *o = &rt->off;
-	int64_t n;
-	if (!spy_mem_plausible(rt->mem, keys, 8) || read_i64(rt, keys + o->dk_nentries, &n) < 0 ||
-	    n < 0 || n > NAMES_MAX_ENTRIES) {
+	/* The header before the indices, in one read (samplers call this). */
+	unsigned char hdr[64];
+	if (o->dk_indices > sizeof(hdr) || !spy_mem_plausible(rt->mem, keys, 8) ||
+	    spy_mem_read(rt->mem, keys, hdr, o->dk_indices) < 0) {
+		return -SPY_ECORRUPT;
+	}
+	int64_t n = (int64_t)pyrt_u64(hdr, o->dk_nentries);
+	if (n < 0 || n > PYRT_DICT_MAX_ENTRIES) {
 		return -SPY_ECORRUPT;
 	}
 	memset(v, 0, sizeof(*v));
 	v->n = (size_t)n;
 	v->values = values;
 	if (o->dict_model == PYDICT_COMPACT36) {
-		int64_t size;
-		if (read_i64(rt, keys + o->dk_size, &size) < 0 || size <= 0 || size > 4 * NAMES_MAX_ENTRIES ||
-		    (size & (size - 1))) {
+		int64_t size = (int64_t)pyrt_u64(hdr, o->dk_size);
+		if (size <= 0 || size > 4 * PYRT_DICT_MAX_ENTRIES || (size & (size - 1))) {
 			return -SPY_ECORRUPT;
 		}
 		/* DK_IXSIZE: the width of one index grows with the table. */
@@ -88,9 +84,8 @@ static int keys_view(struct pyrt *rt, spy_addr_t keys, spy_addr_t values, struct
 		v->value_off = 16;
 		return 0;
 	}
-	uint8_t log2_index_bytes, kind;
-	if (read_u8(rt, keys + o->dk_log2_index_bytes, &log2_index_bytes) < 0 ||
-	    read_u8(rt, keys + o->dk_kind, &kind) < 0 || log2_index_bytes > 20) {
+	uint8_t log2_index_bytes = hdr[o->dk_log2_index_bytes], kind = hdr[o->dk_kind];
+	if (log2_index_bytes > 20) {
 		return -SPY_ECORRUPT;
 	}
 	v->entries = keys + o->dk_indices + ((uint64_t)1 << log2_index_bytes);
@@ -106,7 +101,7 @@ static int keys_view(struct pyrt *rt, spy_addr_t keys, spy_addr_t values, struct
 	return 0;
 }
 
-static int dict_view(struct pyrt *rt, spy_addr_t dict, struct dview *v)
+int pyrt_dict_view(struct pyrt *rt, spy_addr_t dict, struct dview *v)
 {
 	const struct pyoffsets *o = &rt->off;
 	if (!spy_mem_plausible(rt->mem, dict, 8)) {
@@ -116,7 +111,7 @@ static int dict_view(struct pyrt *rt, spy_addr_t dict, struct dview *v)
 		int64_t mask;
 		spy_addr_t table;
 		if (read_i64(rt, dict + o->dict_mask, &mask) < 0 || mask < 0 ||
-		    mask >= 4 * NAMES_MAX_ENTRIES || read_ptr(rt, dict + o->dict_table, &table) < 0) {
+		    mask >= 4 * PYRT_DICT_MAX_ENTRIES || read_ptr(rt, dict + o->dict_table, &table) < 0) {
 			return -SPY_ECORRUPT;
 		}
 		memset(v, 0, sizeof(*v));
@@ -127,29 +122,24 @@ static int dict_view(struct pyrt *rt, spy_addr_t dict, struct dview *v)
 		v->value_off = 16;
 		return 0;
 	}
-	spy_addr_t keys, values;
-	if (read_ptr(rt, dict + o->dict_keys, &keys) < 0 ||
-	    read_ptr(rt, dict + o->dict_values, &values) < 0) {
+	unsigned char hdr[64];
+	uint32_t span = (o->dict_keys > o->dict_values ? o->dict_keys : o->dict_values) + 8;
+	if (span > sizeof(hdr) || spy_mem_read(rt->mem, dict, hdr, span) < 0) {
 		return -SPY_EMEM;
 	}
+	spy_addr_t keys = pyrt_u64(hdr, o->dict_keys), values = pyrt_u64(hdr, o->dict_values);
 	if (values && o->dictvalues_values != PYOFF_NONE) {
 		values += o->dictvalues_values;
 	}
 	return keys_view(rt, keys, values, v);
 }
 
-/*
- * Call fn(ctx, key, value) for every live entry of v, in order, until it
- * returns nonzero (which is returned). Deleted and empty slots (NULL key or
- * value) are skipped. Reads NAMES_CHUNK entries at a time.
- */
-typedef int (*entry_fn)(struct pyrt *rt, void *ctx, spy_addr_t key, spy_addr_t value);
-
-static int each_entry(struct pyrt *rt, const struct dview *v, entry_fn fn, void *ctx)
+/* Reads NAMES_CHUNK entries at a time. */
+int pyrt_dict_each(struct pyrt *rt, const struct dview *v, pyrt_entry_fn fn, void *ctx)
 {
 	unsigned char buf[NAMES_CHUNK * 24];
 	spy_addr_t vals[NAMES_CHUNK];
-	if (v->stride == 0 || v->stride > 24 || v->n > 4 * NAMES_MAX_ENTRIES ||
+	if (v->stride == 0 || v->stride > 24 || v->n > 4 * PYRT_DICT_MAX_ENTRIES ||
 	    !spy_mem_plausible(rt->mem, v->entries, 8)) {
 		return -SPY_ECORRUPT;
 	}
@@ -195,17 +185,16 @@ static int match_str(struct pyrt *rt, void *ctx, spy_addr_t key, spy_addr_t valu
 static spy_addr_t view_get(struct pyrt *rt, const struct dview *v, const char *want)
 {
 	struct find_str f = { want, 0 };
-	return each_entry(rt, v, match_str, &f) == 1 ? f.value : 0;
+	return pyrt_dict_each(rt, v, match_str, &f) == 1 ? f.value : 0;
 }
 
-static spy_addr_t dict_get(struct pyrt *rt, spy_addr_t dict, const char *want)
+spy_addr_t pyrt_dict_get(struct pyrt *rt, spy_addr_t dict, const char *want)
 {
 	struct dview v;
-	return dict_view(rt, dict, &v) < 0 ? 0 : view_get(rt, &v, want);
+	return pyrt_dict_view(rt, dict, &v) < 0 ? 0 : view_get(rt, &v, want);
 }
 
-/* Attribute want of an ordinary instance (a Thread), or 0. */
-static spy_addr_t attr_get(struct pyrt *rt, spy_addr_t obj, const char *want)
+spy_addr_t pyrt_attr_get(struct pyrt *rt, spy_addr_t obj, const char *want)
 {
 	const struct pyoffsets *o = &rt->off;
 	spy_addr_t type, dict = 0, values = 0, keys = 0;
@@ -258,6 +247,12 @@ static spy_addr_t attr_get(struct pyrt *rt, spy_addr_t obj, const char *want)
 		break;
 	}
 	}
+	if (!values && !dict && !managed && o->idict_model != PYIDICT_OFFSET && dictoffset > 0 &&
+	    dictoffset < (1 << 20)) {
+		/* 3.11+: a class derived from a C type that has its own dict
+		 * slot (asyncio's _GatheringFuture) keeps it there. */
+		(void)read_ptr(rt, obj + (uint64_t)dictoffset, &dict);
+	}
 	if (values) {
 		/* Split: the keys are shared by every instance of the class. */
 		struct dview v;
@@ -268,7 +263,7 @@ static spy_addr_t attr_get(struct pyrt *rt, spy_addr_t obj, const char *want)
 		}
 		return view_get(rt, &v, want);
 	}
-	return dict ? dict_get(rt, dict, want) : 0;
+	return dict ? pyrt_dict_get(rt, dict, want) : 0;
 }
 
 struct by_ident {
@@ -292,7 +287,7 @@ static int name_one(struct pyrt *rt, void *ctx, spy_addr_t key, spy_addr_t threa
 		if (b->th[i].interp != b->interp || b->th[i].thread_id != (uint64_t)k.ival || b->names[i]) {
 			continue;
 		}
-		spy_addr_t obj = attr_get(rt, thread, b->attr);
+		spy_addr_t obj = pyrt_attr_get(rt, thread, b->attr);
 		struct py_value name;
 		pyrt_read_value(rt, obj, &name);
 		if (name.kind == PYV_BYTES) {
@@ -320,18 +315,18 @@ static int names_of_interp(struct pyrt *rt, spy_addr_t interp, const struct py_t
 	const struct pyoffsets *o = &rt->off;
 	spy_addr_t modules, threading, md, active;
 	if (read_ptr(rt, interp + o->interp_modules, &modules) < 0 ||
-	    !(threading = dict_get(rt, modules, "threading"))) {
+	    !(threading = pyrt_dict_get(rt, modules, "threading"))) {
 		return spy_err_set(err, SPY_ECORRUPT, "threading module not found in sys.modules");
 	}
-	if (read_ptr(rt, threading + o->module_dict, &md) < 0 || !(active = dict_get(rt, md, "_active"))) {
+	if (read_ptr(rt, threading + o->module_dict, &md) < 0 || !(active = pyrt_dict_get(rt, md, "_active"))) {
 		return spy_err_set(err, SPY_ECORRUPT, "threading._active not found");
 	}
 	struct by_ident b = { th, n, interp, names,
 			      o->str_model == PYSTR_BYTES27 ? "_Thread__name" : "_name", 0 };
 	struct dview v;
-	int rc = dict_view(rt, active, &v);
+	int rc = pyrt_dict_view(rt, active, &v);
 	if (rc == 0) {
-		rc = each_entry(rt, &v, name_one, &b);
+		rc = pyrt_dict_each(rt, &v, name_one, &b);
 	}
 	if (rc < 0) {
 		return spy_err_set(err, -rc, "threading._active cannot be read");

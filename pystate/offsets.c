@@ -29,3 +29,14 @@ const struct pyoffsets *pyoffsets_find_build(uint32_t version_hex, unsigned buil
 	}
 	return NULL;
 }
+
+const struct pyaio_offsets *pyaio_find(uint32_t version_hex)
+{
+	uint32_t want = version_hex & 0xffff0000u;
+	for (unsigned i = 0; i < pyaio_count; i++) {
+		if (pyaio_table[i].version == want) {
+			return &pyaio_table[i];
+		}
+	}
+	return NULL;
+}

@@ -221,6 +221,24 @@ struct pyoffsets {
 	uint32_t module_dict;          /* PyModuleObject.md_dict */
 	uint32_t rt_gc_collecting;     /* _PyRuntimeState.gc.collecting (int, 3.7-3.8) */
 	uint32_t interp_gc_collecting; /* PyInterpreterState.gc.collecting (int, 3.9+) */
+	/* asyncio tasks before 3.14 (tasks-legacy.c; the 3.11+ coroutine fields are below). */
+	uint32_t type_base;            /* PyTypeObject.tp_base */
+	uint32_t setentry_size;        /* sizeof(setentry) */
+	uint32_t setentry_key;         /* setentry.key */
+	uint32_t weakref_object;       /* PyWeakReference.wr_object */
+	uint32_t list_item;            /* PyListObject.ob_item: PyObject ** */
+	uint32_t gen_frame;            /* PyGenObject.gi_frame: PyFrameObject *, NULL when done (3.8-3.10) */
+	uint32_t frame_stacktop;       /* PyFrameObject.f_stacktop (3.8, 3.9): NULL while running */
+	uint32_t frame_valuestack;     /* PyFrameObject.f_valuestack (3.10) */
+	uint32_t frame_stackdepth;     /* PyFrameObject.f_stackdepth (int, 3.10) */
+	uint32_t frame_state;          /* PyFrameObject.f_state (int8, 3.10) */
+	uint32_t frame_state_suspended; /* FRAME_SUSPENDED as a byte (3.10) */
+	uint32_t frame_gen;            /* PyFrameObject.f_gen: its generator or coroutine (3.8-3.10) */
+	uint32_t code_code;            /* PyCodeObject.co_code: bytes (3.8-3.10) */
+	uint32_t op_yield_from;        /* YIELD_FROM opcode (3.8-3.10) */
+	uint32_t gen_state_created;    /* FRAME_CREATED as a byte */
+	uint32_t op_resume;            /* RESUME opcode (3.11, 3.12) */
+	uint32_t op_resume_alt;        /* RESUME_QUICK (3.11) / INSTRUMENTED_RESUME (3.12) */
 	uint32_t stackref_tag_bits;    /* _PyStackRef Py_TAG_BITS (3.14+); PYOFF_NONE: plain pointers */
 	uint32_t stackref_int_tag;     /* Py_INT_TAG: a tagged integer, not an object */
 	/* asyncio tasks (tasks.c, tasks-legacy.c). */
@@ -347,5 +365,35 @@ extern const unsigned pyoffsets_count;
 const struct pyoffsets *pyoffsets_find(uint32_t version_hex);
 /* The same for a build flavour (enum pybuild flags), or NULL. */
 const struct pyoffsets *pyoffsets_find_build(uint32_t version_hex, unsigned build);
+
+/*
+ * _asyncio's private objects before 3.14 (Modules/_asynciomodule.c):
+ * generated from the DWARF of _asyncio builds by tools/gen-asyncio-offsets
+ * into asyncio_table.c, one row per minor version (3.8-3.13). fut_size and
+ * task_size are what the target's own types must say in tp_basicsize
+ * before a row is trusted: the one check a build without DWARF allows.
+ */
+struct pyaio_offsets {
+	uint32_t version;          /* PY_VERSION_HEX of major.minor */
+	uint32_t fut_loop;         /* FutureObj.fut_loop */
+	uint32_t fut_state;        /* FutureObj.fut_state (enum, int) */
+	uint32_t task_state;       /* TaskObj.task_state: fut_state under Task's prefix */
+	uint32_t task_loop;        /* TaskObj.task_loop */
+	uint32_t task_fut_waiter;  /* TaskObj.task_fut_waiter: the future it is blocked on */
+	uint32_t task_coro;        /* TaskObj.task_coro */
+	uint32_t task_name;        /* TaskObj.task_name (str, or an int before first repr) */
+	uint32_t futureiter_future; /* futureiterobject.future: what `await fut` leaves */
+	uint32_t fut_size;         /* sizeof(FutureObj) */
+	uint32_t task_size;        /* sizeof(TaskObj) */
+	uint32_t state_pending;    /* enum fut_state values */
+	uint32_t state_cancelled;
+	uint32_t state_finished;
+};
+
+extern const struct pyaio_offsets pyaio_table[];
+extern const unsigned pyaio_count;
+
+/* The _asyncio row for a version's major.minor, or NULL. */
+const struct pyaio_offsets *pyaio_find(uint32_t version_hex);
 
 #endif

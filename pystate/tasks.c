@@ -18,17 +18,15 @@
  * chain; anything else (a Future's iterator, a Task) ends it. Which task
  * awaits which is what 3.14 records in Task.awaited_by (one object, or a set).
  *
- * 3.11-3.13 walk the _asyncio module's own state instead: tasks-legacy.c,
+ * 3.8-3.13 walk the _asyncio module's own state instead: tasks-legacy.c,
  * through the hooks declared in internal.h: pyrt_tasks_legacy() (dump
  * --tasks: fills struct pyrt_task as the 3.14 reader does, loop_thread_id
  * included), pyrt_running_task_legacy() (record --async: the running task,
- * its coroutine's frame and its name object, two or three reads per
- * sample), and pyrt_tasks_legacy_ready, false until that backend is in
- * (tests/integration/test_tasks.py's LEGACY_READY goes with it). Shared
- * helpers for it: pyrt_iframe_decode(), pyrt_task_name(), and the row's
- * gen_* / iframe_stacktop / gen_await_depth fields. What follows the
- * running task (matching its coroutine frame against the stack, caching
- * its name) is shared here.
+ * its coroutine's frame and its name object, a few reads per sample), and
+ * pyrt_tasks_legacy_ready. Shared helpers for it: pyrt_iframe_decode(),
+ * pyrt_task_name(), and the row's gen_* / iframe_stacktop fields. What
+ * follows the running task (matching its coroutine frame against the
+ * stack, caching its name) is shared here.
  *
  * Everything read is hostile: lists are bounded by PYRT_MAX_TASKS and
  * cycle-checked (Brent), chains by PYRT_TASK_MAX_CHAIN, sets by their mask,
@@ -96,16 +94,16 @@ int pyrt_tasks_supported(const struct pyrt *rt, struct spy_err *err)
 				   "asyncio tasks: not supported on a free-threaded Python %u.%u",
 				   rt->version >> 24, (rt->version >> 16) & 0xff);
 	}
-	if (mm >= V(3, 11) && mm < V(3, 14)) {
+	if (mm >= V(3, 8) && mm < V(3, 14)) {
 		return pyrt_tasks_legacy_ready ? 0 :
-		       spy_err_set(err, SPY_EVERSION, "asyncio tasks: Python 3.11-3.13 not supported yet");
+		       spy_err_set(err, SPY_EVERSION, "asyncio tasks: Python 3.8-3.13 not supported yet");
 	}
 	if (mm >= V(3, 14) && rt->off.gen_iframe != PYOFF_NONE &&
 	    rt->off.iframe_stackpointer != PYOFF_NONE && rt->off.set_table != PYOFF_NONE) {
 		return 0;
 	}
 	return spy_err_set(err, SPY_EVERSION,
-			   "asyncio tasks need Python 3.11 or newer (this is Python %u.%u)",
+			   "asyncio tasks need Python 3.8 or newer (this is Python %u.%u)",
 			   rt->version >> 24, (rt->version >> 16) & 0xff);
 }
 

@@ -271,6 +271,25 @@ int pyrt_iframe_decode(struct pyrt *rt, spy_addr_t frame, struct spy_frame *out)
 	return 0;
 }
 
+int pyrt_frameobj_decode(struct pyrt *rt, spy_addr_t frame, struct spy_frame *out)
+{
+	const struct pyoffsets *o = &rt->off;
+	unsigned char fbuf[PYRT_MAX_SPAN], cbuf[PYRT_MAX_SPAN];
+	struct pycode *c;
+	if (o->frame_code == PYOFF_NONE || !spy_mem_plausible(rt->mem, frame, 8) ||
+	    spy_mem_read(rt->mem, frame, fbuf, rt->frame_span) < 0) {
+		return -SPY_EMEM;
+	}
+	if (get_code(rt, pyrt_u64(fbuf, o->frame_code), cbuf, &c) != 0) {
+		return -SPY_ECORRUPT;
+	}
+	int64_t lasti = (int32_t)pyrt_u32(fbuf, o->frame_lasti);
+	*out = (struct spy_frame){ .func = c->func, .file = c->file, .kind = SPY_FRAME_PYTHON,
+				   .addr = c->addr };
+	out->line = pycode_line(rt, c, o->instr_model == PYINSTR_LASTI_UNITS ? 2 * lasti : lasti);
+	return 0;
+}
+
 /* 2.7/3.6: the exported _PyThreadState_Current variable is the holder. */
 spy_addr_t pyrt_gil_tstate_current(struct pyrt *rt, spy_addr_t interp)
 {

@@ -16,14 +16,18 @@ and a task running CPU work. On every interpreter found:
              -t under the thread root; the flame graph has each task. On
              the Debian root's interpreters, dump --tasks --core of a
              gcore of the target gives the same tree.
-  3.11-3.13  while their backend (pystate/tasks-legacy.c) is not in, both
-             commands refuse with exit 4 and exactly the pending line;
-             LEGACY_READY turns these into the 3.14+ checks.
+  3.8-3.13   the same checks, read from the _asyncio module's own state
+             (pystate/tasks-legacy.c), but nothing there keeps the order
+             tasks were made in: they come in name order ("Task-2" before
+             "Task-10"), in the list and among siblings of the tree. Before
+             3.11 code objects have no qualified name: "get", not
+             "Queue.get".
   older      both commands refuse with exit 4 and exactly the version line.
 """
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -34,9 +38,6 @@ TARGET = harness.target_path("tasks.py")
 OLD_TARGET = harness.target_path("record_target.py")
 M = harness.markers(TARGET)
 
-# pystate/tasks-legacy.c's pyrt_tasks_legacy_ready: flip both together.
-LEGACY_READY = False
-LEGACY_PENDING = "spy: asyncio tasks: Python 3.11-3.13 not supported yet"
 
 # The tree, per loop thread: task -> (chain innermost first as (function,
 # marker or None for a library frame), awaited by, running).
@@ -69,11 +70,55 @@ SIDE_TREE = [
 ]
 
 
-def chain_problems(name, got, want):
+def natural(name):
+    """The sort key of pystate/tasks-legacy.c's name order."""
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t)
+            for t in re.split(r"([0-9]+)", name) if t]
+
+
+def by_name(loop):
+    """A loop's expected tasks as 3.8-3.13 list them."""
+    return sorted(loop, key=lambda t: natural(t[0]))
+
+
+def tree_by_name(lines):
+    """An expected await tree with each node's children in name order."""
+    def parse(i, depth):
+        kids = []
+        while i < len(lines):
+            d = lines[i].index("\u2500\u2500 ") // 4
+            if d < depth:
+                break
+            node, i = lines[i][4 * d + 4:], i + 1
+            sub, i = parse(i, depth + 1)
+            kids.append((node, sub))
+        return kids, i
+
+    def render(kids, prefix, out):
+        kids = sorted(kids, key=lambda k: natural(k[0].split('"')[1]))
+        for j, (node, sub) in enumerate(kids):
+            last = j == len(kids) - 1
+            out.append(prefix + ("\u2514\u2500\u2500 " if last else "\u251c\u2500\u2500 ") + node)
+            render(sub, prefix + ("    " if last else "\u2502   "), out)
+        return out
+
+    return render(parse(0, 0)[0], "", [])
+
+
+def legacy(interp):
+    return interp.version[:2] < (3, 14)
+
+
+def old_names(interp, func):
+    """Before 3.11 a frame's function is co_name: no class in it."""
+    return func.rsplit(".", 1)[-1] if interp.version[:2] < (3, 11) else func
+
+
+def chain_problems(interp, name, got, want):
     """got: [{"function", "file", "line"}]; want: [(function, marker)]."""
-    if [f["function"] for f in got] != [w[0] for w in want]:
-        return ["task %s: chain %r, expected %r"
-                % (name, [f["function"] for f in got], [w[0] for w in want])]
+    funcs = [old_names(interp, w[0]) for w in want]
+    if [f["function"] for f in got] != funcs:
+        return ["task %s: chain %r, expected %r" % (name, [f["function"] for f in got], funcs)]
     p = []
     for f, (func, marker) in zip(got, want):
         if marker is None:
@@ -86,7 +131,7 @@ def chain_problems(name, got, want):
     return p
 
 
-def loop_problems(loop, want, pid_tid, thread):
+def loop_problems(interp, loop, want, pid_tid, thread):
     p = []
     if loop["thread"] != thread or (pid_tid and loop["tid"] != pid_tid):
         p.append("loop %s: thread %r (tid %r), expected %r"
@@ -97,7 +142,7 @@ def loop_problems(loop, want, pid_tid, thread):
         return p + ["loop of %s: tasks %r, expected %r" % (thread, names, [w[0] for w in want])]
     by_addr = dict((t["address"], t["name"]) for t in tasks)
     for t, (name, chain, awaiters, running) in zip(tasks, want):
-        p += chain_problems(name, t["chain"], chain)
+        p += chain_problems(interp, name, t["chain"], chain)
         got_aw = [by_addr.get(a, a) for a in t["awaited_by"]]
         if got_aw != awaiters:
             p.append("task %s: awaited by %r, expected %r" % (name, got_aw, awaiters))
@@ -107,7 +152,8 @@ def loop_problems(loop, want, pid_tid, thread):
         if running:
             fr = (t["stack"] or {}).get("frames", [])
             funcs = [f["function"] for f in fr]
-            if funcs[:2] != ["spin", "crunch"] or "BaseEventLoop._run_once" not in funcs or \
+            if funcs[:2] != ["spin", "crunch"] or \
+                    old_names(interp, "BaseEventLoop._run_once") not in funcs or \
                     fr[0]["line"] not in (M["spin"] - 1, M["spin"]) or fr[1]["line"] != M["crunch"]:
                 p.append("task %s: running stack %r" % (name, funcs))
         elif t["stack"] is not None:
@@ -134,13 +180,14 @@ def check_dump(target):
     r = harness.run_spy(["dump", "--tasks", "--json", "--pid", str(target.pid)])
     if r.rc != 0:
         return ["dump --tasks --json: " + r.describe()]
-    p = tree_problems(json.loads(r.out)["asyncio"], target.pid)
+    p = tree_problems(target.interp, json.loads(r.out)["asyncio"], target.pid)
     r = harness.run_spy(["dump", "--tasks", "--pid", str(target.pid)])
     if r.rc != 0:
         return p + ["dump --tasks: " + r.describe()]
     if "asyncio: 9 tasks in 2 event loops" not in r.out:
         p.append("text: no 'asyncio: 9 tasks in 2 event loops' line")
     for thread, want in (("MainThread", MAIN_TREE), ("side-loop", SIDE_TREE)):
+        want = tree_by_name(want) if legacy(target.interp) else want
         got = tree_lines(r.out, thread)
         if got != want:
             p.append("text: await tree of %s %r, expected %r" % (thread, got, want))
@@ -150,7 +197,7 @@ def check_dump(target):
     return p
 
 
-def tree_problems(doc, pid):
+def tree_problems(interp, doc, pid):
     """The checks of a --json document's "asyncio" against the known tree."""
     p = []
     if doc["error"] is not None or doc["total"] != len(MAIN_LOOP) + len(SIDE_LOOP):
@@ -158,8 +205,9 @@ def tree_problems(doc, pid):
     loops = dict((lp["thread"], lp) for lp in doc["loops"])
     if sorted(loops) != ["MainThread", "side-loop"]:
         return p + ["loops on threads %r" % sorted(loops)]
-    p += loop_problems(loops["MainThread"], MAIN_LOOP, pid, "MainThread")
-    p += loop_problems(loops["side-loop"], SIDE_LOOP, None, "side-loop")
+    order = by_name if legacy(interp) else list
+    p += loop_problems(interp, loops["MainThread"], order(MAIN_LOOP), pid, "MainThread")
+    p += loop_problems(interp, loops["side-loop"], order(SIDE_LOOP), None, "side-loop")
     return p
 
 
@@ -180,7 +228,7 @@ def check_core(interp, target):
         res = harness.run_spy(["dump", "--tasks", "--json", "--core", core] + root, timeout=60)
         if res.rc != 0:
             return ["dump --tasks --core: " + res.describe()]
-        return ["--core: " + x for x in tree_problems(json.loads(res.out)["asyncio"], target.pid)]
+        return ["--core: " + x for x in tree_problems(interp, json.loads(res.out)["asyncio"], target.pid)]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -261,11 +309,9 @@ def check_refusal(interp, script, args, want):
 
 def run_one(interp):
     v = interp.version[:2]
-    if v < (3, 11):
+    if v < (3, 8):
         return check_refusal(interp, OLD_TARGET, ["split"],
-                             "spy: asyncio tasks need Python 3.11 or newer (this is Python %d.%d)" % v)
-    if v < (3, 14) and not LEGACY_READY:
-        return check_refusal(interp, TARGET, [], LEGACY_PENDING)
+                             "spy: asyncio tasks need Python 3.8 or newer (this is Python %d.%d)" % v)
     p = []
     # A process that never imported asyncio: said (3.15 builds _asyncio in:
     # there it is loaded, with no task), and no failure.

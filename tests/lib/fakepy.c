@@ -41,6 +41,7 @@ struct fakepy {
 	spy_addr_t runtime, interp_head_var, tstate_current_var;
 	spy_addr_t main_interp;
 	spy_addr_t type_type, code_type, str_type, bytes_type, dict_type, frame_type, none_type, none;
+	spy_addr_t int_type;    /* made on first use */
 	spy_addr_t trampoline;
 	/* data section: [data_lo, data_hi); front and statics bump pointers */
 	spy_addr_t data_lo, data_hi, front_next, statics_next, statics_end;
@@ -729,4 +730,88 @@ spy_addr_t fakepy_push_shim(struct fakepy *fp, spy_addr_t tstate)
 		code = fp->trampoline;
 	}
 	return fakepy_push_frame(fp, tstate, code, 0, o->owner_shim);
+}
+
+spy_addr_t fakepy_dict_keys(struct fakepy *fp, const spy_addr_t *k, const spy_addr_t *v, size_t n,
+			    bool unicode, spy_addr_t values)
+{
+	const struct pyoffsets *o = &fp->row;
+	size_t size = 8;
+	while (size < 2 * n) {
+		size *= 2;
+	}
+	bool general = o->dict_model == PYDICT_COMPACT36 || !unicode;
+	uint32_t stride = general ? o->dict_entry_size : o->dict_uentry_size;
+	uint32_t koff = general ? 8 : 0, voff = general ? 16 : 8;
+	spy_addr_t keys = fakepy_alloc(fp, o->dk_indices + size + n * stride + 16);
+	fakepy_w64(fp, keys + o->dk_nentries, n);
+	if (o->dict_model == PYDICT_COMPACT36) {
+		fakepy_w64(fp, keys + o->dk_size, size);
+	} else {
+		unsigned lg = 0;
+		while ((1u << lg) < size) {
+			lg++;
+		}
+		fakepy_w8(fp, keys + o->dk_log2_size, (uint8_t)lg);
+		fakepy_w8(fp, keys + o->dk_log2_index_bytes, (uint8_t)lg); /* 1-byte indices */
+		fakepy_w8(fp, keys + o->dk_kind, (uint8_t)(general ? o->dk_kind_general : 1));
+	}
+	spy_addr_t e = keys + o->dk_indices + size;
+	for (size_t i = 0; i < n; i++) {
+		fakepy_w64(fp, e + i * stride + koff, k[i]);
+		if (values) {
+			fakepy_w64(fp, values + 8 * i, v[i]);
+		} else {
+			fakepy_w64(fp, e + i * stride + voff, v[i]);
+		}
+	}
+	return keys;
+}
+
+spy_addr_t fakepy_dict(struct fakepy *fp, const spy_addr_t *k, const spy_addr_t *v, size_t n,
+		       bool unicode)
+{
+	const struct pyoffsets *o = &fp->row;
+	spy_addr_t d = fakepy_object(fp, fakepy_dict_type(fp), 0x60);
+	if (o->dict_model == PYDICT_OPEN27) {
+		size_t slots = 8;
+		while (slots < 2 * n) {
+			slots *= 2;
+		}
+		spy_addr_t table = fakepy_alloc(fp, slots * o->dict_entry_size);
+		/* Not where a hash would put them: the reader scans, so any slot will do. */
+		for (size_t i = 0; i < n; i++) {
+			spy_addr_t e = table + (2 * i + 1) * o->dict_entry_size;
+			fakepy_w64(fp, e + 8, k[i]);
+			fakepy_w64(fp, e + 16, v[i]);
+		}
+		fakepy_w64(fp, d + o->dict_mask, slots - 1);
+		fakepy_w64(fp, d + o->dict_table, table);
+		return d;
+	}
+	fakepy_w64(fp, d + o->dict_keys, fakepy_dict_keys(fp, k, v, n, unicode, 0));
+	return d;
+}
+
+spy_addr_t fakepy_int(struct fakepy *fp, uint64_t v)
+{
+	const struct pyoffsets *o = &fp->row;
+	if (!fp->int_type) {
+		fp->int_type = fakepy_type(fp, "int");
+	}
+	spy_addr_t obj = fakepy_object(fp, fp->int_type, 0x40);
+	if (o->int_ival != PYOFF_NONE) {
+		fakepy_w64(fp, obj + o->int_ival, v); /* 2.7 int */
+		return obj;
+	}
+	uint32_t shift = o->long_shift, nd = 0;
+	for (uint64_t x = v; x; x >>= shift) {
+		fakepy_w32(fp, obj + o->long_digit + 4 * nd++, (uint32_t)(x & ((1u << shift) - 1)));
+	}
+	if (o->long_tag != PYOFF_NONE) {
+		fakepy_w64(fp, obj + o->long_tag, (uint64_t)nd << 3); /* positive */
+	} else {
+		fakepy_w64(fp, obj + o->ob_size, nd);
+	}
+	return obj;
 }

@@ -22,6 +22,7 @@
 #ifndef SPY_TESTS_LIB_FAKEPY_H
 #define SPY_TESTS_LIB_FAKEPY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -72,6 +73,19 @@ spy_addr_t fakepy_code_type(struct fakepy *fp);
 /* `type`, the type of every type object, itself included. */
 spy_addr_t fakepy_type_type(struct fakepy *fp);
 spy_addr_t fakepy_dict_type(struct fakepy *fp);
+/*
+ * A dict of n entries k[i]: v[i] in the row's layout (unicode: 3.11+
+ * str-only entries). fakepy_dict_keys() is its keys object (3.6+) alone;
+ * with values != 0 the values go to values[] (a split table) instead of
+ * the entries. The entries are not where a hash would put them: readers
+ * scan.
+ */
+spy_addr_t fakepy_dict(struct fakepy *fp, const spy_addr_t *k, const spy_addr_t *v, size_t n,
+		       bool unicode);
+spy_addr_t fakepy_dict_keys(struct fakepy *fp, const spy_addr_t *k, const spy_addr_t *v, size_t n,
+			    bool unicode, spy_addr_t values);
+/* A non-negative int (2.7: an int object) of value v. */
+spy_addr_t fakepy_int(struct fakepy *fp, uint64_t v);
 /* A heap object of size bytes (at least a header) whose ob_type is type. */
 spy_addr_t fakepy_object(struct fakepy *fp, spy_addr_t type, size_t size);
 

@@ -343,7 +343,7 @@ static void test_hostile(const struct pyoffsets *row)
 /* Versions without a reader say so, before reading anything. */
 static void test_refused(void)
 {
-	static const uint32_t old[] = { 0x03090000, 0x030a0000 };
+	static const uint32_t old[] = { 0x02070000, 0x03060000, 0x03070000 };
 	for (size_t i = 0; i < sizeof(old) / sizeof(old[0]); i++) {
 		const struct pyoffsets *row = pyoffsets_find(old[i]);
 		if (!row) {
@@ -356,7 +356,7 @@ static void test_refused(void)
 		CHECK_INT(pyrt_new(&rt, fakepy_mem(fp), fakepy_hints(fp), &strs, &err), 0);
 		if (rt) {
 			CHECK_INT(pyrt_tasks_supported(rt, &err), -SPY_EVERSION);
-			CHECK(strstr(err.msg, "need Python 3.11 or newer") != NULL);
+			CHECK(strstr(err.msg, "need Python 3.8 or newer") != NULL);
 			pyrt_free(rt);
 		}
 		fakepy_free(fp);
