@@ -158,7 +158,7 @@ static void record_window(void *ctx, struct engine *e, const struct eng_window *
 		char *buf = NULL;
 		size_t len = 0;
 		FILE *f = open_memstream(&buf, &len);
-		struct fg_writer wr = { FG_FORMAT_PPROF, p, NULL, NULL, NULL, false };
+		struct fg_writer wr = { FG_FORMAT_PPROF, p, NULL, NULL, NULL, false, NULL };
 		int rc = f ? fg_write(&wr, f, "window", NULL) : -SPY_EIO;
 		if (f && fclose(f) != 0) {
 			rc = -SPY_EIO;
@@ -272,7 +272,7 @@ static int write_outputs(struct rec *r, uint64_t end, struct spy_err *err)
 	struct fg_table_opts topts = r->table_opts;
 	topts.rate_hz = r->o.rate;
 	struct fg_svg_opts sopts = { NULL, false };
-	struct fg_writer w = { r->fmt, r->profile, r->timeline, &topts, &sopts, false };
+	struct fg_writer w = { r->fmt, r->profile, r->timeline, &topts, &sopts, false, NULL };
 	if (!r->table_to_stdout && !r->no_file) {
 		w.gzip = fg_format_gzip(r->fmt, r->output);
 		rc = cmd_output_commit(&r->out, fg_write, &w, err);

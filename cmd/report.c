@@ -177,7 +177,7 @@ int cmd_report(int argc, char **argv)
 		return cmd_fail(&err);
 	}
 
-	struct fg_writer w = { r.format, r.profile, NULL, &r.table, &r.svg, false };
+	struct fg_writer w = { r.format, r.profile, NULL, &r.table, &r.svg, false, NULL };
 	cmd_write_fn fn = trend ? write_trend : fg_write;
 	void *ctx = trend ? (void *)&r : (void *)&w;
 	/* Binary or graphical formats go to a file, never the terminal. */
