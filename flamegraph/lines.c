@@ -132,7 +132,9 @@ static void render_func(struct spy_buf *out, const struct fg_profile *p, const s
 		spy_buf_addf(out, ", tottime %.2f s, cumtime %.2f s", fr->tottime, fr->cumtime);
 	}
 	spy_buf_addch(out, '\n');
-	if (!known) {
+	if (fr->file[0] == '<') {
+		spy_buf_adds(out, "  (no source: the code is not from a file)\n");
+	} else if (!known) {
 		spy_buf_adds(out, "  (source unavailable: not kept in the profile)\n");
 	} else if (known < n) {
 		spy_buf_addf(out, "  (source of %zu of its %zu sampled lines unavailable)\n", n - known, n);

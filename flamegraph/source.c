@@ -158,6 +158,10 @@ bool fg_profile_source_set(struct fg_profile *p, const char *file, uint32_t line
 	detab(&raw, text, len);
 	spy_term_escape(&esc, raw.buf, raw.len, FG_MAX_SOURCE_TEXT, NULL);
 	spy_buf_release(&raw);
+	/* A cut may end in blanks: drop them too, so reading back stores the same text. */
+	while (esc.len && esc.buf[esc.len - 1] == ' ') {
+		esc.buf[--esc.len] = '\0';
+	}
 	SPY_GROW(s->v, s->alloc, s->n + 1);
 	s->bytes += esc.len;
 	s->v[s->n] = (struct src_ent){ file, line, spy_buf_detach(&esc, NULL) };
