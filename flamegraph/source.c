@@ -238,30 +238,30 @@ uint32_t fg_source_def_line(const char *func, uint32_t line, fg_line_fn get, voi
 
 /* ---- capture --------------------------------------------------------------- */
 
-/* One file's text with its line starts: line L is at off[L - 1] .. off[L]. */
+/*
+ * One file's text with the starts of its first lines: line L is at
+ * off[L - 1] .. off[L]. Only the lines up to the last one wanted are found
+ * (a sampled line near the top of a long module costs little), with
+ * memchr: the file's bytes are the bulk of the capture's work.
+ */
 struct src_index {
 	const char *data;
 	size_t *off;
-	size_t nlines;
+	size_t nlines, alloc;
 };
 
-static void index_file(struct src_index *x, const char *data, size_t len)
+static void index_file(struct src_index *x, const char *data, size_t len, uint32_t want)
 {
-	size_t n = 1;
-	for (size_t i = 0; i < len; i++) {
-		n += data[i] == '\n';
-	}
+	memset(x, 0, sizeof(*x));
 	x->data = data;
-	x->off = spy_xmalloc((n + 1) * sizeof(*x->off));
+	SPY_GROW(x->off, x->alloc, 1);
 	x->off[0] = 0;
-	x->nlines = 0;
-	for (size_t i = 0; i < len; i++) {
-		if (data[i] == '\n') {
-			x->off[++x->nlines] = i + 1;
-		}
-	}
-	if (!len || data[len - 1] != '\n') {
-		x->off[++x->nlines] = len;
+	size_t at = 0;
+	while (at < len && x->nlines < want) {
+		const char *nl = memchr(data + at, '\n', len - at);
+		at = nl ? (size_t)(nl - data) + 1 : len;
+		SPY_GROW(x->off, x->alloc, x->nlines + 2);
+		x->off[++x->nlines] = at;
 	}
 }
 
@@ -357,8 +357,13 @@ void fg_profile_source_capture(struct fg_profile *p, fg_source_fn get, void *ctx
 			i = next;
 			continue;
 		}
+		uint32_t want = 0;
+		for (size_t k = i; k < next; k++) {
+			uint32_t l = t.rows[rows[k].row].line;
+			want = l > want ? l : want;
+		}
 		struct src_index x;
-		index_file(&x, data, len);
+		index_file(&x, data, len, want > UINT32_MAX - FG_SOURCE_CONTEXT ? UINT32_MAX : want + FG_SOURCE_CONTEXT);
 		size_t before = fg_profile_source_count(p);
 		for (; i < next && !full; i++) {
 			const struct fg_row *r = &t.rows[rows[i].row];
