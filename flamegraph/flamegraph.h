@@ -320,7 +320,7 @@ void fg_profile_source_capture(struct fg_profile *p, fg_source_fn get, void *ctx
 struct fg_lines_opts {
 	enum fg_sort sort;
 	size_t top;         /* functions shown; 0: FG_LINES_TOP */
-	unsigned context;   /* lines shown either side of a sampled line (at most FG_SOURCE_CONTEXT are kept) */
+	unsigned context;   /* lines shown either side of a sampled line (at most the 3 kept: FG_SOURCE_CONTEXT) */
 };
 
 #define FG_LINES_OPTS_INIT { FG_SORT_TOTTIME, FG_LINES_TOP, FG_LINES_CONTEXT }

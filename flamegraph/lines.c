@@ -89,6 +89,10 @@ static void render_line(struct spy_buf *out, const struct fg_table *t, uint32_t 
 		 * guards a store filled by a caller that skipped it. */
 		spy_term_escape(out, text, strlen(text), FG_MAX_SOURCE_TEXT, NULL);
 	}
+	/* Blank figures and no text leave blanks: no trailing ones. */
+	while (out->len && out->buf[out->len - 1] == ' ') {
+		out->buf[--out->len] = '\0';
+	}
 	spy_buf_addch(out, '\n');
 }
 
@@ -139,8 +143,8 @@ static void render_func(struct spy_buf *out, const struct fg_profile *p, const s
 	} else if (known < n) {
 		spy_buf_addf(out, "  (source of %zu of its %zu sampled lines unavailable)\n", n - known, n);
 	}
-	spy_buf_addf(out, "%8s  %*s %8s  %*s %8s  %s\n", "line", width, "self", "self%", width, "total",
-		     "total%", known ? "source" : "");
+	spy_buf_addf(out, "%8s  %*s %8s  %*s %8s%s\n", "line", width, "self", "self%", width, "total",
+		     "total%", known ? "  source" : "");
 
 	/*
 	 * The lines shown, in order: the def, each sampled line, and the
@@ -215,7 +219,9 @@ void fg_lines_render(const struct fg_profile *p, const struct fg_lines_opts *o, 
 		if (!ft.rows[i].line) {
 			continue;  /* native and -F rows have no lines to show */
 		}
-		render_func(out, p, &ft, &ft.rows[i], &lt, o->context);
+		/* More context than the store keeps would show nothing more. */
+		render_func(out, p, &ft, &ft.rows[i], &lt,
+			    o->context < FG_SOURCE_CONTEXT ? o->context : FG_SOURCE_CONTEXT);
 		shown++;
 	}
 	fg_table_release(&ft);
