@@ -25,9 +25,13 @@ struct cmd_sources {
 	uint32_t *slots;     /* index + 1 by the file name's pointer, 0 = empty */
 	size_t nslots;
 	size_t bytes;        /* read and kept */
+	pid_t dir_pid;       /* whose /proc/PID/root and cwd are open: */
+	int rootfd, cwdfd;   /* -1 when not open */
 	size_t unreadable;   /* files named but not kept (missing, not regular, too big, a bound) */
+	uint64_t read_ns;    /* spy's CPU time opening and reading them */
 };
 
+/* Before any other call (the descriptors start closed). */
 void cmd_sources_init(struct cmd_sources *s);
 void cmd_sources_release(struct cmd_sources *s);
 
