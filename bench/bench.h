@@ -153,7 +153,7 @@ static inline struct spy_stack *bench_stacks(const struct bench_vocab *v, size_t
 static inline int bench_save_folded(const struct fg_profile *p, const char *path, struct spy_err *err)
 {
 	struct fg_writer w = { FG_FORMAT_FOLDED, p, NULL, NULL, NULL,
-			       fg_format_gzip(FG_FORMAT_FOLDED, path) };
+			       fg_format_gzip(FG_FORMAT_FOLDED, path), NULL };
 	FILE *f = fopen(path, "w");
 	if (!f) {
 		return spy_err_set(err, SPY_EIO, "cannot write %s", path);

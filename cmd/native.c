@@ -14,17 +14,6 @@
 #include "common/util.h"
 #include "sampler/sampler.h"
 
-/*
- * spy's own CPU time: the figures in native_log_stats are what --native
- * costs, and wall time would also count whatever else the machine runs.
- */
-static uint64_t cpu_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 int native_init(struct native *n, struct target *t, bool all, struct spy_err *err)
 {
 	memset(n, 0, sizeof(*n));
@@ -70,9 +59,9 @@ void native_unwind(struct native *n, struct target *t, int32_t tid, struct nativ
 		pcs->rc = -SPY_EMEM;
 		return;
 	}
-	uint64_t t0 = cpu_ns();
+	uint64_t t0 = spy_thread_cpu_ns();
 	pcs->rc = sym_unwind(n->uw, proc_mem(t->proc), tid, pcs->v, SPY_MAX_NATIVE_DEPTH, &pcs->n);
-	pcs->cpu_ns = cpu_ns() - t0;
+	pcs->cpu_ns = spy_thread_cpu_ns() - t0;
 	n->unwind_ns += pcs->cpu_ns;
 	n->unwinds++;
 }
@@ -84,7 +73,7 @@ int native_merge(struct native *n, struct target *t, const struct native_pcs *pc
 		n->unwind_failed++;
 		return -SPY_EMEM;
 	}
-	uint64_t t0 = cpu_ns();
+	uint64_t t0 = spy_thread_cpu_ns();
 	struct sym_native_stats before, after;
 	sym_native_stats(n->syms, &before);
 	spy_stack_reset(&n->nat);
@@ -97,7 +86,7 @@ int native_merge(struct native *n, struct target *t, const struct native_pcs *pc
 	struct spy_stack tmp = *py;
 	*py = n->merged;
 	n->merged = tmp;
-	uint64_t spent = cpu_ns() - t0;
+	uint64_t spent = spy_thread_cpu_ns() - t0;
 	n->merge_ns += spent;
 	n->merges++;
 	sym_native_stats(n->syms, &after);

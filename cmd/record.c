@@ -27,8 +27,10 @@
 #include "cmd/opts.h"
 #include "cmd/output.h"
 #include "cmd/push.h"
+#include "cmd/sources.h"
 #include "cmd/walker.h"
 #include "common/buf.h"
+#include "common/log.h"
 #include "common/util.h"
 #include "flamegraph/flamegraph.h"
 
@@ -50,8 +52,9 @@ struct rec {
 	char **program;
 	const char *output;
 	enum fg_format fmt;
-	bool threads, function, quiet, native, native_all, progress, async;
-	bool want_table, table_to_stdout;
+	bool threads, function, quiet, native, native_all, progress, async, no_source, keep_source;
+	bool want_table, table_to_stdout;  /* table_to_stdout: -f table or lines with no -o */
+	bool sort_given;
 	double slice;                      /* --slice S: window length, 0 without */
 	struct fg_table_opts table_opts;   /* --table N, --sort */
 
@@ -67,6 +70,8 @@ struct rec {
 	struct fg_slices *slices;          /* --slice only: per-window counts */
 	struct fg_timeline *timeline;      /* -f chrome only: the samples in time order */
 	const char *idle_frame;            /* the synthetic leaf marking -i's idle samples */
+	struct cmd_sources sources;        /* the sampled files, unless --no-source or -F */
+	size_t frames_seen;                /* the profile's distinct frames when files were last noted */
 	uint64_t last_progress_ns;
 
 	/* --push */
@@ -131,6 +136,15 @@ static int record_stack(void *ctx, struct engine *e, const struct spy_stack *s,
 					    r->slices, r->timeline, &track);
 		rc = rc < 0 ? rc : rrc;
 	}
+	if (r->keep_run && r->keep_source) {
+		/* A new file can only come with a new frame: the common sample costs one compare. */
+		struct fg_stats st;
+		fg_profile_stats(r->profile, &st);
+		if (st.frames != r->frames_seen) {
+			r->frames_seen = st.frames;
+			cmd_sources_note(&r->sources, s, info->proc->pid);
+		}
+	}
 	return rc;
 }
 
@@ -158,7 +172,7 @@ static void record_window(void *ctx, struct engine *e, const struct eng_window *
 		char *buf = NULL;
 		size_t len = 0;
 		FILE *f = open_memstream(&buf, &len);
-		struct fg_writer wr = { FG_FORMAT_PPROF, p, NULL, NULL, NULL, false };
+		struct fg_writer wr = { FG_FORMAT_PPROF, p, NULL, NULL, NULL, false, NULL };
 		int rc = f ? fg_write(&wr, f, "window", NULL) : -SPY_EIO;
 		if (f && fclose(f) != 0) {
 			rc = -SPY_EIO;
@@ -248,6 +262,19 @@ static void set_metadata(struct rec *r, uint64_t now)
 	if (r->slices) {
 		fg_slices_store(r->slices, p);
 	}
+	if (r->keep_source) {
+		struct fg_source_stats st;
+		uint64_t t0 = spy_thread_cpu_ns();
+		fg_profile_source_capture(p, cmd_sources_get, &r->sources, &st);
+		/* What the source lines cost, for bench/source-overhead. */
+		spy_log(SPY_LOG_DEBUG, "sources: %zu files read (%.1f MiB) in %.2f ms CPU, %zu lines kept in %.2f ms CPU",
+			r->sources.n - r->sources.unreadable, (double)r->sources.bytes / (1 << 20),
+			(double)r->sources.read_ns / 1e6, st.lines, (double)(spy_thread_cpu_ns() - t0) / 1e6);
+		/* Why a line has no text, for whoever views the profile elsewhere. */
+		fg_profile_meta_setf(p, "sources", "%zu lines of %zu files kept; %zu files unreadable%s",
+				     st.lines, st.files, r->sources.unreadable + st.unreadable,
+				     st.budget_hit ? "; budget full" : "");
+	}
 	spy_buf_release(&b);
 }
 
@@ -272,10 +299,17 @@ static int write_outputs(struct rec *r, uint64_t end, struct spy_err *err)
 	struct fg_table_opts topts = r->table_opts;
 	topts.rate_hz = r->o.rate;
 	struct fg_svg_opts sopts = { NULL, false };
-	struct fg_writer w = { r->fmt, r->profile, r->timeline, &topts, &sopts, false };
+	struct fg_lines_opts lopts = FG_LINES_OPTS_INIT;
+	if (r->sort_given) {
+		lopts.sort = r->table_opts.sort;
+	}
+	struct fg_writer w = { r->fmt, r->profile, r->timeline, &topts, &sopts, false, &lopts };
 	if (!r->table_to_stdout && !r->no_file) {
 		w.gzip = fg_format_gzip(r->fmt, r->output);
 		rc = cmd_output_commit(&r->out, fg_write, &w, err);
+	} else if (r->fmt == FG_FORMAT_LINES) {
+		fg_write(&w, stdout, "<stdout>", NULL);
+		fflush(stdout);
 	}
 	if (r->want_table && rc == 0) {
 		w.format = FG_FORMAT_TABLE;
@@ -344,7 +378,7 @@ static int check_push_args(struct rec *r, const char *table)
 	r->o.window_s = r->push_every;
 	/* Continuous: a file only with -o, a table only when asked for. */
 	r->no_file = !r->output && !r->table_to_stdout;
-	r->want_table = table || r->table_to_stdout;
+	r->want_table = table || (r->table_to_stdout && r->fmt == FG_FORMAT_TABLE);
 	return 0;
 }
 
@@ -444,9 +478,12 @@ static int check_args(struct rec *r, const char *format, const char *sort, const
 		r->fmt = fg_format_from_path(r->output);
 	}
 	r->table_opts.top = table ? (unsigned)strtoul(table, NULL, 10) : 20;
-	/* A table with no file named goes to stdout, once. */
-	r->table_to_stdout = r->fmt == FG_FORMAT_TABLE && !r->output;
-	r->want_table = table || r->table_to_stdout || isatty(STDOUT_FILENO);
+	/* A table (or the lines view) with no file named goes to stdout, once. */
+	r->table_to_stdout = (r->fmt == FG_FORMAT_TABLE || r->fmt == FG_FORMAT_LINES) && !r->output;
+	r->want_table = table || (r->table_to_stdout ? r->fmt == FG_FORMAT_TABLE : isatty(STDOUT_FILENO));
+	r->sort_given = sort != NULL;
+	/* -F has no lines to show the text of. */
+	r->keep_source = !r->no_source && !r->function;
 	if (r->slice > 0 && r->fmt != FG_FORMAT_FOLDED) {
 		return cmd_usage_error("record", "--slice keeps its windows in a folded profile: use -o FILE.folded");
 	}
@@ -466,7 +503,7 @@ static int parse_args(struct rec *r, int argc, char **argv)
 		{ 'p', "pid", OPT_PID, &r->pid, "PID", "attach to a running process" },
 		{ 'o', "output", OPT_STRING, &r->output, "FILE", "where to write (default spy-<pid>.svg; with -f, that format's extension)" },
 		{ 'f', "format", OPT_STRING, &format, "F",
-		  "svg, folded, table, speedscope, chrome, pprof, json" },
+		  "svg, folded, table, lines, speedscope, chrome, pprof, json" },
 		{ 'r', "rate", OPT_DOUBLE, &r->o.rate, "HZ", "samples per second (default 100)" },
 		{ 'd', "duration", OPT_DOUBLE, &r->o.duration, "S", "stop after S seconds" },
 		{ 'n', "native", OPT_BOOL, &r->native, NULL, "merge native (C/C++) frames with the Python frames" },
@@ -481,6 +518,7 @@ static int parse_args(struct rec *r, int argc, char **argv)
 		{ 0, "table", OPT_STRING, &table, "[N]", "print the top N functions (default 20) after recording" },
 		{ 0, "sort", OPT_STRING, &sort, "KEY", "table order: cumtime, tottime or name" },
 		{ 'q', "quiet", OPT_BOOL, &r->quiet, NULL, "no progress line" },
+		{ 0, "no-source", OPT_BOOL, &r->no_source, NULL, "do not keep the sampled lines' source text in the profile" },
 		{ 0, "slice", OPT_DOUBLE, &r->slice, "S", "also count samples per S-second window, kept in a folded profile (for report --trend)" },
 		{ 0, "push", OPT_STRING, &r->push_url, "URL",
 		  "continuous mode: every --push-every S, send the last window to the Pyroscope server at URL (http:// only); no file unless -o" },
@@ -586,6 +624,7 @@ static void rec_release(struct rec *r)
 	walker_release(&r->w);
 	spy_buf_release(&r->default_out);
 	spy_stack_release(&r->stack);
+	cmd_sources_release(&r->sources);
 	fg_slices_free(r->slices);
 	fg_timeline_free(r->timeline);
 	fg_profile_free(r->profile);
@@ -602,6 +641,7 @@ int cmd_record(int argc, char **argv)
 	r->o.duration = -1;
 	r->out.fd = -1;
 	r->push_every = UINT_MAX;   /* not given */
+	cmd_sources_init(&r->sources);
 	int exit_code = parse_args(r, argc, argv);
 	bool go = exit_code < 0;   /* else --help or a usage error: done */
 	if (go) {

@@ -39,6 +39,7 @@ struct report {
 	enum fg_format format;
 	struct fg_table_opts table;
 	struct fg_svg_opts svg;
+	struct fg_lines_opts lines;
 	struct fg_slices *slices;  /* --trend: the profile's time windows */
 };
 
@@ -101,14 +102,15 @@ static char *default_path(const char *profile, const char *ext)
 int cmd_report(int argc, char **argv)
 {
 	const char *output = NULL, *format = NULL, *sort = NULL, *title = NULL;
-	unsigned top = 0;
+	unsigned top = 0, context = FG_LINES_CONTEXT;
 	bool function = false, inverted = false, trend = false;
 	const struct opt opts[] = {
 		{ 'o', "output", OPT_STRING, &output, "FILE", "where to write (- for stdout); format follows the extension" },
-		{ 'f', "format", OPT_STRING, &format, "F", "svg, folded, table, json, speedscope, chrome or pprof (default: from -o's extension, else svg)" },
+		{ 'f', "format", OPT_STRING, &format, "F", "svg, folded, table, lines, json, speedscope, chrome or pprof (default: from -o's extension, else svg)" },
 		{ 'F', "function", OPT_BOOL, &function, NULL, "aggregate by function, dropping line numbers" },
-		{ 0, "sort", OPT_STRING, &sort, "KEY", "table order: cumtime (default), tottime or name" },
-		{ 0, "top", OPT_UINT, &top, "N", "table: keep the first N rows (default: all)" },
+		{ 0, "sort", OPT_STRING, &sort, "KEY", "table order: cumtime (default), tottime or name; lines: tottime by default" },
+		{ 0, "top", OPT_UINT, &top, "N", "table: keep the first N rows (default: all); lines: N functions (default 5)" },
+		{ 0, "context", OPT_UINT, &context, "N", "lines: show N lines around each sampled line (default 2, at most 3 are kept)" },
 		{ 0, "title", OPT_STRING, &title, "TEXT", "svg: the title (default \"spy flame graph\")" },
 		{ 0, "inverted", OPT_BOOL, &inverted, NULL, "svg: icicle graph, roots at the top" },
 		{ 0, "trend", OPT_BOOL, &trend, NULL, "list functions by how steadily their share rises across the time windows of a profile recorded with --slice" },
@@ -137,6 +139,9 @@ int cmd_report(int argc, char **argv)
 	r.table.top = top;
 	r.svg.title = title;
 	r.svg.inverted = inverted;
+	r.lines = (struct fg_lines_opts)FG_LINES_OPTS_INIT;
+	r.lines.top = top ? top : FG_LINES_TOP;
+	r.lines.context = context;
 	if (format) {
 		if (!fg_format_parse(format, &r.format)) {
 			return cmd_usage_error("report", "unknown format '%s'", format);
@@ -148,6 +153,9 @@ int cmd_report(int argc, char **argv)
 	}
 	if (sort && !fg_sort_parse(sort, &r.table.sort)) {
 		return cmd_usage_error("report", "unknown sort key '%s' (cumtime, tottime or name)", sort);
+	}
+	if (sort) {
+		r.lines.sort = r.table.sort;
 	}
 
 	if (trend && format) {
@@ -177,7 +185,7 @@ int cmd_report(int argc, char **argv)
 		return cmd_fail(&err);
 	}
 
-	struct fg_writer w = { r.format, r.profile, NULL, &r.table, &r.svg, false };
+	struct fg_writer w = { r.format, r.profile, NULL, &r.table, &r.svg, false, &r.lines };
 	cmd_write_fn fn = trend ? write_trend : fg_write;
 	void *ctx = trend ? (void *)&r : (void *)&w;
 	/* Binary or graphical formats go to a file, never the terminal. */

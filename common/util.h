@@ -53,6 +53,10 @@ static inline uint64_t spy_mix64(uint64_t x)
 #define SPY_NS_MAX ((uint64_t)1 << 62)
 uint64_t spy_s_to_ns(double s);
 
+/* The calling thread's CPU time in ns: what a piece of spy's work costs,
+ * whatever else the machine runs (wall time would count that too). */
+uint64_t spy_thread_cpu_ns(void);
+
 /* Internal invariant broken: a bug in spy, never a property of the target. */
 #define SPY_BUG(...) spy_bug(__FILE__, __LINE__, __VA_ARGS__)
 _Noreturn void spy_bug(const char *file, int line, const char *fmt, ...)

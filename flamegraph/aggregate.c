@@ -75,6 +75,7 @@ void fg_profile_free(struct fg_profile *p)
 	free(p->sslots);
 	free(p->pool);
 	free(p->ids);
+	fg_source_free(p->source);
 	spy_strtab_release(&p->own_strtab);
 	free(p);
 }

@@ -276,6 +276,58 @@ int fg_profile_add_at(struct fg_profile *p, const struct spy_stack *s, double t,
 		      struct fg_timeline *tl, const struct fg_track *track);
 
 /*
+ * Source lines (record keeps the hot lines' text; -f lines, the SVG
+ * tooltip and the JSON frames show it): per (file, line) of the profile's
+ * Python frames, the line's text, tabs expanded and escaped as metadata is
+ * (common/term.h), bounded in lines and bytes (the rules: internal.h). A
+ * folded file carries them as "# source-file:" and "# source-line:" lines.
+ */
+/* The line's text (file interned in the profile's table), NULL if not kept. */
+const char *fg_profile_source(const struct fg_profile *p, const char *file, uint32_t line);
+/* Keep len bytes at text as line of file; false when the store is full. */
+bool fg_profile_source_set(struct fg_profile *p, const char *file, uint32_t line, const char *text,
+			   size_t len);
+
+/* A file's bytes for the capture: 0 with *data, *len set (borrowed until
+ * the capture returns), or < 0 when the file could not be read. */
+typedef int (*fg_source_fn)(void *ctx, const char *file, const char **data, size_t *len);
+
+struct fg_source_stats {
+	size_t files;       /* files whose lines were kept */
+	size_t lines;       /* lines kept */
+	size_t unreadable;  /* files get() could not give */
+	bool budget_hit;    /* the store filled up before every sampled line was kept */
+};
+
+/*
+ * Keep the text of every sampled line of p's Python frames, with
+ * FG_SOURCE_CONTEXT lines either side and the line of the function's
+ * `def`, asking get for each file once, the file of the hottest line
+ * first, until the store is full. Nothing under FG_FUNCTION (no lines).
+ */
+void fg_profile_source_capture(struct fg_profile *p, fg_source_fn get, void *ctx,
+			       struct fg_source_stats *st);
+
+/*
+ * The lines view (-f lines): the top functions, ranked by sort (default
+ * tottime), each with its sampled lines and context lines around them:
+ * per line the self and total samples and their share of all samples,
+ * beside the source text when the profile keeps it.
+ */
+#define FG_LINES_TOP 5
+#define FG_LINES_CONTEXT 2
+
+struct fg_lines_opts {
+	enum fg_sort sort;
+	size_t top;         /* functions shown; 0: FG_LINES_TOP */
+	unsigned context;   /* lines shown either side of a sampled line (at most the 3 kept: FG_SOURCE_CONTEXT) */
+};
+
+#define FG_LINES_OPTS_INIT { FG_SORT_TOTTIME, FG_LINES_TOP, FG_LINES_CONTEXT }
+
+void fg_lines_render(const struct fg_profile *p, const struct fg_lines_opts *o, struct spy_buf *out);
+
+/*
  * The output formats: names, the one a file name implies (any case:
  * ".pb.gz" pprof, other ".gz" folded, else svg), default extensions, and
  * one writer call onto a FILE * (the shape of cmd/output.h's cmd_write_fn).
@@ -288,6 +340,7 @@ enum fg_format {
 	FG_FORMAT_CHROME,
 	FG_FORMAT_PPROF,
 	FG_FORMAT_JSON,
+	FG_FORMAT_LINES,
 };
 /* Parse a --format name (exact); false if unknown. */
 bool fg_format_parse(const char *name, enum fg_format *out);
@@ -304,6 +357,7 @@ struct fg_writer {
 	const struct fg_table_opts *table;   /* table */
 	const struct fg_svg_opts *svg;       /* svg */
 	bool gzip;                           /* folded: compressed (fg_format_gzip) */
+	const struct fg_lines_opts *lines;   /* lines; NULL: the defaults */
 };
 /* Write w (a struct fg_writer *) onto f; name is for messages. 0 or -SPY_EIO with err set. */
 int fg_write(void *w, FILE *f, const char *name, struct spy_err *err);

@@ -266,6 +266,7 @@ static void emit_profile(const struct fg_profile *p, struct sink *s)
 		spy_buf_adds(s->out, p->meta[i].value);
 		spy_buf_addch(s->out, '\n');
 	}
+	fg_source_emit(p, s->out);
 	struct fg_order o;
 	fg_order_init(&o, p);
 	struct emit_ctx e = { s, &o };
@@ -367,6 +368,7 @@ struct reader {
 	uint32_t *ids;
 	size_t ids_alloc;
 	size_t kept;           /* bytes this read added to the profile, about */
+	struct fg_source_ids srcids;  /* this file's "# source-file:" ids */
 };
 
 __attribute__((format(printf, 2, 3)))
@@ -542,8 +544,15 @@ static int parse_meta(struct reader *r, const char *s, size_t len)
 	char key[FG_MAX_META_KEY + 1];
 	memcpy(key, s + 2, (size_t)(colon - s - 2));
 	key[colon - s - 2] = '\0';
-	/* s is r->line, NUL-terminated by spy_buf, so v is a C string. */
-	fg_profile_meta_set(r->p, key, v);
+	const char *why = NULL;
+	int src = fg_source_parse(r->p, &r->srcids, key, v, vlen, &why);
+	if (src < 0) {
+		return bad(r, "%s", why);
+	}
+	if (src == 0) {
+		/* s is r->line, NUL-terminated by spy_buf, so v is a C string. */
+		fg_profile_meta_set(r->p, key, v);
+	}
 	return 0;
 }
 
@@ -749,6 +758,7 @@ static int read_common(struct reader *r)
 	free(r->zout);
 	free(r->raw);
 	free(r->ids);
+	free(r->srcids.file);
 	spy_buf_release(&r->line);
 	return rc;
 }

@@ -26,6 +26,7 @@ static const struct {
 	{ "chrome", FG_FORMAT_CHROME, ".trace.json" },
 	{ "pprof", FG_FORMAT_PPROF, ".pb.gz" },
 	{ "json", FG_FORMAT_JSON, ".json" },
+	{ "lines", FG_FORMAT_LINES, ".lines.txt" },
 };
 
 bool fg_format_parse(const char *name, enum fg_format *out)
@@ -75,6 +76,8 @@ enum fg_format fg_format_from_path(const char *path)
 		{ ".folded", FG_FORMAT_FOLDED },
 		{ ".collapsed", FG_FORMAT_FOLDED },
 		{ ".gz", FG_FORMAT_FOLDED },
+		{ ".lines.txt", FG_FORMAT_LINES },
+		{ ".lines", FG_FORMAT_LINES },
 		{ ".txt", FG_FORMAT_TABLE },
 		{ ".table", FG_FORMAT_TABLE },
 		{ ".json", FG_FORMAT_JSON },
@@ -105,6 +108,15 @@ static int write_table(const struct fg_writer *w, FILE *f, const char *name, str
 	return rc ? spy_err_set(err, SPY_EIO, "cannot write %s: %s", name, strerror(errno)) : 0;
 }
 
+static int write_lines(const struct fg_writer *w, FILE *f, const char *name, struct spy_err *err)
+{
+	struct spy_buf b = SPY_BUF_INIT;
+	fg_lines_render(w->profile, w->lines, &b);
+	int rc = fwrite(b.buf, 1, b.len, f) == b.len ? 0 : -SPY_EIO;
+	spy_buf_release(&b);
+	return rc ? spy_err_set(err, SPY_EIO, "cannot write %s: %s", name, strerror(errno)) : 0;
+}
+
 int fg_write(void *writer, FILE *f, const char *name, struct spy_err *err)
 {
 	const struct fg_writer *w = writer;
@@ -115,6 +127,8 @@ int fg_write(void *writer, FILE *f, const char *name, struct spy_err *err)
 			       : fg_profile_write_folded(w->profile, f, name, err);
 	case FG_FORMAT_TABLE:
 		return write_table(w, f, name, err);
+	case FG_FORMAT_LINES:
+		return write_lines(w, f, name, err);
 	case FG_FORMAT_SVG:
 		rc = fg_profile_write_svg(w->profile, f, w->svg, err);
 		break;

@@ -434,6 +434,63 @@ int fg_profile_write_chrome(const struct fg_profile *p, const struct fg_timeline
 #define FG_MAX_READ_BYTES ((size_t)1 << 30)
 
 
+/*
+ * Source lines in full (source.c). The store maps (file, line) to text;
+ * file is interned in the profile's table, as frames' files are, so a
+ * frame finds its line by pointer. Bounds: FG_MAX_SOURCE_LINES lines and
+ * FG_MAX_SOURCE_BYTES bytes of text in a profile (past them a line is not
+ * kept: fg_profile_source_set returns false), FG_MAX_SOURCE_TEXT bytes per
+ * line (cut at a code point, after escaping). The first text kept for a
+ * (file, line) stays.
+ *
+ * Source lines in a folded file: after the other metadata,
+ *   # source-file: ID PATH
+ *   # source-line: ID:LINE TEXT
+ * ID a decimal below FG_MAX_SOURCE_FILES naming PATH (escaped as a frame's
+ * file is, so it is the very string the stack lines give) for the lines
+ * that follow, LINE 1..4294967295, TEXT the stored text (may be empty).
+ * Files are written sorted by path, lines by number, ids from 0. IDs are
+ * local to one file: merging profiles renumbers nothing. A malformed line,
+ * or one naming an id no source-file line gave, is -SPY_EFORMAT. Readers
+ * that predate them take both for ordinary metadata (one key repeated:
+ * the last value stays).
+ *
+ * The def line (fg_source_def_line): scanning up from line at most
+ * FG_SOURCE_DEF_SCAN lines, the first "def NAME" or "async def NAME"
+ * (NAME: the last dotted part of func), stopping at module-level code when
+ * line is indented; 0 when not found or func is "<...>". get gives a
+ * line's text (NULL when unknown). Capture and the lines view use the same
+ * rule, one on the file, the other on the kept lines.
+ */
+#define FG_META_SOURCE_FILE "source-file"
+#define FG_META_SOURCE_LINE "source-line"
+#define FG_MAX_SOURCE_LINES 65536
+#define FG_MAX_SOURCE_BYTES ((size_t)4 << 20)
+#define FG_MAX_SOURCE_TEXT 512
+#define FG_MAX_SOURCE_FILES 65536
+/* Lines kept either side of a sampled line. */
+#define FG_SOURCE_CONTEXT 3
+#define FG_SOURCE_DEF_SCAN 200
+
+struct fg_source;
+struct fg_source_ids {
+	const char **file;   /* by id; NULL: not named yet */
+	size_t n, alloc;
+};
+
+typedef const char *(*fg_line_fn)(void *ctx, uint32_t line, size_t *len);
+uint32_t fg_source_def_line(const char *func, uint32_t line, fg_line_fn get, void *ctx);
+size_t fg_profile_source_count(const struct fg_profile *p);
+void fg_source_free(struct fg_source *s);
+/* Append the folded lines of p's store (nothing when empty). */
+void fg_source_emit(const struct fg_profile *p, struct spy_buf *out);
+/*
+ * A metadata line read (key, value of vlen bytes): 1 when it was a source
+ * line and is kept, 0 when key is another key, -1 with *why when malformed.
+ */
+int fg_source_parse(struct fg_profile *p, struct fg_source_ids *ids, const char *key, const char *v,
+		    size_t vlen, const char **why);
+
 /* No frame / no node (the root's parent and frame). */
 #define FG_NONE UINT32_MAX
 
@@ -513,6 +570,8 @@ struct fg_profile {
 	size_t nsslots;
 	uint32_t *pool;
 	size_t npool, pool_alloc;
+
+	struct fg_source *source;    /* kept source lines; NULL: none */
 
 	/* Scratch for fg_profile_add, reused so adding allocates nothing. */
 	uint32_t *ids;

@@ -99,8 +99,14 @@ int fg_profile_write_json(const struct fg_profile *p, FILE *f, struct spy_err *e
 		} else {
 			spy_buf_adds(&b, "null");
 		}
-		spy_buf_addf(&b, ", \"line\": %" PRIu32 ", \"kind\": \"%s\"}", fr->line,
+		spy_buf_addf(&b, ", \"line\": %" PRIu32 ", \"kind\": \"%s\"", fr->line,
 			     fg_kind_name(fr->kind));
+		const char *text = fr->kind == SPY_FRAME_PYTHON ? fg_profile_source(p, fr->file, fr->line) : NULL;
+		if (text) {
+			spy_buf_adds(&b, ", \"source\": ");
+			fg_json_string(&b, text);
+		}
+		spy_buf_addch(&b, '}');
 		rc = fg_flush(&b, f, false, "json profile", err);
 	}
 	spy_buf_adds(&b, nframes ? "\n  ],\n  \"threads\": [" : "],\n  \"threads\": [");

@@ -481,7 +481,7 @@ static void emit_tables(struct svg *g)
 	 * deterministic. Colours go in a palette (P): there are as many as
 	 * files, not frames, and the script then never builds a colour string.
 	 */
-	struct spy_buf ft = SPY_BUF_INIT, pal = SPY_BUF_INIT, notes = SPY_BUF_INIT;
+	struct spy_buf ft = SPY_BUF_INIT, pal = SPY_BUF_INIT, notes = SPY_BUF_INIT, src = SPY_BUF_INIT;
 	size_t nslots = 16, npal = 0;
 	while (nslots < 2 * g->nframes + 2) {
 		nslots *= 2;
@@ -496,6 +496,10 @@ static void emit_tables(struct svg *g)
 		uint32_t rgb = frame_colour(fr, cls);
 		int64_t note = caller_style(g, fr, &rgb);
 		spy_buf_addf(&notes, "%s%" PRId64, i ? (i % 16 ? "," : ",\n") : "", note);
+		/* The text kept of the frame's line, if any: the tooltip's source line. */
+		const char *text = fr->kind == SPY_FRAME_PYTHON ? fg_profile_source(g->p, fr->file, fr->line) : NULL;
+		spy_buf_addf(&src, "%s%" PRId64, i ? (i % 16 ? "," : ",\n") : "",
+			     text ? (int64_t)str_index(g, text) : -1);
 		size_t j = (size_t)(rgb * 2654435761u) & (nslots - 1);
 		while (pkeys[j] && pkeys[j] != rgb + 1) {
 			j = (j + 1) & (nslots - 1);
@@ -527,6 +531,8 @@ static void emit_tables(struct svg *g)
 	if (g->style && g->style->frame_style) {
 		spy_buf_add(&g->out, notes.buf, notes.len);
 	}
+	spy_buf_adds(&g->out, "];\nvar Q=[");
+	spy_buf_add(&g->out, src.buf, src.len);
 	spy_buf_adds(&g->out, "];\nvar N=[");
 	flush(g, false);
 	spy_buf_add(&g->out, g->nodes.buf, g->nodes.len);
@@ -534,6 +540,7 @@ static void emit_tables(struct svg *g)
 	spy_buf_release(&ft);
 	spy_buf_release(&pal);
 	spy_buf_release(&notes);
+	spy_buf_release(&src);
 }
 
 /* ---- the fixed parts ----------------------------------------------------- */
@@ -556,7 +563,8 @@ static const char svg_css[] =
  * The script. It reads W, PAD, FH, Y0, MAXD, INV, HEIGHT and the S
  * (strings), P (colours), F (frames: func, file, line, class, colour in P),
  * X (per frame, the caller's extra tooltip line in S or -1; empty unless a
- * style was given) and N (nodes:
+ * style was given), Q (per frame, its source line's kept text in S or -1)
+ * and N (nodes:
  * depth, frame, total, self) tables written before it. Nothing here contains
  * a target string; those live only in S, escaped by js_escape, and reach the
  * page only through textContent, never parsed as markup.
@@ -631,6 +639,7 @@ static const char svg_js[] =
 	" L.push(num(tot[i])+' samples, '+pct(tot[i],TOTAL)+' of total'+(zoom?', '+pct(tot[i],tot[zoom])+' of zoomed':''));\n"
 	" if(f===-2){L.push('frames each under one pixel, summed');}\n"
 	" else{L.push('self: '+num(slf[i])+' samples, '+pct(slf[i],TOTAL)+' of total');}\n"
+	" if(f>=0&&Q[f]>=0){L.push('\\u203a '+S[Q[f]].replace(/^ +/,''));}\n"
 	" if(f>=0){L.push(['Python','native','synthetic','idle / waiting'][F[5*f+3]]+' frame');}\n"
 	" if(f>=0&&X[f]>=0){L.push(S[X[f]]);}\n"
 	" return L;}\n"
@@ -823,7 +832,8 @@ int fg_profile_write_svg_styled(const struct fg_profile *p, FILE *f, const struc
 		     FG_SVG_FRAME_H - 1);
 	spy_buf_adds(o, "<g id=\"tip\" visibility=\"hidden\"><rect id=\"tipbox\" x=\"0\" y=\"0\" "
 		     "width=\"10\" height=\"10\" rx=\"3\"/>");
-	for (int i = 0; i < 5; i++) {
+	/* Tooltip lines: name, samples, self, source, kind, the caller's note. */
+	for (int i = 0; i < 6; i++) {
 		spy_buf_addf(o, "<text x=\"6\" y=\"%d\"></text>", 16 + 15 * i);
 	}
 	spy_buf_adds(o, "</g>\n");

@@ -2,7 +2,7 @@
  * Fuzzing the folded reader (plain and gzip) and every writer fed from
  * it: folded (which must read back to the very same text), SVG (upright
  * and inverted), json, speedscope, pprof, chrome, the cumtime table (per
- * function and per line), a diff of the profile against itself (text,
+ * function and per line), the lines view (with the kept source), a diff of the profile against itself (text,
  * JSON, SVG) and, when the file carries windows, the trend. Report reads
  * files anyone can hand over; nothing may crash, hang, read out of bounds
  * or overflow, whatever the bytes. An odd-sized input is read with -F
@@ -56,6 +56,9 @@ static void writers(struct fg_profile *p)
 	fg_table_init(&t, p, &o);
 	fg_table_render(&t, &b);
 	fg_table_release(&t);
+	struct fg_lines_opts lo = { FG_SORT_CUMTIME, 3, 7 };
+	fg_lines_render(p, NULL, &b);
+	fg_lines_render(p, &lo, &b);
 
 	struct fg_diff d;
 	struct fg_diff_gate g = { 1.0, 1.0, 0 };

@@ -638,10 +638,11 @@ class SpyResult(object):
             " | ".join(self.err_lines()[:3]) or "(empty)")
 
 
-def run_spy(args, timeout=30, env=None):
-    """Run spy to completion; never leaves it running."""
+def run_spy(args, timeout=30, env=None, cwd=None):
+    """Run spy to completion (in cwd, if given); never leaves it running."""
     argv = [spy_path()] + list(args)
-    p = spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    p = spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+              cwd=cwd)
     timed_out = False
     try:
         out, err = p.communicate(timeout=timeout)

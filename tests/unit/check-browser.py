@@ -14,6 +14,9 @@ What must hold, or the check fails:
  - a click on a frame narrower than the graph zooms: that frame then spans
    the whole width, the drawing changes, and Escape brings the first
    drawing back;
+ - hovering the frames shows, in the tooltip, the source line the profile
+   keeps for them (the meson test's profile keeps one, with markup in it,
+   which must arrive as text);
  - a search (through the same Ctrl-F handler a user presses; window.prompt
    is answered by the driver) highlights at least one frame and prints a
    "Matched: P%" line; with --expect-pct that P is checked against the
@@ -98,6 +101,13 @@ try{
   key('Escape');
   R.unzoomRestores=sig(rects())===sig(before);
  }
+ // Hovered: the tooltip of each frame drawn; the source lines it showed.
+ var src={},tips=document.getElementById('tip').getElementsByTagName('text'),box2=root.getBoundingClientRect(),s2=(box2.width||W)/W;
+ for(k=0;k<before.length&&k<400;k++){var b=before[k];if(b.w<2){continue;}
+  root.dispatchEvent(new MouseEvent('mousemove',{bubbles:true,
+   clientX:box2.left+(b.x+b.w/2)*s2,clientY:box2.top+(b.y+4)*s2}));
+  for(var q=0;q<tips.length;q++){var tx=tips[q].textContent;if(tx.charAt(0)==='\u203a'){src[tx]=1;}}}
+ R.sources=Object.keys(src).sort();
  // Searched unzoomed, so every match is in view.
  var term=root.getAttribute('data-spy-search');
  if(!term){var ts=document.querySelectorAll('#frames text');
@@ -180,9 +190,12 @@ def matched_pct(text):
     return float(m.group(1)) if m else None
 
 
-def judge(res, expect_pct, expect_hits=None):
+def judge(res, expect_pct, expect_hits=None, expect_source=None):
     """The list of failures found in the driver's results."""
     bad = ["script error: " + e for e in res.get("errors", [])]
+    if expect_source is not None and res.get("sources") != [expect_source]:
+        bad.append("tooltips showed source lines %r, expected [%r]"
+                   % (res.get("sources"), expect_source))
     if not res.get("frames"):
         bad.append("no frame drawn")
     if not res.get("picked"):
@@ -211,7 +224,8 @@ def judge(res, expect_pct, expect_hits=None):
     return bad
 
 
-def check_svg(chromium, svg_path, term=None, expect_pct=None, png=None, expect_hits=None):
+def check_svg(chromium, svg_path, term=None, expect_pct=None, png=None, expect_hits=None,
+              expect_source=None):
     """Runs the checks on svg_path; returns (failures, results)."""
     with open(svg_path, encoding="utf-8") as f:
         text = f.read()
@@ -226,13 +240,16 @@ def check_svg(chromium, svg_path, term=None, expect_pct=None, png=None, expect_h
         res = json.loads(html.unescape(m.group(1)))
         if png:
             screenshot(chromium, copy, png)
-    return judge(res, expect_pct, expect_hits), res
+    return judge(res, expect_pct, expect_hits, expect_source), res
 
 
 # The meson test's own profile: three threads' worth of stacks with one
 # function (compute) reached from two callers, so its share is a sum the
 # browser has to get right, not one stack's count.
 FOLDED = """# rate-hz: 100
+# source-file: 0 lib.py
+# source-line: 0:4 def compute(data):
+# source-line: 0:5         return crunch(data)  # </text><script>x()</script> \\x1b
 process 7;thread 1;main (app.py:1);work (app.py:10);compute (lib.py:5) 600
 process 7;thread 1;main (app.py:1);work (app.py:10);read_input (io.py:20) 250
 process 7;thread 1;main (app.py:1);report (app.py:40);compute (lib.py:5) 90
@@ -240,6 +257,11 @@ process 7;thread 1;main (app.py:1);report (app.py:40);format_row (fmt.py:8) 110
 process 7;thread 2;worker (pool.py:3);compute (lib.py:5) 70
 process 7;thread 2;worker (pool.py:3);wait_job (pool.py:30) 180
 """
+
+
+# What hovering compute's frames shows: the kept line, indentation dropped,
+# the markup as text.
+SOURCE_TIP = "\u203a return crunch(data)  # </text><script>x()</script> \\x1b"
 
 
 def expected_search(folded, needle):
@@ -271,7 +293,7 @@ def meson_test(chromium, spy, artefacts):
     if r.returncode != 0:
         return ["spy report exited %d: %s" % (r.returncode, r.stdout.decode().strip())], {}, None
     pct, boxes = expected_search(FOLDED, "compute (")
-    bad, res = check_svg(chromium, svg, "compute", pct, png, boxes)
+    bad, res = check_svg(chromium, svg, "compute", pct, png, boxes, SOURCE_TIP)
     bad += check_mutants(chromium, svg, artefacts)
     bad += check_diff_svg(chromium, spy, artefacts, folded, pct, boxes)
     return bad, res, png
@@ -289,7 +311,7 @@ def check_diff_svg(chromium, spy, artefacts, folded, pct, boxes):
     if r.returncode != 0:
         return ["spy diff exited %d: %s" % (r.returncode, r.stdout.decode().strip())]
     bad, _ = check_svg(chromium, svg, "compute", pct,
-                       os.path.join(artefacts, "browser-diff.png"), boxes)
+                       os.path.join(artefacts, "browser-diff.png"), boxes, SOURCE_TIP)
     return ["diff svg: " + m for m in bad]
 
 

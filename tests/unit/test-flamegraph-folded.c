@@ -172,7 +172,7 @@ static size_t count_dir_entries(void)
 static int save_folded(const struct fg_profile *p, const char *path, struct spy_err *err)
 {
 	struct fg_writer w = { FG_FORMAT_FOLDED, p, NULL, NULL, NULL,
-			       fg_format_gzip(fg_format_from_path(path), path) };
+			       fg_format_gzip(fg_format_from_path(path), path), NULL };
 	FILE *f = fopen(path, "w");
 	if (!f) {
 		return -SPY_EIO;

@@ -1,0 +1,48 @@
+/*
+ * The source files of a recording's sampled frames, each read once, as
+ * soon as a sample first names it, through the target's /proc/PID/root,
+ * and kept until the profile is written (fg_profile_source_capture picks
+ * the hot lines then). Files are hostile and bounded: see sources.c.
+ */
+#ifndef SPY_CMD_SOURCES_H
+#define SPY_CMD_SOURCES_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "common/sample.h"
+
+/* Bytes of one file read (a larger file is not kept), of all files, and files. */
+#define CMD_SOURCE_MAX_FILE ((size_t)4 << 20)
+#define CMD_SOURCE_MAX_TOTAL ((size_t)64 << 20)
+#define CMD_SOURCE_MAX_FILES 4096
+
+struct cmd_source_file;
+
+struct cmd_sources {
+	struct cmd_source_file *v;
+	size_t n, alloc;
+	uint32_t *slots;     /* index + 1 by the file name's pointer, 0 = empty */
+	size_t nslots;
+	size_t bytes;        /* read and kept */
+	pid_t dir_pid;       /* whose /proc/PID/root and cwd are open: */
+	int rootfd, cwdfd;   /* -1 when not open */
+	size_t unreadable;   /* files named but not kept (missing, not regular, too big, a bound) */
+	uint64_t read_ns;    /* spy's CPU time opening and reading them */
+};
+
+/* Before any other call (the descriptors start closed). */
+void cmd_sources_init(struct cmd_sources *s);
+void cmd_sources_release(struct cmd_sources *s);
+
+/*
+ * Read the file of each Python frame of st that is not known yet, as
+ * process pid sees it. File names are interned (compared by pointer).
+ * Called with the target running.
+ */
+void cmd_sources_note(struct cmd_sources *s, const struct spy_stack *st, pid_t pid);
+
+/* The fg_source_fn of fg_profile_source_capture: ctx is a struct cmd_sources *. */
+int cmd_sources_get(void *ctx, const char *file, const char **data, size_t *len);
+
+#endif
