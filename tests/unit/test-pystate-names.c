@@ -22,136 +22,11 @@ struct img {
 	struct fakepy *fp;
 	const struct pyoffsets *o;
 	spy_addr_t interp, t[4];
-	spy_addr_t int_type, module_type, thread_type, active;
+	spy_addr_t active;
 	struct spy_strtab strs;
 };
 
-static spy_addr_t mk_int(struct img *m, uint64_t v)
-{
-	const struct pyoffsets *o = m->o;
-	spy_addr_t obj = fakepy_object(m->fp, m->int_type, 0x40);
-	if (o->int_ival != PYOFF_NONE) {
-		fakepy_w64(m->fp, obj + o->int_ival, v); /* 2.7 int */
-		return obj;
-	}
-	uint32_t shift = o->long_shift, nd = 0;
-	for (uint64_t x = v; x; x >>= shift) {
-		fakepy_w32(m->fp, obj + o->long_digit + 4 * nd++, (uint32_t)(x & ((1u << shift) - 1)));
-	}
-	if (o->long_tag != PYOFF_NONE) {
-		fakepy_w64(m->fp, obj + o->long_tag, (uint64_t)nd << 3); /* positive */
-	} else {
-		fakepy_w64(m->fp, obj + o->ob_size, nd);
-	}
-	return obj;
-}
-
-/*
- * A keys object (3.6+) holding n entries; with values == NULL the values
- * are in the entries (a combined table), else they go to values[] (split).
- */
-static spy_addr_t mk_keys(struct img *m, const spy_addr_t *k, const spy_addr_t *v, size_t n,
-			  bool unicode, spy_addr_t values)
-{
-	const struct pyoffsets *o = m->o;
-	size_t size = 8;
-	while (size < 2 * n) {
-		size *= 2;
-	}
-	bool general = o->dict_model == PYDICT_COMPACT36 || !unicode;
-	uint32_t stride = general ? o->dict_entry_size : o->dict_uentry_size;
-	uint32_t koff = general ? 8 : 0, voff = general ? 16 : 8;
-	spy_addr_t keys = fakepy_alloc(m->fp, o->dk_indices + size + n * stride + 16);
-	fakepy_w64(m->fp, keys + o->dk_nentries, n);
-	if (o->dict_model == PYDICT_COMPACT36) {
-		fakepy_w64(m->fp, keys + o->dk_size, size);
-	} else {
-		unsigned lg = 0;
-		while ((1u << lg) < size) {
-			lg++;
-		}
-		fakepy_w8(m->fp, keys + o->dk_log2_size, (uint8_t)lg);
-		fakepy_w8(m->fp, keys + o->dk_log2_index_bytes, (uint8_t)lg); /* 1-byte indices */
-		fakepy_w8(m->fp, keys + o->dk_kind, (uint8_t)(general ? o->dk_kind_general : 1));
-	}
-	spy_addr_t e = keys + o->dk_indices + size;
-	for (size_t i = 0; i < n; i++) {
-		fakepy_w64(m->fp, e + i * stride + koff, k[i]);
-		if (values) {
-			fakepy_w64(m->fp, values + 8 * i, v[i]);
-		} else {
-			fakepy_w64(m->fp, e + i * stride + voff, v[i]);
-		}
-	}
-	return keys;
-}
-
-static spy_addr_t mk_dict(struct img *m, const spy_addr_t *k, const spy_addr_t *v, size_t n,
-			  bool unicode)
-{
-	const struct pyoffsets *o = m->o;
-	spy_addr_t d = fakepy_object(m->fp, fakepy_dict_type(m->fp), 0x60);
-	if (o->dict_model == PYDICT_OPEN27) {
-		size_t slots = 8;
-		while (slots < 2 * n) {
-			slots *= 2;
-		}
-		spy_addr_t table = fakepy_alloc(m->fp, slots * o->dict_entry_size);
-		/* Not where a hash would put them: the reader scans, so any slot will do. */
-		for (size_t i = 0; i < n; i++) {
-			spy_addr_t e = table + (2 * i + 1) * o->dict_entry_size;
-			fakepy_w64(m->fp, e + 8, k[i]);
-			fakepy_w64(m->fp, e + 16, v[i]);
-		}
-		fakepy_w64(m->fp, d + o->dict_mask, slots - 1);
-		fakepy_w64(m->fp, d + o->dict_table, table);
-		return d;
-	}
-	fakepy_w64(m->fp, d + o->dict_keys, mk_keys(m, k, v, n, unicode, 0));
-	return d;
-}
-
 enum where { IN_DICT, IN_VALUES };
-
-/* A Thread-like instance whose attribute attr is value, kept as `where` says. */
-static spy_addr_t mk_instance(struct img *m, const char *attr, spy_addr_t value, enum where where)
-{
-	const struct pyoffsets *o = m->o;
-	spy_addr_t keys[2] = { fakepy_str(m->fp, "_target"), fakepy_str(m->fp, attr) };
-	spy_addr_t vals[2] = { fakepy_str(m->fp, "run"), value };
-	const int64_t basicsize = 0x20;
-	spy_addr_t obj = fakepy_alloc(m->fp, 0x40 + basicsize + 0x40) + 0x40; /* room before it */
-	fakepy_w64(m->fp, obj, 1);
-	fakepy_w64(m->fp, obj + o->ob_type, m->thread_type);
-	if (where == IN_DICT || o->idict_model == PYIDICT_OFFSET) {
-		spy_addr_t d = mk_dict(m, keys, vals, 2, true);
-		switch (o->idict_model) {
-		case PYIDICT_OFFSET:
-			fakepy_w64(m->fp, obj + 0x18, d); /* tp_dictoffset 0x18 */
-			break;
-		default:
-			fakepy_w64(m->fp, obj - o->managed_dict_off, d);
-			break;
-		}
-		return obj;
-	}
-	/* Split: the class's shared keys, this instance's values. */
-	spy_addr_t values;
-	if (o->idict_model == PYIDICT_INLINE313) {
-		values = obj + basicsize;
-		fakepy_w8(m->fp, values + o->dictvalues_valid, 1);
-	} else {
-		values = fakepy_alloc(m->fp, 0x40);
-	}
-	spy_addr_t ck = mk_keys(m, keys, vals, 2, true, values + o->dictvalues_values);
-	fakepy_w64(m->fp, m->thread_type + o->heaptype_cached_keys, ck);
-	if (o->idict_model == PYIDICT_MANAGED311) {
-		fakepy_w64(m->fp, obj - o->managed_values_off, values);
-	} else if (o->idict_model == PYIDICT_TAGGED312) {
-		fakepy_w64(m->fp, obj - o->managed_dict_off, values - 1);
-	}
-	return obj;
-}
 
 static void img_init(struct img *m, const struct pyoffsets *row, enum where where)
 {
@@ -160,43 +35,15 @@ static void img_init(struct img *m, const struct pyoffsets *row, enum where wher
 	m->fp = fakepy_new(row, row->version | 0x01f0);
 	struct spy_strtab init = SPY_STRTAB_INIT;
 	m->strs = init;
-	const struct pyoffsets *o = row;
 	m->interp = fakepy_main_interp(m->fp);
 	for (int i = 0; i < 3; i++) {
 		m->t[i] = fakepy_thread(m->fp, m->interp, 5000 + i);
 	}
-	m->int_type = fakepy_type(m->fp, o->int_ival != PYOFF_NONE ? "int" : "int");
-	m->module_type = fakepy_type(m->fp, "module");
-	m->thread_type = fakepy_object(m->fp, fakepy_type_type(m->fp), 0x600);
-	fakepy_w64(m->fp, m->thread_type + o->type_name, fakepy_r64(m->fp, m->module_type + o->type_name));
-	uint64_t flags = 0;
-	if (o->tpflags_managed_dict != PYOFF_NONE) {
-		flags |= o->tpflags_managed_dict;
-	}
-	if (o->tpflags_inline_values != PYOFF_NONE && where == IN_VALUES) {
-		flags |= o->tpflags_inline_values;
-	}
-	fakepy_w64(m->fp, m->thread_type + o->type_flags, flags);
-	fakepy_w64(m->fp, m->thread_type + o->type_basicsize, 0x20);
-	fakepy_w64(m->fp, m->thread_type + o->type_dictoffset,
-		   o->idict_model == PYIDICT_OFFSET ? 0x18 : 0);
-
-	const char *attr = o->str_model == PYSTR_BYTES27 ? "_Thread__name" : "_name";
 	/* t[0] "MainThread", t[1] "kafka-consumer"; t[2] threading never saw. */
-	spy_addr_t ak[2] = { mk_int(m, fakepy_thread_id(m->fp, m->t[0])),
-			     mk_int(m, fakepy_thread_id(m->fp, m->t[1])) };
-	spy_addr_t av[2] = { mk_instance(m, attr, fakepy_str(m->fp, "MainThread"), where),
-			     mk_instance(m, attr, fakepy_str(m->fp, "kafka-consumer"), where) };
-	m->active = mk_dict(m, ak, av, 2, false);
-	spy_addr_t mk[2] = { fakepy_str(m->fp, "_active"), fakepy_str(m->fp, "_limbo") };
-	spy_addr_t mv[2] = { m->active, mk_dict(m, NULL, NULL, 0, true) };
-	spy_addr_t module = fakepy_object(m->fp, m->module_type, 0x80);
-	fakepy_w64(m->fp, module + o->module_dict, mk_dict(m, mk, mv, 2, true));
-	spy_addr_t sk[3] = { fakepy_str(m->fp, "sys"), fakepy_str(m->fp, "threading"),
-			     fakepy_str(m->fp, "os") };
-	spy_addr_t sv[3] = { fakepy_object(m->fp, m->module_type, 0x80), module,
-			     fakepy_object(m->fp, m->module_type, 0x80) };
-	fakepy_w64(m->fp, m->interp + o->interp_modules, mk_dict(m, sk, sv, 3, true));
+	static const char *const names[2] = { "MainThread", "kafka-consumer" };
+	struct fakepy_threading tg;
+	fakepy_threading(m->fp, m->interp, m->t, names, 2, where == IN_VALUES, &tg);
+	m->active = tg.active;
 }
 
 static struct pyrt *img_open(struct img *m)
