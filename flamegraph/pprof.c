@@ -295,9 +295,10 @@ int fg_profile_write_pprof(const struct fg_profile *p, FILE *f, struct spy_err *
 		value_type(&pp, 11, "wall", "nanoseconds");
 		put_uint(&pp.out, 12, (uint64_t)pp.period);
 	}
-	double duration = meta_number(p, FG_META_DURATION_S);
-	if (duration > 0) {
-		put_uint(&pp.out, 10, (uint64_t)(duration * 1e9 + 0.5));
+	/* Saturated too: "# duration-s: 1e14" is past 2^64 ns. */
+	uint64_t duration = spy_s_to_ns(meta_number(p, FG_META_DURATION_S));
+	if (duration) {
+		put_uint(&pp.out, 10, duration);
 	}
 
 	size_t nframes = fg_profile_frame_count(p);

@@ -39,8 +39,12 @@ void pycode_cache_release(struct pyrt *rt)
 	if (!rt->cache) {
 		return;
 	}
+	/* Most slots never got a table: 4096 free(NULL) calls are not free
+	 * under ASan (each records a stack), and fuzz-pystate does this per input. */
 	for (size_t i = 0; i < PYCODE_CACHE_SLOTS; i++) {
-		free(rt->cache[i].tab);
+		if (rt->cache[i].tab) {
+			free(rt->cache[i].tab);
+		}
 	}
 	free(rt->cache);
 	rt->cache = NULL;

@@ -182,8 +182,12 @@ struct cookie_scan {
 static bool cookie_cb(void *ctx, spy_addr_t base, const unsigned char *buf, size_t n, size_t avail)
 {
 	struct cookie_scan *cs = ctx;
+	uint64_t cookie;
+	memcpy(&cookie, PYDEBUG_COOKIE, 8);
 	for (size_t i = 0; i + 16 <= avail && i < n; i += 8) {
-		if (memcmp(buf + i, PYDEBUG_COOKIE, 8) != 0) {
+		/* A word compare, not memcmp: ASan's memcmp interceptor made this
+		 * scan a sixth of fuzz-pystate's time. */
+		if (pyrt_u64(buf, (uint32_t)i) != cookie) {
 			continue;
 		}
 		/* The version word follows: a 3.13+ PY_VERSION_HEX, or it is a

@@ -2,15 +2,23 @@
  * Fuzzing pystate: each input builds a synthetic CPython image (fakepy) of
  * one layout, hides some of the hints, then patches the image where the
  * input says -- pointers swapped for other objects, unmapped or misaligned
- * addresses, sizes and raw bytes -- and runs what a profiler runs:
- * pyrt_new, then pyrt_threads and pyrt_stack on every thread. pyrt_new may
- * fail; nothing may crash, hang or read out of bounds (build with
+ * addresses, sizes and raw bytes -- and runs what a profiler and dump run:
+ * pyrt_new, then pyrt_threads and pyrt_stack on every thread, and on
+ * demand the locals of every frame with their reprs (pystate/locals.c) and
+ * the threading names (pystate/names.c: dicts of every model, instance
+ * attributes in dicts or split values). pyrt_new may fail; nothing may
+ * crash, hang or read out of bounds (build with
  * -Db_sanitize=address,undefined to make the last one loud).
  *
  * Input: byte 0 picks the layout (every row, plus a 3.15 read from its
- * _Py_DebugOffsets), byte 1 hides hints (the HIDE_* bits), byte 2 is
- * the micro version; then patches of 5 to 12 bytes: op, object, a 16-bit
- * offset into the object, and a value whose form depends on op.
+ * _Py_DebugOffsets), byte 1 hides hints (the HIDE_* bits), byte 2 is the
+ * micro version (low 5 bits; its lowest also keeps Thread names in split
+ * values) and the WITH_* bits. With WITH_TABLE, on a row that has a
+ * _Py_DebugOffsets (3.13+), the next sizeof(_Py_DebugOffsets) bytes (or
+ * all there are) replace the image's table: the seeds carry the tables of
+ * the real 3.13, 3.14 and 3.15 of the test root, for the fuzzer to bend.
+ * Then patches of 5 to 12 bytes: op, object, a 16-bit offset into the
+ * object, and a value whose form depends on op.
  *
  * Why patches on a valid scene rather than raw memory: a random byte image
  * never gets past pyrt_new, so everything after it would go untested.
@@ -26,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "common/strtab.h"
 #include "pystate/internal.h"
 #include "pystate/pystate.h"
@@ -44,13 +53,28 @@ enum {
 	ADD_SUBINTERP = 128,
 };
 
+/* Byte 2's high bits. */
+enum {
+	WITH_LOCALS = 0x20,
+	WITH_NAMES = 0x40,
+	WITH_TABLE = 0x80,
+};
+
 enum { OP_U64, OP_U8, OP_PTR, OP_U32, OP_COUNT };
 
-#define NOBJ 16
+#define NOBJ 40
+
+/*
+ * Bytes of data section before the statics: little, as the fuzzer writes
+ * no decoys there, and every sys.version scan reads the whole section byte
+ * by byte (fakepy_new's 64 KiB made that scan most of the time per input).
+ */
+#define FRONT 0x400
 
 struct scene {
 	struct fakepy *fp;
 	struct pyoffsets layout;
+	unsigned with;
 	spy_addr_t obj[NOBJ];
 	size_t nobj;
 };
@@ -79,11 +103,59 @@ static void future_layout(struct pyoffsets *o)
 	o->iframe_previous = row->iframe_code;
 }
 
+/*
+ * Arguments and locals for frames running code: one value of each kind
+ * locals.c reads (small and big int, str, bytes, float, list, dict, None,
+ * unbound), more slots claimed than named.
+ */
+static void locals(struct scene *s, spy_addr_t code, const spy_addr_t *frames, size_t nframes)
+{
+	struct fakepy *fp = s->fp;
+	const struct pyoffsets *o = &s->layout;
+	static const char *const names[] = { "n", "big", "s", "b", "x", "items", "table", "nothing",
+					     "unset" };
+	enum { NL = sizeof(names) / sizeof(names[0]) };
+	uint32_t big[3] = { 5, 0, 16 };
+	spy_addr_t vals[NL] = {
+		fakepy_int(fp, 42),
+		fakepy_long(fp, o->int_ival != PYOFF_NONE ? "long" : "int", big, 3, 3, true),
+		fakepy_str(fp, "h\xc3\xa9\x1b]52;"),
+		fakepy_bytes(fp, "\x00\xff'", 3),
+		fakepy_sized(fp, "float", o->float_fval, 0x3ff8000000000000ll),
+		fakepy_sized(fp, "list", o->ob_size, 3),
+		fakepy_sized(fp, "dict", o->dict_used, 2),
+		fakepy_object(fp, fakepy_type(fp, "NoneType"), 16),
+		0,
+	};
+	spy_addr_t name_objs[NL];
+	for (size_t i = 0; i < NL; i++) {
+		name_objs[i] = fakepy_str(fp, names[i]);
+		if (vals[i]) {
+			add(s, vals[i]);
+		}
+		for (size_t f = 0; f < nframes; f++) {
+			fakepy_w64(fp, fakepy_local_slot(fp, frames[f], i), fakepy_ref(fp, vals[i]));
+		}
+	}
+	add(s, fakepy_tuple(fp, name_objs, NL));
+	fakepy_w64(fp, code + o->code_varnames, s->obj[s->nobj - 1]);
+	fakepy_w32(fp, code + o->code_argcount, 2);
+	if (o->code_nlocalsplus != PYOFF_NONE) {
+		uint8_t kinds[NL];
+		memset(kinds, 0x20, sizeof(kinds)); /* CO_FAST_LOCAL */
+		fakepy_w32(fp, code + o->code_nlocalsplus, NL + 4);
+		fakepy_w64(fp, code + o->code_localspluskinds, add(s, fakepy_bytes(fp, kinds, NL)));
+	} else {
+		fakepy_w32(fp, code + o->code_nlocals, NL + 4);
+	}
+}
+
 static void build(struct scene *s, const uint8_t *data, size_t size)
 {
 	unsigned pick = size > 0 ? data[0] % (pyoffsets_count + 1) : 0;
 	unsigned flags = size > 1 ? data[1] : 0;
 	unsigned micro = size > 2 ? data[2] % 32 : 1;
+	s->with = size > 2 ? data[2] & ~31u : 0;
 	uint32_t version;
 
 	if (pick == pyoffsets_count) {
@@ -93,7 +165,7 @@ static void build(struct scene *s, const uint8_t *data, size_t size)
 	}
 	version = s->layout.version | (micro << 8) | 0xf0;
 	pyoffsets_apply_quirks(&s->layout, version);
-	s->fp = fakepy_new(&s->layout, version);
+	s->fp = fakepy_new_front(&s->layout, version, FRONT);
 	struct fakepy *fp = s->fp;
 	struct pyrt_hints *h = fakepy_hints(fp);
 	const struct pyoffsets *o = &s->layout;
@@ -107,9 +179,10 @@ static void build(struct scene *s, const uint8_t *data, size_t size)
 	if (o->owner_shim != PYOWNER_NONE) {
 		add(s, fakepy_push_shim(fp, t1));
 	}
-	add(s, fakepy_push_frame(fp, t1, c2, 260, 0));
+	spy_addr_t f2[2];
+	f2[0] = add(s, fakepy_push_frame(fp, t1, c2, 260, 0));
 	uint8_t gen = o->owner_generator == PYOWNER_NONE ? 0 : o->owner_generator;
-	add(s, fakepy_push_frame(fp, t2, c2, 7, gen));
+	f2[1] = add(s, fakepy_push_frame(fp, t2, c2, 7, gen));
 	add(s, h->runtime ? h->runtime : h->interp_head);
 	add(s, h->data_lo);
 	add(s, fakepy_sys_version(fp));
@@ -121,6 +194,25 @@ static void build(struct scene *s, const uint8_t *data, size_t size)
 		add(s, fakepy_thread(fp, sub, 4400));
 	}
 	fakepy_set_gil(fp, ip, flags & GIL_RELEASED ? 0 : t1);
+	if (s->with & WITH_LOCALS) {
+		locals(s, c2, f2, 2);
+	}
+	if (s->with & WITH_NAMES) {
+		static const char *const names[] = { "MainThread", "w\x1b[2J\xe2\x80\xae" };
+		spy_addr_t ts[2] = { t1, t2 };
+		struct fakepy_threading tg;
+		fakepy_threading(fp, ip, ts, names, 2, micro & 1, &tg);
+		add(s, tg.active);
+		add(s, tg.module);
+		add(s, tg.thread_type);
+		add(s, tg.inst[0]);
+		add(s, tg.inst[1]);
+		add(s, fakepy_r64(fp, ip + o->interp_modules));
+		add(s, fakepy_r64(fp, tg.module + o->module_dict));
+		if (o->dict_model != PYDICT_OPEN27) {
+			add(s, fakepy_r64(fp, tg.active + o->dict_keys));
+		}
+	}
 
 	if (flags & HIDE_RUNTIME) {
 		h->runtime = 0;
@@ -200,6 +292,39 @@ static void patch(struct scene *s, const uint8_t *p, size_t n)
 	}
 }
 
+/* WITH_TABLE: the input's bytes over the image's _Py_DebugOffsets; how many taken. */
+static size_t table(struct scene *s, const uint8_t *p, size_t n)
+{
+	spy_addr_t rt = fakepy_hints(s->fp)->runtime;
+	size_t size = s->layout.dbg.size;
+	if (!(s->with & WITH_TABLE) || !size || !rt) {
+		return 0;
+	}
+	if (n > size) {
+		n = size;
+	}
+	memcpy(fakepy_at(s->fp, rt), p, n);
+	return n;
+}
+
+/* What dump --locals does with a frame: read it, print every value. */
+static void frame_locals(struct pyrt *rt, size_t nframes)
+{
+	static struct py_local l[PYRT_MAX_LOCALS];
+	struct spy_buf b = SPY_BUF_INIT;
+	for (size_t f = 0; f < nframes; f++) {
+		size_t n = 0;
+		if (pyrt_frame_locals(rt, f, l, PYRT_MAX_LOCALS, &n) < 0) {
+			continue;
+		}
+		for (size_t i = 0; i < n && i < PYRT_MAX_LOCALS; i++) {
+			spy_buf_reset(&b);
+			pyrt_value_repr(&l[i].v, &b);
+		}
+	}
+	spy_buf_release(&b);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct scene s;
@@ -209,7 +334,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memset(&s, 0, sizeof(s));
 	build(&s, data, size);
 	if (size > 3) {
-		patch(&s, data + 3, size - 3);
+		size_t used = table(&s, data + 3, size - 3);
+		patch(&s, data + 3 + used, size - 3 - used);
 	}
 	if (pyrt_new(&rt, fakepy_mem(s.fp), fakepy_hints(s.fp), &strs, NULL) == 0) {
 		struct py_thread th[32];
@@ -222,9 +348,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				(void)pyrt_stack(rt, &th[i], &st, NULL);
 				/* Twice: the second walk goes through the code cache. */
 				spy_stack_reset(&st);
-				(void)pyrt_stack(rt, &th[i], &st, NULL);
+				if (pyrt_stack(rt, &th[i], &st, NULL) == 0 && (s.with & WITH_LOCALS)) {
+					frame_locals(rt, st.n);
+				}
 			}
 			spy_stack_release(&st);
+			if (s.with & WITH_NAMES) {
+				const char *names[32];
+				(void)pyrt_thread_names(rt, th, n < 32 ? n : 32, names, NULL);
+				/* The sampler's cached path: a scan, then lookups. */
+				pyrt_names_update(rt, th, n < 32 ? n : 32, 1, 0);
+				for (size_t i = 0; i < n && i < 32; i++) {
+					(void)pyrt_thread_name(rt, &th[i]);
+				}
+			}
 		}
 		pyrt_free(rt);
 	}

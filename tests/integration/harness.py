@@ -834,6 +834,32 @@ def task_states(pid):
     return out
 
 
+def tracers(pid):
+    """{tid: TracerPid} of the tasks of a process that are traced."""
+    out = {}
+    for t in task_states(pid):
+        try:
+            with open("/proc/%d/task/%d/status" % (pid, t)) as f:
+                for line in f:
+                    if line.startswith("TracerPid:") and int(line.split()[1]):
+                        out[t] = int(line.split()[1])
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def children(pid):
+    """Direct children of a process (of every thread), or [] if it is gone."""
+    out = []
+    for t in task_states(pid):
+        try:
+            with open("/proc/%d/task/%d/children" % (pid, t)) as f:
+                out += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
 def comm(pid, tid):
     """The kernel's name for a thread, or None if it is gone."""
     try:

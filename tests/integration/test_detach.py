@@ -9,16 +9,19 @@ one), five scenarios, each on a fresh target:
   SIGINT   spy runs with SPY_TEST_HOLD_PAUSED_MS=20000, which makes it hold
   SIGTERM  the target paused after stopping it; once every task shows 't',
   SIGHUP   spy gets the signal. spy must exit (130 for SIGINT, 143 for
-  SIGKILL  SIGTERM, 129 for SIGHUP; SIGKILL simply kills it and the kernel
-           detaches), and
+  SIGKILL  SIGTERM, 129 for SIGHUP; SIGKILL, SIGQUIT and SIGABRT -- an
+  SIGQUIT  abort() -- kill it, with no core file (RLIMIT_CORE 0), and the
+  SIGABRT  kernel detaches), and
            within a second of the signal the target must be running again,
-           still alive, and using CPU.
+           still alive, using CPU, and no task of it traced (TracerPid 0
+           in /proc/PID/task/*/status).
 One line per interpreter; a FAIL names every scenario that went wrong. A
 version of harness.SUPPORTED with no interpreter here prints
 "SKIP X.Y (not installed)".
 """
 
 import os
+import resource
 import signal
 import subprocess
 
@@ -101,7 +104,11 @@ def hold_then_signal(interp, sig, want_rc):
                 problems.append("%s: spy ended with %s, expected %s"
                                 % (name, how, "exit %d" % want_rc
                                    if want_rc >= 0 else "death by signal"))
-            return problems + runs_again(target, 0.5, name + ", after spy exit")
+            problems += runs_again(target, 0.5, name + ", after spy exit")
+            traced = harness.tracers(target.pid)
+            if traced:
+                problems.append("%s: target still traced after spy exit: %s" % (name, traced))
+            return problems
         finally:
             harness.kill(spy)
 
@@ -110,13 +117,16 @@ def run_one(interp):
     harness.require_test_hooks("SPY_TEST_HOLD_PAUSED_MS")
     problems = after_dump(interp)
     for sig, rc in ((signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129),
-                    (signal.SIGKILL, -signal.SIGKILL)):
+                    (signal.SIGKILL, -signal.SIGKILL), (signal.SIGQUIT, -signal.SIGQUIT),
+                    (signal.SIGABRT, -signal.SIGABRT)):
         problems += hold_then_signal(interp, sig, rc)
         harness.cleanup()
     return problems
 
 
 def main():
+    # SIGQUIT and SIGABRT dump core by default: not into the tests' directory.
+    resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
     rep = harness.reporter("detach")
     harness.for_each_interp(rep, run_one, expect=harness.SUPPORTED)
 

@@ -26,12 +26,24 @@ exec    -- targets/execer.py execs a new interpreter mid-recording: spy
            stops there and says so; the new program runs on.
 locals  -- `dump --locals` of targets/wide.py (4 threads x 900 frames x
            300 locals) peaks under 200 MiB and marks what it left out.
+ctrlz   -- an interactive bash on a pty (job control on) runs `spy record
+           -- python targets/nested.py`; Ctrl-Z stops the job, `fg` resumes
+           it: spy and the target both run again (the target is not left
+           stopped), spy samples on, and when the target is ended the
+           profile is written and nothing is left stopped or traced. (A
+           SIGTSTP the target reports only after the SIGCONT, spy being
+           stopped in between, is passed on and does not stop it: the
+           kernel cancels a dequeued stop signal on SIGCONT.)
 """
 
+import fcntl
 import os
 import resource
+import select
+import shlex
 import sys
 import tempfile
+import termios
 
 import harness
 
@@ -360,10 +372,125 @@ def trial_exec(interp):
     return p
 
 
+class Pty(object):
+    """An interactive bash on a new pty, its session leader (job control on)."""
+
+    def __init__(self, env):
+        self.master, slave = os.openpty()
+
+        def ctty():
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        self.bash = harness.spawn(["bash", "--norc", "--noprofile", "-i"], stdin=slave,
+                                  stdout=slave, stderr=slave, env=env, start_new_session=True,
+                                  preexec_fn=ctty)
+        os.close(slave)
+        self.text = b""
+
+    def drain(self, secs=0.0):
+        """Read what the pty has (a full pty would block the programs on it)."""
+        end = harness.time.time() + secs
+        while True:
+            r, _, _ = select.select([self.master], [], [], max(0.0, end - harness.time.time()))
+            if not r:
+                return
+            try:
+                chunk = os.read(self.master, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            self.text += chunk
+
+    def type(self, data):
+        os.write(self.master, data)
+
+    def close(self):
+        harness.kill(self.bash)
+        os.close(self.master)
+
+
+def trial_ctrlz(interp):
+    """Ctrl-Z and `fg` of `spy record -- python target` on a terminal."""
+    if not harness.shutil.which("bash"):
+        raise harness.SkipInterp("no bash for an interactive shell")
+    p = []
+    d = tempfile.mkdtemp(prefix="spy-hostile-")
+    env = harness.spy_env({"PS1": "$ ", "HISTFILE": "/dev/null", "TERM": "dumb"}, keep_log=False)
+    sh = Pty(env)
+    target = None
+    try:
+        out = os.path.join(d, "out.folded")
+        cmd = [harness.spy_path(), "record", "-r", "200", "-o", out, "--"] + \
+            interp.command([harness.target_path("nested.py")])
+        sh.type((" ".join(shlex.quote(a) for a in cmd) + "\n").encode())
+
+        def started():
+            sh.drain()
+            spies = harness.children(sh.bash.pid)
+            kids = harness.children(spies[0]) if spies else []
+            return (spies[0], kids[0]) if kids and b"ready" in sh.text else None
+        pids = harness.wait_for(started, 60)
+        if not pids:
+            return ["spy or the target never started; the terminal says %r" % sh.text[-300:]]
+        spy, target = pids
+        sh.drain(1.0)
+
+        sh.type(b"\x1a")
+        if not harness.wait_for(lambda: sh.drain() or harness.proc_state(spy) == "T", 5):
+            p.append("Ctrl-Z did not stop spy (state %s)" % harness.proc_state(spy))
+        sh.drain(1.0)
+        sh.type(b"fg\n")
+
+        # Then every task must run again. A sample holds the target stopped
+        # for a moment, and on a loaded machine a sleeping thread can show
+        # 't' for a good part of a second: stuck is never seen running in 3 s.
+        sh.drain(1.0)
+        if harness.proc_state(spy) in ("T", "t", None):
+            p.append("after fg spy is %s" % harness.proc_state(spy))
+        stuck = None
+        for _ in range(100):
+            now = {t for t, s in harness.task_states(target).items() if s in ("T", "t")}
+            stuck = now if stuck is None else stuck & now
+            sh.drain(0.03)
+        if stuck:
+            p.append("after fg, target tasks left stopped: %s" % harness.task_states(target))
+            return p
+        t0 = harness.cpu_ticks(target)
+        sh.drain(1.0)
+        if harness.cpu_ticks(target) <= t0:
+            p.append("after fg the target uses no CPU: %s" % harness.task_states(target))
+
+        os.kill(target, harness.signal.SIGTERM)
+        if not harness.wait_for(lambda: sh.drain() or harness.proc_state(spy) in (None, "Z"), 20):
+            p.append("spy still running 20 s after its target ended: %s" % sh.text[-300:])
+        text = open(out, "rb").read() if os.path.exists(out) else b""
+        if b"inner" not in text:
+            p.append("no profile of the target written (%d bytes); terminal: %r"
+                     % (len(text), sh.text[-300:]))
+        m = SUMMARY.search(sh.text)
+        if m and float(m.group(2)) > 0 and int(m.group(1)) < 200 * 1.5 * 0.5:
+            p.append("too few samples (%s in %s s): spy did not sample on after fg"
+                     % (m.group(1), m.group(2)))
+        elif not m:
+            p.append("no summary line on the terminal: %r" % sh.text[-300:])
+        left = harness.proc_state(target)
+        if left in ("t", "T"):
+            p.append("target left stopped (%s)" % left)
+        traced = {t: tr for t, tr in harness.tracers(target).items() if tr}
+        if traced and left not in (None, "Z"):
+            p.append("target still traced: %s" % traced)
+    finally:
+        if target and harness.proc_state(target) not in (None, "Z", "X"):
+            os.kill(target, harness.signal.SIGKILL)
+        sh.close()
+        harness.shutil.rmtree(d)
+    return p
+
+
 TRIALS = [("names", trial_names), ("numbers", trial_numbers), ("sighup", trial_sighup),
           ("descriptors", trial_descriptors), ("dstate", trial_dstate), ("sudo", trial_sudo),
           ("launch", trial_launch), ("locals", trial_locals),
-          ("exec", trial_exec)]
+          ("exec", trial_exec), ("ctrlz", trial_ctrlz)]
 
 
 def newest(interps):

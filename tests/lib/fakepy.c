@@ -9,13 +9,17 @@
  * independently of pystate/linetable.c, so a walk test checks the decoder
  * too; the decoder's ground truth is the real-interpreter fixtures.
  *
- * Memory is one calloc'd arena: allocations never move, so fakepy_at()
- * pointers stay valid for the image's life.
+ * Memory is one anonymous mapping: allocations never move, so fakepy_at()
+ * pointers stay valid for the image's life. Not calloc: under ASan a 24 MiB
+ * calloc poisons and later quarantines 3 MiB of shadow, which was 80% of
+ * fuzz-pystate's time per input; a fresh mapping costs only the pages an
+ * image touches.
  */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "common/err.h"
 #include "common/util.h"
@@ -41,11 +45,16 @@ struct fakepy {
 	spy_addr_t runtime, interp_head_var, tstate_current_var;
 	spy_addr_t main_interp;
 	spy_addr_t type_type, code_type, str_type, bytes_type, dict_type, frame_type, none_type, none;
-	spy_addr_t int_type;    /* made on first use */
 	spy_addr_t trampoline;
 	/* data section: [data_lo, data_hi); front and statics bump pointers */
 	spy_addr_t data_lo, data_hi, front_next, statics_next, statics_end;
 	spy_addr_t sys_version;
+	size_t front;
+	/* The builders' types, one per name (a reader may cache the first it meets). */
+	struct {
+		char name[16];
+		spy_addr_t type;
+	} named[8];
 };
 
 static int fake_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
@@ -118,10 +127,215 @@ static spy_addr_t static_alloc(struct fakepy *fp, size_t size)
 	return fakepy_alloc(fp, size);
 }
 
+static spy_addr_t named_type(struct fakepy *fp, const char *name)
+{
+	size_t i = 0;
+	for (; i < sizeof(fp->named) / sizeof(fp->named[0]) && fp->named[i].type; i++) {
+		if (!strcmp(fp->named[i].name, name)) {
+			return fp->named[i].type;
+		}
+	}
+	if (i == sizeof(fp->named) / sizeof(fp->named[0]) || strlen(name) >= sizeof(fp->named[i].name)) {
+		SPY_BUG("fakepy: too many builder types, or a long name");
+	}
+	memcpy(fp->named[i].name, name, strlen(name) + 1);
+	fp->named[i].type = fakepy_type(fp, name);
+	return fp->named[i].type;
+}
+
+spy_addr_t fakepy_long(struct fakepy *fp, const char *tp, const uint32_t *d, size_t nd, uint64_t n,
+		       bool neg)
+{
+	const struct pyoffsets *o = &fp->row;
+	spy_addr_t v = fakepy_object(fp, named_type(fp, tp), o->long_digit + 4 * PYV_MAX_DIGITS + 8);
+	if (o->long_tag != PYOFF_NONE) {
+		fakepy_w64(fp, v + o->long_tag, (n << 3) | (neg ? 2 : n == 0));
+	} else {
+		fakepy_w64(fp, v + o->ob_size, neg ? (uint64_t)0 - n : n);
+	}
+	for (uint64_t i = 0; i < n && i < nd && i < PYV_MAX_DIGITS; i++) {
+		fakepy_w32(fp, v + o->long_digit + 4 * i, d[i]);
+	}
+	return v;
+}
+
+spy_addr_t fakepy_int(struct fakepy *fp, uint64_t v)
+{
+	const struct pyoffsets *o = &fp->row;
+	if (o->int_ival != PYOFF_NONE) {
+		spy_addr_t obj = fakepy_object(fp, named_type(fp, "int"), o->int_ival + 8);
+		fakepy_w64(fp, obj + o->int_ival, v);
+		return obj;
+	}
+	uint32_t d[3];
+	size_t nd = 0;
+	for (uint64_t x = v; x; x >>= o->long_shift) {
+		d[nd++] = (uint32_t)(x & ((1u << o->long_shift) - 1));
+	}
+	return fakepy_long(fp, "int", d, nd, nd, false);
+}
+
+spy_addr_t fakepy_tuple(struct fakepy *fp, const spy_addr_t *items, size_t n)
+{
+	const struct pyoffsets *o = &fp->row;
+	spy_addr_t t = fakepy_object(fp, named_type(fp, "tuple"), o->tuple_item + 8 * n + 8);
+	fakepy_w64(fp, t + o->ob_size, n);
+	for (size_t i = 0; i < n; i++) {
+		fakepy_w64(fp, t + o->tuple_item + 8 * i, items[i]);
+	}
+	return t;
+}
+
+spy_addr_t fakepy_sized(struct fakepy *fp, const char *tp, uint32_t off, int64_t n)
+{
+	spy_addr_t v = fakepy_object(fp, named_type(fp, tp), off + 8);
+	fakepy_w64(fp, v + off, (uint64_t)n);
+	return v;
+}
+
+spy_addr_t fakepy_dict_keys(struct fakepy *fp, const spy_addr_t *k, const spy_addr_t *v, size_t n,
+			    bool unicode, spy_addr_t values)
+{
+	const struct pyoffsets *o = &fp->row;
+	size_t size = 8;
+	while (size < 2 * n) {
+		size *= 2;
+	}
+	bool general = o->dict_model == PYDICT_COMPACT36 || !unicode;
+	uint32_t stride = general ? o->dict_entry_size : o->dict_uentry_size;
+	uint32_t koff = general ? 8 : 0, voff = general ? 16 : 8;
+	spy_addr_t keys = fakepy_alloc(fp, o->dk_indices + size + n * stride + 16);
+	fakepy_w64(fp, keys + o->dk_nentries, n);
+	if (o->dict_model == PYDICT_COMPACT36) {
+		fakepy_w64(fp, keys + o->dk_size, size);
+	} else {
+		unsigned lg = 0;
+		while ((1u << lg) < size) {
+			lg++;
+		}
+		fakepy_w8(fp, keys + o->dk_log2_size, (uint8_t)lg);
+		fakepy_w8(fp, keys + o->dk_log2_index_bytes, (uint8_t)lg); /* 1-byte indices */
+		fakepy_w8(fp, keys + o->dk_kind, (uint8_t)(general ? o->dk_kind_general : 1));
+	}
+	spy_addr_t e = keys + o->dk_indices + size;
+	for (size_t i = 0; i < n; i++) {
+		fakepy_w64(fp, e + i * stride + koff, k[i]);
+		if (values) {
+			fakepy_w64(fp, values + 8 * i, v[i]);
+		} else {
+			fakepy_w64(fp, e + i * stride + voff, v[i]);
+		}
+	}
+	return keys;
+}
+
+spy_addr_t fakepy_dict(struct fakepy *fp, const spy_addr_t *k, const spy_addr_t *v, size_t n,
+		       bool unicode)
+{
+	const struct pyoffsets *o = &fp->row;
+	spy_addr_t d = fakepy_object(fp, fp->dict_type, 0x60);
+	if (o->dict_model == PYDICT_OPEN27) {
+		size_t slots = 8;
+		while (slots < 2 * n) {
+			slots *= 2;
+		}
+		spy_addr_t table = fakepy_alloc(fp, slots * o->dict_entry_size);
+		/* Not where a hash would put them: the reader scans, so any slot will do. */
+		for (size_t i = 0; i < n; i++) {
+			spy_addr_t e = table + (2 * i + 1) * o->dict_entry_size;
+			fakepy_w64(fp, e + 8, k[i]);
+			fakepy_w64(fp, e + 16, v[i]);
+		}
+		fakepy_w64(fp, d + o->dict_mask, slots - 1);
+		fakepy_w64(fp, d + o->dict_table, table);
+		return d;
+	}
+	fakepy_w64(fp, d + o->dict_keys, fakepy_dict_keys(fp, k, v, n, unicode, 0));
+	return d;
+}
+
+/* A Thread-like instance of tt whose attribute attr is value, kept as split says. */
+static spy_addr_t thread_instance(struct fakepy *fp, spy_addr_t tt, const char *attr,
+				  spy_addr_t value, bool split)
+{
+	const struct pyoffsets *o = &fp->row;
+	spy_addr_t keys[2] = { fakepy_str(fp, "_target"), fakepy_str(fp, attr) };
+	spy_addr_t vals[2] = { fakepy_str(fp, "run"), value };
+	const int64_t basicsize = 0x20;
+	spy_addr_t obj = fakepy_alloc(fp, 0x40 + basicsize + 0x40) + 0x40; /* room before it */
+	fakepy_w64(fp, obj, 1);
+	fakepy_w64(fp, obj + o->ob_type, tt);
+	if (!split || o->idict_model == PYIDICT_OFFSET) {
+		spy_addr_t d = fakepy_dict(fp, keys, vals, 2, true);
+		if (o->idict_model == PYIDICT_OFFSET) {
+			fakepy_w64(fp, obj + 0x18, d); /* tp_dictoffset 0x18 */
+		} else {
+			fakepy_w64(fp, obj - o->managed_dict_off, d);
+		}
+		return obj;
+	}
+	/* Split: the class's shared keys, this instance's values. */
+	spy_addr_t values;
+	if (o->idict_model == PYIDICT_INLINE313) {
+		values = obj + basicsize;
+		fakepy_w8(fp, values + o->dictvalues_valid, 1);
+	} else {
+		values = fakepy_alloc(fp, 0x40);
+	}
+	spy_addr_t ck = fakepy_dict_keys(fp, keys, vals, 2, true, values + o->dictvalues_values);
+	fakepy_w64(fp, tt + o->heaptype_cached_keys, ck);
+	if (o->idict_model == PYIDICT_MANAGED311) {
+		fakepy_w64(fp, obj - o->managed_values_off, values);
+	} else if (o->idict_model == PYIDICT_TAGGED312) {
+		fakepy_w64(fp, obj - o->managed_dict_off, values - 1);
+	}
+	return obj;
+}
+
+void fakepy_threading(struct fakepy *fp, spy_addr_t interp, const spy_addr_t *tstates,
+		      const char *const *names, size_t n, bool split, struct fakepy_threading *out)
+{
+	const struct pyoffsets *o = &fp->row;
+	if (n > FAKEPY_MAX_THREADS) {
+		SPY_BUG("fakepy: %zu named threads", n);
+	}
+	memset(out, 0, sizeof(*out));
+	spy_addr_t module_type = named_type(fp, "module");
+	spy_addr_t tt = fakepy_object(fp, fp->type_type, 0x600);
+	out->thread_type = tt;
+	fakepy_w64(fp, tt + o->type_name, cstring(fp, "Thread"));
+	uint64_t flags = 0;
+	if (o->tpflags_managed_dict != PYOFF_NONE) {
+		flags |= o->tpflags_managed_dict;
+	}
+	if (o->tpflags_inline_values != PYOFF_NONE && split) {
+		flags |= o->tpflags_inline_values;
+	}
+	fakepy_w64(fp, tt + o->type_flags, flags);
+	fakepy_w64(fp, tt + o->type_basicsize, 0x20);
+	fakepy_w64(fp, tt + o->type_dictoffset, o->idict_model == PYIDICT_OFFSET ? 0x18 : 0);
+
+	const char *attr = o->str_model == PYSTR_BYTES27 ? "_Thread__name" : "_name";
+	spy_addr_t ak[FAKEPY_MAX_THREADS], av[FAKEPY_MAX_THREADS];
+	for (size_t i = 0; i < n; i++) {
+		ak[i] = fakepy_int(fp, fakepy_thread_id(fp, tstates[i]));
+		av[i] = out->inst[i] = thread_instance(fp, tt, attr, fakepy_str(fp, names[i]), split);
+	}
+	out->active = fakepy_dict(fp, ak, av, n, false);
+	spy_addr_t mk[2] = { fakepy_str(fp, "_active"), fakepy_str(fp, "_limbo") };
+	spy_addr_t mv[2] = { out->active, fakepy_dict(fp, NULL, NULL, 0, true) };
+	out->module = fakepy_object(fp, module_type, 0x80);
+	fakepy_w64(fp, out->module + o->module_dict, fakepy_dict(fp, mk, mv, 2, true));
+	spy_addr_t sk[3] = { fakepy_str(fp, "sys"), fakepy_str(fp, "threading"), fakepy_str(fp, "os") };
+	spy_addr_t sv[3] = { fakepy_object(fp, module_type, 0x80), out->module,
+			     fakepy_object(fp, module_type, 0x80) };
+	fakepy_w64(fp, interp + o->interp_modules, fakepy_dict(fp, sk, sv, 3, true));
+}
+
 spy_addr_t fakepy_data_alloc(struct fakepy *fp, size_t size)
 {
 	spy_addr_t at = (fp->front_next + 15) & ~(spy_addr_t)15;
-	if (at + size > fp->data_lo + DATA_FRONT) {
+	if (at + size > fp->data_lo + fp->front) {
 		SPY_BUG("fakepy: data front area full");
 	}
 	fp->front_next = at + size;
@@ -515,11 +729,21 @@ static void write_sys_version(struct fakepy *fp)
 
 struct fakepy *fakepy_new(const struct pyoffsets *row, uint32_t version)
 {
+	return fakepy_new_front(row, version, DATA_FRONT);
+}
+
+struct fakepy *fakepy_new_front(const struct pyoffsets *row, uint32_t version, size_t front)
+{
 	struct fakepy *fp = spy_xcalloc(1, sizeof(*fp));
+	fp->front = (front + 15) & ~(size_t)15;
 	const struct pyoffsets *o = &fp->row;
 	fp->row = *row;
 	fp->version = version;
-	fp->mem = spy_xcalloc(1, ARENA);
+	fp->mem = mmap(NULL, ARENA, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		       -1, 0);
+	if (fp->mem == MAP_FAILED) {
+		SPY_BUG("fakepy: no memory for a %u MiB image", ARENA >> 20);
+	}
 	fp->used = 0x1000; /* keep the base itself unused, like a real heap */
 	fp->map.lo = FAKEPY_BASE;
 	fp->map.hi = FAKEPY_BASE + ARENA;
@@ -533,11 +757,11 @@ struct fakepy *fakepy_new(const struct pyoffsets *row, uint32_t version)
 	fp->hints.pid = FAKEPY_PID;
 
 	bool has_rt = o->rt_interpreters_head != PYOFF_NONE;
-	size_t dsize = DATA_FRONT + DATA_STATICS + (has_rt ? o->rt_size : 0);
+	size_t dsize = fp->front + DATA_STATICS + (has_rt ? o->rt_size : 0);
 	fp->data_lo = fakepy_alloc(fp, dsize);
 	fp->data_hi = fp->data_lo + dsize;
 	fp->front_next = fp->data_lo;
-	fp->statics_next = fp->data_lo + DATA_FRONT;
+	fp->statics_next = fp->data_lo + fp->front;
 	fp->statics_end = fp->data_hi;
 	fp->hints.data_lo = fp->data_lo;
 	fp->hints.data_hi = fp->data_hi;
@@ -589,7 +813,7 @@ void fakepy_free(struct fakepy *fp)
 	if (!fp) {
 		return;
 	}
-	free(fp->mem);
+	munmap(fp->mem, ARENA);
 	free(fp);
 }
 
@@ -732,86 +956,3 @@ spy_addr_t fakepy_push_shim(struct fakepy *fp, spy_addr_t tstate)
 	return fakepy_push_frame(fp, tstate, code, 0, o->owner_shim);
 }
 
-spy_addr_t fakepy_dict_keys(struct fakepy *fp, const spy_addr_t *k, const spy_addr_t *v, size_t n,
-			    bool unicode, spy_addr_t values)
-{
-	const struct pyoffsets *o = &fp->row;
-	size_t size = 8;
-	while (size < 2 * n) {
-		size *= 2;
-	}
-	bool general = o->dict_model == PYDICT_COMPACT36 || !unicode;
-	uint32_t stride = general ? o->dict_entry_size : o->dict_uentry_size;
-	uint32_t koff = general ? 8 : 0, voff = general ? 16 : 8;
-	spy_addr_t keys = fakepy_alloc(fp, o->dk_indices + size + n * stride + 16);
-	fakepy_w64(fp, keys + o->dk_nentries, n);
-	if (o->dict_model == PYDICT_COMPACT36) {
-		fakepy_w64(fp, keys + o->dk_size, size);
-	} else {
-		unsigned lg = 0;
-		while ((1u << lg) < size) {
-			lg++;
-		}
-		fakepy_w8(fp, keys + o->dk_log2_size, (uint8_t)lg);
-		fakepy_w8(fp, keys + o->dk_log2_index_bytes, (uint8_t)lg); /* 1-byte indices */
-		fakepy_w8(fp, keys + o->dk_kind, (uint8_t)(general ? o->dk_kind_general : 1));
-	}
-	spy_addr_t e = keys + o->dk_indices + size;
-	for (size_t i = 0; i < n; i++) {
-		fakepy_w64(fp, e + i * stride + koff, k[i]);
-		if (values) {
-			fakepy_w64(fp, values + 8 * i, v[i]);
-		} else {
-			fakepy_w64(fp, e + i * stride + voff, v[i]);
-		}
-	}
-	return keys;
-}
-
-spy_addr_t fakepy_dict(struct fakepy *fp, const spy_addr_t *k, const spy_addr_t *v, size_t n,
-		       bool unicode)
-{
-	const struct pyoffsets *o = &fp->row;
-	spy_addr_t d = fakepy_object(fp, fakepy_dict_type(fp), 0x60);
-	if (o->dict_model == PYDICT_OPEN27) {
-		size_t slots = 8;
-		while (slots < 2 * n) {
-			slots *= 2;
-		}
-		spy_addr_t table = fakepy_alloc(fp, slots * o->dict_entry_size);
-		/* Not where a hash would put them: the reader scans, so any slot will do. */
-		for (size_t i = 0; i < n; i++) {
-			spy_addr_t e = table + (2 * i + 1) * o->dict_entry_size;
-			fakepy_w64(fp, e + 8, k[i]);
-			fakepy_w64(fp, e + 16, v[i]);
-		}
-		fakepy_w64(fp, d + o->dict_mask, slots - 1);
-		fakepy_w64(fp, d + o->dict_table, table);
-		return d;
-	}
-	fakepy_w64(fp, d + o->dict_keys, fakepy_dict_keys(fp, k, v, n, unicode, 0));
-	return d;
-}
-
-spy_addr_t fakepy_int(struct fakepy *fp, uint64_t v)
-{
-	const struct pyoffsets *o = &fp->row;
-	if (!fp->int_type) {
-		fp->int_type = fakepy_type(fp, "int");
-	}
-	spy_addr_t obj = fakepy_object(fp, fp->int_type, 0x40);
-	if (o->int_ival != PYOFF_NONE) {
-		fakepy_w64(fp, obj + o->int_ival, v); /* 2.7 int */
-		return obj;
-	}
-	uint32_t shift = o->long_shift, nd = 0;
-	for (uint64_t x = v; x; x >>= shift) {
-		fakepy_w32(fp, obj + o->long_digit + 4 * nd++, (uint32_t)(x & ((1u << shift) - 1)));
-	}
-	if (o->long_tag != PYOFF_NONE) {
-		fakepy_w64(fp, obj + o->long_tag, (uint64_t)nd << 3); /* positive */
-	} else {
-		fakepy_w64(fp, obj + o->ob_size, nd);
-	}
-	return obj;
-}

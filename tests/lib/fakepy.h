@@ -47,6 +47,13 @@ struct fakepy;
  * name would; the exact version is in the sys.version text.
  */
 struct fakepy *fakepy_new(const struct pyoffsets *row, uint32_t version);
+/*
+ * The same with front bytes of fakepy_data_alloc room before the statics
+ * (fakepy_new: 64 KiB, one scan chunk, so that a scan crosses a chunk
+ * boundary before it meets them). Fuzzers take a small front: every scan
+ * of the data section then costs a fraction.
+ */
+struct fakepy *fakepy_new_front(const struct pyoffsets *row, uint32_t version, size_t front);
 void fakepy_free(struct fakepy *fp);
 
 const struct spy_mem *fakepy_mem(struct fakepy *fp);
@@ -73,21 +80,44 @@ spy_addr_t fakepy_code_type(struct fakepy *fp);
 /* `type`, the type of every type object, itself included. */
 spy_addr_t fakepy_type_type(struct fakepy *fp);
 spy_addr_t fakepy_dict_type(struct fakepy *fp);
-/*
- * A dict of n entries k[i]: v[i] in the row's layout (unicode: 3.11+
- * str-only entries). fakepy_dict_keys() is its keys object (3.6+) alone;
- * with values != 0 the values go to values[] (a split table) instead of
- * the entries. The entries are not where a hash would put them: readers
- * scan.
- */
-spy_addr_t fakepy_dict(struct fakepy *fp, const spy_addr_t *k, const spy_addr_t *v, size_t n,
-		       bool unicode);
-spy_addr_t fakepy_dict_keys(struct fakepy *fp, const spy_addr_t *k, const spy_addr_t *v, size_t n,
-			    bool unicode, spy_addr_t values);
-/* A non-negative int (2.7: an int object) of value v. */
-spy_addr_t fakepy_int(struct fakepy *fp, uint64_t v);
 /* A heap object of size bytes (at least a header) whose ob_type is type. */
 spy_addr_t fakepy_object(struct fakepy *fp, spy_addr_t type, size_t size);
+
+/*
+ * Ints, tuples, dicts in the row's layouts. fakepy_long: an int of n digits
+ * of long_shift bits, the first nd of them from d (an n larger than nd
+ * claims digits that are not written), of type tp ("int", or 2.7's "long").
+ * fakepy_int: v as the row stores a plain int (2.7's small int, else long).
+ * fakepy_sized: an object of type tp whose 64-bit word at off is n (a list's
+ * ob_size, a dict's ma_used). fakepy_dict: keys k[i] -> v[i]; unicode says
+ * every key is a str (3.11+ then uses the str-only entries).
+ */
+spy_addr_t fakepy_long(struct fakepy *fp, const char *tp, const uint32_t *d, size_t nd, uint64_t n,
+		       bool neg);
+spy_addr_t fakepy_int(struct fakepy *fp, uint64_t v);
+spy_addr_t fakepy_tuple(struct fakepy *fp, const spy_addr_t *items, size_t n);
+spy_addr_t fakepy_sized(struct fakepy *fp, const char *tp, uint32_t off, int64_t n);
+spy_addr_t fakepy_dict(struct fakepy *fp, const spy_addr_t *k, const spy_addr_t *v, size_t n,
+		       bool unicode);
+/* A 3.6+ keys object of n entries: values in the entries, or at values[] (split). */
+spy_addr_t fakepy_dict_keys(struct fakepy *fp, const spy_addr_t *k, const spy_addr_t *v, size_t n,
+			    bool unicode, spy_addr_t values);
+
+/*
+ * The threading module as names.c finds it: sys.modules["threading"]
+ * ._active maps thread ids of tstates[i] to Thread instances whose _name
+ * (2.7: _Thread__name) is names[i], kept in an instance dict or, with
+ * split on rows that have them, in the instance's values under the class's
+ * shared keys (3.11 managed values, 3.12 tagged word, 3.13+ inline values).
+ * n <= FAKEPY_MAX_THREADS.
+ */
+#define FAKEPY_MAX_THREADS 4
+struct fakepy_threading {
+	spy_addr_t module, active, thread_type;
+	spy_addr_t inst[FAKEPY_MAX_THREADS];
+};
+void fakepy_threading(struct fakepy *fp, spy_addr_t interp, const spy_addr_t *tstates,
+		      const char *const *names, size_t n, bool split, struct fakepy_threading *out);
 
 /* Zeroed bytes at the front of the data section, before every static. */
 spy_addr_t fakepy_data_alloc(struct fakepy *fp, size_t size);

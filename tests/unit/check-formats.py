@@ -283,6 +283,18 @@ def decode_profile(data):
     return prof
 
 
+def duration_nanos(doc):
+    """What pprof.c must write for "# duration-s:": 0 when unset or not in
+    (0, 1e15), else nanoseconds saturated at common/util.h's SPY_NS_MAX."""
+    try:
+        d = float(doc["metadata"].get("duration-s", "0"))
+    except ValueError:
+        return 0
+    if not 0 < d < 1e15:
+        return 0
+    return min(int(d * 1e9 + 0.5), 1 << 62)
+
+
 def check_pprof(name, path, doc):
     try:
         with gzip.open(path, "rb") as f:
@@ -345,6 +357,8 @@ def check_pprof(name, path, doc):
                 or s(fn["filename"]) != pprof_name(fr["file"] or "") \
                 or l["line"][0][1] != fr["line"]:
             fail("%s: location %d does not match frame %r" % (path, l["id"], fr))
+    if prof["duration_nanos"] != duration_nanos(doc):
+        fail("%s: duration_nanos %d, want %d" % (path, prof["duration_nanos"], duration_nanos(doc)))
     if rate and prof["period"] != round(1e9 / rate):
         fail("%s: period %d for rate %g" % (path, prof["period"], rate))
     comments = [s(i) for i in prof["comment"]]
@@ -383,7 +397,7 @@ def main():
         if r.returncode != 0:
             fail("%s exited %d" % (sys.argv[1], r.returncode))
         names = sorted(n[:-len(".pb.gz")] for n in os.listdir(d) if n.endswith(".pb.gz"))
-        for want in ("threaded", "plain", "hostile", "empty"):
+        for want in ("threaded", "plain", "hostile", "empty", "longrun"):
             if want not in names:
                 fail("no %s outputs" % want)
         for name in names:

@@ -201,6 +201,19 @@ static void test_deterministic(void)
 	fg_profile_free(b);
 }
 
+/*
+ * A crafted "# duration-s:" past 2^64 ns (here 1e14 s) is saturated, never
+ * converted out of range (undefined behaviour; a trap under UBSan, a wrong
+ * value otherwise): check-formats.py compares duration_nanos.
+ */
+static void test_long_duration(void)
+{
+	struct fg_profile *p = load("# rate-hz: 100\n# duration-s: 1e14\n"
+				    "main (app.py:10);f (app.py:20) 3\n");
+	render_all(p, "longrun");
+	fg_profile_free(p);
+}
+
 static void test_empty_and_errors(void)
 {
 	struct fg_profile *p = fg_profile_new(NULL, 0);
@@ -229,6 +242,7 @@ int main(int argc, char **argv)
 	test_basic();
 	test_hostile();
 	test_deterministic();
+	test_long_duration();
 	test_empty_and_errors();
 	return check_done();
 }

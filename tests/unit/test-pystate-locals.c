@@ -131,55 +131,6 @@ static void test_text(void)
 
 /* ---- reading, on synthetic images ---- */
 
-static spy_addr_t tuple_of(struct fakepy *fp, const spy_addr_t *items, size_t n)
-{
-	const struct pyoffsets *o = fakepy_row(fp);
-	spy_addr_t t = fakepy_object(fp, fakepy_type(fp, "tuple"), o->tuple_item + 8 * n + 8);
-	fakepy_w64(fp, t + o->ob_size, n);
-	for (size_t i = 0; i < n; i++) {
-		fakepy_w64(fp, t + o->tuple_item + 8 * i, items[i]);
-	}
-	return t;
-}
-
-/*
- * An int of n 30-bit digits, negative or not, in the row's layout; the
- * first nd of them from d (an absurd n claims more digits than are written).
- */
-static spy_addr_t long_of(struct fakepy *fp, const char *tp, const uint32_t *d, size_t nd,
-			  uint64_t n, bool neg)
-{
-	const struct pyoffsets *o = fakepy_row(fp);
-	spy_addr_t v = fakepy_object(fp, fakepy_type(fp, tp), o->long_digit + 4 * PYV_MAX_DIGITS + 8);
-	if (o->long_tag != PYOFF_NONE) {
-		fakepy_w64(fp, v + o->long_tag, (n << 3) | (neg ? 2 : n == 0));
-	} else {
-		fakepy_w64(fp, v + o->ob_size, neg ? (uint64_t)0 - n : n);
-	}
-	for (uint64_t i = 0; i < n && i < nd && i < PYV_MAX_DIGITS; i++) {
-		fakepy_w32(fp, v + o->long_digit + 4 * i, d[i]);
-	}
-	return v;
-}
-
-static spy_addr_t small_int(struct fakepy *fp, uint32_t x)
-{
-	const struct pyoffsets *o = fakepy_row(fp);
-	if (o->int_ival != PYOFF_NONE) {
-		spy_addr_t v = fakepy_object(fp, fakepy_type(fp, "int"), o->int_ival + 8);
-		fakepy_w64(fp, v + o->int_ival, x);
-		return v;
-	}
-	return long_of(fp, "int", &x, 1, 1, false);
-}
-
-static spy_addr_t sized(struct fakepy *fp, const char *tp, uint32_t off, int64_t n)
-{
-	spy_addr_t v = fakepy_object(fp, fakepy_type(fp, tp), off + 8);
-	fakepy_w64(fp, v + off, (uint64_t)n);
-	return v;
-}
-
 struct want {
 	const char *name;
 	bool arg;
@@ -220,21 +171,21 @@ static void test_read_row(const struct pyoffsets *row)
 	uint32_t big[3] = { 0, 0, 16 };
 	const char *long_name = o->int_ival != PYOFF_NONE ? "long" : "int"; /* 2.7's int is small */
 	spy_addr_t vals[] = {
-		small_int(fp, 42),
-		long_of(fp, long_name, big, 3, 3, true),
+		fakepy_int(fp, 42),
+		fakepy_long(fp, long_name, big, 3, 3, true),
 		fakepy_str(fp, "hi"),
-		sized(fp, "list", o->ob_size, 3),
-		sized(fp, "dict", o->dict_used, 2),
+		fakepy_sized(fp, "list", o->ob_size, 3),
+		fakepy_sized(fp, "dict", o->dict_used, 2),
 		fakepy_object(fp, fakepy_type(fp, "NoneType"), 16),
 		0xdead0000,
-		sized(fp, "list", o->ob_size, -1),
-		long_of(fp, long_name, big, 3, 1000000000, false),
+		fakepy_sized(fp, "list", o->ob_size, -1),
+		fakepy_long(fp, long_name, big, 3, 1000000000, false),
 		0,
 	};
 	for (size_t i = 0; i < nn; i++) {
 		fakepy_w64(fp, fakepy_local_slot(fp, f, i), fakepy_ref(fp, vals[i]));
 	}
-	fakepy_w64(fp, code + o->code_varnames, tuple_of(fp, name_objs, nn));
+	fakepy_w64(fp, code + o->code_varnames, fakepy_tuple(fp, name_objs, nn));
 	fakepy_w32(fp, code + o->code_argcount, 3);
 	fakepy_w32(fp, code + o->code_flags, 0);
 	/* Far more slots than names: only the named ones may be read. */
