@@ -89,9 +89,11 @@ int fg_profile_write_folded_gz(const struct fg_profile *p, FILE *out, const char
 void fg_profile_format_folded(const struct fg_profile *p, struct spy_buf *out);
 
 /*
- * Append the table as aligned text: one summary line, a header
- * "  total%  self%  cumtime  tottime  function (file:line)" with columns
- * widened to fit, then one row per function. Names are escaped as in folded
+ * Append the table as aligned text: one summary line, the whole profile's
+ * split by kind ("by kind: 60.0% python, 25.0% native, 15.0% idle"), a
+ * header "  total%  self%  cumtime  tottime  python%  native%  idle%
+ * function (file:line)" with columns widened to fit, then one row per
+ * function. Names are escaped as in folded
  * text, so a hostile name cannot inject terminal control sequences.
  */
 void fg_table_render(const struct fg_table *t, struct spy_buf *out);
@@ -297,6 +299,9 @@ int fg_profile_write_chrome(const struct fg_profile *p, const struct fg_timeline
  *  - self_pct, total_pct: of all samples in the profile;
  *  - tottime, cumtime: self / rate_hz and total / rate_hz seconds, 0 when
  *    the rate is unknown (rendered as "-");
+ *  - kind[]: the total samples split by the kind of each sample's stack
+ *    (fg_stack_kind: Python, native, idle), so they add up to total;
+ *    kind_pct[] of total. The table's own kind[] splits every sample.
  *  - line: the lowest nonzero line seen for the function (0 under -F or when
  *    unknown). Lowest rather than first seen, so the table of a recording and
  *    of its re-read folded file agree; it is also the line nearest the def.
@@ -599,5 +604,20 @@ int fg_flush(struct spy_buf *b, FILE *f, bool force, const char *what,
 	     struct spy_err *err);
 const char *fg_kind_name(uint8_t kind);
 bool fg_frame_is_root(const struct fg_frame *f, const char *prefix);
+/*
+ * fg_frame_is_state: a synthetic frame naming a thread state, not code: it
+ * starts, ignoring case, with "idle", "waiting", "sleeping" or "gil", bare
+ * or after '[' or '<' (record -i's "idle", "waiting for the GIL",
+ * "[idle]"). The SVG colours those violet-grey and the kind split counts
+ * them idle.
+ *
+ * fg_stack_kind: the kind of the samples of one stack (ids root first),
+ * from its innermost frame outwards: a thread-state frame makes it idle,
+ * a native frame native, a Python frame Python; other synthetic frames
+ * (<GC>, the roots) are looked through. A stack of roots alone counts as
+ * Python (a hand-made folded file; record never keeps one).
+ */
+bool fg_frame_is_state(const struct fg_frame *f);
+enum fg_kind fg_stack_kind(const struct fg_profile *p, const uint32_t *ids, size_t depth);
 
 #endif
