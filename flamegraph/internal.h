@@ -230,7 +230,8 @@ int fg_profile_write_chrome(const struct fg_profile *p, const struct fg_timeline
  * Reading splits a frame on its last " (" and, inside the parentheses, on
  * the last ':' when what follows is a line number (0..4294967295 written
  * without leading zeros); a frame without " (...)" is synthetic, one with a
- * line is Python, one without is Python if the file ends in ".py" and native
+ * line is Python, one without is Python if the file ends in ".py" or is in
+ * angle brackets (Python's "<frozen site>", "<string>") and native
  * otherwise. A file whose own name ends in ":<digits>" is written with an
  * explicit ":0" when its line is unknown ("f (x:12:0)"), so it cannot be
  * mistaken for line 12. Formatting a parsed frame gives back the same text,
