@@ -39,6 +39,10 @@
 #define FG_META_SAMPLES "samples"
 #define FG_META_ERRORS "errors"
 #define FG_META_COMMAND "command"
+/* Set by record --slice or -f chrome: "sampled", or "unknown" where the Python does not say (2.7, 3.6). */
+#define FG_META_GC "gc"
+/* The synthetic frame record puts innermost on a sample taken while the garbage collector ran. */
+#define FG_GC_FRAME "<GC>"
 
 /* Profile options, fixed at fg_profile_new. */
 enum fg_flags {

@@ -389,6 +389,10 @@ int fg_profile_write_chrome(const struct fg_profile *p, const struct fg_timeline
  * of all those samples), and r2, the square of the correlation of
  * share with time (1: a straight line, steady; near 0: noise). Rows are sorted by slope, steepest
  * rise first, then func and file; top keeps the first top rows (0: all).
+ * One more row, func "[gc]" and file NULL, is the share of the samples
+ * whose stack holds the synthetic FG_GC_FRAME, computed the same way; it
+ * is there when the profile sampled the collector (# gc: sampled, even if
+ * it never caught one) or holds such a frame.
  */
 
 /*
