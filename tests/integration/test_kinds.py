@@ -4,14 +4,16 @@ interpreters (targets/kinds.py).
 
 The target's main thread spends, by the wall clock, 40% of every 100 ms in
 libc's memset (through ctypes, holding the GIL), 40% in a Python loop and 20% asleep, and
-writes down how long each phase really took (a loaded machine wakes a
+writes down (on SIGUSR1, before and after each recording) how long each
+phase really took (a loaded machine wakes a
 sleeper late, stretching the sleep). The shares it measured over each
 recording are the ones expected. Per interpreter, one PASS/FAIL line:
   - record --native -i: `spy report -f table`'s "by kind:" line reads
     the target's shares (about 40 / 40 / 20) within 5 points, and the rows
     of the three phases are
     mostly their own kind (in_c native, in_python Python, in_sleep idle;
-    "mostly": with --native, time.time() in the loops is a native leaf);
+    "mostly": with --native, time.time() in the loops is a native leaf,
+    the vDSO's clock, and a few % of a Python loop's samples end in C);
   - record -i (no --native): the C time counts as Python (about
     80 / 0 / 20) within 5 points, native exactly 0;
   - spy diff of the two compares the split: its "by kind:" line carries
@@ -23,6 +25,7 @@ skews the split the test measures.
 
 import os
 import re
+import signal
 
 import harness
 
@@ -43,25 +46,42 @@ def spy(args, timeout=60):
     return r.out
 
 
-def phases(interp, path):
-    """The target's seconds in (native, python, sleep) so far; the file is
-    in a directory shared with it, seen here at its path or in the root."""
+def read_phases(interp, path):
+    """[n, native, python, sleep] as the target last wrote them, or None;
+    the file is in a directory shared with it, seen here at its path or in
+    the root."""
     for p in (path, interp.host_path(path)):
         try:
             with open(p) as f:
-                return [float(x) for x in f.read().split()]
+                v = [float(x) for x in f.read().split()]
+            if len(v) == 4:
+                return v
         except (OSError, ValueError):
             continue
-    raise harness.HarnessError("the target wrote no %s" % path)
+    return None
+
+
+def phases(t, interp, path):
+    """The target's seconds in (native, python, sleep) so far: a SIGUSR1
+    has it write them down."""
+    before = read_phases(interp, path)
+    if before is None:
+        raise harness.HarnessError("the target wrote no %s" % path)
+    os.kill(t.pid, signal.SIGUSR1)
+    now = harness.wait_for(lambda: (lambda v: v if v and v[0] > before[0] else None)(
+        read_phases(interp, path)), 10)
+    if not now:
+        raise harness.HarnessError("the target did not write %s on SIGUSR1" % path)
+    return now[1:]
 
 
 def table(t, interp, stats, path, extra):
     """Record with extra, then its table's split, rows and text, and the
     split the target measured meanwhile: python, native, idle."""
-    before = phases(interp, stats)
+    before = phases(t, interp, stats)
     spy(["record", "-q", "-F", "-i", "-r", "100", "-d", "5", "-o", path,
          "--pid", str(t.pid)] + extra)
-    after = phases(interp, stats)
+    after = phases(t, interp, stats)
     spent = [a - b for a, b in zip(after, before)]
     total = sum(spent) or 1.0
     want = (100 * spent[1] / total, 100 * spent[0] / total, 100 * spent[2] / total)
@@ -106,7 +126,7 @@ def run_one(interp):
             plain, prows, pwant = table(t, interp, stats, os.path.join(d, "plain.folded"), [])
         probs = near("--native -i", nat, nwant)
         probs += mostly("--native -i", nrows, "in_c", "native", 80)
-        probs += mostly("--native -i", nrows, "in_python", "python", 95)
+        probs += mostly("--native -i", nrows, "in_python", "python", 90)
         probs += mostly("--native -i", nrows, "in_sleep", "idle", 90)
         probs += near("-i", plain, (pwant[0] + pwant[1], 0, pwant[2]))
         if plain[1] != 0:

@@ -13,14 +13,17 @@
 #   in_sleep    the rest: time.sleep (idle, kept with -i).
 # A loaded machine stretches the phases (a sleep wakes late, and the next
 # phase ends on time regardless), so with a file named (argv[1]) the target
-# also says how long its phases really took: after every cycle it replaces
-# the file with one line, "NATIVE PYTHON SLEEP", the seconds spent in each
-# phase since it started.
+# also says how long its phases really took: on SIGUSR1 it replaces the
+# file with one line, "N NATIVE PYTHON SLEEP", N counting the signals and
+# then the seconds spent in each phase since it started. Only on a signal:
+# writing a file every cycle is time in none of the phases, and a loaded
+# machine makes it long.
 # Prints "ready {json}" (pid and the shares) once running; ends by itself
 # after LIFETIME seconds (SPY_TARGET_LIFETIME overrides). Runs on 2.7 and 3.x.
 import ctypes
 import json
 import os
+import signal
 import sys
 import time
 
@@ -55,18 +58,26 @@ def in_sleep(until):
         time.sleep(left)
 
 
-def save(path, spent):
+SPENT = [0.0, 0.0, 0.0]
+SAVED = [0]
+
+
+def save(path):
+    SAVED[0] += 1
     with open(path + ".tmp", "w") as f:
-        f.write("%.6f %.6f %.6f\n" % tuple(spent))
+        f.write("%d %.6f %.6f %.6f\n" % tuple(SAVED + SPENT))
     os.rename(path + ".tmp", path)
 
 
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else None
+    if path:
+        save(path)
+        signal.signal(signal.SIGUSR1, lambda signum, frame: save(path))
     sys.stdout.write("ready %s\n" % json.dumps(
         {"pid": os.getpid(), "native": NATIVE, "python": PYTHON}))
     sys.stdout.flush()
-    spent = [0.0, 0.0, 0.0]
+    spent = SPENT
     t = time.time()
     while t - START < LIFETIME:
         t0 = time.time()
@@ -74,11 +85,8 @@ def main():
         t1 = time.time()
         in_python(t + (NATIVE + PYTHON) * CYCLE)
         t2 = time.time()
-        if path:
-            save(path, spent)
         in_sleep(t + CYCLE)
         t3 = time.time()
-        # Writing the file counts as sleep: in_sleep sleeps that much less.
         spent[0] += t1 - t0
         spent[1] += t2 - t1
         spent[2] += t3 - t2
