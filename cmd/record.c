@@ -72,6 +72,7 @@ struct rec {
 	const char *idle_frame;            /* the synthetic leaf marking -i's idle samples */
 	struct cmd_sources sources;        /* the sampled files, unless --no-source or -F */
 	size_t frames_seen;                /* the profile's distinct frames when files were last noted */
+	const char *gc_frame;              /* the synthetic leaf marking a sample in the collector */
 	uint64_t last_progress_ns;
 
 	/* --push */
@@ -116,6 +117,10 @@ static int record_stack(void *ctx, struct engine *e, const struct spy_stack *s,
 	 */
 	if (info->idle) {
 		push_synthetic(&r->stack, r->idle_frame);
+	}
+	/* The collector interrupted the stack under it, as other profilers show it. */
+	if (info->gc) {
+		push_synthetic(&r->stack, r->gc_frame);
 	}
 	for (size_t i = 0; i < s->n; i++) {
 		*spy_stack_push(&r->stack) = s->v[i];
@@ -259,6 +264,10 @@ static void set_metadata(struct rec *r, uint64_t now)
 	fg_profile_meta_set(p, FG_META_COMMAND, target_cmdline(t));
 	fg_profile_meta_setf(p, "missed-ticks", "%llu", (unsigned long long)r->e.tk.missed);
 	fg_profile_meta_set(p, "mode", r->o.nonblocking ? "nonblocking" : "blocking");
+	if (r->w.gc) {
+		/* Whether a missing <GC> means no collection or a Python that does not say (2.7, 3.6). */
+		fg_profile_meta_set(p, FG_META_GC, r->w.gc_known ? "sampled" : "unknown");
+	}
 	if (r->slices) {
 		fg_slices_store(r->slices, p);
 	}
@@ -599,6 +608,8 @@ static int start(struct rec *r)
 		return cmd_fail(&err);
 	}
 	walker_init(&r->w, &r->strs, r->native, r->native_all, r->async);
+	/* The collector's state goes with the views over time (issue 17's scope). */
+	r->w.gc = r->slice > 0 || r->fmt == FG_FORMAT_CHROME;
 	struct eng_walker ops = walker_ops(&r->w);
 	int rc = eng_open(&r->e, &r->o, &ops, &r->strs, r->pid, r->program, &err);
 	if (rc == 0) {
@@ -657,6 +668,7 @@ int cmd_record(int argc, char **argv)
 	r->slices = r->slice > 0 ? fg_slices_new(r->slice) : NULL;
 	r->timeline = r->fmt == FG_FORMAT_CHROME ? fg_timeline_new(r->o.rate) : NULL;
 	r->idle_frame = spy_strtab_interns(&r->strs, "idle");
+	r->gc_frame = spy_strtab_interns(&r->strs, FG_GC_FRAME);
 
 	r->keep_run = !r->no_file || r->want_table;
 	const struct eng_callbacks cb = { r, record_stack, between_ticks, record_window };

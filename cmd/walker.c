@@ -126,6 +126,15 @@ static int walker_walk(void *ctx, void *py, struct eng_thread *th, size_t max, s
 	for (size_t i = 0; i < n; i++) {
 		th[i].tid = w->py[i].native_tid;
 		th[i].holds_gil = w->py[i].holds_gil;
+		/*
+		 * The collector runs in the thread that holds the GIL (it is
+		 * entered from an allocation or gc.collect()), so only that
+		 * thread's interpreter is asked: one 4-byte read a tick, on a
+		 * page the walk has usually cached.
+		 */
+		int gc = w->gc && w->py[i].holds_gil ? pyrt_gc_collecting(d->t.rt, w->py[i].interp) : -1;
+		th[i].gc = gc == 1;
+		w->gc_known |= gc >= 0;
 		th[i].name = pyrt_thread_name(d->t.rt, &w->py[i]);
 		spy_stack_reset(&th[i].stack);
 		th[i].rc = pyrt_stack(d->t.rt, &w->py[i], &th[i].stack, NULL);

@@ -19,6 +19,8 @@ struct walker {
 	struct spy_strtab *strs;     /* the command's */
 	bool native, native_all;
 	bool async;                  /* --async: a `task "NAME"` frame for the running task */
+	bool gc;                     /* mark the thread collecting garbage (eng_thread.gc); set after walker_init */
+	bool gc_known;               /* with gc: the runtime said at least once whether it was collecting */
 	struct py_thread *py;        /* per tick, reused */
 	/* --async: the root frame of each task name (names are interned:
 	 * compared by pointer), so a sample interns nothing. */

@@ -147,6 +147,7 @@ static void set_side(struct fg_diff_side *s, const struct fg_row *r)
 	s->total = r->total;
 	s->self_pct = r->self_pct;
 	s->total_pct = r->total_pct;
+	memcpy(s->kind_pct, r->kind_pct, sizeof(s->kind_pct));
 }
 
 void fg_diff_init(struct fg_diff *d, const struct fg_profile *base, const struct fg_profile *cur)
@@ -163,6 +164,8 @@ void fg_diff_init(struct fg_diff *d, const struct fg_profile *base, const struct
 	memset(d, 0, sizeof(*d));
 	d->base_samples = tb.samples;
 	d->cur_samples = tc.samples;
+	memcpy(d->base_kind_pct, tb.kind_pct, sizeof(d->base_kind_pct));
+	memcpy(d->cur_kind_pct, tc.kind_pct, sizeof(d->cur_kind_pct));
 	d->rows = spy_xcalloc(tb.nfuncs + tc.nfuncs + 1, sizeof(*d->rows));
 	/* Merge the two tables, both sorted by (func, file). */
 	size_t i = 0, j = 0;
@@ -261,6 +264,12 @@ void fg_diff_render(const struct fg_diff *d, size_t top, struct spy_buf *out)
 	} else {
 		spy_buf_addf(out, "%zu functions by change\n", d->n);
 	}
+	spy_buf_adds(out, "by kind:");
+	for (int k = 0; k < FG_KINDS; k++) {
+		spy_buf_addf(out, "%s %s %.1f%% -> %.1f%% (%+.1f)", k ? "," : "", fg_kind_names[k],
+			     d->base_kind_pct[k], d->cur_kind_pct[k], d->cur_kind_pct[k] - d->base_kind_pct[k]);
+	}
+	spy_buf_addch(out, '\n');
 	spy_buf_addf(out, "%8s %8s %8s  %8s %8s %8s\n", "total%", "total%", "total",
 		     "self%", "self%", "self");
 	spy_buf_addf(out, "%8s %8s %8s  %8s %8s %8s  %s\n", "base", "new", "delta",
@@ -275,11 +284,21 @@ void fg_diff_render(const struct fg_diff *d, size_t top, struct spy_buf *out)
 	}
 }
 
+/* ", "python_pct": P, "native_pct": N, "idle_pct": I" */
+static void json_kinds(struct spy_buf *b, const double *pct)
+{
+	for (int k = 0; k < FG_KINDS; k++) {
+		spy_buf_addf(b, ", \"%s_pct\": %.4f", fg_kind_names[k], pct[k]);
+	}
+}
+
 static void json_side(struct spy_buf *b, const char *name, const struct fg_diff_side *s)
 {
 	spy_buf_addf(b, "\"%s\": {\"self\": %" PRIu64 ", \"total\": %" PRIu64
-		     ", \"self_pct\": %.4f, \"total_pct\": %.4f}", name, s->self, s->total,
+		     ", \"self_pct\": %.4f, \"total_pct\": %.4f", name, s->self, s->total,
 		     s->self_pct, s->total_pct);
+	json_kinds(b, s->kind_pct);
+	spy_buf_addch(b, '}');
 }
 
 static void json_row(struct spy_buf *b, const struct fg_diff_row *r, const struct fg_diff_gate *g)
@@ -314,9 +333,13 @@ int fg_diff_write_json(const struct fg_diff *d, size_t top, const struct fg_diff
 	struct spy_buf b = SPY_BUF_INIT;
 	spy_buf_adds(&b, "{\n  \"format\": \"spy-diff\",\n  \"version\": 1,\n  \"base\": {\"name\": ");
 	fg_json_string(&b, base_name);
-	spy_buf_addf(&b, ", \"samples\": %" PRIu64 "},\n  \"new\": {\"name\": ", d->base_samples);
+	spy_buf_addf(&b, ", \"samples\": %" PRIu64, d->base_samples);
+	json_kinds(&b, d->base_kind_pct);
+	spy_buf_adds(&b, "},\n  \"new\": {\"name\": ");
 	fg_json_string(&b, cur_name);
-	spy_buf_addf(&b, ", \"samples\": %" PRIu64 "},\n  \"gate\": {", d->cur_samples);
+	spy_buf_addf(&b, ", \"samples\": %" PRIu64, d->cur_samples);
+	json_kinds(&b, d->cur_kind_pct);
+	spy_buf_adds(&b, "},\n  \"gate\": {");
 	json_threshold(&b, "fail_over", g->total_pts);
 	json_threshold(&b, "fail_over_self", g->self_pts);
 	spy_buf_addf(&b, "\"min_samples\": %" PRIu64 "},\n  \"functions_total\": %zu,\n  \"functions\": [",

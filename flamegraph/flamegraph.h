@@ -39,6 +39,10 @@
 #define FG_META_SAMPLES "samples"
 #define FG_META_ERRORS "errors"
 #define FG_META_COMMAND "command"
+/* Set by record --slice or -f chrome: "sampled", or "unknown" where the Python does not say (2.7, 3.6). */
+#define FG_META_GC "gc"
+/* The synthetic frame record puts innermost on a sample taken while the garbage collector ran. */
+#define FG_GC_FRAME "<GC>"
 
 /* Profile options, fixed at fg_profile_new. */
 enum fg_flags {
@@ -121,12 +125,30 @@ struct fg_table_opts {
 	bool by_line;     /* one row per (func, file, line) instead of per function (spy top --lines) */
 };
 
+/*
+ * What a sample was doing, told from its stack (innermost frame outwards):
+ * idle when it ends in a thread-state leaf (record -i's "idle": the thread
+ * was neither on a CPU nor holding the GIL, so waiting for the GIL counts
+ * here), native when the innermost code frame is native (--native), Python
+ * otherwise. Synthetic frames that are not a state (<GC>, the roots) are
+ * looked through.
+ */
+enum fg_kind {
+	FG_KIND_PYTHON = 0,
+	FG_KIND_NATIVE,
+	FG_KIND_IDLE,
+	FG_KINDS
+};
+extern const char *const fg_kind_names[FG_KINDS];   /* "python", "native", "idle" */
+
 struct fg_row {
 	const char *func, *file;  /* borrowed from the profile's string table */
 	uint32_t line;
 	uint64_t self, total;
 	double self_pct, total_pct;
 	double tottime, cumtime;
+	uint64_t kind[FG_KINDS];      /* the total samples by kind; they add up to total */
+	double kind_pct[FG_KINDS];    /* of total */
 };
 
 struct fg_table {
@@ -136,6 +158,8 @@ struct fg_table {
 	uint64_t samples;  /* the percentages' denominator */
 	double rate_hz;    /* 0 when unknown */
 	enum fg_sort sort;
+	uint64_t kind[FG_KINDS];     /* every sample by kind */
+	double kind_pct[FG_KINDS];   /* of samples */
 };
 
 #define FG_TABLE_OPTS_INIT { FG_SORT_CUMTIME, 0, 0.0, false }
@@ -168,6 +192,7 @@ int fg_profile_write_svg(const struct fg_profile *p, FILE *f, const struct fg_sv
 struct fg_diff_side {
 	uint64_t self, total;
 	double self_pct, total_pct;
+	double kind_pct[FG_KINDS];     /* of total, as in the table */
 };
 
 struct fg_diff_row {
@@ -180,6 +205,7 @@ struct fg_diff {
 	struct fg_diff_row *rows;      /* every function of either profile */
 	size_t n;
 	uint64_t base_samples, cur_samples;
+	double base_kind_pct[FG_KINDS], cur_kind_pct[FG_KINDS];   /* the whole profiles' split */
 	uint32_t *byname;              /* row indices by (func, file) pointers */
 };
 
@@ -197,7 +223,8 @@ void fg_diff_release(struct fg_diff *d);
 unsigned fg_diff_row_fails(const struct fg_diff_row *r, const struct fg_diff_gate *g);
 /*
  * Append the first top rows (0: all) as an aligned text table, after one
- * summary line; names escaped as in the cumtime table.
+ * summary line and the split by kind of both profiles ("by kind: python
+ * 90.0% -> 60.0% (-30.0), ..."); names escaped as in the cumtime table.
  */
 void fg_diff_render(const struct fg_diff *d, size_t top, struct spy_buf *out);
 /*

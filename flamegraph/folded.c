@@ -588,7 +588,10 @@ static uint32_t parse_frame(struct reader *r, const char *t, size_t n)
 		if (r->p->flags & FG_FUNCTION) {
 			line = 0;
 		}
-		if (line || (filelen >= 3 && !memcmp(file + filelen - 3, ".py", 3))) {
+		/* Python's pseudo-files, "<frozen site>" or "<string>", are
+		 * Python too: no library is named like that. */
+		if (line || (filelen >= 3 && !memcmp(file + filelen - 3, ".py", 3)) ||
+		    (filelen >= 2 && file[0] == '<' && file[filelen - 1] == '>')) {
 			kind = SPY_FRAME_PYTHON;
 		} else {
 			kind = SPY_FRAME_NATIVE;

@@ -89,9 +89,11 @@ int fg_profile_write_folded_gz(const struct fg_profile *p, FILE *out, const char
 void fg_profile_format_folded(const struct fg_profile *p, struct spy_buf *out);
 
 /*
- * Append the table as aligned text: one summary line, a header
- * "  total%  self%  cumtime  tottime  function (file:line)" with columns
- * widened to fit, then one row per function. Names are escaped as in folded
+ * Append the table as aligned text: one summary line, the whole profile's
+ * split by kind ("by kind: 60.0% python, 25.0% native, 15.0% idle"), a
+ * header "  total%  self%  cumtime  tottime  python%  native%  idle%
+ * function (file:line)" with columns widened to fit, then one row per
+ * function. Names are escaped as in folded
  * text, so a hostile name cannot inject terminal control sequences.
  */
 void fg_table_render(const struct fg_table *t, struct spy_buf *out);
@@ -228,7 +230,8 @@ int fg_profile_write_chrome(const struct fg_profile *p, const struct fg_timeline
  * Reading splits a frame on its last " (" and, inside the parentheses, on
  * the last ':' when what follows is a line number (0..4294967295 written
  * without leading zeros); a frame without " (...)" is synthetic, one with a
- * line is Python, one without is Python if the file ends in ".py" and native
+ * line is Python, one without is Python if the file ends in ".py" or is in
+ * angle brackets (Python's "<frozen site>", "<string>") and native
  * otherwise. A file whose own name ends in ":<digits>" is written with an
  * explicit ":0" when its line is unknown ("f (x:12:0)"), so it cannot be
  * mistaken for line 12. Formatting a parsed frame gives back the same text,
@@ -297,6 +300,9 @@ int fg_profile_write_chrome(const struct fg_profile *p, const struct fg_timeline
  *  - self_pct, total_pct: of all samples in the profile;
  *  - tottime, cumtime: self / rate_hz and total / rate_hz seconds, 0 when
  *    the rate is unknown (rendered as "-");
+ *  - kind[]: the total samples split by the kind of each sample's stack
+ *    (fg_stack_kind: Python, native, idle), so they add up to total;
+ *    kind_pct[] of total. The table's own kind[] splits every sample.
  *  - line: the lowest nonzero line seen for the function (0 under -F or when
  *    unknown). Lowest rather than first seen, so the table of a recording and
  *    of its re-read folded file agree; it is also the line nearest the def.
@@ -383,6 +389,10 @@ int fg_profile_write_chrome(const struct fg_profile *p, const struct fg_timeline
  * of all those samples), and r2, the square of the correlation of
  * share with time (1: a straight line, steady; near 0: noise). Rows are sorted by slope, steepest
  * rise first, then func and file; top keeps the first top rows (0: all).
+ * One more row, func "[gc]" and file NULL, is the share of the samples
+ * whose stack holds the synthetic FG_GC_FRAME, computed the same way; it
+ * is there when the profile sampled the collector (# gc: sampled, even if
+ * it never caught one) or holds such a frame.
  */
 
 /*
@@ -658,5 +668,20 @@ int fg_flush(struct spy_buf *b, FILE *f, bool force, const char *what,
 	     struct spy_err *err);
 const char *fg_kind_name(uint8_t kind);
 bool fg_frame_is_root(const struct fg_frame *f, const char *prefix);
+/*
+ * fg_frame_is_state: a synthetic frame naming a thread state, not code: it
+ * starts, ignoring case, with "idle", "waiting", "sleeping" or "gil", bare
+ * or after '[' or '<' (record -i's "idle", "waiting for the GIL",
+ * "[idle]"). The SVG colours those violet-grey and the kind split counts
+ * them idle.
+ *
+ * fg_stack_kind: the kind of the samples of one stack (ids root first),
+ * from its innermost frame outwards: a thread-state frame makes it idle,
+ * a native frame native, a Python frame Python; other synthetic frames
+ * (<GC>, the roots) are looked through. A stack of roots alone counts as
+ * Python (a hand-made folded file; record never keeps one).
+ */
+bool fg_frame_is_state(const struct fg_frame *f);
+enum fg_kind fg_stack_kind(const struct fg_profile *p, const uint32_t *ids, size_t depth);
 
 #endif

@@ -13,7 +13,9 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <string.h>
+#include <strings.h>
 
+#include "common/util.h"
 #include "flamegraph/internal.h"
 
 /* Bytes flushed to the FILE at a time: output size is unbounded, memory is not. */
@@ -49,6 +51,39 @@ const char *fg_kind_name(uint8_t kind)
 bool fg_frame_is_root(const struct fg_frame *f, const char *prefix)
 {
 	return f->kind == SPY_FRAME_SYNTHETIC && !strncmp(f->func, prefix, strlen(prefix));
+}
+
+bool fg_frame_is_state(const struct fg_frame *f)
+{
+	static const char *const names[] = { "idle", "waiting", "sleeping", "gil", "[idle", "[waiting",
+					      "[gil", "<idle", "<waiting", "<gil" };
+	if (f->kind != SPY_FRAME_SYNTHETIC) {
+		return false;
+	}
+	for (size_t i = 0; i < SPY_ARRAY_SIZE(names); i++) {
+		if (!strncasecmp(f->func, names[i], strlen(names[i]))) {
+			return true;
+		}
+	}
+	return false;
+}
+
+enum fg_kind fg_stack_kind(const struct fg_profile *p, const uint32_t *ids, size_t depth)
+{
+	/* Innermost first: a state leaf wins, other synthetic frames (<GC>) are skipped. */
+	for (size_t k = depth; k-- > 0;) {
+		const struct fg_frame *f = &p->frames[ids[k]];
+		if (f->kind == SPY_FRAME_NATIVE) {
+			return FG_KIND_NATIVE;
+		}
+		if (f->kind == SPY_FRAME_PYTHON) {
+			return FG_KIND_PYTHON;
+		}
+		if (fg_frame_is_state(f)) {
+			return FG_KIND_IDLE;
+		}
+	}
+	return FG_KIND_PYTHON;
 }
 
 struct json_ctx {

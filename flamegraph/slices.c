@@ -389,16 +389,25 @@ static int cmp_trend(const void *x, const void *y)
 	return c ? c : strcmp(a->file ? a->file : "", b->file ? b->file : "");
 }
 
-/* Samples of each function in window w; returns the window's samples. */
+/*
+ * Samples of each function in window w, and in fit[fs->n] those of the
+ * stacks in_gc marks (NULL: none); returns the window's samples.
+ */
 static uint64_t window_counts(const struct window *w, const struct fg_profile *p,
-			      const struct fg_funcs *fs, struct func_fit *fit, uint32_t *touched,
-			      size_t *ntouched)
+			      const struct fg_funcs *fs, const bool *in_gc, struct func_fit *fit,
+			      uint32_t *touched, size_t *ntouched)
 {
 	uint64_t total = 0;
 	for (size_t i = 0; i < w->n; i++) {
 		const struct fg_stack_ent *e = &p->stacks[w->v[i].stack];
 		const uint32_t *ids = p->pool + e->off;
 		total += w->v[i].count;
+		if (in_gc && in_gc[w->v[i].stack]) {
+			if (!fit[fs->n].in_window) {
+				touched[(*ntouched)++] = (uint32_t)fs->n;
+			}
+			fit[fs->n].in_window += w->v[i].count;
+		}
 		for (uint32_t k = 0; k < e->depth; k++) {
 			uint32_t f = fs->fmap[ids[k]];
 			if (f == FG_NONE || fit[f].mark == w->v[i].stack + 1) {
@@ -414,6 +423,35 @@ static uint64_t window_counts(const struct window *w, const struct fg_profile *p
 	return total;
 }
 
+/*
+ * Which stacks hold the collector's frame (record's <GC>), or NULL when the
+ * profile has no [gc] row: neither sampled the collector's state (# gc:
+ * sampled) nor holds such a frame.
+ */
+static bool *gc_stacks(const struct fg_profile *p)
+{
+	const char *gc = fg_profile_meta_get(p, FG_META_GC);
+	bool sampled = gc && !strcmp(gc, "sampled"), any = false;
+	bool *is_gc = spy_xcalloc(p->nframes + 1, sizeof(*is_gc));
+	for (size_t f = 0; f < p->nframes; f++) {
+		const struct fg_frame *fr = &p->frames[f];
+		is_gc[f] = fr->kind == SPY_FRAME_SYNTHETIC && !strcmp(fr->func, FG_GC_FRAME);
+		any |= is_gc[f];
+	}
+	bool *in_gc = NULL;
+	if (sampled || any) {
+		in_gc = spy_xcalloc(p->nstacks + 1, sizeof(*in_gc));
+		for (size_t i = 0; i < p->nstacks && any; i++) {
+			const struct fg_stack_ent *e = &p->stacks[i];
+			for (uint32_t k = 0; k < e->depth && !in_gc[i]; k++) {
+				in_gc[i] = is_gc[p->pool[e->off + k]];
+			}
+		}
+	}
+	free(is_gc);
+	return in_gc;
+}
+
 void fg_trend_init(struct fg_trend *t, const struct fg_slices *s, const struct fg_profile *p,
 		   size_t top)
 {
@@ -421,9 +459,12 @@ void fg_trend_init(struct fg_trend *t, const struct fg_slices *s, const struct f
 	fg_funcs_init(&fs, p);
 	memset(t, 0, sizeof(*t));
 	t->slice_s = s->len_s;
-	struct func_fit *fit = spy_xcalloc(fs.n + 1, sizeof(*fit));
-	uint32_t *touched = spy_xmalloc((fs.n + 1) * sizeof(*touched));
-	bool *seen = spy_xcalloc(fs.n + 1, sizeof(*seen));
+	/* Rows 0 .. fs.n - 1 are functions, row fs.n the collector's [gc]. */
+	bool *in_gc = gc_stacks(p);
+	size_t nrows = fs.n + (in_gc != NULL);
+	struct func_fit *fit = spy_xcalloc(fs.n + 2, sizeof(*fit));
+	uint32_t *touched = spy_xmalloc((fs.n + 2) * sizeof(*touched));
+	bool *seen = spy_xcalloc(fs.n + 2, sizeof(*seen));
 	/*
 	 * Least squares weighted by each window's samples: the last window is
 	 * usually cut short by the end of the recording, and a window of three
@@ -447,7 +488,7 @@ void fg_trend_init(struct fg_trend *t, const struct fg_slices *s, const struct f
 	bool had_full = false;
 	for (size_t wi = 0; wi < s->nw; wi++) {
 		size_t nt = 0;
-		uint64_t total = window_counts(&s->w[wi], p, &fs, fit, touched, &nt);
+		uint64_t total = window_counts(&s->w[wi], p, &fs, in_gc, fit, touched, &nt);
 		for (size_t k = 0; k < nt; k++) {
 			fit[touched[k]].mark = 0;
 		}
@@ -458,7 +499,7 @@ void fg_trend_init(struct fg_trend *t, const struct fg_slices *s, const struct f
 		 * sampling (no Python thread running) is not a trend. */
 		double x = n, w = (double)total;
 		bool full = 2 * total >= most;
-		for (size_t f = 0; f < fs.n; f++) {
+		for (size_t f = 0; f < nrows; f++) {
 			double y = 100.0 * (double)fit[f].in_window / w;
 			if (full && !had_full) {
 				fit[f].first = y;
@@ -480,17 +521,18 @@ void fg_trend_init(struct fg_trend *t, const struct fg_slices *s, const struct f
 		t->samples += total;
 	}
 	t->windows = (size_t)n;
-	t->rows = spy_xmalloc((fs.n + 1) * sizeof(*t->rows));
+	t->rows = spy_xmalloc((fs.n + 2) * sizeof(*t->rows));
 	double vx = sw * sxx - sx * sx;
-	for (size_t f = 0; f < fs.n; f++) {
-		if (!seen[f]) {
+	for (size_t f = 0; f < nrows; f++) {
+		/* [gc] stays at 0 when the collector never ran: that is a finding too. */
+		if (!seen[f] && f < fs.n) {
 			continue;
 		}
 		const struct func_fit *ff = &fit[f];
 		double cov = sw * ff->sxy - sx * ff->sy, vy = sw * ff->syy - ff->sy * ff->sy;
 		struct fg_trend_row *r = &t->rows[t->nfuncs++];
-		r->func = fs.func[f];
-		r->file = fs.file[f];
+		r->func = f < fs.n ? fs.func[f] : "[gc]";
+		r->file = f < fs.n ? fs.file[f] : NULL;
 		/* Tiny variances are rounding, not a trend. */
 		r->slope = vx > 1e-9 ? cov / vx : 0;
 		r->first_pct = ff->first;
@@ -504,6 +546,7 @@ void fg_trend_init(struct fg_trend *t, const struct fg_slices *s, const struct f
 	free(seen);
 	free(touched);
 	free(fit);
+	free(in_gc);
 	fg_funcs_release(&fs);
 }
 
@@ -528,7 +571,9 @@ void fg_trend_render(const struct fg_trend *t, struct spy_buf *out)
 		const struct fg_trend_row *r = &t->rows[i];
 		spy_buf_addf(out, "%+8.3f %8.2f %8.2f %8.2f %5.2f  ", r->slope, r->first_pct,
 			     r->last_pct, r->mean_pct, r->r2);
-		struct fg_frame f = { r->func, r->file, 0, SPY_FRAME_PYTHON };
+		/* A row without a file is a resource ([gc]): its name alone. */
+		struct fg_frame f = { r->func, r->file, 0,
+				      r->file ? SPY_FRAME_PYTHON : SPY_FRAME_SYNTHETIC };
 		fg_frame_format(&f, out);
 		spy_buf_addch(out, '\n');
 	}

@@ -33,14 +33,12 @@
  * each picked by a hash of its file (module or library), so one module's
  * frames share a colour; a synthetic frame is grey (the process and thread
  * roots cmd adds), or violet-grey when its name says it is a thread state,
- * not code: it starts, ignoring case, with "idle", "waiting", "sleeping" or
- * "gil", bare or after '[' or '<' ("waiting for the GIL", "[idle]").
+ * not code (fg_frame_is_state: "idle", "waiting for the GIL", "[idle]").
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "common/util.h"
 #include "flamegraph/internal.h"
@@ -258,26 +256,13 @@ static uint32_t fnv1a(const char *s)
 	return h;
 }
 
-/* True if s starts with prefix, ignoring ASCII case. */
-static bool starts_with(const char *s, const char *prefix)
-{
-	return !strncasecmp(s, prefix, strlen(prefix));
-}
-
 static enum svg_class frame_class(const struct fg_frame *fr)
 {
 	if (fr->kind == SPY_FRAME_NATIVE) {
 		return SVG_NATIVE;
 	}
 	if (fr->kind == SPY_FRAME_SYNTHETIC) {
-		static const char *idle[] = { "idle", "waiting", "sleeping", "gil", "[idle", "[waiting", "[gil",
-					      "<idle", "<waiting", "<gil" };
-		for (size_t i = 0; i < SPY_ARRAY_SIZE(idle); i++) {
-			if (starts_with(fr->func, idle[i])) {
-				return SVG_IDLE;
-			}
-		}
-		return SVG_ROOT;
+		return fg_frame_is_state(fr) ? SVG_IDLE : SVG_ROOT;
 	}
 	return SVG_PYTHON;
 }

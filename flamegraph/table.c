@@ -23,6 +23,7 @@ struct func_acc {
 	uint32_t line;    /* lowest nonzero line seen */
 	uint32_t mark;    /* 1 + the last stack that added to total */
 	uint64_t self, total;
+	uint64_t kind[FG_KINDS];
 };
 
 struct func_index {
@@ -54,7 +55,7 @@ static uint32_t func_id(struct func_index *fi, const char *func, const char *fil
 	}
 	SPY_GROW(fi->v, fi->alloc, fi->n + 1);
 	uint32_t id = (uint32_t)fi->n++;
-	fi->v[id] = (struct func_acc){ func, file, line, 0, 0, 0 };
+	fi->v[id] = (struct func_acc){ func, file, line, 0, 0, 0, { 0 } };
 	fi->slots[j] = id + 1;
 	return id;
 }
@@ -152,12 +153,15 @@ static const char *sort_name(enum fg_sort s)
 	return "?";
 }
 
-/* Accumulate self and total per function (see the top of the file). */
-static void accumulate(struct func_index *fi, const struct fg_profile *p, const uint32_t *fmap)
+/* Accumulate self, total and its kinds per function (see the top of the file), and t's kinds. */
+static void accumulate(struct func_index *fi, const struct fg_profile *p, const uint32_t *fmap,
+		       struct fg_table *t)
 {
 	for (size_t i = 0; i < p->nstacks; i++) {
 		const struct fg_stack_ent *e = &p->stacks[i];
 		const uint32_t *ids = p->pool + e->off;
+		enum fg_kind kind = fg_stack_kind(p, ids, e->depth);
+		t->kind[kind] += e->count;
 		for (uint32_t k = 0; k < e->depth; k++) {
 			uint32_t fid = fmap[ids[k]];
 			if (fid == FG_NONE) {
@@ -167,6 +171,7 @@ static void accumulate(struct func_index *fi, const struct fg_profile *p, const 
 			if (fa->mark != i + 1) {
 				fa->mark = (uint32_t)i + 1;
 				fa->total += e->count;
+				fa->kind[kind] += e->count;
 			}
 			if (k + 1 == e->depth) {
 				fa->self += e->count;
@@ -236,7 +241,10 @@ void fg_table_init(struct fg_table *t, const struct fg_profile *p, const struct 
 
 	struct func_index fi;
 	uint32_t *fmap = map_functions(&fi, p, o->by_line);
-	accumulate(&fi, p, fmap);
+	accumulate(&fi, p, fmap, t);
+	for (int k = 0; k < FG_KINDS; k++) {
+		t->kind_pct[k] = t->samples ? 100.0 * (double)t->kind[k] / (double)t->samples : 0;
+	}
 
 	t->rows = spy_xmalloc((fi.n + 1) * sizeof(*t->rows));
 	for (size_t i = 0; i < fi.n; i++) {
@@ -254,6 +262,10 @@ void fg_table_init(struct fg_table *t, const struct fg_profile *p, const struct 
 		r->total_pct = t->samples ? 100.0 * (double)fa->total / (double)t->samples : 0;
 		r->tottime = t->rate_hz > 0 ? (double)fa->self / t->rate_hz : 0;
 		r->cumtime = t->rate_hz > 0 ? (double)fa->total / t->rate_hz : 0;
+		for (int k = 0; k < FG_KINDS; k++) {
+			r->kind[k] = fa->kind[k];
+			r->kind_pct[k] = 100.0 * (double)fa->kind[k] / (double)fa->total;
+		}
 	}
 	enum fg_sort sort = o->sort;
 	qsort_r(t->rows, t->nfuncs, sizeof(*t->rows), cmp_rows, &sort);
@@ -272,9 +284,13 @@ void fg_table_release(struct fg_table *t)
 
 /* ---- rendering ----------------------------------------------------------- */
 
-enum { COL_TOTAL_PCT, COL_SELF_PCT, COL_CUMTIME, COL_TOTTIME, NCOLS };
+enum { COL_TOTAL_PCT, COL_SELF_PCT, COL_CUMTIME, COL_TOTTIME, COL_PYTHON, COL_NATIVE, COL_IDLE,
+       NCOLS };
 
-static const char *const col_names[NCOLS] = { "total%", "self%", "cumtime", "tottime" };
+static const char *const col_names[NCOLS] = { "total%", "self%", "cumtime", "tottime",
+					      "python%", "native%", "idle%" };
+
+const char *const fg_kind_names[FG_KINDS] = { "python", "native", "idle" };
 
 static void cell(char *dst, size_t size, int col, const struct fg_row *r, bool have_rate)
 {
@@ -292,6 +308,11 @@ static void cell(char *dst, size_t size, int col, const struct fg_row *r, bool h
 		} else {
 			snprintf(dst, size, "-");
 		}
+		break;
+	case COL_PYTHON:
+	case COL_NATIVE:
+	case COL_IDLE:
+		snprintf(dst, size, "%.1f", r->kind_pct[col - COL_PYTHON]);
 		break;
 	}
 }
@@ -322,6 +343,9 @@ void fg_table_render(const struct fg_table *t, struct spy_buf *out)
 	} else {
 		spy_buf_addf(out, "%zu functions\n", t->nfuncs);
 	}
+	/* The whole profile's split: the one line a reader wants first (see fg_kind). */
+	spy_buf_addf(out, "by kind: %.1f%% python, %.1f%% native, %.1f%% idle\n",
+		     t->kind_pct[FG_KIND_PYTHON], t->kind_pct[FG_KIND_NATIVE], t->kind_pct[FG_KIND_IDLE]);
 
 	for (int k = 0; k < NCOLS; k++) {
 		width[k] = strlen(col_names[k]);

@@ -402,6 +402,7 @@ static void sample_process(struct engine *e, struct eng_process *p, const struct
 		info.thread = th;
 		info.tid = t->tid;
 		info.holds_gil = t->holds_gil;
+		info.gc = t->gc;
 		if (cb->stack(cb->ctx, e, &t->stack, &info) < 0) {
 			e->errors[ENG_ERR_DROPPED]++;
 		}

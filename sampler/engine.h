@@ -119,6 +119,7 @@ int eng_look(struct spy_process *p, int (*fn)(void *ctx, struct spy_err *err), v
 struct eng_thread {
 	pid_t tid;            /* kernel thread id; 0 if unknown */
 	bool holds_gil;
+	bool gc;              /* the runtime was collecting garbage in this thread (walker's gc) */
 	int rc;               /* < 0: the stack could not be read (the thread exited) */
 	const char *name;     /* the interpreter's name for it (interned in the engine's
 				 table), or NULL: the kernel's is used */
@@ -199,6 +200,7 @@ struct eng_sample {
 	const struct eng_os_thread *thread;   /* NULL if the walk gave no TID */
 	pid_t tid;
 	bool holds_gil;
+	bool gc;            /* eng_thread.gc */
 	bool idle;          /* only ever true with opts.idle */
 	uint64_t now_ns;    /* when the tick's walk finished */
 };

@@ -192,6 +192,58 @@ static void test_json(const struct fg_diff *d)
 	CHECK(strstr(buf, "\"work\"") == NULL); /* top 1, and work is under the gate */
 }
 
+/*
+ * The split by kind compared: BASE 8 Python and 2 idle samples (80 / 0 /
+ * 20), NEW 5 Python, 10 native (--native) and 5 idle (25 / 50 / 25); work
+ * goes from 100% Python to a third Python, two thirds native.
+ */
+static void test_kinds(void)
+{
+	struct spy_strtab st = SPY_STRTAB_INIT;
+	struct fg_profile *b = load(&st, "process;main (app.py:1);work (app.py:5) 8\n"
+				       "process;main (app.py:1);idle 2\n");
+	struct fg_profile *c = load(&st, "process;main (app.py:1);work (app.py:5) 5\n"
+				       "process;main (app.py:1);work (app.py:5);crc (z.so) 10\n"
+				       "process;main (app.py:1);idle 5\n");
+	struct fg_diff d;
+	fg_diff_init(&d, b, c);
+	CHECK_NEAR(d.base_kind_pct[FG_KIND_PYTHON], 80);
+	CHECK_NEAR(d.base_kind_pct[FG_KIND_IDLE], 20);
+	CHECK_NEAR(d.cur_kind_pct[FG_KIND_NATIVE], 50);
+	const struct fg_diff_row *r = fg_diff_find(&d, spy_strtab_interns(&st, "work"),
+						   spy_strtab_interns(&st, "app.py"));
+	CHECK(r != NULL);
+	if (r) {
+		CHECK_NEAR(r->base.kind_pct[FG_KIND_PYTHON], 100);
+		CHECK_NEAR(r->cur.kind_pct[FG_KIND_NATIVE], 100.0 * 10 / 15);
+	}
+	struct spy_buf out = SPY_BUF_INIT;
+	fg_diff_render(&d, 0, &out);
+	CHECK(strstr(out.buf, "\nby kind: python 80.0% -> 25.0% (-55.0), native 0.0% -> 50.0% (+50.0), "
+			      "idle 20.0% -> 25.0% (+5.0)\n") != NULL);
+	spy_buf_release(&out);
+	FILE *f = tmpfile();
+	CHECK(f != NULL);
+	if (f) {
+		struct fg_diff_gate g = FG_DIFF_GATE_OFF;
+		CHECK_INT(fg_diff_write_json(&d, 0, &g, "b", "n", f, NULL), 0);
+		rewind(f);
+		char buf[4096];
+		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+		buf[n] = '\0';
+		fclose(f);
+		CHECK(strstr(buf, "\"samples\": 10, \"python_pct\": 80.0000, \"native_pct\": 0.0000, "
+				  "\"idle_pct\": 20.0000}") != NULL);
+		CHECK(strstr(buf, "\"new\": {\"self\": 5, \"total\": 15, \"self_pct\": 25.0000, "
+				  "\"total_pct\": 75.0000, \"python_pct\": 33.3333, \"native_pct\": 66.6667, "
+				  "\"idle_pct\": 0.0000}") != NULL);
+	}
+	fg_diff_release(&d);
+	fg_profile_free(b);
+	fg_profile_free(c);
+	spy_strtab_release(&st);
+}
+
 /* Hostile names in NEW, to show the diff SVG escapes what it adds. */
 static const char hostile_text[] =
 	"process;main (app.py);</text><script>alert(1)</script> (x.py) 5\n"
@@ -258,6 +310,7 @@ static void test_qualified(void)
 int main(int argc, char **argv)
 {
 	test_qualified();
+	test_kinds();
 	struct spy_strtab st = SPY_STRTAB_INIT;
 	struct fg_profile *b = load(&st, base_text), *c = load(&st, new_text);
 	struct fg_diff d;

@@ -280,8 +280,93 @@ static void test_malformed(void)
 		    -SPY_EFORMAT, "STACK:COUNT");
 }
 
+/*
+ * The collector's row: [gc] is the share of each window's samples whose
+ * stack holds <GC>. Windows of 1 s, 10 samples each: <GC> under alloc 1,
+ * 3, 5 of them -> 10%, 30%, 50%: slope +20 points per window, r2 1, mean
+ * 30. It survives the folded round trip with the windows. A profile that
+ * sampled the state (# gc: sampled) and saw no collection has a [gc] row
+ * at 0; one that did not sample it (no # gc:, no <GC>) has none.
+ */
+static const struct fg_trend_row *find_row(const struct fg_trend *t, const char *func)
+{
+	for (size_t i = 0; i < t->nfuncs; i++) {
+		if (!strcmp(t->rows[i].func, func)) {
+			return &t->rows[i];
+		}
+	}
+	return NULL;
+}
+
+static void test_gc_row(void)
+{
+	struct fg_profile *p = fg_profile_new(NULL, 0);
+	struct fg_slices *s = fg_slices_new(1.0);
+	static const int gc[] = { 1, 3, 5 };
+	for (int w = 0; w < 3; w++) {
+		char line[128];
+		snprintf(line, sizeof(line), "process;main (a.py:1);alloc (a.py:7);<GC> %d", gc[w]);
+		add(p, s, line, w + 0.5);
+		snprintf(line, sizeof(line), "process;main (a.py:1);work (a.py:3) %d", 10 - gc[w]);
+		add(p, s, line, w + 0.5);
+	}
+	fg_profile_meta_set(p, FG_META_GC, "sampled");
+	fg_slices_store(s, p);
+	struct spy_buf b = SPY_BUF_INIT;
+	fg_profile_format_folded(p, &b);
+	CHECK(strstr(b.buf, "# gc: sampled\n") != NULL);
+	struct fg_profile *q = fg_profile_new(NULL, 0);
+	CHECK_INT(fg_profile_read_folded(q, b.buf, b.len, "gc", NULL), 0);
+	struct fg_slices *r = NULL;
+	CHECK_INT(fg_slices_load(&r, q, "gc", NULL), 0);
+	CHECK(r != NULL);
+	for (int k = 0; k < 2 && r; k++) {
+		struct fg_trend t;
+		fg_trend_init(&t, k ? r : s, k ? q : p, 0);
+		const struct fg_trend_row *g = find_row(&t, "[gc]");
+		CHECK(g != NULL);
+		if (g) {
+			CHECK(g->file == NULL);
+			CHECK_NEAR(g->slope, 20);
+			CHECK_NEAR(g->first_pct, 10);
+			CHECK_NEAR(g->last_pct, 50);
+			CHECK_NEAR(g->mean_pct, 30);
+			CHECK_NEAR(g->r2, 1);
+		}
+		struct spy_buf out = SPY_BUF_INIT;
+		fg_trend_render(&t, &out);
+		CHECK(strstr(out.buf, "+20.000    10.00    50.00    30.00  1.00  [gc]\n") != NULL);
+		spy_buf_release(&out);
+		fg_trend_release(&t);
+	}
+	fg_slices_free(r);
+	fg_profile_free(q);
+	spy_buf_release(&b);
+	fg_slices_free(s);
+	fg_profile_free(p);
+
+	/* Sampled, no collection: a row at 0. Not sampled: no row. */
+	for (int sampled = 0; sampled < 2; sampled++) {
+		p = fg_profile_new(NULL, 0);
+		s = fg_slices_new(1.0);
+		add(p, s, "process;main (a.py:1) 4", 0.5);
+		add(p, s, "process;main (a.py:1) 4", 1.5);
+		if (sampled) {
+			fg_profile_meta_set(p, FG_META_GC, "sampled");
+		}
+		struct fg_trend t;
+		fg_trend_init(&t, s, p, 0);
+		const struct fg_trend_row *g = find_row(&t, "[gc]");
+		CHECK(sampled ? g != NULL && g->mean_pct == 0 : g == NULL);
+		fg_trend_release(&t);
+		fg_slices_free(s);
+		fg_profile_free(p);
+	}
+}
+
 int main(void)
 {
+	test_gc_row();
 	test_trend_and_round_trip();
 	test_partial_windows();
 	test_recursion();

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/util.h"
 #include "flamegraph/internal.h"
 #include "tests/lib/check.h"
 
@@ -214,13 +215,16 @@ static void test_render(void)
 	struct spy_buf b = SPY_BUF_INIT;
 	fg_table_render(&t, &b);
 	/* Widths: total% 6 ("total%", "100.00"), self% 5 ("self%", "30.00"),
-	 * cumtime and tottime 7 (the header beats "0.200"); two spaces between. */
+	 * cumtime and tottime 7 (the header beats "0.200"), the kinds their
+	 * headers; two spaces between. By kind: sleep's 5 samples are native,
+	 * the other 15 Python, so main (on every stack) is 75 / 25. */
 	CHECK_STR(b.buf,
 		  "20 samples (~0.20 s at 100 Hz), sorted by cumtime, top 3 of 5 functions\n"
-		  "  total%  self%  cumtime  tottime  function (file:line)\n"
-		  "  100.00  10.00    0.200    0.020  main (app.py:10)\n"
-		  "   45.00  15.00    0.090    0.030  work (app.py:20)\n"
-		  "   30.00  30.00    0.060    0.060  helper (lib.py:5)\n");
+		  "by kind: 75.0% python, 25.0% native, 0.0% idle\n"
+		  "  total%  self%  cumtime  tottime  python%  native%  idle%  function (file:line)\n"
+		  "  100.00  10.00    0.200    0.020     75.0     25.0    0.0  main (app.py:10)\n"
+		  "   45.00  15.00    0.090    0.030    100.0      0.0    0.0  work (app.py:20)\n"
+		  "   30.00  30.00    0.060    0.060    100.0      0.0    0.0  helper (lib.py:5)\n");
 	spy_buf_release(&b);
 	fg_table_release(&t);
 
@@ -239,8 +243,9 @@ static void test_render(void)
 	fg_table_render(&t, &b);
 	CHECK_STR(b.buf,
 		  "40 samples, sorted by cumtime, top 1 of 6 functions\n"
-		  "  total%  self%  cumtime  tottime  function (file:line)\n"
-		  "   50.00  50.00        -        -  evil\\x1b[2J?x (e.py:1)\n");
+		  "by kind: 87.5% python, 12.5% native, 0.0% idle\n"
+		  "  total%  self%  cumtime  tottime  python%  native%  idle%  function (file:line)\n"
+		  "   50.00  50.00        -        -    100.0      0.0    0.0  evil\\x1b[2J?x (e.py:1)\n");
 	spy_buf_release(&b);
 	fg_table_release(&t);
 	spy_stack_release(&s);
@@ -252,7 +257,8 @@ static void test_render(void)
 	fg_table_render(&t, &b);
 	CHECK_STR(b.buf,
 		  "0 samples, sorted by cumtime, 0 functions\n"
-		  "  total%  self%  cumtime  tottime  function (file:line)\n");
+		  "by kind: 0.0% python, 0.0% native, 0.0% idle\n"
+		  "  total%  self%  cumtime  tottime  python%  native%  idle%  function (file:line)\n");
 	spy_buf_release(&b);
 	fg_table_release(&t);
 	fg_profile_free(e);
@@ -332,6 +338,79 @@ static void test_by_line(void)
 	fg_profile_free(p);
 }
 
+/*
+ * The split by kind (fg_stack_kind), by hand (27 samples):
+ *   spin: Python leaf                                   10 python
+ *   call -> memset (libc.so.6): native leaf              6 native
+ *   wait -> idle leaf                                    3 idle
+ *   wait -> futex_wait (native) -> idle: the leaf wins   1 idle
+ *   alloc -> <GC>: looked through, alloc is Python       4 python
+ *   a thread root with a "[waiting for the GIL]" leaf    2 idle (no function)
+ *   a root alone (only a hand-made file has one)         1 python
+ * Whole profile: python 15, native 6, idle 6. main (24): 14 / 6 / 4;
+ * wait 4 idle; call 6 native; futex_wait 1 idle; alloc 4 python.
+ */
+static void test_kinds(void)
+{
+	static const char text[] =
+		"process;main (k.py:1);spin (k.py:5) 10\n"
+		"process;main (k.py:1);call (k.py:9);memset (libc.so.6) 6\n"
+		"process;main (k.py:1);wait (k.py:12);idle 3\n"
+		"process;main (k.py:1);wait (k.py:12);futex_wait (libc.so.6);idle 1\n"
+		"process;main (k.py:1);alloc (k.py:20);<GC> 4\n"
+		"process;thread 5 \"w\";[waiting for the GIL] 2\n"
+		"process 1\n";
+	struct fg_profile *p = load(text, 0);
+	struct fg_table t;
+	struct fg_table_opts o = FG_TABLE_OPTS_INIT;
+	o.sort = FG_SORT_NAME;
+	fg_table_init(&t, p, &o);
+	CHECK_INT(t.samples, 27);
+	CHECK_INT(t.kind[FG_KIND_PYTHON], 15);
+	CHECK_INT(t.kind[FG_KIND_NATIVE], 6);
+	CHECK_INT(t.kind[FG_KIND_IDLE], 6);
+	CHECK_NEAR(t.kind_pct[FG_KIND_NATIVE], 100.0 * 6 / 27);
+	static const struct {
+		const char *func;
+		uint64_t py, nat, idle;
+	} want[] = {
+		{ "alloc", 4, 0, 0 }, { "call", 0, 6, 0 }, { "futex_wait", 0, 0, 1 },
+		{ "main", 14, 6, 4 }, { "memset", 0, 6, 0 }, { "spin", 10, 0, 0 }, { "wait", 0, 0, 4 },
+	};
+	CHECK_INT(t.n, SPY_ARRAY_SIZE(want));
+	for (size_t i = 0; i < t.n && i < SPY_ARRAY_SIZE(want); i++) {
+		const struct fg_row *r = &t.rows[i];
+		CHECK_STR(r->func, want[i].func);
+		CHECK_INT(r->kind[FG_KIND_PYTHON], want[i].py);
+		CHECK_INT(r->kind[FG_KIND_NATIVE], want[i].nat);
+		CHECK_INT(r->kind[FG_KIND_IDLE], want[i].idle);
+		CHECK_INT(r->kind[0] + r->kind[1] + r->kind[2], r->total);
+		CHECK_NEAR(r->kind_pct[0] + r->kind_pct[1] + r->kind_pct[2], 100.0);
+	}
+	struct spy_buf b = SPY_BUF_INIT;
+	fg_table_render(&t, &b);
+	CHECK(strstr(b.buf, "\nby kind: 55.6% python, 22.2% native, 22.2% idle\n") != NULL);
+	CHECK(strstr(b.buf, "     58.3     25.0   16.7  main (k.py:1)\n") != NULL);
+	spy_buf_release(&b);
+	fg_table_release(&t);
+
+	/* The thread-state names the SVG colours are the ones counted idle. */
+	struct fg_frame f = { "idle", NULL, 0, SPY_FRAME_SYNTHETIC };
+	CHECK(fg_frame_is_state(&f));
+	f.func = "Waiting for the GIL";
+	CHECK(fg_frame_is_state(&f));
+	f.func = "<gil>";
+	CHECK(fg_frame_is_state(&f));
+	f.func = "<GC>";
+	CHECK(!fg_frame_is_state(&f));
+	f.func = "process 1 \"idle\"";
+	CHECK(!fg_frame_is_state(&f));
+	f.func = "idle";
+	f.kind = SPY_FRAME_PYTHON;
+	CHECK(!fg_frame_is_state(&f));
+	fg_profile_free(p);
+}
+
 int main(void)
 {
 	test_by_line();
@@ -342,5 +421,6 @@ int main(void)
 	test_render();
 	test_same_after_reread();
 	test_sort_parse();
+	test_kinds();
 	return check_done();
 }

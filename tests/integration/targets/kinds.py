@@ -1,0 +1,99 @@
+# Target for test_kinds.py (the table's python% / native% / idle% split).
+#
+# The main thread repeats a cycle of CYCLE seconds, each phase lasting a
+# fixed share of it by the wall clock, so the shares hold however loaded
+# the machine is:
+#   in_c        NATIVE of the cycle: libc's memset over a large buffer,
+#               called through ctypes (no extension to build): with
+#               --native the innermost frame is native. Called through
+#               PyDLL, which keeps the GIL: a thread running C without it
+#               that a loaded machine starves of CPU counts as idle
+#               (waiting), and this target tests the split, not the load;
+#   in_python   PYTHON of the cycle: a pure Python loop;
+#   in_sleep    the rest: time.sleep (idle, kept with -i).
+# A loaded machine stretches the phases (a sleep wakes late, and the next
+# phase ends on time regardless), so with a file named (argv[1]) the target
+# also says how long its phases really took: on SIGUSR1 it replaces the
+# file with one line, "N NATIVE PYTHON SLEEP", N counting the signals and
+# then the seconds spent in each phase since it started. Only on a signal:
+# writing a file every cycle is time in none of the phases, and a loaded
+# machine makes it long.
+# Prints "ready {json}" (pid and the shares) once running; ends by itself
+# after LIFETIME seconds (SPY_TARGET_LIFETIME overrides). Runs on 2.7 and 3.x.
+import ctypes
+import json
+import os
+import signal
+import sys
+import time
+
+LIFETIME = float(os.environ.get("SPY_TARGET_LIFETIME", "120"))
+START = time.time()
+CYCLE = 0.1
+NATIVE, PYTHON = 0.4, 0.4
+# Large enough that the Python calling memset is a few % of the phase
+# (one call takes a fraction of a millisecond), small enough to end on time.
+BUF = ctypes.create_string_buffer(4 << 20)
+MEMSET = ctypes.PyDLL(None).memset
+MEMSET.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t)
+
+
+def in_c(until):
+    while time.time() < until:
+        MEMSET(BUF, 1, len(BUF))
+
+
+def in_python(until):
+    # time.time() is C (with --native, a native leaf): checked seldom.
+    x = 0
+    while time.time() < until:
+        for i in range(2000):
+            x += i * i
+    return x
+
+
+def in_sleep(until):
+    left = until - time.time()
+    if left > 0:
+        time.sleep(left)
+
+
+SPENT = [0.0, 0.0, 0.0]
+SAVED = [0]
+
+
+def save(path):
+    SAVED[0] += 1
+    with open(path + ".tmp", "w") as f:
+        f.write("%d %.6f %.6f %.6f\n" % tuple(SAVED + SPENT))
+    os.rename(path + ".tmp", path)
+
+
+def main():
+    path = sys.argv[1] if len(sys.argv) > 1 else None
+    if path:
+        save(path)
+        signal.signal(signal.SIGUSR1, lambda signum, frame: save(path))
+    sys.stdout.write("ready %s\n" % json.dumps(
+        {"pid": os.getpid(), "native": NATIVE, "python": PYTHON}))
+    sys.stdout.flush()
+    spent = SPENT
+    t = time.time()
+    while t - START < LIFETIME:
+        t0 = time.time()
+        in_c(t + NATIVE * CYCLE)
+        t1 = time.time()
+        in_python(t + (NATIVE + PYTHON) * CYCLE)
+        t2 = time.time()
+        in_sleep(t + CYCLE)
+        t3 = time.time()
+        spent[0] += t1 - t0
+        spent[1] += t2 - t1
+        spent[2] += t3 - t2
+        t += CYCLE
+        # Fallen behind (a stopped or starved process): start afresh.
+        if time.time() > t + CYCLE:
+            t = time.time()
+
+
+main()

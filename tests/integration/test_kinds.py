@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""The table's split by kind (python% / native% / idle%) against real
+interpreters (targets/kinds.py).
+
+The target's main thread spends, by the wall clock, 40% of every 100 ms in
+libc's memset (through ctypes, holding the GIL), 40% in a Python loop and 20% asleep, and
+writes down (on SIGUSR1, before and after each recording) how long each
+phase really took (a loaded machine wakes a
+sleeper late, stretching the sleep). The shares it measured over each
+recording are the ones expected. Per interpreter, one PASS/FAIL line:
+  - record --native -i: `spy report -f table`'s "by kind:" line reads
+    the target's shares (about 40 / 40 / 20) within 5 points, and the rows
+    of the three phases are
+    mostly their own kind (in_c native, in_python Python, in_sleep idle;
+    "mostly": with --native, time.time() in the loops is a native leaf,
+    the vDSO's clock, and a few % of a Python loop's samples end in C);
+  - record -i (no --native): the C time counts as Python (about
+    80 / 0 / 20) within 5 points, native exactly 0;
+  - spy diff of the two compares the split: its "by kind:" line carries
+    both profiles' shares as their tables print them.
+Records at 100 Hz: at higher rates a loaded machine misses ticks, and
+misses more of them in the costlier native unwinds than in sleeps, which
+skews the split the test measures.
+"""
+
+import os
+import re
+import signal
+
+import harness
+
+TARGET = harness.target_path("kinds.py")
+TOLERANCE = 5.0
+KINDS = re.compile(r"^by kind: ([\d.]+)% python, ([\d.]+)% native, ([\d.]+)% idle$", re.M)
+ROW = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\S+\s+\S+\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+) \(",
+                 re.M)
+DIFF_KINDS = re.compile(r"^by kind: python ([\d.]+)% -> ([\d.]+)% \([-+][\d.]+\), "
+                        r"native ([\d.]+)% -> ([\d.]+)% \([-+][\d.]+\), "
+                        r"idle ([\d.]+)% -> ([\d.]+)% \([-+][\d.]+\)$", re.M)
+
+
+def spy(args, timeout=60):
+    r = harness.run_spy(args, timeout=timeout, env=harness.spy_env(keep_log=False))
+    if r.rc != 0 or r.timed_out:
+        raise harness.SpyFailed(r.describe())
+    return r.out
+
+
+def read_phases(interp, path):
+    """[n, native, python, sleep] as the target last wrote them, or None;
+    the file is in a directory shared with it, seen here at its path or in
+    the root."""
+    for p in (path, interp.host_path(path)):
+        try:
+            with open(p) as f:
+                v = [float(x) for x in f.read().split()]
+            if len(v) == 4:
+                return v
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def phases(t, interp, path):
+    """The target's seconds in (native, python, sleep) so far: a SIGUSR1
+    has it write them down."""
+    before = read_phases(interp, path)
+    if before is None:
+        raise harness.HarnessError("the target wrote no %s" % path)
+    os.kill(t.pid, signal.SIGUSR1)
+    now = harness.wait_for(lambda: (lambda v: v if v and v[0] > before[0] else None)(
+        read_phases(interp, path)), 10)
+    if not now:
+        raise harness.HarnessError("the target did not write %s on SIGUSR1" % path)
+    return now[1:]
+
+
+def table(t, interp, stats, path, extra):
+    """Record with extra, then its table's split, rows and text, and the
+    split the target measured meanwhile: python, native, idle."""
+    before = phases(t, interp, stats)
+    spy(["record", "-q", "-F", "-i", "-r", "100", "-d", "5", "-o", path,
+         "--pid", str(t.pid)] + extra)
+    after = phases(t, interp, stats)
+    spent = [a - b for a, b in zip(after, before)]
+    total = sum(spent) or 1.0
+    want = (100 * spent[1] / total, 100 * spent[0] / total, 100 * spent[2] / total)
+    out = spy(["report", "-f", "table", path])
+    m = KINDS.search(out)
+    if not m:
+        raise harness.HarnessError("no 'by kind:' line in the table: %r" % out[:300])
+    rows = dict((r[3], tuple(float(x) for x in r[:3])) for r in ROW.findall(out))
+    return tuple(float(x) for x in m.groups()), rows, want
+
+
+def fmt(v):
+    return "(%s)" % ", ".join("%.1f" % x for x in v)
+
+
+def near(what, got, want):
+    names = ("python", "native", "idle")
+    return ["%s: %s %.1f%%, want %.0f +- %.0f" % (what, names[i], got[i], want[i], TOLERANCE)
+            for i in range(3) if abs(got[i] - want[i]) > TOLERANCE]
+
+
+def mostly(what, rows, func, kind, at_least):
+    names = ("python", "native", "idle")
+    if func not in rows:
+        return ["%s: no row for %s" % (what, func)]
+    got = rows[func][names.index(kind)]
+    if got < at_least:
+        return ["%s: %s is %.1f%% %s, want >= %g (%s)" % (what, func, got, kind, at_least,
+                                                         rows[func])]
+    return []
+
+
+def run_one(interp):
+    d = harness.shared_dir("spy-kinds-")
+    stats = os.path.join(d, "phases")
+    try:
+        with harness.Target(interp, TARGET, [stats], binds=[d]) as t:
+            harness.wait_for(lambda: os.path.exists(stats) or
+                             os.path.exists(interp.host_path(stats)), 10)
+            nat, nrows, nwant = table(t, interp, stats, os.path.join(d, "native.folded"),
+                                      ["--native"])
+            plain, prows, pwant = table(t, interp, stats, os.path.join(d, "plain.folded"), [])
+        probs = near("--native -i", nat, nwant)
+        probs += mostly("--native -i", nrows, "in_c", "native", 80)
+        probs += mostly("--native -i", nrows, "in_python", "python", 90)
+        probs += mostly("--native -i", nrows, "in_sleep", "idle", 90)
+        probs += near("-i", plain, (pwant[0] + pwant[1], 0, pwant[2]))
+        if plain[1] != 0:
+            probs.append("-i without --native: native %.1f%%, want 0" % plain[1])
+        probs += mostly("-i", prows, "in_c", "python", 80)
+        out = spy(["diff", os.path.join(d, "plain.folded"), os.path.join(d, "native.folded")])
+        m = DIFF_KINDS.search(out)
+        want = (plain[0], nat[0], plain[1], nat[1], plain[2], nat[2])
+        if not m:
+            probs.append("diff: no 'by kind:' line: %r" % out[:300])
+        elif any(abs(float(g) - w) > 0.051 for g, w in zip(m.groups(), want)):
+            probs.append("diff: by kind %s, the tables say %s" % (m.groups(), want))
+        if probs:
+            probs.append("(--native -i %s, target %s; -i %s, target %s)"
+                         % (nat, fmt(nwant), plain, fmt(pwant)))
+        return probs
+    finally:
+        harness.remove_shared_dir(interp, d)
+
+
+def main():
+    rep = harness.reporter("kinds")
+    harness.for_each_interp(rep, run_one)
+
+
+if __name__ == "__main__":
+    main()
