@@ -693,6 +693,10 @@ int cmd_record(int argc, char **argv)
 	if (r->push) {
 		spy_buf_addf(&sum, "; pushed %llu window%s to %s", (unsigned long long)pst.sent,
 			     pst.sent == 1 ? "" : "s", r->push->url_text);
+		/* Not lost: a window without samples is not sent, so the pushed ones have gaps there. */
+		if (pst.empty) {
+			spy_buf_addf(&sum, " (%llu empty, not sent)", (unsigned long long)pst.empty);
+		}
 		if (pst.dropped || pst.rejected || pst.queued) {
 			spy_buf_addf(&sum, " (lost: %llu dropped from a full queue, %llu refused, %zu not sent in time)",
 				     (unsigned long long)pst.dropped, (unsigned long long)pst.rejected, pst.queued);

@@ -136,12 +136,21 @@ static int perm_error(struct proc *p, int e, struct spy_err *err)
 	return rc;
 }
 
-static int check_memory(struct proc *p, struct spy_err *err)
+/*
+ * Whether the target's memory can be read. Every probe missing its mapping
+ * (EFAULT, then EIO from /proc/PID/mem) is not a refusal: the address space
+ * was replaced after the maps were read (an exec, e.g. a launch's shim
+ * becoming Python). *stale then says so, and the caller reads the maps again.
+ */
+static int check_memory(struct proc *p, bool *stale, struct spy_err *err)
 {
 	/* The probes try a few mappings: one may be unmapped since we read maps. */
 	const int max_probes = 4;
 	uint64_t word;
 	int probes = 0, e = 0;
+	bool unmapped = true;
+
+	*stale = false;
 
 	p->raw_read = mem_read_vm;
 	for (size_t i = 0; i < p->nmaps && probes < max_probes; i++) {
@@ -157,6 +166,7 @@ static int check_memory(struct proc *p, struct spy_err *err)
 			return 0;
 		}
 		e = n < 0 ? errno : EFAULT;
+		unmapped &= e == EFAULT;
 		if (e == ESRCH) {
 			return spy_err_set(err, SPY_ENOPROC, "process %d exited", (int)p->pid);
 		}
@@ -187,11 +197,18 @@ static int check_memory(struct proc *p, struct spy_err *err)
 			return 0;
 		}
 		e = errno;
+		unmapped &= e == EIO;
 	}
 	close(p->memfd);
 	p->memfd = -1;
 	p->statfd = -1;
 	p->raw_read = mem_read_vm;
+	if (unmapped) {
+		*stale = true;
+		return spy_err_set(err, SPY_EIO,
+				   "process %d: its mappings changed while being read (an exec?)",
+				   (int)p->pid);
+	}
 	return perm_error(p, e, err);
 }
 
@@ -364,16 +381,22 @@ int proc_open(struct proc **out, pid_t pid, struct spy_err *err)
 		goto fail;
 	}
 
-	read_cmdline(p);
-	read_exe(p);
-	rc = proc_read_maps(p, err);
-	if (rc == -SPY_EGONE) {
-		rc = spy_err_set(err, SPY_ENOPROC, "process %d has exited", (int)pid);
+	/* An exec between reading the maps and probing them is seen as stale maps: read again. */
+	bool stale = true;
+	for (int attempt = 0; stale && attempt < 3; attempt++) {
+		free(p->cmdline);
+		free(p->exe);
+		read_cmdline(p);
+		read_exe(p);
+		rc = proc_read_maps(p, err);
+		if (rc == -SPY_EGONE) {
+			rc = spy_err_set(err, SPY_ENOPROC, "process %d has exited", (int)pid);
+		}
+		if (rc < 0) {
+			goto fail;
+		}
+		rc = check_memory(p, &stale, err);
 	}
-	if (rc < 0) {
-		goto fail;
-	}
-	rc = check_memory(p, err);
 	if (rc < 0) {
 		goto fail;
 	}

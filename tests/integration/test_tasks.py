@@ -282,7 +282,7 @@ def check_record(interp):
             # frame names in a script array, JSON-quoted; the folded checks
             # above say how they nest).
             svg = os.path.join(tmp, "a.svg")
-            r = harness.run_spy(["record", "--async", "--pid", str(target.pid), "-d", "1",
+            r = harness.run_spy(["record", "--async", "--pid", str(target.pid), "-d", "2",
                                  "-q", "-o", svg])
             if r.rc != 0:
                 return p + ["record --async -o a.svg: " + r.describe()]
