@@ -69,6 +69,8 @@ struct rec {
 	struct fg_profile *profile;
 	struct fg_slices *slices;          /* --slice only: per-window counts */
 	struct fg_timeline *timeline;      /* -f chrome only: the samples in time order */
+	struct fg_resources *res;          /* --slice or -f chrome: the process's resources, once per window */
+	uint64_t res_every_ns, res_next_ns, res_cpu_ns;
 	const char *idle_frame;            /* the synthetic leaf marking -i's idle samples */
 	struct cmd_sources sources;        /* the sampled files, unless --no-source or -F */
 	size_t frames_seen;                /* the profile's distinct frames when files were last noted */
@@ -235,10 +237,39 @@ static void show_progress(struct rec *r, uint64_t now)
 	fputs("\033[K", stderr);
 }
 
+/* One reading of the process's resources (at most once per window: a few preads and one status file per thread). */
+static void read_resources(struct rec *r, uint64_t now)
+{
+	uint64_t t0 = spy_thread_cpu_ns();
+	struct proc_resources pr;
+	eng_resources(&r->e, &pr);
+	struct fg_res_point pt = {
+		.t = eng_elapsed(&r->e, now),
+		.user_ns = pr.known & PROC_RES_CPU ? pr.utime : FG_RES_UNKNOWN,
+		.sys_ns = pr.known & PROC_RES_CPU ? pr.stime : FG_RES_UNKNOWN,
+		.rss = pr.known & PROC_RES_RSS ? pr.rss : FG_RES_UNKNOWN,
+		.threads = pr.known & PROC_RES_THREADS ? pr.threads : FG_RES_UNKNOWN,
+		.ctxsw = pr.known & PROC_RES_CTXSW ? pr.ctxsw : FG_RES_UNKNOWN,
+		.read_bytes = pr.known & PROC_RES_IO ? pr.read_bytes : FG_RES_UNKNOWN,
+		.write_bytes = pr.known & PROC_RES_IO ? pr.write_bytes : FG_RES_UNKNOWN,
+	};
+	/* A process gone reads nothing: no reading rather than one of unknowns. */
+	if (pr.known) {
+		fg_resources_add(r->res, &pt);
+	}
+	r->res_cpu_ns += spy_thread_cpu_ns() - t0;
+}
+
 static bool between_ticks(void *ctx, struct engine *e, uint64_t now)
 {
 	struct rec *r = ctx;
 	push_lines(r, now);
+	if (r->res && now >= r->res_next_ns) {
+		/* On the window's grid (from the start), not from the last reading: no drift. */
+		read_resources(r, now);
+		uint64_t since = now - r->e.start_ns;
+		r->res_next_ns = r->e.start_ns + (since / r->res_every_ns + 1) * r->res_every_ns;
+	}
 	if (r->progress && now - r->last_progress_ns >= PROGRESS_NS) {
 		r->last_progress_ns = now;
 		show_progress(r, now);
@@ -270,6 +301,12 @@ static void set_metadata(struct rec *r, uint64_t now)
 	}
 	if (r->slices) {
 		fg_slices_store(r->slices, p);
+	}
+	if (r->res) {
+		fg_resources_store(r->res, p);
+		/* What the readings cost, for bench/resources-overhead. */
+		spy_log(SPY_LOG_DEBUG, "resources: %zu readings in %.3f ms CPU", fg_resources_count(r->res),
+			(double)r->res_cpu_ns / 1e6);
 	}
 	if (r->keep_source) {
 		struct fg_source_stats st;
@@ -528,7 +565,7 @@ static int parse_args(struct rec *r, int argc, char **argv)
 		{ 0, "sort", OPT_STRING, &sort, "KEY", "table order: cumtime, tottime or name" },
 		{ 'q', "quiet", OPT_BOOL, &r->quiet, NULL, "no progress line" },
 		{ 0, "no-source", OPT_BOOL, &r->no_source, NULL, "do not keep the sampled lines' source text in the profile" },
-		{ 0, "slice", OPT_DOUBLE, &r->slice, "S", "also count samples per S-second window, kept in a folded profile (for report --trend)" },
+		{ 0, "slice", OPT_DOUBLE, &r->slice, "S", "also count samples, and read the process's CPU, RSS, threads, switches and I/O, per S-second window, kept in a folded profile (for report --trend)" },
 		{ 0, "push", OPT_STRING, &r->push_url, "URL",
 		  "continuous mode: every --push-every S, send the last window to the Pyroscope server at URL (http:// only); no file unless -o" },
 		{ 0, "push-every", OPT_UINT, &r->push_every, "S", "with --push: the window, in seconds (default 10)" },
@@ -638,6 +675,7 @@ static void rec_release(struct rec *r)
 	cmd_sources_release(&r->sources);
 	fg_slices_free(r->slices);
 	fg_timeline_free(r->timeline);
+	fg_resources_free(r->res);
 	fg_profile_free(r->profile);
 	fg_profile_free(r->window);
 	free(r->push);
@@ -667,6 +705,12 @@ int cmd_record(int argc, char **argv)
 	r->profile = fg_profile_new(&r->strs, r->function ? FG_FUNCTION : 0);
 	r->slices = r->slice > 0 ? fg_slices_new(r->slice) : NULL;
 	r->timeline = r->fmt == FG_FORMAT_CHROME ? fg_timeline_new(r->o.rate) : NULL;
+	if (r->slices || r->timeline) {
+		/* Chrome's counter tracks get a reading a second. */
+		r->res = fg_resources_new();
+		r->res_every_ns = (uint64_t)((r->slices ? r->slice : 1.0) * 1e9);
+		r->res_every_ns = r->res_every_ns < 10000000 ? 10000000 : r->res_every_ns;
+	}
 	r->idle_frame = spy_strtab_interns(&r->strs, "idle");
 	r->gc_frame = spy_strtab_interns(&r->strs, FG_GC_FRAME);
 
@@ -674,6 +718,10 @@ int cmd_record(int argc, char **argv)
 	const struct eng_callbacks cb = { r, record_stack, between_ticks, record_window };
 	eng_run(&r->e, &cb);
 	uint64_t end = ticker_now_ns();
+	if (r->res) {
+		/* The run's end is a reading too, while the process is still open. */
+		read_resources(r, end);
+	}
 	eng_detach(&r->e);
 	if (r->progress) {
 		fputs("\r\033[K", stderr);

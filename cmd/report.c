@@ -41,6 +41,7 @@ struct report {
 	struct fg_svg_opts svg;
 	struct fg_lines_opts lines;
 	struct fg_slices *slices;  /* --trend: the profile's time windows */
+	struct fg_resources *res;  /* --trend: the process's resources, when recorded */
 };
 
 static int write_trend(void *report, FILE *f, const char *name, struct spy_err *err)
@@ -51,6 +52,11 @@ static int write_trend(void *report, FILE *f, const char *name, struct spy_err *
 	fg_trend_init(&t, r->slices, r->profile, r->table.top);
 	fg_trend_render(&t, &b);
 	fg_trend_release(&t);
+	/* Beside the functions, in units of their own (README, "report --trend"). */
+	if (r->res) {
+		spy_buf_addch(&b, '\n');
+		fg_resources_trend(r->res, &b);
+	}
 	return cmd_output_text(f, &b, name, err);
 }
 
@@ -62,6 +68,9 @@ static int write_trend(void *report, FILE *f, const char *name, struct spy_err *
 static int load_trend(struct report *r, const char *input, struct spy_err *err)
 {
 	int rc = fg_slices_load(&r->slices, r->profile, input, err);
+	if (rc == 0) {
+		rc = fg_resources_load(&r->res, r->profile, input, err);
+	}
 	if (rc == 0 && !r->slices) {
 		rc = spy_err_set(err, SPY_EFORMAT, "%s has no time windows", input);
 		spy_err_remedy(err, "record it with spy record --slice SECONDS");
@@ -217,6 +226,7 @@ int cmd_report(int argc, char **argv)
 	}
 	free(path);
 	fg_slices_free(r.slices);
+	fg_resources_free(r.res);
 	fg_profile_free(r.profile);
 	spy_strtab_release(&strs);
 	return rc < 0 ? cmd_fail(&err) : 0;

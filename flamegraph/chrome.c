@@ -12,7 +12,9 @@
  */
 #include <inttypes.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "common/util.h"
 #include "flamegraph/internal.h"
 
 #define WHAT "chrome trace"
@@ -89,6 +91,73 @@ static void name_tracks(struct chrome *c)
 	}
 }
 
+/* One counter event: name, then n series "label":value. */
+static void counter(struct chrome *c, int32_t pid, const char *name, double t_s, size_t n,
+		    const char *const *label, const double *v)
+{
+	open_event(c, "C");
+	fg_json_string(&c->b, name);
+	spy_buf_adds(&c->b, ",\"cat\":\"resources\",\"ts\":");
+	add_ts(&c->b, t_s > 0 ? spy_s_to_ns(t_s) : 0);
+	spy_buf_addf(&c->b, ",\"pid\":%" PRId32 ",\"tid\":0,\"args\":{", pid);
+	for (size_t i = 0; i < n; i++) {
+		spy_buf_addf(&c->b, "%s\"%s\":%.3f", i ? "," : "", label[i], v[i]);
+	}
+	spy_buf_adds(&c->b, "}}");
+}
+
+static bool known2(uint64_t a, uint64_t b)
+{
+	return a != FG_RES_UNKNOWN && b != FG_RES_UNKNOWN && b >= a;
+}
+
+/* The resource readings kept in the profile, as counters of the first process. */
+static int counters(struct chrome *c)
+{
+	struct fg_resources *r = NULL;
+	struct spy_err ignored = SPY_ERR_INIT;
+	/* A malformed reading was already refused when the profile was read for report; none here. */
+	if (fg_resources_load(&r, c->p, "profile", &ignored) < 0 || !r || !fg_timeline_tracks(c->tl)) {
+		fg_resources_free(r);
+		return 0;
+	}
+	int32_t pid = fg_timeline_track(c->tl, 0)->pid;
+	static const char *const cpu[] = { "user %", "sys %" }, *const io[] = { "read KB/s", "write KB/s" };
+	static const char *const rss[] = { "MB" }, *const th[] = { "threads" }, *const cs[] = { "per s" };
+	size_t n = fg_resources_count(r);
+	int rc = 0;
+	for (size_t i = 0; i < n && !rc; i++) {
+		const struct fg_res_point *a = fg_resources_at(r, i);
+		const struct fg_res_point *b = i + 1 < n ? fg_resources_at(r, i + 1) : NULL;
+		double dt = b ? b->t - a->t : 0, v[2];
+		if (a->rss != FG_RES_UNKNOWN) {
+			v[0] = (double)a->rss / 1e6;
+			counter(c, pid, "rss", a->t, 1, rss, v);
+		}
+		if (a->threads != FG_RES_UNKNOWN) {
+			v[0] = (double)a->threads;
+			counter(c, pid, "threads", a->t, 1, th, v);
+		}
+		if (dt > 0.001 && known2(a->user_ns, b->user_ns) && known2(a->sys_ns, b->sys_ns)) {
+			v[0] = (double)(b->user_ns - a->user_ns) / 1e7 / dt;
+			v[1] = (double)(b->sys_ns - a->sys_ns) / 1e7 / dt;
+			counter(c, pid, "cpu", a->t, 2, cpu, v);
+		}
+		if (dt > 0.001 && known2(a->ctxsw, b->ctxsw)) {
+			v[0] = (double)(b->ctxsw - a->ctxsw) / dt;
+			counter(c, pid, "context switches", a->t, 1, cs, v);
+		}
+		if (dt > 0.001 && known2(a->read_bytes, b->read_bytes) && known2(a->write_bytes, b->write_bytes)) {
+			v[0] = (double)(b->read_bytes - a->read_bytes) / 1e3 / dt;
+			v[1] = (double)(b->write_bytes - a->write_bytes) / 1e3 / dt;
+			counter(c, pid, "io", a->t, 2, io, v);
+		}
+		rc = fg_flush(&c->b, c->f, false, WHAT, c->err);
+	}
+	fg_resources_free(r);
+	return rc;
+}
+
 static void other_data(struct chrome *c)
 {
 	size_t n = fg_profile_meta_count(c->p);
@@ -96,7 +165,11 @@ static void other_data(struct chrome *c)
 	for (size_t i = 0; i < n; i++) {
 		const char *key, *value;
 		fg_profile_meta_at(c->p, i, &key, &value);
-		if (i) {
+		/* The readings are the counter tracks already. */
+		if (!strncmp(key, "res-", 4)) {
+			continue;
+		}
+		if (c->b.buf[c->b.len - 1] != '{') {
 			spy_buf_addch(&c->b, ',');
 		}
 		fg_json_string(&c->b, key);
@@ -105,7 +178,7 @@ static void other_data(struct chrome *c)
 	}
 	/* Past FG_MAX_TIMELINE_RUNS the trace stops short: say so. */
 	if (fg_timeline_dropped(c->tl)) {
-		spy_buf_addf(&c->b, "%s\"timeline-dropped-samples\":\"%" PRIu64 "\"", n ? "," : "",
+		spy_buf_addf(&c->b, "%s\"timeline-dropped-samples\":\"%" PRIu64 "\"", c->b.buf[c->b.len - 1] != '{' ? "," : "",
 			     fg_timeline_dropped(c->tl));
 	}
 	spy_buf_adds(&c->b, "}}\n");
@@ -119,6 +192,9 @@ int fg_profile_write_chrome(const struct fg_profile *p, const struct fg_timeline
 	spy_buf_adds(&c.b, "{\"traceEvents\":[");
 	name_tracks(&c);
 	int rc = fg_timeline_walk(c.tl, p, span, &c);
+	if (!rc) {
+		rc = counters(&c);
+	}
 	if (!rc) {
 		other_data(&c);
 		rc = fg_flush(&c.b, f, true, WHAT, err);

@@ -258,6 +258,38 @@ int fg_slices_load(struct fg_slices **out, const struct fg_profile *p, const cha
  * merged (read with FG_FUNCTION), which would make the stack numbers lie. */
 void fg_slices_drop(struct fg_profile *p);
 
+/*
+ * The process's resources over a recording (record --slice, -f chrome):
+ * readings at points in time, kept in a folded file as metadata ("# resources"
+ * names the columns, "# res-I" holds reading I; doc/folded-format.md). A
+ * field not read is FG_RES_UNKNOWN. Past FG_MAX_SLICES readings every other
+ * one is dropped.
+ */
+#define FG_RES_UNKNOWN UINT64_MAX
+struct fg_res_point {
+	double t;                       /* seconds since the recording started */
+	uint64_t user_ns, sys_ns;       /* CPU time of the process so far */
+	uint64_t rss;                   /* bytes resident */
+	uint64_t threads;
+	uint64_t ctxsw;                 /* context switches of the live threads so far */
+	uint64_t read_bytes, write_bytes;   /* storage I/O so far */
+};
+struct fg_resources;
+struct fg_resources *fg_resources_new(void);
+void fg_resources_free(struct fg_resources *r);
+void fg_resources_add(struct fg_resources *r, const struct fg_res_point *pt);
+size_t fg_resources_count(const struct fg_resources *r);
+const struct fg_res_point *fg_resources_at(const struct fg_resources *r, size_t i);
+/* Replace p's readings with r's (NULL: remove them). */
+void fg_resources_store(const struct fg_resources *r, struct fg_profile *p);
+/* *out NULL when p has none (or columns this spy does not know); a malformed reading is SPY_EFORMAT. */
+int fg_resources_load(struct fg_resources **out, const struct fg_profile *p, const char *name,
+		      struct spy_err *err);
+/* Peak RSS and threads; CPU, switches and I/O between the first and last reading (t: that span). */
+void fg_resources_totals(const struct fg_resources *r, struct fg_res_point *tot);
+/* report --trend's resource rows: [rss], [cpu], [threads], [ctxsw], [io]. */
+void fg_resources_trend(const struct fg_resources *r, struct spy_buf *out);
+
 /* The trend of each function across the windows: slope, first, last and mean share, r2 (internal.h). */
 struct fg_trend_row {
 	const char *func, *file;

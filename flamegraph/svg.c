@@ -681,6 +681,26 @@ static bool meta_item(struct svg *g, bool first, const char *label, const char *
 	return false;
 }
 
+/* The resource readings' totals (record --slice, -f chrome): CPU over the recording, peak RSS. */
+static void emit_resources(struct svg *g)
+{
+	struct fg_resources *r = NULL;
+	struct spy_err ignored = SPY_ERR_INIT;
+	if (fg_resources_load(&r, g->p, "profile", &ignored) < 0 || !r) {
+		return;
+	}
+	struct fg_res_point tot;
+	fg_resources_totals(r, &tot);
+	if (tot.user_ns != FG_RES_UNKNOWN && tot.sys_ns != FG_RES_UNKNOWN) {
+		spy_buf_addf(&g->out, " | CPU user %.2f s, sys %.2f s", (double)tot.user_ns / 1e9,
+			     (double)tot.sys_ns / 1e9);
+	}
+	if (tot.rss != FG_RES_UNKNOWN) {
+		spy_buf_addf(&g->out, " | peak RSS %.1f MB", (double)tot.rss / 1e6);
+	}
+	fg_resources_free(r);
+}
+
 static void emit_header(struct svg *g, const char *title, int height)
 {
 	struct spy_buf *o = &g->out;
@@ -720,6 +740,7 @@ static void emit_header(struct svg *g, const char *title, int height)
 	first = false;
 	first = meta_item(g, first, "rate ", FG_META_RATE_HZ, " Hz");
 	first = meta_item(g, first, "errors: ", FG_META_ERRORS, "");
+	emit_resources(g);
 	first = meta_item(g, first, "pid ", FG_META_PID, "");
 	(void)meta_item(g, first, "spy ", FG_META_SPY_VERSION, "");
 	spy_buf_adds(o, "</text>\n");

@@ -333,6 +333,15 @@ static bool keep(struct engine *e, struct eng_process *p, size_t i, struct eng_o
 	return (active || e->o.idle) && t->stack.n > 0;
 }
 
+void eng_resources(struct engine *e, struct proc_resources *out)
+{
+	memset(out, 0, sizeof(*out));
+	struct eng_process *ep = e->nprocs ? e->procs[0] : NULL;
+	if (ep && !ep->gone && ep->proc.ops->resources) {
+		ep->proc.ops->resources(&ep->proc, out);
+	}
+}
+
 /* The stopped window: pause, walk (and what the walker reads paused), resume. n, or < 0 for nothing. */
 static long sample_paused(struct engine *e, struct eng_process *p, uint64_t now)
 {

@@ -68,6 +68,8 @@ struct spy_process_ops {
 	/* Memory: a fresh view for a walk of a running process; re-read the maps. */
 	void (*fresh_view)(struct spy_process *p);
 	void (*read_maps)(struct spy_process *p);
+	/* The process's CPU time, RSS, threads, switches and I/O now (see proc_read_resources). */
+	void (*resources)(struct spy_process *p, struct proc_resources *out);
 	/* Threads watched across ticks (see struct proc_task). */
 	void (*task_open)(const struct spy_process *p, struct proc_task *t, pid_t tid);
 	void (*task_refresh)(struct proc_task *t, bool with_cpu);
@@ -289,6 +291,12 @@ struct engine {
  */
 int eng_open(struct engine *e, const struct eng_opts *o, const struct eng_walker *w,
 	     struct spy_strtab *strs, pid_t pid, char **program, struct spy_err *err);
+/*
+ * The first process's resources now (record --slice and -f chrome read
+ * them once per window, between ticks): known is 0 for a core, a process
+ * gone, or a backend without them.
+ */
+void eng_resources(struct engine *e, struct proc_resources *out);
 /* Sample until the duration, a stop signal, the first process's exit or wait says stop. */
 void eng_run(struct engine *e, const struct eng_callbacks *cb);
 /* Resume and detach every process (idempotent); a stop signal is forwarded to a launched program. */

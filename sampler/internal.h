@@ -96,6 +96,7 @@ struct proc {
 	pid_t mem_tid;
 	int memfd;             /* mem under memdirfd when process_vm_readv is refused, else -1 */
 	int statfd;            /* dirfd's stat, opened by the first proc_alive(), else -1 */
+	int iofd;              /* dirfd's io, opened by the first proc_read_resources(); -1 not yet, -2 refused */
 	char *cmdline;
 	char *exe;
 

@@ -358,6 +358,7 @@ int proc_open(struct proc **out, pid_t pid, struct spy_err *err)
 	p->memdirfd = -1;
 	p->memfd = -1;
 	p->statfd = -1;
+	p->iofd = -1;
 	p->raw_read = mem_read_vm;
 	p->mem.read = memcache_read;
 	p->mem.ctx = p;
@@ -419,6 +420,9 @@ void proc_free(struct proc *p)
 	}
 	if (p->statfd >= 0) {
 		close(p->statfd);
+	}
+	if (p->iofd >= 0) {
+		close(p->iofd);
 	}
 	if (p->memdirfd >= 0 && p->memdirfd != p->dirfd) {
 		close(p->memdirfd);

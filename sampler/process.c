@@ -120,6 +120,11 @@ static bool live_execed(const struct spy_process *p)
 	return proc_execed(live(p));
 }
 
+static void live_resources(struct spy_process *p, struct proc_resources *out)
+{
+	proc_read_resources(live(p), out);
+}
+
 static const struct spy_process_ops live_ops = {
 	.kind = "process",
 	.pid = live_pid,
@@ -134,6 +139,7 @@ static const struct spy_process_ops live_ops = {
 	.execed = live_execed,
 	.fresh_view = live_fresh_view,
 	.read_maps = live_read_maps,
+	.resources = live_resources,
 	.task_open = live_task_open,
 	.task_refresh = proc_task_refresh,
 	.task_close = proc_task_close,

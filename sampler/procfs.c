@@ -215,6 +215,88 @@ static bool take_char(const char **s, const char *end, char c)
 	return false;
 }
 
+/* ---- resources ---- */
+
+/* The value of "key:\tNUMBER" at the start of a line of text, or false. */
+static bool field_value(const char *text, size_t len, const char *key, uint64_t *out)
+{
+	size_t kl = strlen(key);
+	const char *s = text, *end = text + len;
+	while (s < end) {
+		const char *nl = memchr(s, '\n', (size_t)(end - s));
+		const char *le = nl ? nl : end;
+		if ((size_t)(le - s) > kl && !memcmp(s, key, kl) && s[kl] == ':') {
+			const char *v = s + kl + 1;
+			while (v < le && (*v == ' ' || *v == '\t')) {
+				v++;
+			}
+			return take_dec(&v, le, out) && (v == le || *v == ' ');
+		}
+		s = nl ? nl + 1 : end;
+	}
+	return false;
+}
+
+unsigned proc_parse_stat_resources(const char *text, size_t len, struct proc_resources *out)
+{
+	if (!text || !proc_parse_stat_state(text, len)) {
+		return 0;
+	}
+	const char *end = text + len;
+	const char *s = memrchr(text, ')', len) + 1;
+	/* Fields from 3 (state) on, space-separated; some (nice, priority) may be negative. */
+	uint64_t f[25] = { 0 };
+	bool ok[25] = { false };
+	for (unsigned i = 3; i <= 24 && s < end; i++) {
+		while (s < end && *s == ' ') {
+			s++;
+		}
+		const char *tok = s;
+		ok[i] = take_dec(&s, end, &f[i]) && (s == end || *s == ' ' || *s == '\n');
+		while (s < end && *s != ' ') {
+			s++;
+		}
+		if (s == tok) {
+			break;
+		}
+	}
+	unsigned known = 0;
+	if (ok[14] && ok[15]) {
+		out->utime = f[14];
+		out->stime = f[15];
+		known |= PROC_RES_CPU;
+	}
+	if (ok[20]) {
+		out->threads = f[20];
+		known |= PROC_RES_THREADS;
+	}
+	if (ok[24]) {
+		out->rss = f[24];
+		known |= PROC_RES_RSS;
+	}
+	return known;
+}
+
+unsigned proc_parse_status_ctxsw(const char *text, size_t len, uint64_t *sum)
+{
+	uint64_t v, nv;
+	if (!text || !field_value(text, len, "voluntary_ctxt_switches", &v) ||
+	    !field_value(text, len, "nonvoluntary_ctxt_switches", &nv)) {
+		return 0;
+	}
+	*sum = v + nv;
+	return PROC_RES_CTXSW;
+}
+
+unsigned proc_parse_io(const char *text, size_t len, uint64_t *read_bytes, uint64_t *write_bytes)
+{
+	if (!text || !field_value(text, len, "read_bytes", read_bytes) ||
+	    !field_value(text, len, "write_bytes", write_bytes)) {
+		return 0;
+	}
+	return PROC_RES_IO;
+}
+
 static bool take_perms(const char **s, const char *end, uint8_t *perms)
 {
 	static const char yes[4] = { 'r', 'w', 'x', 'p' };

@@ -116,6 +116,37 @@ bool proc_task_active(const struct proc_task *t);
 void proc_task_comm(const struct proc *p, pid_t tid, char *buf, size_t size);
 /* False once the process has exited (zombie or reaped); one pread of a kept-open stat. */
 bool proc_alive(struct proc *p);
+
+/*
+ * The process's resources at one moment (record --slice, -f chrome): what
+ * was read is in known (PROC_RES_*); the rest is unknown, never an error.
+ * CPU, RSS and threads come from one pread of the kept-open stat, I/O from
+ * a kept-open io (often refused: then unknown for the whole run), context
+ * switches from every live thread's task/TID/status (at most
+ * SPY_MAX_THREADS): a thread that has exited no longer counts, so the sum
+ * can fall.
+ */
+enum {
+	PROC_RES_CPU = 1 << 0,
+	PROC_RES_RSS = 1 << 1,
+	PROC_RES_THREADS = 1 << 2,
+	PROC_RES_CTXSW = 1 << 3,
+	PROC_RES_IO = 1 << 4,
+};
+struct proc_resources {
+	unsigned known;
+	uint64_t utime, stime;   /* clock ticks (the parser), ns (proc_read_resources) */
+	uint64_t rss;            /* pages (the parser), bytes (proc_read_resources) */
+	uint64_t threads;
+	uint64_t ctxsw;          /* voluntary + involuntary, summed over the live threads */
+	uint64_t read_bytes, write_bytes;   /* storage I/O: io's read_bytes, write_bytes */
+};
+void proc_read_resources(struct proc *p, struct proc_resources *out);
+/* The parsers it uses (fuzzed): each sets its fields and returns the PROC_RES_* bits it read, 0 if malformed. */
+unsigned proc_parse_stat_resources(const char *text, size_t len, struct proc_resources *out);
+/* A status file's voluntary_ctxt_switches + nonvoluntary_ctxt_switches into *sum. */
+unsigned proc_parse_status_ctxsw(const char *text, size_t len, uint64_t *sum);
+unsigned proc_parse_io(const char *text, size_t len, uint64_t *read_bytes, uint64_t *write_bytes);
 /*
  * Every descendant of pid (children, theirs, ...: breadth first, at most
  * SPY_MAX_THREADS) from /proc/PID/task/TID/children, into *out (free()).

@@ -189,6 +189,83 @@ bool proc_alive(struct proc *p)
 	return st != 0 && st != 'Z' && st != 'X' && st != 'x';
 }
 
+/* Voluntary + involuntary switches of every live thread; false if none could be read. */
+static bool sum_ctxsw(struct proc *p, uint64_t *sum)
+{
+	int tfd = openat(p->dirfd, "task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = tfd >= 0 ? fdopendir(tfd) : NULL;
+	if (!d) {
+		if (tfd >= 0) {
+			close(tfd);
+		}
+		return false;
+	}
+	bool any = false;
+	size_t n = 0;
+	char buf[4096];
+	*sum = 0;
+	for (struct dirent *de; n < SPY_MAX_THREADS && (de = readdir(d));) {
+		if (de->d_name[0] < '1' || de->d_name[0] > '9' || strlen(de->d_name) > 10) {
+			continue;
+		}
+		n++;
+		char name[32];
+		snprintf(name, sizeof(name), "%s/status", de->d_name);
+		int fd = openat(dirfd(d), name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		ssize_t len = pread_text(fd, buf, sizeof(buf));
+		if (fd >= 0) {
+			close(fd);
+		}
+		uint64_t v;
+		/* A thread gone since the listing is simply not counted. */
+		if (len > 0 && proc_parse_status_ctxsw(buf, (size_t)len, &v)) {
+			*sum += v;
+			any = true;
+		}
+	}
+	closedir(d);
+	return any;
+}
+
+void proc_read_resources(struct proc *p, struct proc_resources *out)
+{
+	memset(out, 0, sizeof(*out));
+	char buf[1024];
+	if (p->statfd < 0) {
+		p->statfd = openat(p->dirfd, "stat", O_RDONLY | O_CLOEXEC);
+	}
+	ssize_t n = pread_text(p->statfd, buf, sizeof(buf));
+	if (n > 0) {
+		out->known |= proc_parse_stat_resources(buf, (size_t)n, out);
+	}
+	static long tck, page;
+	if (!tck) {
+		tck = sysconf(_SC_CLK_TCK);
+		page = sysconf(_SC_PAGESIZE);
+	}
+	if (tck <= 0 || page <= 0) {
+		out->known &= ~(unsigned)(PROC_RES_CPU | PROC_RES_RSS);
+	} else {
+		out->utime = out->utime / (uint64_t)tck * 1000000000u + out->utime % (uint64_t)tck * 1000000000u / (uint64_t)tck;
+		out->stime = out->stime / (uint64_t)tck * 1000000000u + out->stime % (uint64_t)tck * 1000000000u / (uint64_t)tck;
+		out->rss *= (uint64_t)page;
+	}
+	if (sum_ctxsw(p, &out->ctxsw)) {
+		out->known |= PROC_RES_CTXSW;
+	}
+	/* io needs ptrace-read access: refused once, it is not asked for again. */
+	if (p->iofd == -1) {
+		p->iofd = openat(p->dirfd, "io", O_RDONLY | O_CLOEXEC);
+		if (p->iofd < 0) {
+			p->iofd = -2;
+		}
+	}
+	n = p->iofd >= 0 ? pread_text(p->iofd, buf, sizeof(buf)) : -1;
+	if (n > 0) {
+		out->known |= proc_parse_io(buf, (size_t)n, &out->read_bytes, &out->write_bytes);
+	}
+}
+
 /* Append the children of pid, from /proc/PID/task/TID/children (each thread's own). */
 static void list_children(pid_t pid, pid_t **v, size_t *n, size_t *alloc)
 {

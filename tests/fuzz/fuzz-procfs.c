@@ -1,7 +1,9 @@
 /*
  * Fuzzing sampler's text parsers: /proc/PID/maps, task stat, syscall and
  * wchan text (proc_parse_maps, proc_parse_stat_state, proc_classify_wait,
- * proc_wait_note_wchan) and a core's NT_FILE note (core_parse_nt_file).
+ * proc_wait_note_wchan), a core's NT_FILE note (core_parse_nt_file) and the
+ * resource readings' stat, status and io (proc_parse_stat_resources,
+ * proc_parse_status_ctxsw, proc_parse_io).
  * A target or a core writes these bytes. Whatever they are: no crash, no
  * read outside the buffer (an exact-size copy: the sanitizers tell), and
  * what is accepted holds together (maps sorted, lo < hi, paths inside
@@ -62,8 +64,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		break;
 	}
+	case 3: {
+		/* The three resource parsers over the same text: each says only what it read. */
+		struct proc_resources r;
+		memset(&r, 0, sizeof(r));
+		uint64_t sum = 0, rd = 0, wr = 0;
+		unsigned k = proc_parse_stat_resources(text, n, &r);
+		if (k & ~(unsigned)(PROC_RES_CPU | PROC_RES_RSS | PROC_RES_THREADS)) {
+			abort();
+		}
+		if ((proc_parse_status_ctxsw(text, n, &sum) & ~(unsigned)PROC_RES_CTXSW) ||
+		    (proc_parse_io(text, n, &rd, &wr) & ~(unsigned)PROC_RES_IO)) {
+			abort();
+		}
+		break;
+	}
 	case 2:
-	case 3:
 		if (core_parse_nt_file((const unsigned char *)text, n, &maps, &nmaps, &paths, &err) == 0) {
 			for (size_t i = 0; i < nmaps; i++) {
 				(void)strlen(maps[i].path);

@@ -8,8 +8,11 @@ list of objects; every event has the keys and types its phase requires
 args an object); per thread, B/E events nest properly (each E closes the
 innermost open B of the same name) and timestamps never go back; every
 thread with events has a thread_name metadata event and every process a
-process_name; nothing is left open. It returns the failures and, per
-(pid, tid), the sum of the outermost slices' durations in microseconds.
+process_name; nothing is left open; counter events (C, the process's
+resources) have a name, a ts >= 0 that never goes back per (pid, name), a
+non-empty args object of numbers >= 0, and a named process. It returns the
+failures and, per (pid, tid), the sum of the outermost slices' durations in
+microseconds.
 
 Run with the path of test-flamegraph-timeline, it has that program save its
 traces and checks them, including that the outermost slices add up to the
@@ -39,6 +42,10 @@ TOTALS = {
     "plain.trace.json": 30000.0,
 }
 
+# Counter events per file: recorded.trace.json's profile holds 3 resource
+# readings (rss and threads at each, cpu, switches and io between): 12.
+COUNTERS = {"recorded.trace.json": 12}
+
 
 def _typed(ev, key, types, what, bad, required=True):
     if key not in ev:
@@ -67,7 +74,14 @@ def _check_event(i, ev, bad):
     ok &= _typed(ev, "name", str, what, bad, required=ph in "BMX")
     ok &= _typed(ev, "cat", str, what, bad, required=False)
     ok &= _typed(ev, "args", dict, what, bad, required=ph == "M")
-    if ph in "BEX":
+    if ph == "C":
+        ok &= _typed(ev, "name", str, what, bad)
+        ok &= _typed(ev, "args", dict, what, bad)
+        if ok and (not ev["args"] or any(isinstance(v, bool) or not isinstance(v, NUMBER) or v < 0
+                                         for v in ev["args"].values())):
+            bad.append("%s: counter args %r (want numbers >= 0)" % (what, ev["args"]))
+            ok = False
+    if ph in "BEXC":
         ok &= _typed(ev, "ts", NUMBER, what, bad)
         if ok and ev["ts"] < 0:
             bad.append("%s: negative ts" % what)
@@ -86,8 +100,8 @@ def validate(doc):
         bad.append("displayTimeUnit %r" % doc["displayTimeUnit"])
     if "otherData" in doc and not isinstance(doc["otherData"], dict):
         bad.append("otherData is not an object")
-    open_, last, totals = {}, {}, {}
-    named_threads, named_procs, used = set(), set(), set()
+    open_, last, totals, last_counter = {}, {}, {}, {}
+    named_threads, named_procs, used, counted = set(), set(), set(), set()
     for i, ev in enumerate(doc["traceEvents"]):
         if not _check_event(i, ev, bad):
             continue
@@ -98,8 +112,15 @@ def validate(doc):
             elif ev["name"] == "process_name":
                 named_procs.add(ev["pid"])
             continue
+        if ph == "C":
+            ckey = (ev["pid"], ev["name"])
+            if ev["ts"] < last_counter.get(ckey, 0):
+                bad.append("event %d: counter ts %r before %r for %r" % (i, ev["ts"], last_counter[ckey], ckey))
+            last_counter[ckey] = ev["ts"]
+            counted.add(ev["pid"])
+            continue
         if ph not in "BE":
-            bad.append("event %d: phase %r (spy writes only B, E and M)" % (i, ph))
+            bad.append("event %d: phase %r (spy writes only B, E, C and M)" % (i, ph))
             continue
         used.add(key)
         if ev["ts"] < last.get(key, 0):
@@ -122,12 +143,12 @@ def validate(doc):
             bad.append("thread %r: %d slices left open" % (key, len(stack)))
     for key in sorted(used - named_threads):
         bad.append("thread %r has no thread_name" % (key,))
-    for pid in sorted({k[0] for k in used} - named_procs):
+    for pid in sorted(({k[0] for k in used} | counted) - named_procs):
         bad.append("process %r has no process_name" % pid)
     return bad, totals
 
 
-def check_file(path, total_us=None):
+def check_file(path, total_us=None, counters=0):
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
@@ -136,6 +157,9 @@ def check_file(path, total_us=None):
     bad, totals = validate(doc)
     if not totals:
         bad.append("no slice at all")
+    ncount = sum(1 for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "C")
+    if ncount < counters:
+        bad.append("%d counter events, want >= %d" % (ncount, counters))
     if total_us is not None and abs(sum(totals.values()) - total_us) > 0.5:
         bad.append("outermost slices add up to %.3f us, expected %.3f"
                    % (sum(totals.values()), total_us))
@@ -166,6 +190,15 @@ def mutants(doc):
     mut("'ts' is", lambda ev: ev[first_b].__setitem__("ts", "0"))
     mut("no 'pid'", lambda ev: ev[first_b].pop("pid"))
     mut("closes B", lambda ev: ev[first_e].__setitem__("name", "not-the-same"))
+    counters = [i for i, e in enumerate(evs) if e["ph"] == "C"]
+    if counters:
+        c0 = counters[0]
+        mut("counter args", lambda ev: ev[c0].__setitem__("args", {"MB": "12"}))
+        mut("counter args", lambda ev: ev[c0].__setitem__("args", {}))
+        # The second reading of the same counter moved before the first.
+        same = next(i for i in counters[1:] if evs[i]["name"] == evs[c0]["name"])
+        mut("counter ts", lambda ev: (ev[c0].__setitem__("ts", 5.0),
+                                      ev[same].__setitem__("ts", 1.0)))
     return out
 
 
@@ -192,7 +225,7 @@ def main():
             sys.stdout.write(r.stdout.decode("utf-8", "replace"))
             bad = [] if r.returncode == 0 else ["%s exited %d" % (sys.argv[1], r.returncode)]
             for name, total in sorted(TOTALS.items()):
-                bad += check_file(os.path.join(d, name), total)
+                bad += check_file(os.path.join(d, name), total, COUNTERS.get(name, 0))
             if os.path.exists(os.path.join(d, "recorded.trace.json")):
                 bad += check_mutants(os.path.join(d, "recorded.trace.json"))
             checked = len(TOTALS) + 1

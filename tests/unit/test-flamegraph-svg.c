@@ -255,6 +255,24 @@ static void test_basic(void)
 	CHECK(well_formed(svg, &scripts));
 	CHECK(strstr(svg, "INV=1") != NULL);
 	CHECK(strstr(svg, "<title>my &lt;title&gt; &amp; &quot;more&quot;</title>") != NULL);
+	/* No resource readings: no totals. */
+	CHECK(strstr(svg, "peak RSS") == NULL && strstr(svg, "CPU user") == NULL);
+	free(svg);
+
+	/* With readings (record --slice): CPU between the first and last, the peak RSS. */
+	fg_profile_meta_set(p, "resources", "t-s user-ms sys-ms rss-kb threads ctxsw read-bytes write-bytes");
+	fg_profile_meta_set(p, "res-0", "0.000 100 10 2000 1 5 - -");
+	fg_profile_meta_set(p, "res-1", "1.000 600 30 50000 2 9 - -");
+	fg_profile_meta_set(p, "res-2", "2.000 1350 60 30000 2 20 - -");
+	svg = render(p, NULL, false, NULL);
+	CHECK(strstr(svg, " | CPU user 1.25 s, sys 0.05 s | peak RSS 51.2 MB | ") != NULL);
+	free(svg);
+	/* RSS unknown throughout: only the CPU. */
+	fg_profile_meta_set(p, "res-0", "0.000 100 10 - 1 5 - -");
+	fg_profile_meta_set(p, "res-1", "1.000 600 30 - 2 9 - -");
+	fg_profile_meta_set(p, "res-2", "2.000 1350 60 - 2 20 - -");
+	svg = render(p, NULL, false, NULL);
+	CHECK(strstr(svg, "CPU user 1.25 s, sys 0.05 s") != NULL && strstr(svg, "peak RSS") == NULL);
 	free(svg);
 	fg_profile_free(p);
 }

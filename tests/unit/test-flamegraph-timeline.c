@@ -109,6 +109,15 @@ static void test_spans(const char *dir)
 		    "0 B main 0 100000\n0 B work 1 100000\n0 B compute 2 100000\n"
 		    "0 E compute 2 120000\n0 E work 1 120000\n0 E main 0 120000\n"
 		    "1 B main 0 0\n1 B work 1 0\n1 E work 1 20000\n1 E main 0 20000\n");
+	/* Three resource readings 0.05 s apart: counter tracks, the rates written at each interval's start. */
+	struct fg_resources *res = fg_resources_new();
+	for (unsigned i = 0; i < 3; i++) {
+		struct fg_res_point pt = { 0.05 * i, 20000000ull * i, 5000000ull * i, 10000000ull + 1000000ull * i,
+					   2, 10ull * i, 0, 4096ull * i };
+		fg_resources_add(res, &pt);
+	}
+	fg_resources_store(res, p);
+	fg_resources_free(res);
 	save(dir, "recorded.trace.json", p, tl);
 
 	struct spy_buf out = SPY_BUF_INIT;
@@ -122,6 +131,14 @@ static void test_spans(const char *dir)
 			   "\"args\":{\"name\":\"thread 2 \\\"worker\\\"\"}}") != NULL);
 	CHECK(strstr(text, "\"name\":\"process_name\",\"pid\":7,\"tid\":0,"
 			   "\"args\":{\"name\":\"process 7\"}}") != NULL);
+	/* CPU 40% user and 10% sys over the first 0.05 s; RSS 11 MB at the second reading. */
+	CHECK(strstr(text, "{\"ph\":\"C\",\"name\":\"cpu\",\"cat\":\"resources\",\"ts\":0.000,\"pid\":7,"
+			   "\"tid\":0,\"args\":{\"user %\":40.000,\"sys %\":10.000}}") != NULL);
+	CHECK(strstr(text, "{\"ph\":\"C\",\"name\":\"rss\",\"cat\":\"resources\",\"ts\":50000.000,\"pid\":7,"
+			   "\"tid\":0,\"args\":{\"MB\":11.000}}") != NULL);
+	CHECK(strstr(text, "\"io\",\"cat\":\"resources\",\"ts\":50000.000,\"pid\":7,\"tid\":0,"
+			   "\"args\":{\"read KB/s\":0.000,\"write KB/s\":81.920}}") != NULL);
+	CHECK(strstr(text, "\"res-0\"") == NULL);
 	CHECK(strstr(text, "{\"ph\":\"B\",\"name\":\"io\",\"cat\":\"python\",\"ts\":20000.000,"
 			   "\"pid\":7,\"tid\":1,\"args\":{\"file\":\"a.py\",\"line\":12}}") != NULL);
 	/* The roots are the tracks, not slices. */

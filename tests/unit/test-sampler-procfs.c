@@ -328,6 +328,46 @@ static void test_stat(void)
 	}
 }
 
+/* The resource parsers: a real stat (negative nice, comm with ") ") and the fields spy takes. */
+static void test_resources(void)
+{
+	const char *st = "4242 (py ) 3) R 1 4242 4242 0 -1 4194560 2810 0 0 0 157 3 0 0 20 -5 2 0 123456 "
+			 "31707136 8989 18446744073709551615 1 1 0 0\n";
+	struct proc_resources r;
+	memset(&r, 0, sizeof(r));
+	CHECK_INT(proc_parse_stat_resources(st, strlen(st), &r), PROC_RES_CPU | PROC_RES_RSS | PROC_RES_THREADS);
+	CHECK_INT(r.utime, 157);
+	CHECK_INT(r.stime, 3);
+	CHECK_INT(r.threads, 2);
+	CHECK_INT(r.rss, 8989);
+	/* Cut before rss: CPU and threads only; a field that is not a number: not taken. */
+	const char *cut = "1 (x) S 1 1 1 0 -1 0 0 0 0 0 7 8 0 0 20 0 3 0";
+	memset(&r, 0, sizeof(r));
+	CHECK_INT(proc_parse_stat_resources(cut, strlen(cut), &r), PROC_RES_CPU | PROC_RES_THREADS);
+	const char *bad = "1 (x) S 1 1 1 0 -1 0 0 0 0 0 7x 8 0 0 20 0 z 0 0 0 99999999999999999999999";
+	CHECK_INT(proc_parse_stat_resources(bad, strlen(bad), &r), 0);
+	CHECK_INT(proc_parse_stat_resources("garbage", 7, &r), 0);
+	CHECK_INT(proc_parse_stat_resources(NULL, 0, &r), 0);
+
+	const char *status = "Name:\tvoluntary_ctxt_switches: 9\nvoluntary_ctxt_switches:\t150\n"
+			     "nonvoluntary_ctxt_switches:\t545\n";
+	uint64_t sum = 0;
+	CHECK_INT(proc_parse_status_ctxsw(status, strlen(status), &sum), PROC_RES_CTXSW);
+	CHECK_INT(sum, 695);
+	const char *half = "voluntary_ctxt_switches:\t150\n";
+	CHECK_INT(proc_parse_status_ctxsw(half, strlen(half), &sum), 0);
+	const char *neg = "voluntary_ctxt_switches:\t-1\nnonvoluntary_ctxt_switches:\t2\n";
+	CHECK_INT(proc_parse_status_ctxsw(neg, strlen(neg), &sum), 0);
+
+	const char *io = "rchar: 1948\nread_bytes: 4096\nwrite_bytes: 12288\ncancelled_write_bytes: 0\n";
+	uint64_t rd = 0, wr = 0;
+	CHECK_INT(proc_parse_io(io, strlen(io), &rd, &wr), PROC_RES_IO);
+	CHECK_INT(rd, 4096);
+	CHECK_INT(wr, 12288);
+	/* Cut mid-file (a short read): the missing key is unknown, not 0. */
+	CHECK_INT(proc_parse_io(io, 30, &rd, &wr), 0);
+}
+
 int main(void)
 {
 	test_maps_basic();
@@ -337,5 +377,6 @@ int main(void)
 	test_maps_bounds();
 	test_maps_self();
 	test_stat();
+	test_resources();
 	return check_done();
 }
