@@ -40,7 +40,13 @@ static bool debug_sizes_sane(const struct pyoffsets *o, uint64_t tsz, uint64_t f
 	uint32_t ts[] = { o->tstate_next, o->tstate_interp, o->tstate_current_frame,
 			  o->tstate_thread_id, o->tstate_native_thread_id };
 	uint32_t fr[] = { o->iframe_previous, o->iframe_code, o->iframe_instr };
-	uint32_t co[] = { o->code_filename, o->code_name, o->code_qualname, o->code_linetable };
+	/* Every field read out of a code object's copy (code.c, locals.c), the
+	 * table's own included: a target's small code size must cover them all. */
+	uint32_t co[] = { o->code_filename, o->code_name, o->code_qualname, o->code_linetable,
+			  o->code_argcount, o->code_flags, o->code_varnames, o->code_nlocals,
+			  o->code_kwonlyargcount, o->code_cellvars, o->code_freevars,
+			  o->code_nlocalsplus, o->code_localspluskinds, o->code_firsttraceable,
+			  o->code_code, o->code_tlbc };
 	if (tsz < 0x40 || tsz > 0x10000 || fsz < 0x20 || fsz > PYRT_MAX_SPAN || csz < 0x40 ||
 	    csz > PYRT_MAX_SPAN) {
 		return false;
