@@ -10,8 +10,8 @@
  * crash, hang or read out of bounds (build with
  * -Db_sanitize=address,undefined to make the last one loud).
  *
- * Input: byte 0 picks the layout (every row, plus a 3.15 read from its
- * _Py_DebugOffsets), byte 1 hides hints (the HIDE_* bits), byte 2 is the
+ * Input: byte 0 picks the layout (every row, plus a version after the
+ * newest read from its _Py_DebugOffsets), byte 1 hides hints (the HIDE_* bits), byte 2 is the
  * micro version (low 5 bits; its lowest also keeps Thread names in split
  * values) and the WITH_* bits. With WITH_TABLE, on a row that has a
  * _Py_DebugOffsets (3.13+), the next sizeof(_Py_DebugOffsets) bytes (or
@@ -87,16 +87,25 @@ static spy_addr_t add(struct scene *s, spy_addr_t a)
 	return a;
 }
 
-/* The 3.15 test layout: the 3.13 row with fields moved, 3.14 table layout. */
+/*
+ * A version after the newest row's, laid out as the newest row with some
+ * fields moved: pyrt takes the newest row and corrects it from the image's
+ * _Py_DebugOffsets (runtime.c's future path). Fields that table does not
+ * carry (ht_cached_keys, managed dicts) stay the newest row's, as pyrt
+ * assumes; a layout built on an older row made those disagree, so split
+ * instance values were never found.
+ */
 static void future_layout(struct pyoffsets *o)
 {
-	const struct pyoffsets *row = pyoffsets_find(0x030d0000);
+	const struct pyoffsets *row = pyoffsets_newest();
 	*o = *row;
-	o->version = 0x030f0000;
-	o->dbg = *pydebug_layout_for(0x030f0000);
+	o->version = (row->version & 0xffff0000u) + 0x10000u;
+	o->dbg = *pydebug_layout_for(o->version);
 	o->rt_interpreters_head += 0x100;
 	o->rt_interpreters_main += 0x100;
-	o->interp_tstate_head += 0x100;
+	o->interp_next += 0x80;
+	o->interp_id += 0x80;
+	o->interp_tstate_head = o->interp_id + 8; /* clear of modules and sysdict */
 	o->code_filename = row->code_name;
 	o->code_name = row->code_filename;
 	o->iframe_code = row->iframe_previous;
