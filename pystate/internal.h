@@ -28,8 +28,10 @@
 #define PYCODE_TAB_BUDGET ((size_t)64 << 20)
 
 /* Threads whose names are remembered (more than SPY_MAX_THREADS: slots of
- * ended threads stay until the next full scan). Power of two. */
+ * ended threads stay until the next full scan). Power of two. The table is
+ * sized to twice the threads at hand (at least PYRT_NAME_MIN), up to this. */
 #define PYRT_NAME_SLOTS 4096
+#define PYRT_NAME_MIN 64
 
 /* Largest fixed part of a struct we copy in one read (PyCodeObject,
  * _PyInterpreterFrame, the PyThreadState fields we use, PyFrameObject). */
@@ -121,7 +123,8 @@ struct pyrt {
 		spy_addr_t tstate;
 		const char *name;
 		uint32_t gen;       /* names_gen of the scan that set it; 0 = empty */
-	} *names;               /* PYRT_NAME_SLOTS, allocated on first use */
+	} *names;               /* name_slots entries, allocated on first use */
+	size_t name_slots;
 	uint32_t names_gen;
 	uint64_t names_scanned_ns;  /* when the last full scan ran */
 	uint64_t names_scans;       /* scans of threading._active so far (debug log, tests) */

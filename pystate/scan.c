@@ -194,10 +194,13 @@ static bool cookie_cb(void *ctx, spy_addr_t base, const unsigned char *buf, size
 	struct cookie_scan *cs = ctx;
 	uint64_t cookie;
 	memcpy(&cookie, PYDEBUG_COOKIE, 8);
-	for (size_t i = 0; i + 16 <= avail && i < n; i += 8) {
-		/* A word compare, not memcmp: ASan's memcmp interceptor made this
-		 * scan a sixth of fuzz-pystate's time. */
-		if (pyrt_u64(buf, (uint32_t)i) != cookie) {
+	/* Jump from one first byte of the cookie to the next with memchr
+	 * (most data holds none), then compare the aligned word. */
+	size_t end = n < avail ? n : avail;
+	for (const unsigned char *p = buf; (p = memchr(p, PYDEBUG_COOKIE[0], end - (size_t)(p - buf)));
+	     p++) {
+		size_t i = (size_t)(p - buf);
+		if (i % 8 || i + 16 > avail || pyrt_u64(buf, (uint32_t)i) != cookie) {
 			continue;
 		}
 		/* The version word follows: a 3.13+ PY_VERSION_HEX, or it is a
