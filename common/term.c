@@ -19,7 +19,31 @@ void spy_term_escape(struct spy_buf *out, const char *str, size_t n, size_t max,
 {
 	const unsigned char *s = (const unsigned char *)str;
 	size_t used = 0;
+	/* The ASCII characters of also, as a bit set for the fast path. */
+	uint64_t held[2] = { 0, 0 };
+	for (const char *a = also; a && *a; a++) {
+		unsigned char c = (unsigned char)*a;
+		if (c < 0x80) {
+			held[c >> 6] |= 1ull << (c & 63);
+		}
+	}
 	for (size_t i = 0; i < n;) {
+		/* Printable ASCII is most text and stays as it is: copy each run
+		 * whole instead of decoding and appending it byte by byte. */
+		size_t r = i;
+		while (r < n && s[r] >= 0x20 && s[r] < 0x7f && !((held[s[r] >> 6] >> (s[r] & 63)) & 1)) {
+			r++;
+		}
+		if (r > i) {
+			size_t k = r - i < max - used ? r - i : max - used;
+			spy_buf_add(out, s + i, k);
+			used += k;
+			if (k < r - i) {
+				return;
+			}
+			i = r;
+			continue;
+		}
 		uint32_t cp;
 		size_t len = spy_utf8_decode(s + i, n - i, &cp);
 		/* U+FFFD decoded from its own three bytes is text, not an error. */

@@ -388,13 +388,24 @@ void fg_profile_source_capture(struct fg_profile *p, fg_source_fn get, void *ctx
 
 /* ---- in a folded file ------------------------------------------------------ */
 
-static int ent_cmp(const void *a, const void *b)
+/* An entry with its file as written (escaped): what the order is made of. */
+struct emit_ent {
+	const struct src_ent *e;
+	size_t esc; /* offset of the escaped file name in the emit buffer */
+};
+
+static int emit_cmp(const void *a, const void *b, void *arg)
 {
-	const struct src_ent *x = *(const struct src_ent *const *)a, *y = *(const struct src_ent *const *)b;
-	if (x->file != y->file) {
-		return strcmp(x->file, y->file);
+	const struct emit_ent *x = a, *y = b;
+	const char *texts = arg;
+	int c = strcmp(texts + x->esc, texts + y->esc);
+	if (c) {
+		return c;
 	}
-	return x->line < y->line ? -1 : x->line > y->line;
+	if (x->e->line != y->e->line) {
+		return x->e->line < y->e->line ? -1 : 1;
+	}
+	return strcmp(x->e->file, y->e->file);
 }
 
 void fg_source_emit(const struct fg_profile *p, struct spy_buf *out)
@@ -403,26 +414,41 @@ void fg_source_emit(const struct fg_profile *p, struct spy_buf *out)
 	if (!s || !s->n) {
 		return;
 	}
-	/* Sorted by file, then line: the same profile gives the same bytes. */
-	const struct src_ent **v = spy_xmalloc(s->n * sizeof(*v));
+	/*
+	 * Sorted by file as written, then line: the same profile gives the
+	 * same bytes, and so does the profile read back from them. Ordering by
+	 * the raw names did not: escaping moves a name ("\x90" sorts before
+	 * "p", byte 0x90 after), and two names that escape alike ("b;c",
+	 * "b?c") are one file once read back, so they are written as one, the
+	 * first of each line kept.
+	 */
+	struct spy_buf texts = SPY_BUF_INIT;
+	struct emit_ent *v = spy_xmalloc(s->n * sizeof(*v));
 	for (size_t i = 0; i < s->n; i++) {
-		v[i] = &s->v[i];
+		v[i].e = &s->v[i];
+		v[i].esc = texts.len;
+		fg_escape(&texts, s->v[i].file);
+		spy_buf_addch(&texts, '\0');
 	}
-	qsort(v, s->n, sizeof(*v), ent_cmp);
+	qsort_r(v, s->n, sizeof(*v), emit_cmp, texts.buf);
 	size_t id = 0;
 	for (size_t i = 0; i < s->n; i++) {
-		if (i == 0 || v[i]->file != v[i - 1]->file) {
+		const char *file = texts.buf + v[i].esc;
+		bool same_file = i > 0 && !strcmp(file, texts.buf + v[i - 1].esc);
+		if (same_file && v[i].e->line == v[i - 1].e->line) {
+			continue;
+		}
+		if (!same_file) {
 			if (i) {
 				id++;
 			}
-			spy_buf_addf(out, "# " FG_META_SOURCE_FILE ": %zu ", id);
-			fg_escape(out, v[i]->file);
-			spy_buf_addch(out, '\n');
+			spy_buf_addf(out, "# " FG_META_SOURCE_FILE ": %zu %s\n", id, file);
 		}
-		spy_buf_addf(out, "# " FG_META_SOURCE_LINE ": %zu:%" PRIu32 " %s\n", id, v[i]->line,
-			     v[i]->text);
+		spy_buf_addf(out, "# " FG_META_SOURCE_LINE ": %zu:%" PRIu32 " %s\n", id, v[i].e->line,
+			     v[i].e->text);
 	}
 	free(v);
+	spy_buf_release(&texts);
 }
 
 /* Decimal digits at *s (no sign, no leading zero unless "0"), below max; advances *s. */

@@ -31,7 +31,9 @@
 
 void pycode_cache_init(struct pyrt *rt)
 {
-	rt->cache = spy_xcalloc(PYCODE_CACHE_SLOTS, sizeof(*rt->cache));
+	/* The table itself comes with the first code object (pycode_get). */
+	rt->cache = NULL;
+	rt->cache_slots = 0;
 }
 
 void pycode_cache_release(struct pyrt *rt)
@@ -39,15 +41,12 @@ void pycode_cache_release(struct pyrt *rt)
 	if (!rt->cache) {
 		return;
 	}
-	/* Most slots never got a table: 4096 free(NULL) calls are not free
-	 * under ASan (each records a stack), and fuzz-pystate does this per input. */
-	for (size_t i = 0; i < PYCODE_CACHE_SLOTS; i++) {
-		if (rt->cache[i].tab) {
-			free(rt->cache[i].tab);
-		}
+	for (size_t i = 0; i < rt->cache_slots; i++) {
+		free(rt->cache[i].tab);
 	}
 	free(rt->cache);
 	rt->cache = NULL;
+	rt->cache_slots = 0;
 	rt->tab_bytes = 0;
 }
 
@@ -104,11 +103,35 @@ static int intern_str(struct pyrt *rt, spy_addr_t addr, const char **out)
 	return 0;
 }
 
-static size_t slot_of(spy_addr_t addr)
+static size_t slot_of(const struct pyrt *rt, spy_addr_t addr)
 {
-	/* Code objects are 16-byte aligned heap blocks: drop the zero bits. */
+	/* Code objects are 16-byte aligned heap blocks: drop the zero bits.
+	 * The top bits of the product, as many as the table needs. */
 	uint64_t h = (addr >> 4) * 0x9e3779b97f4a7c15ull;
-	return (size_t)(h >> 52) & (PYCODE_CACHE_SLOTS - 1);
+	return (size_t)(h >> 52) & (rt->cache_slots - 1);
+}
+
+/*
+ * Double the table (up to PYCODE_CACHE_SLOTS), moving every entry to its
+ * new slot. Two entries that land in one slot cannot happen: a slot of
+ * the new table takes only entries of one slot of the old (the new bit is
+ * one more bit of the same hash).
+ */
+static void grow(struct pyrt *rt)
+{
+	size_t old = rt->cache_slots;
+	struct pycode *was = rt->cache;
+	rt->cache_slots = old ? old * 2 : PYCODE_CACHE_MIN;
+	rt->cache = spy_xcalloc(rt->cache_slots, sizeof(*rt->cache));
+	for (size_t i = 0; i < old; i++) {
+		if (was[i].addr) {
+			rt->cache[slot_of(rt, was[i].addr)] = was[i];
+		} else {
+			free(was[i].tab); /* a slot whose decode failed may keep its buffer */
+			rt->tab_bytes -= was[i].tab_alloc;
+		}
+	}
+	free(was);
 }
 
 static int decode(struct pyrt *rt, struct pycode *c, spy_addr_t addr, const unsigned char *hdr)
@@ -160,7 +183,10 @@ int pycode_get(struct pyrt *rt, spy_addr_t addr, const unsigned char *hdr, struc
 	if (!pyrt_is_type(rt, &rt->code_type, type, "code")) {
 		return -SPY_ECORRUPT;
 	}
-	struct pycode *c = &rt->cache[slot_of(addr)];
+	if (!rt->cache) {
+		grow(rt);
+	}
+	struct pycode *c = &rt->cache[slot_of(rt, addr)];
 	if (c->addr == addr && c->type == type && c->name_ptr == pyrt_u64(hdr, o->code_name) &&
 	    c->firstlineno == (int32_t)pyrt_u32(hdr, o->code_firstlineno)) {
 		rt->cache_hits++;
@@ -168,6 +194,12 @@ int pycode_get(struct pyrt *rt, spy_addr_t addr, const unsigned char *hdr, struc
 		return 0;
 	}
 	rt->cache_misses++;
+	while (c->addr && c->addr != addr && rt->cache_slots < PYCODE_CACHE_SLOTS) {
+		/* Another code object lives here: room before eviction (the two
+		 * may share the next size's slot too). */
+		grow(rt);
+		c = &rt->cache[slot_of(rt, addr)];
+	}
 	int rc = decode(rt, c, addr, hdr);
 	if (rc < 0) {
 		return rc;

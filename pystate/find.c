@@ -206,7 +206,7 @@ static bool interp_cb(void *ctx, spy_addr_t base, const unsigned char *buf, size
 	struct interp_scan *s = ctx;
 	for (size_t i = 0; i + 8 <= n; i += 8) {
 		spy_addr_t p = pyrt_u64(buf, (uint32_t)i);
-		if (!spy_mem_plausible(s->rt->mem, p, 8)) {
+		if (!p || !spy_mem_plausible(s->rt->mem, p, 8)) { /* most of .bss is zero */
 			continue;
 		}
 		/* Many words point at the same few objects (types, None):

@@ -16,16 +16,22 @@
 #include "pystate/pystate.h"
 
 /* Code-cache slots: enough for the hot code of a big program, bounded so
- * a target churning through lambdas cannot grow us. Power of two. */
+ * a target churning through lambdas cannot grow us. Power of two. The
+ * table starts at PYCODE_CACHE_MIN slots and doubles on the first eviction
+ * at each size (code.c), so a short-lived pyrt (dump, a fuzz input) does
+ * not pay for 4096 entries it never fills. */
 #define PYCODE_CACHE_SLOTS 4096
+#define PYCODE_CACHE_MIN 64
 /* Line-table bytes the cache may hold in all: slots x SPY_MAX_LINETABLE
  * would be 4 GiB. Past it a code object is cached without its table (its
  * frames show no line). Real tables are a few hundred bytes. */
 #define PYCODE_TAB_BUDGET ((size_t)64 << 20)
 
 /* Threads whose names are remembered (more than SPY_MAX_THREADS: slots of
- * ended threads stay until the next full scan). Power of two. */
+ * ended threads stay until the next full scan). Power of two. The table is
+ * sized to twice the threads at hand (at least PYRT_NAME_MIN), up to this. */
 #define PYRT_NAME_SLOTS 4096
+#define PYRT_NAME_MIN 64
 
 /* Largest fixed part of a struct we copy in one read (PyCodeObject,
  * _PyInterpreterFrame, the PyThreadState fields we use, PyFrameObject). */
@@ -83,12 +89,14 @@ struct pyrt {
 	uint32_t tid_off;
 	bool tid_tried;
 
-	struct pycode *cache;       /* PYCODE_CACHE_SLOTS entries */
+	struct pycode *cache;       /* cache_slots entries, allocated on first use */
+	size_t cache_slots;         /* PYCODE_CACHE_MIN .. PYCODE_CACHE_SLOTS */
 	uint64_t cache_hits, cache_misses;
 	size_t tab_bytes;           /* line tables held by the cache (PYCODE_TAB_BUDGET) */
 	uint64_t tab_over_budget;   /* tables dropped for it */
 
-	struct pyrt_seen_ent *seen; /* PYRT_SEEN_SLOTS, see pyrt_seen() */
+	struct pyrt_seen_ent *seen; /* seen_slots entries, see pyrt_seen() */
+	size_t seen_slots, seen_n;  /* size; addresses in the current walk */
 	uint32_t seen_gen;
 
 	/* Frame addresses of the last pyrt_stack(), parallel to its frames
@@ -115,7 +123,8 @@ struct pyrt {
 		spy_addr_t tstate;
 		const char *name;
 		uint32_t gen;       /* names_gen of the scan that set it; 0 = empty */
-	} *names;               /* PYRT_NAME_SLOTS, allocated on first use */
+	} *names;               /* name_slots entries, allocated on first use */
+	size_t name_slots;
 	uint32_t names_gen;
 	uint64_t names_scanned_ns;  /* when the last full scan ran */
 	uint64_t names_scans;       /* scans of threading._active so far (debug log, tests) */
@@ -264,6 +273,10 @@ static inline uint32_t pyrt_u32(const unsigned char *buf, uint32_t off)
  * probing always finds a free slot.
  */
 #define PYRT_SEEN_SLOTS 16384
+/* The set starts this small and doubles while a walk fills half of it:
+ * most walks see a few dozen addresses, and a fresh pyrt (dump, a fuzz
+ * input) should not clear 256 KiB it never uses. */
+#define PYRT_SEEN_MIN 256
 
 struct pyrt_seen_ent {
 	spy_addr_t addr;

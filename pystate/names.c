@@ -369,14 +369,14 @@ int pyrt_thread_names(struct pyrt *rt, const struct py_thread *th, size_t n, con
 static size_t name_slot(const struct pyrt *rt, uint64_t ident, spy_addr_t tstate, bool *hit)
 {
 	uint64_t h = (ident ^ (tstate * 0x9e3779b97f4a7c15ull)) * 0xff51afd7ed558ccdull;
-	size_t i = (size_t)(h >> 40) & (PYRT_NAME_SLOTS - 1);
-	for (size_t probes = 0; probes < PYRT_NAME_SLOTS; probes++) {
+	size_t i = (size_t)(h >> 40) & (rt->name_slots - 1);
+	for (size_t probes = 0; probes < rt->name_slots; probes++) {
 		const struct pyname_ent *e = &rt->names[i];
 		if (!e->gen || (e->ident == ident && e->tstate == tstate)) {
 			*hit = e->gen != 0;
 			return i;
 		}
-		i = (i + 1) & (PYRT_NAME_SLOTS - 1);
+		i = (i + 1) & (rt->name_slots - 1);
 	}
 	*hit = false;
 	return SIZE_MAX; /* full */
@@ -397,8 +397,17 @@ void pyrt_names_update(struct pyrt *rt, const struct py_thread *th, size_t n, ui
 {
 	bool full = !rt->names || now_ns - rt->names_scanned_ns >= refresh_ns;
 	bool missing = false;
-	if (!rt->names) {
-		rt->names = spy_xcalloc(PYRT_NAME_SLOTS, sizeof(*rt->names));
+	/* Room for twice the threads: a table that has become too small for
+	 * them is made anew, which forgets every name, as a full scan does. */
+	size_t need = PYRT_NAME_MIN;
+	while (need < 2 * n && need < PYRT_NAME_SLOTS) {
+		need *= 2;
+	}
+	if (!rt->names || rt->name_slots < need) {
+		free(rt->names);
+		rt->names = spy_xcalloc(need, sizeof(*rt->names));
+		rt->name_slots = need;
+		full = true;
 	}
 	for (size_t i = 0; i < n && !full && !missing; i++) {
 		bool hit;
@@ -410,7 +419,7 @@ void pyrt_names_update(struct pyrt *rt, const struct py_thread *th, size_t n, ui
 	}
 	if (full) {
 		/* Forget ended threads: their slots would fill the table. */
-		memset(rt->names, 0, PYRT_NAME_SLOTS * sizeof(*rt->names));
+		memset(rt->names, 0, rt->name_slots * sizeof(*rt->names));
 		rt->names_scanned_ns = now_ns;
 	}
 	if (++rt->names_gen == 0) {

@@ -324,7 +324,6 @@ int pyrt_new(struct pyrt **out, const struct spy_mem *mem, const struct pyrt_hin
 	struct spy_err first = SPY_ERR_INIT;
 	int rc = 0, first_rc = 0;
 
-	rt->seen = spy_xcalloc(PYRT_SEEN_SLOTS, sizeof(*rt->seen));
 	*out = NULL;
 	rt->mem = mem;
 	rt->strs = strs;

@@ -36,9 +36,11 @@ void pyrt_scan(const struct spy_mem *mem, spy_addr_t lo, spy_addr_t hi, size_t o
 			(unsigned long long)(hi - lo), PYRT_SCAN_MAX);
 		hi = lo + PYRT_SCAN_MAX;
 	}
-	unsigned char *buf = spy_xmalloc(PYRT_SCAN_CHUNK + overlap);
-	for (spy_addr_t a = lo; a < hi; a += PYRT_SCAN_CHUNK) {
-		size_t n = hi - a < PYRT_SCAN_CHUNK ? (size_t)(hi - a) : PYRT_SCAN_CHUNK;
+	/* Sized to the range: a small section should not cost a 64 KiB buffer. */
+	size_t chunk = hi - lo < PYRT_SCAN_CHUNK ? (size_t)(hi - lo) : PYRT_SCAN_CHUNK;
+	unsigned char *buf = spy_xmalloc(chunk + overlap);
+	for (spy_addr_t a = lo; a < hi; a += chunk) {
+		size_t n = hi - a < chunk ? (size_t)(hi - a) : chunk;
 		size_t avail = hi - a < n + overlap ? (size_t)(hi - a) : n + overlap;
 		if (spy_mem_read(mem, a, buf, avail) == 0) {
 			if (fn(ctx, a, buf, n, avail)) {
@@ -133,9 +135,17 @@ struct version_scan {
 static bool version_cb(void *ctx, spy_addr_t base, const unsigned char *buf, size_t n, size_t avail)
 {
 	struct version_scan *vs = ctx;
-	for (size_t i = 0; i < n; i++) {
+	/* Candidates are a '2' or '3' before a '.': find the dots with
+	 * memchr rather than testing every byte (most bytes are not dots). */
+	size_t end = n < avail ? n + 1 : avail;
+	for (const unsigned char *dot = buf; end > 1;) {
+		dot = memchr(dot + 1, '.', end - (size_t)(dot + 1 - buf));
+		if (!dot) {
+			break;
+		}
+		size_t i = (size_t)(dot - buf) - 1;
 		unsigned char c = buf[i];
-		if ((c != '2' && c != '3') || (i + 1 < avail && buf[i + 1] != '.')) {
+		if (c != '2' && c != '3') {
 			continue;
 		}
 		/* The buffer starts with PY_VERSION: a digit, letter or dot
@@ -184,10 +194,13 @@ static bool cookie_cb(void *ctx, spy_addr_t base, const unsigned char *buf, size
 	struct cookie_scan *cs = ctx;
 	uint64_t cookie;
 	memcpy(&cookie, PYDEBUG_COOKIE, 8);
-	for (size_t i = 0; i + 16 <= avail && i < n; i += 8) {
-		/* A word compare, not memcmp: ASan's memcmp interceptor made this
-		 * scan a sixth of fuzz-pystate's time. */
-		if (pyrt_u64(buf, (uint32_t)i) != cookie) {
+	/* Jump from one first byte of the cookie to the next with memchr
+	 * (most data holds none), then compare the aligned word. */
+	size_t end = n < avail ? n : avail;
+	for (const unsigned char *p = buf; (p = memchr(p, PYDEBUG_COOKIE[0], end - (size_t)(p - buf)));
+	     p++) {
+		size_t i = (size_t)(p - buf);
+		if (i % 8 || i + 16 > avail || pyrt_u64(buf, (uint32_t)i) != cookie) {
 			continue;
 		}
 		/* The version word follows: a 3.13+ PY_VERSION_HEX, or it is a
