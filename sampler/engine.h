@@ -56,6 +56,16 @@ struct spy_process_ops {
 	/* Stop every thread: 0, -SPY_EINTR (stop requested), -SPY_EGONE, other < 0 (err may be NULL). */
 	int (*pause)(struct spy_process *p, struct spy_err *err);
 	void (*resume)(struct spy_process *p);
+	/*
+	 * One thread at a time (default sampling): track once a tick, before
+	 * (restart self-stopped threads, seize new ones; -SPY_EGONE once gone);
+	 * stop_thread holds one thread (0, -SPY_EGONE: not ours or exited,
+	 * -SPY_EINTR, other < 0: did not stop in time); resume_thread lets it go.
+	 * NULL: the backend can only pause the whole process.
+	 */
+	int (*track)(struct spy_process *p);
+	int (*stop_thread)(struct spy_process *p, pid_t tid);
+	void (*resume_thread)(struct spy_process *p);
 	/* Attached, between pauses: let self-stopped threads go on; -SPY_EGONE once gone. */
 	int (*poll)(struct spy_process *p);
 	void (*detach)(struct spy_process *p);
@@ -139,6 +149,15 @@ struct eng_walker {
 	int (*start)(void *ctx, void *py, struct spy_err *err);
 	/* Walk every thread into th (at most max) and set *n; < 0 if the thread list is unreadable. */
 	int (*walk)(void *ctx, void *py, struct eng_thread *th, size_t max, size_t *n);
+	/*
+	 * The same walk in two halves, for one thread held at a time: list
+	 * every thread (tid, name, GIL as listed; empty stacks) with the
+	 * process running, then walk listed thread i into t, held tells it
+	 * the thread alone is stopped (it then also does what paused does
+	 * for that thread). NULL: only walk is offered.
+	 */
+	int (*list)(void *ctx, void *py, struct eng_thread *th, size_t max, size_t *n);
+	void (*walk_thread)(void *ctx, void *py, size_t i, struct eng_thread *t, bool held);
 	/* In the stopped window, after the last walk: what must be read before the threads move (--native); NULL if nothing. */
 	void (*paused)(void *ctx, void *py, const struct eng_thread *th, size_t n);
 	/* Target running: finish thread i's stack for keeping (--native's merge); < 0 counted. NULL if nothing. */
@@ -154,6 +173,7 @@ struct eng_opts {
 	bool idle;          /* keep idle threads' stacks */
 	bool gil;           /* keep only the GIL holder's */
 	bool nonblocking;   /* never pause the target */
+	bool stop_world;    /* pause the whole process for each walk, not one thread at a time */
 	bool subprocesses;  /* -s: sample the Python descendants too */
 	unsigned window_s;  /* continuous mode: close a window every this many seconds; 0: none */
 };
@@ -224,6 +244,19 @@ struct eng_window {
 	bool last;            /* the run's end: no window follows */
 };
 
+/* How long threads were held (stopped) per tick, since the start; logged at the end (debug). */
+#define ENG_HOLD_GOAL_NS (200 * 1000ull)
+struct eng_holds {
+	uint64_t ticks;            /* ticks that held something (attached walks) */
+	uint64_t whole_ticks;      /* of those, ticks that paused the whole process */
+	uint64_t longest_sum_ns;   /* per tick, the longest one thread was held: summed */
+	uint64_t longest_max_ns;   /* ... and the largest */
+	uint64_t total_sum_ns;     /* per tick, every thread's hold added up: summed */
+	uint64_t total_max_ns;
+	uint64_t over_goal;        /* ticks whose longest hold passed ENG_HOLD_GOAL_NS */
+	uint64_t stops, stop_sum_ns;   /* one thread at a time: from the interrupt to its stop */
+};
+
 struct engine;
 struct eng_callbacks {
 	void *ctx;
@@ -264,6 +297,8 @@ struct engine {
 	const char *program;      /* launch mode: argv[0], for the summary */
 
 	struct eng_thread *scratch;   /* per tick, reused */
+	bool *fresh;                  /* per tick: scratch[i]'s thread was first seen now */
+	struct eng_holds holds;
 
 	/* counters since the start */
 	uint64_t samples;           /* ticks sampled */

@@ -83,6 +83,8 @@
  * thread stays in its signal-delivery-stop and gets the signal at resume.
  */
 #define MAX_REDELIVERIES 16
+/* How long proc_stop_thread spins on waitpid before yielding (see wait_one). */
+#define HOLD_SPIN_NS (300ull * 1000)
 
 volatile sig_atomic_t proc_stop_requested;
 
@@ -270,6 +272,13 @@ static void collect(struct proc *p, struct proc_tracee *t, int st, enum collect_
 static int wait_one(struct proc *p, struct proc_tracee *t, uint64_t deadline,
 		    bool interruptible, int *st)
 {
+	/*
+	 * One thread held alone: a trap we notice late is time it sits
+	 * stopped for nothing, and a yield can hand our CPU to another task
+	 * for a whole time slice. So spin first, as long as a running thread
+	 * takes to trap.
+	 */
+	uint64_t spin_until = p->held_spin ? now_ns() + HOLD_SPIN_NS : 0;
 	for (unsigned i = 0;; i++) {
 		pid_t r = waitpid(t->tid, st, __WALL | WNOHANG);
 		if (r == t->tid) {
@@ -282,8 +291,13 @@ static int wait_one(struct proc *p, struct proc_tracee *t, uint64_t deadline,
 		if (interruptible && proc_stop_requested) {
 			return -SPY_EINTR;
 		}
-		if (now_ns() >= deadline) {
+		uint64_t now = now_ns();
+		if (now >= deadline) {
 			return 0;
+		}
+		if (now < spin_until) {
+			i--;
+			continue;
 		}
 		/*
 		 * An exited leader is not reported while other threads live:
@@ -307,6 +321,37 @@ static int wait_one(struct proc *p, struct proc_tracee *t, uint64_t deadline,
 }
 
 /*
+ * Bring one running tracee (already interrupted or not) to a stop or its
+ * end. 0 (look at t->state), or -SPY_EINTR; past the deadline it is left
+ * running, interrupted, and marked a straggler.
+ */
+static int stop_one(struct proc *p, struct proc_tracee *t, uint64_t deadline, enum collect_mode mode,
+		    bool interruptible)
+{
+	/* Looked at once by collect_pending; not waited for (see the top). */
+	while (t->state == TRACEE_RUNNING && !(t->straggler && t->interrupted)) {
+		if (!t->interrupted) {
+			interrupt(t);
+		}
+		int st;
+		int rc = wait_one(p, t, deadline, interruptible, &st);
+		if (rc == 1) {
+			collect(p, t, st, mode);
+		} else if (rc == -SPY_EGONE) {
+			t->state = TRACEE_GONE;
+		} else if (rc == -SPY_EINTR) {
+			return rc;
+		} else {
+			spy_log(SPY_LOG_DEBUG, "thread %d of process %d did not stop in time",
+				(int)t->tid, (int)p->pid);
+			t->straggler = true;
+			break;
+		}
+	}
+	return 0;
+}
+
+/*
  * Bring every running tracee to a stop (or to its end), interrupting those
  * not yet interrupted. Returns 0 or -SPY_EINTR; a thread that does not stop
  * by the deadline is left running, still interrupted.
@@ -319,26 +364,8 @@ static int stop_all(struct proc *p, uint64_t deadline, enum collect_mode mode, b
 		}
 	}
 	for (size_t i = 0; i < p->ntracees; i++) {
-		struct proc_tracee *t = &p->tracees[i];
-		/* Looked at once by collect_pending; not waited for (see the top). */
-		while (t->state == TRACEE_RUNNING && !(t->straggler && t->interrupted)) {
-			if (!t->interrupted) {
-				interrupt(t);
-			}
-			int st;
-			int rc = wait_one(p, t, deadline, interruptible, &st);
-			if (rc == 1) {
-				collect(p, t, st, mode);
-			} else if (rc == -SPY_EGONE) {
-				t->state = TRACEE_GONE;
-			} else if (rc == -SPY_EINTR) {
-				return rc;
-			} else {
-				spy_log(SPY_LOG_DEBUG, "thread %d of process %d did not stop in time",
-					(int)t->tid, (int)p->pid);
-				t->straggler = true;
-				break;
-			}
+		if (stop_one(p, &p->tracees[i], deadline, mode, interruptible) == -SPY_EINTR) {
+			return -SPY_EINTR;
 		}
 	}
 	return 0;
@@ -591,6 +618,65 @@ int proc_resume(struct proc *p, struct spy_err *err)
 	return 0;
 }
 
+/*
+ * One thread at a time (the default sampling mode). The rest of the
+ * process runs meanwhile, so the cache serves only what is read while this
+ * thread is held: a fresh view, without the prefetch of the last one's
+ * lines (those were another thread's).
+ */
+int proc_track(struct proc *p)
+{
+	if (!p->attached || p->paused) {
+		return 0;
+	}
+	collect_pending(p, COLLECT_POLL);
+	drop_gone(p);
+	bool again = false;
+	(void)seize_new(p, false, &again, NULL);
+	return p->ntracees && !p->execed ? 0 : -SPY_EGONE;
+}
+
+int proc_stop_thread(struct proc *p, pid_t tid)
+{
+	if (!p->attached || p->paused || p->held) {
+		return -SPY_EBOUND;
+	}
+	struct proc_tracee *t = find_tracee(p->tracees, p->ntracees, tid);
+	if (!t || t->state == TRACEE_GONE) {
+		return -SPY_EGONE;
+	}
+	t->redeliveries = 0;
+	p->held_spin = true;
+	int rc = stop_one(p, t, now_ns() + PAUSE_TIMEOUT_NS, COLLECT_PAUSE, true);
+	p->held_spin = false;
+	if (rc < 0) {
+		return -SPY_EINTR;
+	}
+	if (t->state != TRACEE_STOPPED) {
+		return t->state == TRACEE_GONE ? -SPY_EGONE : -SPY_EBOUND;
+	}
+	if (p->execed) {
+		restart(t);
+		return -SPY_EGONE;
+	}
+	p->held = tid;
+	memcache_view_bare(p);
+	return 0;
+}
+
+void proc_resume_thread(struct proc *p)
+{
+	if (!p->held) {
+		return;
+	}
+	struct proc_tracee *t = find_tracee(p->tracees, p->ntracees, p->held);
+	if (t && t->state == TRACEE_STOPPED) {
+		restart(t);
+	}
+	p->held = 0;
+	memcache_view(p, false);
+}
+
 int proc_poll(struct proc *p)
 {
 	if (!p->attached || p->paused) {
@@ -631,6 +717,7 @@ void proc_detach(struct proc *p)
 		p->ntracees = 0;
 		p->attached = false;
 		p->paused = false;
+		p->held = 0;
 		tracer_forget(p);
 		return;
 	}
@@ -671,6 +758,7 @@ void proc_detach(struct proc *p)
 	}
 	p->ntracees = left;
 	p->paused = false;
+	p->held = 0;
 	if (left == 0) {
 		p->attached = false;
 		tracer_forget(p);
