@@ -139,18 +139,23 @@ static int walker_list(void *ctx, void *py, struct eng_thread *th, size_t max, s
 /*
  * Listed thread i's stack. held: it alone is stopped, the others run, so
  * its thread state is looked at again first (freed or reused since the
- * listing: gone) and the GIL read while it cannot change hands; with
- * --native it is unwound now too.
+ * listing: gone) and the GIL read again while it cannot change hands: it
+ * holds the GIL if it did when listed and still does; with --native it is
+ * unwound now too.
  */
 static void walker_walk_thread(void *ctx, void *py, size_t i, struct eng_thread *t, bool held)
 {
 	struct walker *w = ctx;
 	struct walked *d = py;
 	spy_stack_reset(&t->stack);
+	bool listed = w->py[i].holds_gil;
 	if (held && pyrt_thread_recheck(d->t.rt, &w->py[i]) < 0) {
 		t->rc = -SPY_EGONE;
+		t->holds_gil = false;
 		return;
 	}
+	/* One holder per GIL a tick: the one listed, if it still holds it (see the engine). */
+	w->py[i].holds_gil = w->py[i].holds_gil && listed;
 	t->holds_gil = w->py[i].holds_gil;
 	/*
 	 * The collector runs in the thread that holds the GIL (it is

@@ -220,6 +220,7 @@ int eng_open(struct engine *e, const struct eng_opts *o, const struct eng_walker
 	e->strs = strs;
 	e->scratch = spy_xcalloc(SPY_MAX_THREADS, sizeof(*e->scratch));
 	e->fresh = spy_xcalloc(SPY_MAX_THREADS, sizeof(*e->fresh));
+	e->listed_gil = spy_xcalloc(SPY_MAX_THREADS, sizeof(*e->listed_gil));
 	int rc;
 	if (program) {
 		spawn_install_signals();
@@ -442,6 +443,52 @@ static void walk_held(struct engine *e, struct eng_process *p, size_t i, uint64_
 		: p->maps_retry_ns < MAPS_REFRESH_NS / 2 ? 2 * p->maps_retry_ns : MAPS_REFRESH_NS;
 }
 
+/* One tick of sample_held so far. */
+struct hold_tick {
+	uint64_t longest, total;   /* ns held */
+	bool stop;                 /* a stop was requested while waiting */
+};
+
+/* Stop listed thread i alone (if worth it), walk it, restart it. */
+static void hold_one(struct engine *e, struct eng_process *p, size_t i, uint64_t now,
+		     struct hold_tick *ht)
+{
+	const struct spy_process_ops *ops = p->proc.ops;
+	struct eng_thread *t = &e->scratch[i];
+	bool fresh;
+	struct eng_os_thread *th = thread_get(e, p, t->tid, &fresh);
+	e->fresh[i] = fresh;
+	if (!wanted(e, t, th)) {
+		t->holds_gil = false;
+		return;
+	}
+	uint64_t t0 = ticker_now_ns();
+	int rc = ops->stop_thread(&p->proc, t->tid);
+	if (rc == -SPY_EINTR) {
+		ht->stop = true;
+		return;
+	}
+	if (rc < 0) {
+		/* Exited (or not ours yet: seized from the next tick), or would not stop. */
+		t->rc = rc;
+		if (rc != -SPY_EGONE) {
+			e->errors[ENG_ERR_PAUSE]++;
+			t->rc = 0;
+		}
+		t->holds_gil = false;
+		return;
+	}
+	/* Held from its stop, not from the interrupt: until then it ran. */
+	uint64_t t1 = ticker_now_ns();
+	e->holds.stop_sum_ns += t1 - t0;
+	e->holds.stops++;
+	walk_held(e, p, i, now);
+	ops->resume_thread(&p->proc);
+	uint64_t held = ticker_now_ns() - t1;
+	ht->longest = held > ht->longest ? held : ht->longest;
+	ht->total += held;
+}
+
 /*
  * The default: one thread held at a time. The thread list is read with the
  * process running (a listing torn by a thread starting or ending is
@@ -483,42 +530,24 @@ static long sample_held(struct engine *e, struct eng_process *p, uint64_t now)
 			return -2;
 		}
 	}
-	uint64_t longest = 0, total = 0;
-	for (size_t i = 0; i < n && !proc_stop_requested; i++) {
-		struct eng_thread *t = &e->scratch[i];
-		bool fresh;
-		struct eng_os_thread *th = thread_get(e, p, t->tid, &fresh);
-		e->fresh[i] = fresh;
-		if (!wanted(e, t, th)) {
-			t->holds_gil = false;
-			continue;
-		}
-		uint64_t t0 = ticker_now_ns();
-		rc = ops->stop_thread(&p->proc, t->tid);
-		if (rc == -SPY_EINTR) {
-			n = i;
-			break;
-		}
-		if (rc < 0) {
-			/* Exited (or not ours yet: seized from the next tick), or would not stop. */
-			t->rc = rc;
-			if (rc != -SPY_EGONE) {
-				e->errors[ENG_ERR_PAUSE]++;
-				t->rc = 0;
-			}
-			continue;
-		}
-		/* Held from its stop, not from the interrupt: until then it ran. */
-		uint64_t t1 = ticker_now_ns();
-		e->holds.stop_sum_ns += t1 - t0;
-		e->holds.stops++;
-		walk_held(e, p, i, now);
-		ops->resume_thread(&p->proc);
-		uint64_t held = ticker_now_ns() - t1;
-		longest = held > longest ? held : longest;
-		total += held;
+	/*
+	 * A GIL has one holder a tick, as in a whole-process pause: the thread
+	 * the listing saw holding it, if it still does once held (the walker
+	 * sees to that). It is held first, before it can let go; a thread
+	 * that takes the GIL after the listing is not a second holder.
+	 */
+	for (size_t i = 0; i < n; i++) {
+		e->listed_gil[i] = e->scratch[i].holds_gil;
 	}
-	hold_account(e, longest, total, false);
+	struct hold_tick ht = { 0 };
+	for (int pass = 0; pass < 2 && !ht.stop; pass++) {
+		for (size_t i = 0; i < n && !ht.stop && !proc_stop_requested; i++) {
+			if ((pass == 0) == e->listed_gil[i]) {
+				hold_one(e, p, i, now, &ht);
+			}
+		}
+	}
+	hold_account(e, ht.longest, ht.total, false);
 	return (long)n;
 }
 
@@ -894,6 +923,7 @@ void eng_release(struct engine *e)
 	}
 	free(e->scratch);
 	free(e->fresh);
+	free(e->listed_gil);
 	memset(e, 0, sizeof(*e));
 }
 

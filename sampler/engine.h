@@ -298,6 +298,7 @@ struct engine {
 
 	struct eng_thread *scratch;   /* per tick, reused */
 	bool *fresh;                  /* per tick: scratch[i]'s thread was first seen now */
+	bool *listed_gil;             /* per tick: scratch[i] held the GIL when listed */
 	struct eng_holds holds;
 
 	/* counters since the start */
