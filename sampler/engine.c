@@ -469,12 +469,14 @@ static void hold_one(struct engine *e, struct eng_process *p, size_t i, uint64_t
 		return;
 	}
 	if (rc < 0) {
-		/* Exited (or not ours yet: seized from the next tick), or would not stop. */
-		t->rc = rc;
-		if (rc != -SPY_EGONE) {
-			e->errors[ENG_ERR_PAUSE]++;
-			t->rc = 0;
-		}
+		/*
+		 * Exited; or new since the tick's seizing (it is seized for the
+		 * next; a TID that is not the target's never is): not walked, as
+		 * a whole-process pause would have walked it only if it had
+		 * stopped it; or it would not stop in time.
+		 */
+		t->rc = rc == -SPY_EGONE ? rc : 0;
+		e->errors[ENG_ERR_PAUSE] += rc != -SPY_EGONE && rc != -SPY_ENOPROC;
 		t->holds_gil = false;
 		return;
 	}

@@ -59,7 +59,7 @@ struct spy_process_ops {
 	/*
 	 * One thread at a time (default sampling): track once a tick, before
 	 * (restart self-stopped threads, seize new ones; -SPY_EGONE once gone);
-	 * stop_thread holds one thread (0, -SPY_EGONE: not ours or exited,
+	 * stop_thread holds one thread (0, -SPY_ENOPROC: not one seized, -SPY_EGONE: exited,
 	 * -SPY_EINTR, other < 0: did not stop in time); resume_thread lets it go.
 	 * NULL: the backend can only pause the whole process.
 	 */

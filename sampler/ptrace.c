@@ -642,7 +642,11 @@ int proc_stop_thread(struct proc *p, pid_t tid)
 		return -SPY_EBOUND;
 	}
 	struct proc_tracee *t = find_tracee(p->tracees, p->ntracees, tid);
-	if (!t || t->state == TRACEE_GONE) {
+	if (!t) {
+		/* Not one of the target's threads we seized (new since proc_track, or a bad TID). */
+		return -SPY_ENOPROC;
+	}
+	if (t->state == TRACEE_GONE) {
 		return -SPY_EGONE;
 	}
 	t->redeliveries = 0;

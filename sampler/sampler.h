@@ -177,8 +177,8 @@ int proc_resume(struct proc *p, struct spy_err *err);
  * the threads are stopped: restart threads that stopped on their own and
  * seize threads that appeared (-SPY_EGONE once all are gone or it exec'd).
  * proc_stop_thread: stop thread tid (seized, not paused, none held) and
- * serve reads from a fresh view while it is held; -SPY_EGONE if it is not
- * ours or has exited, -SPY_EBOUND if it did not stop in time, -SPY_EINTR.
+ * serve reads from a fresh view while it is held; -SPY_ENOPROC if it is
+ * not a thread we seized, -SPY_EGONE if it has exited, -SPY_EBOUND if it did not stop in time, -SPY_EINTR.
  * proc_resume_thread: restart the thread held, if any.
  */
 int proc_track(struct proc *p);
