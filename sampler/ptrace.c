@@ -1,6 +1,7 @@
 /*
- * ptrace control of a live target: seize every thread, stop them all for a
- * sample, restart them, and always let go.
+ * ptrace control of a live target: seize every thread, stop one at a time
+ * for a sample (or, for one consistent look, all of them), restart them,
+ * and always let go, one at a time too.
  *
  * Threads are seized with PTRACE_SEIZE and stopped with PTRACE_INTERRUPT,
  * never PTRACE_ATTACH, which stops with SIGSTOP. That choice is the safety
@@ -732,10 +733,12 @@ void proc_detach(struct proc *p)
 	 * any interrupt still pending, so nothing is left to trap later.
 	 */
 	collect_pending(p, COLLECT_DETACH);
-	stop_all(p, now_ns() + DETACH_TIMEOUT_NS, COLLECT_DETACH, false);
+	uint64_t deadline = now_ns() + DETACH_TIMEOUT_NS;
 	size_t left = 0;
 	for (size_t i = 0; i < p->ntracees; i++) {
 		struct proc_tracee *t = &p->tracees[i];
+		/* One at a time, let go at once: detaching never holds the whole process. */
+		stop_one(p, t, deadline, COLLECT_DETACH, false);
 		if (t->state == TRACEE_STOPPED) {
 			if (xptrace(PTRACE_DETACH, t->tid, t->sig) < 0 && errno != ESRCH) {
 				spy_log(SPY_LOG_DEBUG, "PTRACE_DETACH %d: %s", (int)t->tid,
