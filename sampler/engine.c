@@ -1,12 +1,15 @@
 /*
  * The sampling engine (see engine.h).
  *
- * A tick walks every Python thread of every process. By default each
- * process is paused for its walk and only for it: thread states are read
- * before the pause (a ptrace-stopped thread reads 't'), and everything done
- * with the stacks (native symbols, the command's aggregation) happens after
- * the resume. With --nonblocking nothing is paused; a walk that does not
- * reach the root may then be torn, and is counted rather than handed on.
+ * A tick walks every Python thread of every process. By default one
+ * thread is stopped at a time, for its own walk only (sample_held): thread
+ * states are read before anything is stopped (a ptrace-stopped thread reads
+ * 't'), and everything done with the stacks (native symbols, the command's
+ * aggregation) happens after the thread runs again. The whole-process
+ * pause (sample_paused) is left for a backend or walker that cannot do
+ * that, and for a thread whose TID the walk cannot tell. With
+ * --nonblocking nothing is stopped; a walk that does not reach the root
+ * may then be torn, and is counted rather than handed on.
  *
  * Ticks are absolute deadlines (ticker.c); between them the loop polls the
  * processes, because a seized thread that receives a signal stays stopped

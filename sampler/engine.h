@@ -2,7 +2,8 @@
  * The sampling engine: the one loop behind record and top. It owns what a
  * live sample needs and commands must not redo: opening the process (named
  * by pid or launched, waiting for its interpreter), with -s its descendants
- * too, seizing them, the tick, the pause, walking every thread, telling
+ * too, seizing them, the tick, stopping each thread for its walk (one at
+ * a time), walking every thread, telling
  * idle from active, torn and truncated stacks, resuming, re-reading the
  * maps, noticing exits, detaching, and the summary line. Commands plug in
  * callbacks only: what to do with a kept stack (after the target runs
