@@ -560,8 +560,7 @@ static void sample_process(struct engine *e, struct eng_process *p, const struct
 			   bool *gil_held)
 {
 	uint64_t now = ticker_now_ns();
-	bool one = p->attached && !e->o.stop_world && p->proc.ops->stop_thread && e->w.list &&
-		   e->w.walk_thread;
+	bool one = p->attached && p->proc.ops->stop_thread && e->w.list && e->w.walk_thread;
 	long n = one ? sample_held(e, p, now) : -2;
 	if (n == -2) {
 		one = false;

@@ -174,7 +174,6 @@ struct eng_opts {
 	bool idle;          /* keep idle threads' stacks */
 	bool gil;           /* keep only the GIL holder's */
 	bool nonblocking;   /* never pause the target */
-	bool stop_world;    /* pause the whole process for each walk, not one thread at a time */
 	bool subprocesses;  /* -s: sample the Python descendants too */
 	unsigned window_s;  /* continuous mode: close a window every this many seconds; 0: none */
 };
