@@ -12,6 +12,7 @@
 #ifndef SPY_SAMPLER_INTERNAL_H
 #define SPY_SAMPLER_INTERNAL_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -121,7 +122,8 @@ struct proc {
 	bool attached;
 	bool paused;
 	pid_t held;   /* the one thread stopped by proc_stop_thread, or 0 */
-	bool held_spin;   /* proc_stop_thread is waiting: spin before yielding */
+	bool held_wait;   /* proc_stop_thread is waiting, SIGCHLD blocked: sleep on it */
+	sigset_t held_chld;
 	pid_t tracer;          /* getpid() of the process that attached */
 	bool execed;           /* a thread exec'd: the image we resolved is gone */
 	bool exited;           /* we reaped the thread-group leader's exit ... */

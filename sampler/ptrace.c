@@ -40,6 +40,7 @@
  * from the thread that called proc_attach().
  */
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
@@ -84,8 +85,8 @@
  * thread stays in its signal-delivery-stop and gets the signal at resume.
  */
 #define MAX_REDELIVERIES 16
-/* How long proc_stop_thread spins on waitpid before yielding (see wait_one). */
-#define HOLD_SPIN_NS (300ull * 1000)
+/* proc_stop_thread waits for SIGCHLD this long at a time (see wait_one). */
+#define HOLD_WAIT_SLICE_NS (500l * 1000)
 
 volatile sig_atomic_t proc_stop_requested;
 
@@ -273,13 +274,6 @@ static void collect(struct proc *p, struct proc_tracee *t, int st, enum collect_
 static int wait_one(struct proc *p, struct proc_tracee *t, uint64_t deadline,
 		    bool interruptible, int *st)
 {
-	/*
-	 * One thread held alone: a trap we notice late is time it sits
-	 * stopped for nothing, and a yield can hand our CPU to another task
-	 * for a whole time slice. So spin first, as long as a running thread
-	 * takes to trap.
-	 */
-	uint64_t spin_until = p->held_spin ? now_ns() + HOLD_SPIN_NS : 0;
 	for (unsigned i = 0;; i++) {
 		pid_t r = waitpid(t->tid, st, __WALL | WNOHANG);
 		if (r == t->tid) {
@@ -292,13 +286,8 @@ static int wait_one(struct proc *p, struct proc_tracee *t, uint64_t deadline,
 		if (interruptible && proc_stop_requested) {
 			return -SPY_EINTR;
 		}
-		uint64_t now = now_ns();
-		if (now >= deadline) {
+		if (now_ns() >= deadline) {
 			return 0;
-		}
-		if (now < spin_until) {
-			i--;
-			continue;
 		}
 		/*
 		 * An exited leader is not reported while other threads live:
@@ -309,6 +298,20 @@ static int wait_one(struct proc *p, struct proc_tracee *t, uint64_t deadline,
 		if ((i == 16 || (i > 0 && i % 64 == 0)) && thread_is_dead(p, t->tid)) {
 			r = waitpid(t->tid, st, __WALL | WNOHANG);
 			return r == t->tid ? 1 : -SPY_EGONE;
+		}
+		/*
+		 * One thread held alone (proc_stop_thread, SIGCHLD blocked): a
+		 * trap noticed late is time it sits stopped for nothing, and a
+		 * yield or a sleep can keep us off the CPU for a time slice.
+		 * Sleeping until the kernel tells of the stop (a tracer gets
+		 * SIGCHLD for it) wakes us at once, with a sleeper's claim to
+		 * the CPU for the walk; the timeout bounds a SIGCHLD that is
+		 * ignored, and so never sent.
+		 */
+		if (p->held_wait) {
+			struct timespec ts = { 0, HOLD_WAIT_SLICE_NS };
+			(void)sigtimedwait(&p->held_chld, NULL, &ts);
+			continue;
 		}
 		/* Most threads stop within microseconds: yield first, then back off to 1 ms. */
 		if (i < 32) {
@@ -651,9 +654,15 @@ int proc_stop_thread(struct proc *p, pid_t tid)
 		return -SPY_EGONE;
 	}
 	t->redeliveries = 0;
-	p->held_spin = true;
+	sigset_t old;
+	sigemptyset(&p->held_chld);
+	sigaddset(&p->held_chld, SIGCHLD);
+	p->held_wait = pthread_sigmask(SIG_BLOCK, &p->held_chld, &old) == 0;
 	int rc = stop_one(p, t, now_ns() + PAUSE_TIMEOUT_NS, COLLECT_PAUSE, true);
-	p->held_spin = false;
+	if (p->held_wait) {
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+	}
+	p->held_wait = false;
 	if (rc < 0) {
 		return -SPY_EINTR;
 	}
