@@ -465,6 +465,16 @@ static void hold_one(struct engine *e, struct eng_process *p, size_t i, uint64_t
 		t->holds_gil = false;
 		return;
 	}
+	/*
+	 * A thread walked for the first time has code objects the walker has
+	 * not decoded yet, which would triple its first hold: walk it once
+	 * running first, as --nonblocking would (the walk tolerates a torn
+	 * read), so that the walk while held finds them decoded.
+	 */
+	if (!th->walked) {
+		e->w.walk_thread(e->w.ctx, p->py, i, t, false);
+		th->walked = true;
+	}
 	uint64_t t0 = ticker_now_ns();
 	int rc = ops->stop_thread(&p->proc, t->tid);
 	if (rc == -SPY_EINTR) {

@@ -197,6 +197,7 @@ struct eng_os_thread {
 	struct proc_task task;
 	bool seen;          /* found by this tick's walk */
 	bool had_cpu;       /* a CPU-time reading preceded this tick's (see the activity rule) */
+	bool walked;        /* walked before (one thread at a time: no warm-up walk needed) */
 	const char *root;   /* interned `thread TID "name"` */
 	const char *name;   /* the walker's name the root was made with (NULL: the kernel's) */
 	char comm[17];      /* the kernel's name, when first seen */

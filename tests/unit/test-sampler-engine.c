@@ -39,7 +39,7 @@ struct fake_proc {
 	/* one thread at a time */
 	pid_t held;          /* the thread stopped now, or 0 */
 	pid_t gone_tid;      /* stop_thread says this one exited */
-	int stops, tracks, first_stop_not_holder, walked_unheld;
+	int stops, tracks, first_stop_not_holder, walked_unheld, warmups;
 	int stops_of[MAX_FAKE_THREADS];
 	bool in_tick;        /* a stop happened since the last track */
 };
@@ -557,7 +557,9 @@ static int w_list(void *ctx, void *py, struct eng_thread *th, size_t max, size_t
 static void w_walk_thread(void *ctx, void *py, size_t i, struct eng_thread *t, bool held)
 {
 	struct fake_proc *f = py;
-	f->walked_unheld += !held || f->held != f->th[i].tid;
+	/* A walk told it is held must be; unheld ones warm a new thread's first walk up. */
+	f->walked_unheld += held && f->held != f->th[i].tid;
+	f->warmups += !held;
 	spy_stack_reset(&t->stack);
 	struct spy_frame *fr = spy_stack_push(&t->stack);
 	memset(fr, 0, sizeof(*fr));
@@ -602,6 +604,8 @@ static void test_one_at_a_time(void)
 		CHECK_INT(f->pauses, 0);
 		CHECK_INT(f->tracks, 10);
 		CHECK_INT(f->walked_unheld, 0);
+		/* Once for each thread walked, when first seen. */
+		CHECK_INT(f->warmups, idle ? 3 : 2);
 		CHECK_INT(f->first_stop_not_holder, 0);
 		CHECK(!f->held);
 		/* The holder and the R thread every tick; the sleeper only with -i. */
