@@ -104,7 +104,8 @@ static void attribute_task(struct walker *w, struct walked *d, size_t i, struct 
 	}
 }
 
-static int walker_walk(void *ctx, void *py, struct eng_thread *th, size_t max, size_t *n_out)
+/* The thread list and what is known of each thread without holding it: tid, GIL (as listed), name. */
+static int walker_list(void *ctx, void *py, struct eng_thread *th, size_t max, size_t *n_out)
 {
 	struct walker *w = ctx;
 	struct walked *d = py;
@@ -126,24 +127,61 @@ static int walker_walk(void *ctx, void *py, struct eng_thread *th, size_t max, s
 	for (size_t i = 0; i < n; i++) {
 		th[i].tid = w->py[i].native_tid;
 		th[i].holds_gil = w->py[i].holds_gil;
-		/*
-		 * The collector runs in the thread that holds the GIL (it is
-		 * entered from an allocation or gc.collect()), so only that
-		 * thread's interpreter is asked: one 4-byte read a tick, on a
-		 * page the walk has usually cached.
-		 */
-		int gc = w->gc && w->py[i].holds_gil ? pyrt_gc_collecting(d->t.rt, w->py[i].interp) : -1;
-		th[i].gc = gc == 1;
-		w->gc_known |= gc >= 0;
+		th[i].gc = false;
 		th[i].name = pyrt_thread_name(d->t.rt, &w->py[i]);
+		th[i].rc = 0;
 		spy_stack_reset(&th[i].stack);
-		th[i].rc = pyrt_stack(d->t.rt, &w->py[i], &th[i].stack, NULL);
-		if (w->async && th[i].rc == 0) {
-			attribute_task(w, d, i, &th[i].stack);
-		}
 	}
 	*n_out = n;
 	return 0;
+}
+
+/*
+ * Listed thread i's stack. held: it alone is stopped, the others run, so
+ * its thread state is looked at again first (freed or reused since the
+ * listing: gone) and the GIL read again while it cannot change hands: it
+ * holds the GIL if it did when listed and still does; with --native it is
+ * unwound now too.
+ */
+static void walker_walk_thread(void *ctx, void *py, size_t i, struct eng_thread *t, bool held)
+{
+	struct walker *w = ctx;
+	struct walked *d = py;
+	spy_stack_reset(&t->stack);
+	bool listed = w->py[i].holds_gil;
+	if (held && pyrt_thread_recheck(d->t.rt, &w->py[i]) < 0) {
+		t->rc = -SPY_EGONE;
+		t->holds_gil = false;
+		return;
+	}
+	/* One holder per GIL a tick: the one listed, if it still holds it (see the engine). */
+	w->py[i].holds_gil = w->py[i].holds_gil && listed;
+	t->holds_gil = w->py[i].holds_gil;
+	/*
+	 * The collector runs in the thread that holds the GIL (it is
+	 * entered from an allocation or gc.collect()), so only that
+	 * thread's interpreter is asked: one 4-byte read a tick, on a
+	 * page the walk has usually cached.
+	 */
+	int gc = w->gc && w->py[i].holds_gil ? pyrt_gc_collecting(d->t.rt, w->py[i].interp) : -1;
+	t->gc = gc == 1;
+	w->gc_known |= gc >= 0;
+	t->rc = pyrt_stack(d->t.rt, &w->py[i], &t->stack, NULL);
+	if (w->async && t->rc == 0) {
+		attribute_task(w, d, i, &t->stack);
+	}
+	if (held && d->nat) {
+		native_unwind(d->nat, &d->t, t->tid, &w->pcs[i]);
+	}
+}
+
+static int walker_walk(void *ctx, void *py, struct eng_thread *th, size_t max, size_t *n_out)
+{
+	int rc = walker_list(ctx, py, th, max, n_out);
+	for (size_t i = 0; rc == 0 && i < *n_out; i++) {
+		walker_walk_thread(ctx, py, i, &th[i], false);
+	}
+	return rc;
 }
 
 static void walker_paused(void *ctx, void *py, const struct eng_thread *th, size_t n)
@@ -212,6 +250,8 @@ struct eng_walker walker_ops(struct walker *w)
 		.open = walker_open,
 		.start = walker_start,
 		.walk = walker_walk,
+		.list = walker_list,
+		.walk_thread = walker_walk_thread,
 		.paused = w->native ? walker_paused : NULL,
 		.finish = w->native ? walker_finish : NULL,
 		.close = walker_close,

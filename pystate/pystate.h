@@ -99,6 +99,15 @@ int pyrt_threads(struct pyrt *rt, struct py_thread *out, size_t max, size_t *n,
 		 struct spy_err *err);
 
 /*
+ * Look again at a thread pyrt_threads listed, while that thread is held
+ * (stopped) and the others run: 0 if its thread state still is the same
+ * thread's (interpreter, thread id and TID unchanged), with holds_gil read
+ * afresh, which stays true for as long as the thread is held; -SPY_EGONE if
+ * the state was freed or reused meanwhile.
+ */
+int pyrt_thread_recheck(struct pyrt *rt, struct py_thread *t);
+
+/*
  * The Python stack of one thread, innermost frame first, appended to out
  * (which the caller resets). Frames carry interned strings; addr is the code
  * object; line is 0 when unknown. SPY_FRAME_PY_ENTRY marks the first frame

@@ -574,6 +574,24 @@ int pyrt_threads(struct pyrt *rt, struct py_thread *out, size_t max, size_t *n, 
 	return 0;
 }
 
+int pyrt_thread_recheck(struct pyrt *rt, struct py_thread *t)
+{
+	const struct pyoffsets *o = &rt->off;
+	unsigned char buf[PYRT_MAX_SPAN];
+	if (!spy_mem_plausible(rt->mem, t->tstate, 8) ||
+	    spy_mem_read(rt->mem, t->tstate, buf, rt->tstate_span) < 0 ||
+	    pyrt_u64(buf, o->tstate_interp) != t->interp ||
+	    pyrt_u64(buf, o->tstate_thread_id) != t->thread_id ||
+	    (o->tstate_native_thread_id != PYOFF_NONE &&
+	     (int32_t)pyrt_u32(buf, o->tstate_native_thread_id) != t->native_tid)) {
+		return -SPY_EGONE;
+	}
+	/* A held thread can neither take the GIL nor release it. */
+	spy_addr_t holder = rt->gil_holder(rt, t->interp);
+	t->holds_gil = holder && holder == t->tstate;
+	return 0;
+}
+
 int pyrt_stack(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out, struct spy_err *err)
 {
 	if (!rt->frames) {

@@ -1,12 +1,15 @@
 /*
  * The sampling engine (see engine.h).
  *
- * A tick walks every Python thread of every process. By default each
- * process is paused for its walk and only for it: thread states are read
- * before the pause (a ptrace-stopped thread reads 't'), and everything done
- * with the stacks (native symbols, the command's aggregation) happens after
- * the resume. With --nonblocking nothing is paused; a walk that does not
- * reach the root may then be torn, and is counted rather than handed on.
+ * A tick walks every Python thread of every process. By default one
+ * thread is stopped at a time, for its own walk only (sample_held): thread
+ * states are read before anything is stopped (a ptrace-stopped thread reads
+ * 't'), and everything done with the stacks (native symbols, the command's
+ * aggregation) happens after the thread runs again. The whole-process
+ * pause (sample_paused) is left for a backend or walker that cannot do
+ * that, and for a thread whose TID the walk cannot tell. With
+ * --nonblocking nothing is stopped; a walk that does not reach the root
+ * may then be torn, and is counted rather than handed on.
  *
  * Ticks are absolute deadlines (ticker.c); between them the loop polls the
  * processes, because a seized thread that receives a signal stays stopped
@@ -219,6 +222,8 @@ int eng_open(struct engine *e, const struct eng_opts *o, const struct eng_walker
 	e->w = *w;
 	e->strs = strs;
 	e->scratch = spy_xcalloc(SPY_MAX_THREADS, sizeof(*e->scratch));
+	e->fresh = spy_xcalloc(SPY_MAX_THREADS, sizeof(*e->fresh));
+	e->listed_gil = spy_xcalloc(SPY_MAX_THREADS, sizeof(*e->listed_gil));
 	int rc;
 	if (program) {
 		spawn_install_signals();
@@ -342,8 +347,8 @@ void eng_resources(struct engine *e, struct proc_resources *out)
 	}
 }
 
-/* The stopped window: pause, walk (and what the walker reads paused), resume. n, or < 0 for nothing. */
-static long sample_paused(struct engine *e, struct eng_process *p, uint64_t now)
+/* Each thread's state, read before anything is stopped (a ptrace-stopped thread reads 't'). */
+static void threads_refresh(struct engine *e, struct eng_process *p)
 {
 	const struct spy_process_ops *ops = p->proc.ops;
 	for (size_t i = 0; i < p->nth; i++) {
@@ -355,6 +360,30 @@ static long sample_paused(struct engine *e, struct eng_process *p, uint64_t now)
 			e->errors[ENG_ERR_STATE] += th->task.failed;
 		}
 	}
+}
+
+/* One tick's holds: the longest any thread was held, and all of them together. */
+static void hold_account(struct engine *e, uint64_t longest, uint64_t total, bool whole)
+{
+	struct eng_holds *h = &e->holds;
+	h->ticks++;
+	h->whole_ticks += whole;
+	h->longest_sum_ns += longest;
+	h->total_sum_ns += total;
+	h->longest_max_ns = longest > h->longest_max_ns ? longest : h->longest_max_ns;
+	h->total_max_ns = total > h->total_max_ns ? total : h->total_max_ns;
+	h->over_goal += longest > ENG_HOLD_GOAL_NS;
+	spy_log(SPY_LOG_TRACE, "engine: tick held %s for %.1f us, %.1f us in all",
+		whole ? "the whole process" : "one thread at most", (double)longest / 1e3,
+		(double)total / 1e3);
+}
+
+/* The stopped window: pause, walk (and what the walker reads paused), resume. n, or < 0 for nothing. */
+static long sample_paused(struct engine *e, struct eng_process *p, uint64_t now)
+{
+	const struct spy_process_ops *ops = p->proc.ops;
+	threads_refresh(e, p);
+	uint64_t t0 = ticker_now_ns();
 	if (p->attached) {
 		int rc = ops->pause(&p->proc, NULL);
 		if (rc == -SPY_EGONE) {
@@ -373,6 +402,9 @@ static long sample_paused(struct engine *e, struct eng_process *p, uint64_t now)
 	}
 	if (p->attached) {
 		ops->resume(&p->proc);
+		/* Every thread was held from the pause to the resume. */
+		uint64_t held = ticker_now_ns() - t0;
+		hold_account(e, held, held * (n ? n : 1), true);
 	}
 	if (rc < 0) {
 		e->errors[ENG_ERR_THREADS]++;
@@ -381,11 +413,169 @@ static long sample_paused(struct engine *e, struct eng_process *p, uint64_t now)
 	return (long)n;
 }
 
+/*
+ * Whether listed thread t must be walked this tick: one that can have run
+ * Python since the last tick (running, or holding the GIL as listed), or
+ * any with --idle. The stack of a thread asleep is handed on only with
+ * --idle, so without it a sleeper is neither stopped nor read (stopping
+ * one would only interrupt its sleep).
+ */
+static bool wanted(struct engine *e, const struct eng_thread *t, const struct eng_os_thread *th)
+{
+	return e->o.idle || t->holds_gil || !th || proc_task_active(&th->task);
+}
+
+/*
+ * Walk listed thread i while held. A walk that met trouble may have met
+ * memory mapped since the maps were read: as walk_with_retry, once, with
+ * the same backoff.
+ */
+static void walk_held(struct engine *e, struct eng_process *p, size_t i, uint64_t now)
+{
+	struct eng_thread *t = &e->scratch[i];
+	e->w.walk_thread(e->w.ctx, p->py, i, t, true);
+	if ((t->rc == 0 && !t->stack.truncated) || !p->proc.ops->read_maps ||
+	    now - p->last_maps_ns < p->maps_retry_ns) {
+		return;
+	}
+	p->proc.ops->read_maps(&p->proc);
+	p->last_maps_ns = now;
+	e->w.walk_thread(e->w.ctx, p->py, i, t, true);
+	bool ok = t->rc == 0 && !t->stack.truncated;
+	p->maps_retry_ns = ok ? MAPS_RETRY_NS
+		: p->maps_retry_ns < MAPS_REFRESH_NS / 2 ? 2 * p->maps_retry_ns : MAPS_REFRESH_NS;
+}
+
+/* One tick of sample_held so far. */
+struct hold_tick {
+	uint64_t longest, total;   /* ns held */
+	bool stop;                 /* a stop was requested while waiting */
+};
+
+/* Stop listed thread i alone (if worth it), walk it, restart it. */
+static void hold_one(struct engine *e, struct eng_process *p, size_t i, uint64_t now,
+		     struct hold_tick *ht)
+{
+	const struct spy_process_ops *ops = p->proc.ops;
+	struct eng_thread *t = &e->scratch[i];
+	bool fresh;
+	struct eng_os_thread *th = thread_get(e, p, t->tid, &fresh);
+	e->fresh[i] = fresh;
+	if (!wanted(e, t, th)) {
+		t->holds_gil = false;
+		return;
+	}
+	/*
+	 * A thread walked for the first time has code objects the walker has
+	 * not decoded yet, which would triple its first hold: walk it once
+	 * running first, as --nonblocking would (the walk tolerates a torn
+	 * read), so that the walk while held finds them decoded.
+	 */
+	if (!th->walked) {
+		e->w.walk_thread(e->w.ctx, p->py, i, t, false);
+		th->walked = true;
+	}
+	uint64_t t0 = ticker_now_ns();
+	int rc = ops->stop_thread(&p->proc, t->tid);
+	if (rc == -SPY_EINTR) {
+		ht->stop = true;
+		return;
+	}
+	if (rc < 0) {
+		/*
+		 * Exited; or new since the tick's seizing (it is seized for the
+		 * next; a TID that is not the target's never is): not walked, as
+		 * a whole-process pause would have walked it only if it had
+		 * stopped it; or it would not stop in time.
+		 */
+		t->rc = rc == -SPY_EGONE ? rc : 0;
+		e->errors[ENG_ERR_PAUSE] += rc != -SPY_EGONE && rc != -SPY_ENOPROC;
+		t->holds_gil = false;
+		return;
+	}
+	/* Held from its stop, not from the interrupt: until then it ran. */
+	uint64_t t1 = ticker_now_ns();
+	e->holds.stop_sum_ns += t1 - t0;
+	e->holds.stops++;
+	walk_held(e, p, i, now);
+	ops->resume_thread(&p->proc);
+	uint64_t held = ticker_now_ns() - t1;
+	ht->longest = held > ht->longest ? held : ht->longest;
+	ht->total += held;
+}
+
+/*
+ * The default: one thread held at a time. The thread list is read with the
+ * process running (a listing torn by a thread starting or ending is
+ * bounded and validated like a --nonblocking one, and each listed thread
+ * is checked again once held, see pyrt_thread_recheck); then each thread
+ * worth walking is stopped, its own stack read (nothing else writes a
+ * thread's frames, and the code objects they reach are kept alive by
+ * them), and restarted before the next is touched. The GIL is read while
+ * the thread is held, when it cannot change hands to or from that thread.
+ * n, -1 for nothing, or -2 to take the whole-process pause instead (a
+ * thread without a known TID cannot be held alone).
+ */
+static long sample_held(struct engine *e, struct eng_process *p, uint64_t now)
+{
+	const struct spy_process_ops *ops = p->proc.ops;
+	threads_refresh(e, p);
+	int rc = ops->track(&p->proc);
+	if (rc == -SPY_EGONE) {
+		p->gone = true;
+		return -1;
+	}
+	size_t n = 0;
+	if (p->proc.ops->fresh_view) {
+		p->proc.ops->fresh_view(&p->proc);
+	}
+	rc = e->w.list(e->w.ctx, p->py, e->scratch, SPY_MAX_THREADS, &n);
+	if (rc < 0 && ops->read_maps && now - p->last_maps_ns >= p->maps_retry_ns) {
+		ops->read_maps(&p->proc);
+		p->last_maps_ns = now;
+		rc = e->w.list(e->w.ctx, p->py, e->scratch, SPY_MAX_THREADS, &n);
+	}
+	if (rc < 0) {
+		e->errors[ENG_ERR_THREADS]++;
+		return -1;
+	}
+	n = n > SPY_MAX_THREADS ? SPY_MAX_THREADS : n;
+	for (size_t i = 0; i < n; i++) {
+		if (e->scratch[i].tid <= 0) {
+			return -2;
+		}
+	}
+	/*
+	 * A GIL has one holder a tick, as in a whole-process pause: the thread
+	 * the listing saw holding it, if it still does once held (the walker
+	 * sees to that). It is held first, before it can let go; a thread
+	 * that takes the GIL after the listing is not a second holder.
+	 */
+	for (size_t i = 0; i < n; i++) {
+		e->listed_gil[i] = e->scratch[i].holds_gil;
+	}
+	struct hold_tick ht = { 0 };
+	for (int pass = 0; pass < 2 && !ht.stop; pass++) {
+		for (size_t i = 0; i < n && !ht.stop && !proc_stop_requested; i++) {
+			if ((pass == 0) == e->listed_gil[i]) {
+				hold_one(e, p, i, now, &ht);
+			}
+		}
+	}
+	hold_account(e, ht.longest, ht.total, false);
+	return (long)n;
+}
+
 static void sample_process(struct engine *e, struct eng_process *p, const struct eng_callbacks *cb,
 			   bool *gil_held)
 {
 	uint64_t now = ticker_now_ns();
-	long n = sample_paused(e, p, now);
+	bool one = p->attached && p->proc.ops->stop_thread && e->w.list && e->w.walk_thread;
+	long n = one ? sample_held(e, p, now) : -2;
+	if (n == -2) {
+		one = false;
+		n = sample_paused(e, p, now);
+	}
 	/* The process runs again; everything below is ours alone. */
 	struct eng_sample info = { .proc = p, .now_ns = ticker_now_ns() };
 	for (long i = 0; i < n; i++) {
@@ -394,6 +584,7 @@ static void sample_process(struct engine *e, struct eng_process *p, const struct
 		bool fresh = false;
 		if (t->tid > 0) {
 			th = thread_get(e, p, t->tid, &fresh);
+			fresh = one ? e->fresh[i] : fresh;
 			th->seen = true;
 			/* Names are interned: a new pointer is a new (or first) name. */
 			if (t->name != th->name) {
@@ -653,6 +844,18 @@ void eng_run(struct engine *e, const struct eng_callbacks *cb)
 	}
 	e->stop_ns = ticker_now_ns();
 	window_end(e, cb);
+	const struct eng_holds *h = &e->holds;
+	if (h->ticks) {
+		spy_log(SPY_LOG_DEBUG,
+			"engine: held per tick: longest thread %.1f us mean, %.1f us max; "
+			"all threads %.1f us mean, %.1f us max; the whole process in %llu of %llu ticks; "
+			"%llu ticks held a thread over %llu us; a thread took %.1f us to stop (mean)",
+			(double)h->longest_sum_ns / 1e3 / (double)h->ticks, (double)h->longest_max_ns / 1e3,
+			(double)h->total_sum_ns / 1e3 / (double)h->ticks, (double)h->total_max_ns / 1e3,
+			(unsigned long long)h->whole_ticks, (unsigned long long)h->ticks,
+			(unsigned long long)h->over_goal, (unsigned long long)(ENG_HOLD_GOAL_NS / 1000),
+			h->stops ? (double)h->stop_sum_ns / 1e3 / (double)h->stops : 0.0);
+	}
 }
 
 /* ---- ending ---- */
@@ -733,6 +936,8 @@ void eng_release(struct engine *e)
 		spy_stack_release(&e->scratch[i].stack);
 	}
 	free(e->scratch);
+	free(e->fresh);
+	free(e->listed_gil);
 	memset(e, 0, sizeof(*e));
 }
 

@@ -2,7 +2,8 @@
  * The sampling engine: the one loop behind record and top. It owns what a
  * live sample needs and commands must not redo: opening the process (named
  * by pid or launched, waiting for its interpreter), with -s its descendants
- * too, seizing them, the tick, the pause, walking every thread, telling
+ * too, seizing them, the tick, stopping each thread for its walk (one at
+ * a time), walking every thread, telling
  * idle from active, torn and truncated stacks, resuming, re-reading the
  * maps, noticing exits, detaching, and the summary line. Commands plug in
  * callbacks only: what to do with a kept stack (after the target runs
@@ -56,6 +57,16 @@ struct spy_process_ops {
 	/* Stop every thread: 0, -SPY_EINTR (stop requested), -SPY_EGONE, other < 0 (err may be NULL). */
 	int (*pause)(struct spy_process *p, struct spy_err *err);
 	void (*resume)(struct spy_process *p);
+	/*
+	 * One thread at a time (default sampling): track once a tick, before
+	 * (restart self-stopped threads, seize new ones; -SPY_EGONE once gone);
+	 * stop_thread holds one thread (0, -SPY_ENOPROC: not one seized, -SPY_EGONE: exited,
+	 * -SPY_EINTR, other < 0: did not stop in time); resume_thread lets it go.
+	 * NULL: the backend can only pause the whole process.
+	 */
+	int (*track)(struct spy_process *p);
+	int (*stop_thread)(struct spy_process *p, pid_t tid);
+	void (*resume_thread)(struct spy_process *p);
 	/* Attached, between pauses: let self-stopped threads go on; -SPY_EGONE once gone. */
 	int (*poll)(struct spy_process *p);
 	void (*detach)(struct spy_process *p);
@@ -139,6 +150,15 @@ struct eng_walker {
 	int (*start)(void *ctx, void *py, struct spy_err *err);
 	/* Walk every thread into th (at most max) and set *n; < 0 if the thread list is unreadable. */
 	int (*walk)(void *ctx, void *py, struct eng_thread *th, size_t max, size_t *n);
+	/*
+	 * The same walk in two halves, for one thread held at a time: list
+	 * every thread (tid, name, GIL as listed; empty stacks) with the
+	 * process running, then walk listed thread i into t, held tells it
+	 * the thread alone is stopped (it then also does what paused does
+	 * for that thread). NULL: only walk is offered.
+	 */
+	int (*list)(void *ctx, void *py, struct eng_thread *th, size_t max, size_t *n);
+	void (*walk_thread)(void *ctx, void *py, size_t i, struct eng_thread *t, bool held);
 	/* In the stopped window, after the last walk: what must be read before the threads move (--native); NULL if nothing. */
 	void (*paused)(void *ctx, void *py, const struct eng_thread *th, size_t n);
 	/* Target running: finish thread i's stack for keeping (--native's merge); < 0 counted. NULL if nothing. */
@@ -177,6 +197,7 @@ struct eng_os_thread {
 	struct proc_task task;
 	bool seen;          /* found by this tick's walk */
 	bool had_cpu;       /* a CPU-time reading preceded this tick's (see the activity rule) */
+	bool walked;        /* walked before (one thread at a time: no warm-up walk needed) */
 	const char *root;   /* interned `thread TID "name"` */
 	const char *name;   /* the walker's name the root was made with (NULL: the kernel's) */
 	char comm[17];      /* the kernel's name, when first seen */
@@ -224,6 +245,19 @@ struct eng_window {
 	bool last;            /* the run's end: no window follows */
 };
 
+/* How long threads were held (stopped) per tick, since the start; logged at the end (debug). */
+#define ENG_HOLD_GOAL_NS (200 * 1000ull)
+struct eng_holds {
+	uint64_t ticks;            /* ticks that held something (attached walks) */
+	uint64_t whole_ticks;      /* of those, ticks that paused the whole process */
+	uint64_t longest_sum_ns;   /* per tick, the longest one thread was held: summed */
+	uint64_t longest_max_ns;   /* ... and the largest */
+	uint64_t total_sum_ns;     /* per tick, every thread's hold added up: summed */
+	uint64_t total_max_ns;
+	uint64_t over_goal;        /* ticks whose longest hold passed ENG_HOLD_GOAL_NS */
+	uint64_t stops, stop_sum_ns;   /* one thread at a time: from the interrupt to its stop */
+};
+
 struct engine;
 struct eng_callbacks {
 	void *ctx;
@@ -264,6 +298,9 @@ struct engine {
 	const char *program;      /* launch mode: argv[0], for the summary */
 
 	struct eng_thread *scratch;   /* per tick, reused */
+	bool *fresh;                  /* per tick: scratch[i]'s thread was first seen now */
+	bool *listed_gil;             /* per tick: scratch[i] held the GIL when listed */
+	struct eng_holds holds;
 
 	/* counters since the start */
 	uint64_t samples;           /* ticks sampled */

@@ -12,6 +12,7 @@
 #ifndef SPY_SAMPLER_INTERNAL_H
 #define SPY_SAMPLER_INTERNAL_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -120,6 +121,9 @@ struct proc {
 	size_t ntracees, tracees_alloc;
 	bool attached;
 	bool paused;
+	pid_t held;   /* the one thread stopped by proc_stop_thread, or 0 */
+	bool held_wait;   /* proc_stop_thread is waiting, SIGCHLD blocked: sleep on it */
+	sigset_t held_chld;
 	pid_t tracer;          /* getpid() of the process that attached */
 	bool execed;           /* a thread exec'd: the image we resolved is gone */
 	bool exited;           /* we reaped the thread-group leader's exit ... */
@@ -159,6 +163,8 @@ void memcache_init(struct proc *p);
 void memcache_free(struct proc *p);
 int memcache_read(void *ctx, spy_addr_t addr, void *dst, size_t len);
 void memcache_view(struct proc *p, bool on);
+/* A new view without prefetching the last one's lines (one thread held: they were another's). */
+void memcache_view_bare(struct proc *p);
 /*
  * proc.c: read len bytes at addr into the n buffers of local (each
  * MEMCACHE_LINE long, one per line) with a single syscall. Returns the bytes

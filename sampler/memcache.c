@@ -94,6 +94,12 @@ void proc_mem_prefetch(struct proc *p, bool on)
 	p->mc.prefetch = on;
 }
 
+void memcache_view_bare(struct proc *p)
+{
+	p->mc.gen++;
+	p->mc.on = true;
+}
+
 void proc_mem_invalidate(struct proc *p)
 {
 	memcache_view(p, true);

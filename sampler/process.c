@@ -42,6 +42,21 @@ static void live_resume(struct spy_process *p)
 	proc_resume(live(p), NULL);
 }
 
+static int live_track(struct spy_process *p)
+{
+	return proc_track(live(p));
+}
+
+static int live_stop_thread(struct spy_process *p, pid_t tid)
+{
+	return proc_stop_thread(live(p), tid);
+}
+
+static void live_resume_thread(struct spy_process *p)
+{
+	proc_resume_thread(live(p));
+}
+
 static int live_poll(struct spy_process *p)
 {
 	return proc_poll(live(p));
@@ -133,6 +148,9 @@ static const struct spy_process_ops live_ops = {
 	.pause = live_pause,
 	.resume = live_resume,
 	.poll = live_poll,
+	.track = live_track,
+	.stop_thread = live_stop_thread,
+	.resume_thread = live_resume_thread,
 	.detach = live_detach,
 	.alive = live_alive,
 	.exit_status = live_exit_status,

@@ -1,6 +1,7 @@
 /*
- * ptrace control of a live target: seize every thread, stop them all for a
- * sample, restart them, and always let go.
+ * ptrace control of a live target: seize every thread, stop one at a time
+ * for a sample (or, for one consistent look, all of them), restart them,
+ * and always let go, one at a time too.
  *
  * Threads are seized with PTRACE_SEIZE and stopped with PTRACE_INTERRUPT,
  * never PTRACE_ATTACH, which stops with SIGSTOP. That choice is the safety
@@ -39,6 +40,7 @@
  * from the thread that called proc_attach().
  */
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
@@ -83,6 +85,8 @@
  * thread stays in its signal-delivery-stop and gets the signal at resume.
  */
 #define MAX_REDELIVERIES 16
+/* proc_stop_thread waits for SIGCHLD this long at a time (see wait_one). */
+#define HOLD_WAIT_SLICE_NS (500l * 1000)
 
 volatile sig_atomic_t proc_stop_requested;
 
@@ -295,6 +299,20 @@ static int wait_one(struct proc *p, struct proc_tracee *t, uint64_t deadline,
 			r = waitpid(t->tid, st, __WALL | WNOHANG);
 			return r == t->tid ? 1 : -SPY_EGONE;
 		}
+		/*
+		 * One thread held alone (proc_stop_thread, SIGCHLD blocked): a
+		 * trap noticed late is time it sits stopped for nothing, and a
+		 * yield or a sleep can keep us off the CPU for a time slice.
+		 * Sleeping until the kernel tells of the stop (a tracer gets
+		 * SIGCHLD for it) wakes us at once, with a sleeper's claim to
+		 * the CPU for the walk; the timeout bounds a SIGCHLD that is
+		 * ignored, and so never sent.
+		 */
+		if (p->held_wait) {
+			struct timespec ts = { 0, HOLD_WAIT_SLICE_NS };
+			(void)sigtimedwait(&p->held_chld, NULL, &ts);
+			continue;
+		}
 		/* Most threads stop within microseconds: yield first, then back off to 1 ms. */
 		if (i < 32) {
 			sched_yield();
@@ -304,6 +322,37 @@ static int wait_one(struct proc *p, struct proc_tracee *t, uint64_t deadline,
 			nanosleep(&ts, NULL);
 		}
 	}
+}
+
+/*
+ * Bring one running tracee (already interrupted or not) to a stop or its
+ * end. 0 (look at t->state), or -SPY_EINTR; past the deadline it is left
+ * running, interrupted, and marked a straggler.
+ */
+static int stop_one(struct proc *p, struct proc_tracee *t, uint64_t deadline, enum collect_mode mode,
+		    bool interruptible)
+{
+	/* Looked at once by collect_pending; not waited for (see the top). */
+	while (t->state == TRACEE_RUNNING && !(t->straggler && t->interrupted)) {
+		if (!t->interrupted) {
+			interrupt(t);
+		}
+		int st;
+		int rc = wait_one(p, t, deadline, interruptible, &st);
+		if (rc == 1) {
+			collect(p, t, st, mode);
+		} else if (rc == -SPY_EGONE) {
+			t->state = TRACEE_GONE;
+		} else if (rc == -SPY_EINTR) {
+			return rc;
+		} else {
+			spy_log(SPY_LOG_DEBUG, "thread %d of process %d did not stop in time",
+				(int)t->tid, (int)p->pid);
+			t->straggler = true;
+			break;
+		}
+	}
+	return 0;
 }
 
 /*
@@ -319,26 +368,8 @@ static int stop_all(struct proc *p, uint64_t deadline, enum collect_mode mode, b
 		}
 	}
 	for (size_t i = 0; i < p->ntracees; i++) {
-		struct proc_tracee *t = &p->tracees[i];
-		/* Looked at once by collect_pending; not waited for (see the top). */
-		while (t->state == TRACEE_RUNNING && !(t->straggler && t->interrupted)) {
-			if (!t->interrupted) {
-				interrupt(t);
-			}
-			int st;
-			int rc = wait_one(p, t, deadline, interruptible, &st);
-			if (rc == 1) {
-				collect(p, t, st, mode);
-			} else if (rc == -SPY_EGONE) {
-				t->state = TRACEE_GONE;
-			} else if (rc == -SPY_EINTR) {
-				return rc;
-			} else {
-				spy_log(SPY_LOG_DEBUG, "thread %d of process %d did not stop in time",
-					(int)t->tid, (int)p->pid);
-				t->straggler = true;
-				break;
-			}
+		if (stop_one(p, &p->tracees[i], deadline, mode, interruptible) == -SPY_EINTR) {
+			return -SPY_EINTR;
 		}
 	}
 	return 0;
@@ -591,6 +622,75 @@ int proc_resume(struct proc *p, struct spy_err *err)
 	return 0;
 }
 
+/*
+ * One thread at a time (the default sampling mode). The rest of the
+ * process runs meanwhile, so the cache serves only what is read while this
+ * thread is held: a fresh view, without the prefetch of the last one's
+ * lines (those were another thread's).
+ */
+int proc_track(struct proc *p)
+{
+	if (!p->attached || p->paused) {
+		return 0;
+	}
+	collect_pending(p, COLLECT_POLL);
+	drop_gone(p);
+	bool again = false;
+	(void)seize_new(p, false, &again, NULL);
+	return p->ntracees && !p->execed ? 0 : -SPY_EGONE;
+}
+
+int proc_stop_thread(struct proc *p, pid_t tid)
+{
+	if (!p->attached || p->paused || p->held) {
+		return -SPY_EBOUND;
+	}
+	struct proc_tracee *t = find_tracee(p->tracees, p->ntracees, tid);
+	if (!t) {
+		/* Not one of the target's threads we seized (new since proc_track, or a bad TID). */
+		return -SPY_ENOPROC;
+	}
+	if (t->state == TRACEE_GONE) {
+		return -SPY_EGONE;
+	}
+	t->redeliveries = 0;
+	sigset_t old;
+	sigemptyset(&p->held_chld);
+	sigaddset(&p->held_chld, SIGCHLD);
+	p->held_wait = pthread_sigmask(SIG_BLOCK, &p->held_chld, &old) == 0;
+	int rc = stop_one(p, t, now_ns() + PAUSE_TIMEOUT_NS, COLLECT_PAUSE, true);
+	if (p->held_wait) {
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+	}
+	p->held_wait = false;
+	if (rc < 0) {
+		return -SPY_EINTR;
+	}
+	if (t->state != TRACEE_STOPPED) {
+		return t->state == TRACEE_GONE ? -SPY_EGONE : -SPY_EBOUND;
+	}
+	if (p->execed) {
+		restart(t);
+		return -SPY_EGONE;
+	}
+	p->held = tid;
+	memcache_view_bare(p);
+	return 0;
+}
+
+void proc_resume_thread(struct proc *p)
+{
+	if (!p->held) {
+		return;
+	}
+	struct proc_tracee *t = find_tracee(p->tracees, p->ntracees, p->held);
+	if (t && t->state == TRACEE_STOPPED) {
+		restart(t);
+	}
+	p->held = 0;
+	memcache_view(p, false);
+}
+
 int proc_poll(struct proc *p)
 {
 	if (!p->attached || p->paused) {
@@ -631,6 +731,7 @@ void proc_detach(struct proc *p)
 		p->ntracees = 0;
 		p->attached = false;
 		p->paused = false;
+		p->held = 0;
 		tracer_forget(p);
 		return;
 	}
@@ -641,10 +742,12 @@ void proc_detach(struct proc *p)
 	 * any interrupt still pending, so nothing is left to trap later.
 	 */
 	collect_pending(p, COLLECT_DETACH);
-	stop_all(p, now_ns() + DETACH_TIMEOUT_NS, COLLECT_DETACH, false);
+	uint64_t deadline = now_ns() + DETACH_TIMEOUT_NS;
 	size_t left = 0;
 	for (size_t i = 0; i < p->ntracees; i++) {
 		struct proc_tracee *t = &p->tracees[i];
+		/* One at a time, let go at once: detaching never holds the whole process. */
+		stop_one(p, t, deadline, COLLECT_DETACH, false);
 		if (t->state == TRACEE_STOPPED) {
 			if (xptrace(PTRACE_DETACH, t->tid, t->sig) < 0 && errno != ESRCH) {
 				spy_log(SPY_LOG_DEBUG, "PTRACE_DETACH %d: %s", (int)t->tid,
@@ -671,6 +774,7 @@ void proc_detach(struct proc *p)
 	}
 	p->ntracees = left;
 	p->paused = false;
+	p->held = 0;
 	if (left == 0) {
 		p->attached = false;
 		tracer_forget(p);

@@ -172,6 +172,18 @@ int proc_attach(struct proc *p, struct spy_err *err);
 int proc_pause(struct proc *p, struct spy_err *err);
 /* Restart every stopped thread, re-delivering any signal that arrived while it was stopped. */
 int proc_resume(struct proc *p, struct spy_err *err);
+/*
+ * One thread at a time, the rest running. proc_track, once a tick before
+ * the threads are stopped: restart threads that stopped on their own and
+ * seize threads that appeared (-SPY_EGONE once all are gone or it exec'd).
+ * proc_stop_thread: stop thread tid (seized, not paused, none held) and
+ * serve reads from a fresh view while it is held; -SPY_ENOPROC if it is
+ * not a thread we seized, -SPY_EGONE if it has exited, -SPY_EBOUND if it did not stop in time, -SPY_EINTR.
+ * proc_resume_thread: restart the thread held, if any.
+ */
+int proc_track(struct proc *p);
+int proc_stop_thread(struct proc *p, pid_t tid);
+void proc_resume_thread(struct proc *p);
 /* Detach from every thread (resuming any that is stopped). Idempotent. */
 void proc_detach(struct proc *p);
 bool proc_is_paused(const struct proc *p);

@@ -4,6 +4,8 @@
  * activity rule (GIL holder, R with a CPU reading, new threads); torn and
  * truncated stacks; the maps retry; a stack refused is counted; -s follows
  * descendants; the loop ends when the process does or the command says so;
+ * one thread held at a time (never two, the GIL holder first, sleepers not
+ * at all without -i, each walked only while held);
  * continuous mode's windows are whole seconds, contiguous, and hold every tick.
  */
 #include <stdlib.h>
@@ -34,6 +36,12 @@ struct fake_proc {
 	pid_t children[4];
 	size_t nchildren;
 	bool walked_while_running;
+	/* one thread at a time */
+	pid_t held;          /* the thread stopped now, or 0 */
+	pid_t gone_tid;      /* stop_thread says this one exited */
+	int stops, tracks, first_stop_not_holder, walked_unheld, warmups;
+	int stops_of[MAX_FAKE_THREADS];
+	bool in_tick;        /* a stop happened since the last track */
 };
 
 struct fake_world {
@@ -491,6 +499,148 @@ static void test_backends(void)
 	CHECK(spy_process_can(&fake, SPY_CAP_WATCH, "watching", NULL));
 }
 
+
+/* ---- one thread at a time ---- */
+
+static int f_track(struct spy_process *p)
+{
+	struct fake_proc *f = fp(p);
+	CHECK(f->attached && !f->paused && !f->held);
+	f->tracks++;
+	f->in_tick = false;
+	return 0;
+}
+
+static int f_stop_thread(struct spy_process *p, pid_t tid)
+{
+	struct fake_proc *f = fp(p);
+	CHECK(f->attached && !f->paused && !f->held);
+	if (tid == f->gone_tid) {
+		return -SPY_EGONE;
+	}
+	for (size_t i = 0; i < f->nth; i++) {
+		if (f->th[i].tid != tid) {
+			continue;
+		}
+		f->first_stop_not_holder += !f->in_tick && !f->th[i].gil;
+		f->in_tick = true;
+		f->stops++;
+		f->stops_of[i]++;
+		f->held = tid;
+		return 0;
+	}
+	return -SPY_ENOPROC;
+}
+
+static void f_resume_thread(struct spy_process *p)
+{
+	struct fake_proc *f = fp(p);
+	CHECK(f->held != 0);
+	f->held = 0;
+}
+
+static int w_list(void *ctx, void *py, struct eng_thread *th, size_t max, size_t *n)
+{
+	struct fake_proc *f = py;
+	CHECK(!f->held && !f->paused);
+	f->walks++;
+	for (size_t i = 0; i < f->nth && i < max; i++) {
+		th[i].tid = f->th[i].tid;
+		th[i].holds_gil = f->th[i].gil;
+		th[i].rc = 0;
+		spy_stack_reset(&th[i].stack);
+	}
+	*n = f->nth;
+	return 0;
+}
+
+static void w_walk_thread(void *ctx, void *py, size_t i, struct eng_thread *t, bool held)
+{
+	struct fake_proc *f = py;
+	/* A walk told it is held must be; unheld ones warm a new thread's first walk up. */
+	f->walked_unheld += held && f->held != f->th[i].tid;
+	f->warmups += !held;
+	spy_stack_reset(&t->stack);
+	struct spy_frame *fr = spy_stack_push(&t->stack);
+	memset(fr, 0, sizeof(*fr));
+	fr->func = "work";
+	t->rc = 0;
+}
+
+static void test_one_at_a_time(void)
+{
+	struct fake_world w;
+	struct engine e;
+	struct spy_strtab strs = SPY_STRTAB_INIT;
+	struct eng_opts o = { 0 };
+	struct spy_process_ops ops = fake_ops;
+	ops.track = f_track;
+	ops.stop_thread = f_stop_thread;
+	ops.resume_thread = f_resume_thread;
+	struct eng_walker wk = fake_walker_ops;
+	wk.list = w_list;
+	wk.walk_thread = w_walk_thread;
+
+	for (int idle = 0; idle < 2; idle++) {
+		setup(&w);
+		/* The holder listed last: it must still be stopped first. */
+		struct fake_thread holder = w.procs[0].th[0];
+		w.procs[0].th[0] = w.procs[0].th[2];
+		w.procs[0].th[2] = holder;
+		o.idle = idle;
+		o.rate = 1000;
+		o.duration = -1;
+		wk.ctx = &w;
+		world = &w;
+		w.stop_after_ticks = 10;
+		struct spy_err err = SPY_ERR_INIT;
+		CHECK_INT(eng_open(&e, &o, &wk, &strs, w.procs[0].pid, NULL, &err), 0);
+		e.procs[0]->proc.ops = &ops;
+		const struct eng_callbacks cb = { &w, on_stack, on_wait, NULL };
+		eng_run(&e, &cb);
+		eng_detach(&e);
+		struct fake_proc *f = &w.procs[0];
+		CHECK_INT(e.samples, 10);
+		CHECK_INT(f->pauses, 0);
+		CHECK_INT(f->tracks, 10);
+		CHECK_INT(f->walked_unheld, 0);
+		/* Once for each thread walked, when first seen. */
+		CHECK_INT(f->warmups, idle ? 3 : 2);
+		CHECK_INT(f->first_stop_not_holder, 0);
+		CHECK(!f->held);
+		/* The holder and the R thread every tick; the sleeper only with -i. */
+		CHECK_INT(f->stops_of[2], 10);
+		CHECK_INT(f->stops_of[1], 10);
+		CHECK_INT(f->stops_of[0], idle ? 10 : 0);
+		/* The same stacks kept as with the whole-process pause. */
+		CHECK_INT(w.stacks, idle ? 30 : 10 + 9);
+		CHECK_INT(e.gil_ticks, 10);
+		CHECK_INT(e.holds.ticks, 10);
+		CHECK_INT(e.holds.whole_ticks, 0);
+		CHECK_INT(eng_errors(&e), 0);
+		CHECK_INT(f->detaches, 1);
+		eng_release(&e);
+	}
+
+	/* A thread that exits before it is stopped is counted gone, not walked. */
+	setup(&w);
+	w.procs[0].gone_tid = 101;
+	o.idle = false;
+	wk.ctx = &w;
+	world = &w;
+	w.stop_after_ticks = 5;
+	struct spy_err err = SPY_ERR_INIT;
+	CHECK_INT(eng_open(&e, &o, &wk, &strs, w.procs[0].pid, NULL, &err), 0);
+	e.procs[0]->proc.ops = &ops;
+	const struct eng_callbacks cb = { &w, on_stack, on_wait, NULL };
+	eng_run(&e, &cb);
+	eng_detach(&e);
+	CHECK_INT(w.stacks, 5);
+	CHECK_INT(e.errors[ENG_ERR_GONE], 5);
+	eng_release(&e);
+	spy_strtab_release(&strs);
+}
+
 int main(void)
 {
 	test_blocking();
@@ -499,5 +649,6 @@ int main(void)
 	test_end_and_descendants();
 	test_windows();
 	test_backends();
+	test_one_at_a_time();
 	return check_done();
 }
