@@ -320,12 +320,26 @@ static int cmp_frames_by_text(const void *a, const void *b, void *arg)
 	return c;
 }
 
+static bool text_equal(const struct fg_order *o, uint32_t x, uint32_t y)
+{
+	size_t lx = o->text_off[x + 1] - o->text_off[x];
+	return lx == o->text_off[y + 1] - o->text_off[y] &&
+	       !memcmp(o->texts.buf + o->text_off[x], o->texts.buf + o->text_off[y], lx);
+}
+
 struct stack_order {
 	const struct fg_profile *p;
-	const uint32_t *rank;
+	const uint32_t *rank;  /* distinct per frame */
+	const uint32_t *trank; /* equal for frames whose text is equal */
 };
 
-/* Lexicographic on frame ranks, root first; a prefix sorts first. */
+/*
+ * Lexicographic on the frames' texts, root first, a prefix first; only
+ * stacks written alike are then ordered by raw frames. Ranking by raw
+ * frames alone put "a\xda;f" (text) before "a<0xda>" (byte), which is
+ * written "a\xda" too: once read back the two are one frame, and the
+ * prefix stack moved ahead, so the round trip changed the text.
+ */
 static int cmp_stacks(const void *a, const void *b, void *arg)
 {
 	const struct stack_order *so = arg;
@@ -334,11 +348,19 @@ static int cmp_stacks(const void *a, const void *b, void *arg)
 	const uint32_t *px = so->p->pool + x->off, *py = so->p->pool + y->off;
 	uint32_t n = x->depth < y->depth ? x->depth : y->depth;
 	for (uint32_t k = 0; k < n; k++) {
+		if (so->trank[px[k]] != so->trank[py[k]]) {
+			return so->trank[px[k]] < so->trank[py[k]] ? -1 : 1;
+		}
+	}
+	if (x->depth != y->depth) {
+		return x->depth < y->depth ? -1 : 1;
+	}
+	for (uint32_t k = 0; k < n; k++) {
 		if (px[k] != py[k]) {
 			return so->rank[px[k]] < so->rank[py[k]] ? -1 : 1;
 		}
 	}
-	return x->depth == y->depth ? 0 : (x->depth < y->depth ? -1 : 1);
+	return 0;
 }
 
 void fg_order_init(struct fg_order *o, const struct fg_profile *p)
@@ -360,16 +382,20 @@ void fg_order_init(struct fg_order *o, const struct fg_profile *p)
 	}
 	struct frame_order fo = { p, o };
 	qsort_r(byrank, nf, sizeof(*byrank), cmp_frames_by_text, &fo);
+	uint32_t *trank = spy_xmalloc((nf + 1) * sizeof(*trank));
 	for (size_t r = 0; r < nf; r++) {
 		rank[byrank[r]] = (uint32_t)r;
+		bool same = r && text_equal(o, byrank[r - 1], byrank[r]);
+		trank[byrank[r]] = same ? trank[byrank[r - 1]] : (uint32_t)r;
 	}
 
 	o->stack = spy_xmalloc((p->nstacks + 1) * sizeof(*o->stack));
 	for (size_t i = 0; i < p->nstacks; i++) {
 		o->stack[i] = (uint32_t)i;
 	}
-	struct stack_order so = { p, rank };
+	struct stack_order so = { p, rank, trank };
 	qsort_r(o->stack, p->nstacks, sizeof(*o->stack), cmp_stacks, &so);
+	free(trank);
 	free(rank);
 	free(byrank);
 }

@@ -210,6 +210,9 @@ static const char *sink_strerror(const struct sink *s)
 struct emit_ctx {
 	struct sink *sink;
 	const struct fg_order *order;
+	const uint32_t *frames; /* the stack held back, NULL if none */
+	size_t depth;
+	uint64_t count;
 };
 
 /* One line: the frames joined by ';', a space, the count. */
@@ -234,9 +237,8 @@ static void emit_line(struct spy_buf *out, const struct fg_order *t, const uint3
 	spy_buf_addch(out, '\n');
 }
 
-static int emit_stack(void *ctx, const uint32_t *frames, size_t depth, uint64_t count)
+static int emit_counted(struct emit_ctx *e, const uint32_t *frames, size_t depth, uint64_t count)
 {
-	struct emit_ctx *e = ctx;
 	/*
 	 * Identical lines add up when read, so a stack whose count outgrew
 	 * what one line may carry (FG_MAX_COUNT) is written as several lines:
@@ -257,6 +259,44 @@ static int emit_stack(void *ctx, const uint32_t *frames, size_t depth, uint64_t 
 	return e->sink->failed ? 1 : 0;
 }
 
+/* True if the two stacks are written as the same text. */
+static bool same_text(const struct fg_order *t, const uint32_t *x, size_t nx, const uint32_t *y,
+		      size_t ny)
+{
+	if (nx != ny) {
+		return false;
+	}
+	for (size_t k = 0; k < nx; k++) {
+		size_t lx = t->text_off[x[k] + 1] - t->text_off[x[k]];
+		size_t ly = t->text_off[y[k] + 1] - t->text_off[y[k]];
+		if (lx != ly || memcmp(t->texts.buf + t->text_off[x[k]], t->texts.buf + t->text_off[y[k]], lx)) {
+			return false;
+		}
+	}
+	return true;
+}
+
+/*
+ * Distinct stacks that escape alike ("a\xda" typed as text, "a" then byte 0xda)
+ * are one stack once read back, their counts added: write them as one
+ * line already, or the round trip changes the text. fg_order puts them
+ * next to each other, so holding back one stack is enough.
+ */
+static int emit_stack(void *ctx, const uint32_t *frames, size_t depth, uint64_t count)
+{
+	struct emit_ctx *e = ctx;
+	if (e->frames && same_text(e->order, e->frames, e->depth, frames, depth) &&
+	    count <= UINT64_MAX - e->count) {
+		e->count += count;
+		return 0;
+	}
+	int rc = e->frames ? emit_counted(e, e->frames, e->depth, e->count) : 0;
+	e->frames = frames;
+	e->depth = depth;
+	e->count = count;
+	return rc;
+}
+
 static void emit_profile(const struct fg_profile *p, struct sink *s)
 {
 	for (size_t i = 0; i < p->nmeta; i++) {
@@ -269,8 +309,10 @@ static void emit_profile(const struct fg_profile *p, struct sink *s)
 	fg_source_emit(p, s->out);
 	struct fg_order o;
 	fg_order_init(&o, p);
-	struct emit_ctx e = { s, &o };
-	fg_order_foreach_stack(&o, p, emit_stack, &e);
+	struct emit_ctx e = { s, &o, NULL, 0, 0 };
+	if (fg_order_foreach_stack(&o, p, emit_stack, &e) == 0 && e.frames) {
+		(void)emit_counted(&e, e.frames, e.depth, e.count);
+	}
 	fg_order_release(&o);
 	sink_flush(s);
 }
