@@ -173,12 +173,18 @@ static int async_layout(struct pyrt *rt, spy_addr_t addr, struct spy_err *err)
 	uint64_t rtask = F(AD_TS_RUNNING_TASK), thead = F(AD_TS_TASKS_HEAD);
 #undef F
 	uint64_t loop = (uint64_t)rt->off.ob_type + 8;
-	bool sane = tsz >= 0x40 && tsz <= TASK_SPAN_MAX && name + 8 <= tsz && ab + 8 <= tsz &&
-		    coro + 8 <= tsz && node + 16 <= tsz && is_task < tsz && is_set < tsz &&
+	/*
+	 * Every field is the target's: "off + n <= size" wraps for an offset near
+	 * 2^64 (and a wrapped ab from "is_task - 12") and let it through, to index
+	 * a stack buffer ~4 GiB out. Compare as "off <= size - n" instead: the
+	 * size's lower bound is checked first, so the subtraction cannot wrap.
+	 */
+	bool sane = tsz >= 0x40 && tsz <= TASK_SPAN_MAX && name <= tsz - 8 && ab <= tsz - 8 &&
+		    coro <= tsz - 8 && node <= tsz - 16 && is_task < tsz && is_set < tsz &&
 		    ab + 12 == is_task && loop + 8 <= ab &&
-		    isz >= 0x100 && isz <= (64u << 20) && ihead + 16 <= isz &&
-		    ssz >= 0x40 && ssz <= 0x10000 && rloop + 8 <= ssz && rtask + 8 <= ssz &&
-		    thead + 16 <= ssz;
+		    isz >= 0x100 && isz <= (64u << 20) && ihead <= isz - 16 &&
+		    ssz >= 0x40 && ssz <= 0x10000 && rloop <= ssz - 8 && rtask <= ssz - 8 &&
+		    thead <= ssz - 16;
 	spy_log(SPY_LOG_DEBUG, "pystate: _AsyncioDebug at 0x%llx: task size %llu, %s",
 		(unsigned long long)addr, (unsigned long long)tsz, sane ? "sane" : "insane");
 	if (!sane) {
