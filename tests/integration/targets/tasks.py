@@ -73,7 +73,10 @@ def digest(deadline):
     return x
 
 
-async def hash_loop(deadline):
+async def hash_loop(go, deadline):
+    # Spinning before the side loop is up could keep its thread from the
+    # GIL for good on an idle machine (it never got ready): wait like crunch.
+    await go
     while time.monotonic() < deadline:
         digest(time.monotonic() + 0.0037)  # @hash_loop
         await asyncio.sleep(0)
@@ -119,7 +122,7 @@ async def main():
     loop.create_task(gather_two(never), name="gatherer")
     if BUSY:
         loop.create_task(crunch_slices(go, deadline), name="cruncher")
-        loop.create_task(hash_loop(deadline), name="hasher")
+        loop.create_task(hash_loop(go, deadline), name="hasher")
     else:
         loop.create_task(crunch(go, deadline), name="cruncher")
     t = threading.Thread(target=side_thread, args=(deadline,), name="side-loop")
