@@ -59,8 +59,9 @@ PYROOT = os.path.join(REPO, "tools", "pyroot")
 # Which interpreters of the root are run, and how (tools/pyroot run MODE):
 # every release build both ways (a container keeps the target's files
 # behind /proc/PID/root, a chroot shows them with the root's prefix in
-# /proc/PID/maps); the debug and free-threaded builds, whose runtime
-# differs, in a container, on the version that has both.
+# /proc/PID/maps) in the tests that concern those files (for_each_interp's
+# chroot), in a container in the rest; the debug and free-threaded builds,
+# whose runtime differs, in a container, on the version that has both.
 ROOT_RUNS = (("release", None, ("container", "chroot")),
              ("debug", "3.14", ("container",)),
              ("free-threaded", "3.14", ("container",)))
@@ -291,7 +292,7 @@ def probe(path, wrap=lambda argv: argv):
 _discovered = []
 
 
-def discover():
+def discover(chroot=False):
     """Find interpreters. Returns (interps, problems).
 
     interps are deduplicated by the real path of their sys.executable and
@@ -300,10 +301,19 @@ def discover():
     (explicit: it came from SPY_PYTHONS, or the root has it and it does not
     run) and for the root's that are absent, saying why. Found once per
     process.
+
+    chroot: also the root's interpreters in chroot mode. Only tests of how
+    spy reaches the target's files (its ELF files, sources, core mappings)
+    need them: the two modes differ in the paths /proc shows, not in what
+    the walker meets, so the rest run each of the root's interpreters once,
+    in a container, as production does (every version still gets its line;
+    SPY_PYTHONS, the caller's choice, is not cut).
     """
     if not _discovered:
         _discovered.append(_discover())
     interps, problems = _discovered[0]
+    if not chroot and not os.environ.get("SPY_PYTHONS", "").strip():
+        interps = [i for i in interps if i.mode != "chroot"]
     return list(interps), list(problems)
 
 
@@ -976,7 +986,7 @@ class Reporter(object):
         sys.exit(EXIT_SKIP)
 
 
-def for_each_interp(rep, run_one, need_ptrace=True, expect=()):
+def for_each_interp(rep, run_one, need_ptrace=True, expect=(), chroot=False):
     """The common main loop: discover interpreters, skip what cannot run,
     call run_one(interp) -> list of problems for the rest, report each.
 
@@ -984,8 +994,10 @@ def for_each_interp(rep, run_one, need_ptrace=True, expect=()):
     that version was found (only when discovering, not with SPY_PYTHONS,
     where the caller chose). A failure on one interpreter never stops the
     others.
+
+    chroot: as discover's.
     """
-    interps, problems = discover()
+    interps, problems = discover(chroot)
     report_problems(rep, problems)
     missing = []
     if not os.environ.get("SPY_PYTHONS", "").strip():

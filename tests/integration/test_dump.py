@@ -289,7 +289,7 @@ def run_one(interp):
 
 def main():
     rep = harness.reporter("dump")
-    harness.for_each_interp(rep, run_one, expect=harness.SUPPORTED)
+    harness.for_each_interp(rep, run_one, expect=harness.SUPPORTED, chroot=True)
 
 
 if __name__ == "__main__":

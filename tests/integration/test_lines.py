@@ -218,7 +218,7 @@ def run_one(interp):
 def main():
     rep = harness.reporter("lines")
     harness.for_each_interp(rep, run_one,
-                            expect=("2.7", "3.8", "3.11", "3.12", "3.13", "3.14", "3.15"))
+                            expect=("2.7", "3.8", "3.11", "3.12", "3.13", "3.14", "3.15"), chroot=True)
 
 
 if __name__ == "__main__":

@@ -215,7 +215,7 @@ def main():
     rep.check("native usage errors", check_usage())
     harness.for_each_interp(rep, run_one,
                             expect=("2.7", "3.8", "3.11", "3.12", "3.13",
-                                    "3.14", "3.15"))
+                                    "3.14", "3.15"), chroot=True)
 
 
 if __name__ == "__main__":

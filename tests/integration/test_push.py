@@ -14,7 +14,8 @@ root; the loop under test is the engine's, the same for every version):
   - launch mode with -s: windows arrive, labelled with the launched pid.
 Once (the newest interpreter):
   - outage: the receiver answers 500, then refuses connections, then
-    hangs every request for 30 s, then recovers: no window is lost, and the
+    hangs every request for 12 s (past spy's 10 s request timeout), then
+    recovers: no window is lost, and the
     sampling rate in the windows taken while it hung is not below the
     rate while it answered;
   - Ctrl-C: the open window is pushed before spy exits; with the receiver
@@ -36,6 +37,10 @@ import harness
 import pushrecv
 
 TOKEN = "s3cret-token"
+# The outage run: a hang longer than spy's request timeout (10 s), so that
+# one request times out and the next waits again; then 6 s of recovery.
+HANG_S = 12
+OUTAGE_S = 4 + 3 + 3 + HANG_S + 6
 
 
 def spy_env(extra=None):
@@ -194,14 +199,14 @@ def window_rate(r):
 
 
 def outage(interp):
-    """500 for 3 s, refused for 3 s, hung for 30 s, then fine: nothing lost, no slower sampling."""
+    """500 for 3 s, refused for 3 s, hung for HANG_S, then fine: nothing lost, no slower sampling."""
     recv = pushrecv.Receiver()
     p = []
     try:
         with harness.Target(interp, harness.target_path("record_target.py"), ["split"]) as t:
             spy = harness.start_spy(["record", "--pid", str(t.pid), "--push", recv.url(),
-                                     "--push-every", "1", "-d", "46"], env=spy_env())
-            phases = [("ok", 4), ("fail", 3), ("down", 3), ("hang", 30), ("ok", 0)]
+                                     "--push-every", "1", "-d", str(OUTAGE_S)], env=spy_env())
+            phases = [("ok", 4), ("fail", 3), ("down", 3), ("hang", HANG_S), ("ok", 0)]
             spans = []
             for mode, secs in phases:
                 recv.set_mode(mode)
@@ -223,15 +228,15 @@ def outage(interp):
             if len(set(froms)) != len(froms):
                 p.append("a window was accepted twice")
             p += contiguity(reqs, err)
-            if len(reqs) + empty_windows(err) < 44:
-                p.append("%d windows over a 46 s run of 1 s windows" % len(reqs))
+            if len(reqs) + empty_windows(err) < OUTAGE_S - 2:
+                p.append("%d windows over a %d s run of 1 s windows" % (len(reqs), OUTAGE_S))
             if "lost" in err or "failed" not in err or "works again" not in err:
                 p.append("stderr: %s" % err.strip()[-400:])
             # The rate: windows wholly inside the hang against those before the trouble.
             hang = [s for s in spans if s[0] == "hang"][0]
             during = [window_rate(r) for r in reqs if r.frm >= hang[1] + 1 and r.until <= hang[2] - 1]
             before = [window_rate(r) for r in reqs if r.until <= spans[0][2] and r.frm >= spans[0][1]]
-            if len(during) < 20 or not before:
+            if len(during) < HANG_S - 4 or not before:
                 p.append("%d windows inside the hang, %d before" % (len(during), len(before)))
             else:
                 d, b = sum(during) / len(during), sum(before) / len(before)

@@ -3,7 +3,7 @@
 
 Per interpreter, one PASS/FAIL line covering:
   - split: a loop that calls work_a 7 times and work_b 3 times per round,
-    units of identical cost, recorded at 200 Hz for 3 s with --pid: the
+    units of identical cost, recorded at 400 Hz for 3 s with --pid: the
     samples under work_a must be 70% +- 5 points of those under work_a or
     work_b; the sleeping thread is absent; taken + missed ticks add up to
     rate x duration; every stack starts with the process root;
@@ -26,6 +26,10 @@ Per interpreter, one PASS/FAIL line covering:
   - sigkill: SIGKILL to spy mid-record: target still running, not stopped,
     still using CPU.
 Then, once, the usage and I/O errors of the contract.
+
+Two parts, which meson runs as two tests: `shares` (split, idle,
+nonblocking and gil: they count samples, so they run alone) and `rest`
+(the others and the errors, beside other tests); no argument runs both.
 
 The folded output is parsed as the contract describes it: metadata lines
 "# key: value", then "frame;frame;... COUNT" split on the last space.
@@ -106,10 +110,12 @@ def check_split(interp, d):
     p = []
     out = os.path.join(d, "split.folded")
     with harness.Target(interp, TARGET, ["split"]) as t:
-        # 6 s at 200 Hz: ~1200 samples put the binomial spread of the share
-        # at ~1.3 points, so +-5 is ~4 sigma; at 3 s (~1.9 points) one run in
-        # ten of the whole matrix failed on chance alone.
-        r = record(["--pid", str(t.pid), "-r", "200", "-d", "6", "-o", out])
+        # ~1200 samples put the binomial spread of the share at ~1.3
+        # points, so +-5 is ~4 sigma; at 600 (~1.9 points) one run in ten
+        # of the whole matrix failed on chance alone. 400 Hz for 3 s, not
+        # 200 Hz for 6: a unit takes ~0.1 ms, so ticks still fall on
+        # independent units, and the suite's slowest serial test halves.
+        r = record(["--pid", str(t.pid), "-r", "400", "-d", "3", "-o", out])
         p += expect_rc(r, 0, "split")
         if p:
             return p
@@ -401,16 +407,26 @@ def check_signals(interp, d):
     return p
 
 
-def run_one(interp):
-    d = tempfile.mkdtemp(prefix="spy-record-")
-    try:
-        p = []
-        for check in (check_split, check_deep, check_gil, check_launch,
-                      check_formats, check_subprocesses, check_signals):
-            p += check(interp, d)
-        return p
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
+# The checks that measure shares and tick counts, which need the CPUs to
+# themselves (meson runs `test_record.py shares` alone), and the rest
+# (`test_record.py rest`, beside other tests). Without an argument, both.
+PARTS = {
+    "shares": (check_split, check_gil),
+    "rest": (check_deep, check_launch, check_formats, check_subprocesses, check_signals),
+}
+
+
+def runner(checks):
+    def run_one(interp):
+        d = tempfile.mkdtemp(prefix="spy-record-")
+        try:
+            p = []
+            for check in checks:
+                p += check(interp, d)
+            return p
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+    return run_one
 
 
 def check_errors(rep, interp):
@@ -473,16 +489,20 @@ def check_errors(rep, interp):
 
 
 def main():
-    rep = harness.reporter("record")
+    parts = sys.argv[1:] or ["shares", "rest"]
+    if any(p not in PARTS for p in parts):
+        sys.exit("usage: test_record.py [%s]..." % "|".join(sorted(PARTS)))
+    rep = harness.reporter("record " + " ".join(parts))
     # The contract's errors, once, on the newest of the machine's own
     # interpreters (the root's are checked below like every other).
     interps = [i for i in harness.discover()[0] if not i.root]
-    if interps and not harness.ptrace_problem():
+    if "rest" in parts and interps and not harness.ptrace_problem():
         try:
             check_errors(rep, interps[-1])
         finally:
             harness.cleanup()
-    harness.for_each_interp(rep, run_one,
+    checks = [c for p in parts for c in PARTS[p]]
+    harness.for_each_interp(rep, runner(checks),
                             expect=("2.7", "3.8", "3.11", "3.12", "3.13",
                                     "3.14", "3.15"))
 
