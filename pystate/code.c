@@ -38,6 +38,8 @@ void pycode_cache_init(struct pyrt *rt)
 
 void pycode_cache_release(struct pyrt *rt)
 {
+	/* Decoded frames point into what the cache decoded: they go with it. */
+	pyframe_memo_release(rt);
 	if (!rt->cache) {
 		return;
 	}

@@ -95,6 +95,12 @@ struct pyrt {
 	size_t tab_bytes;           /* line tables held by the cache (PYCODE_TAB_BUDGET) */
 	uint64_t tab_over_budget;   /* tables dropped for it */
 
+	/* Decoded frames by address (walk.c, pyframe_memo); allocated on first use. */
+	unsigned char *memo;        /* PYFRAME_MEMO_SLOTS entries of memo_stride bytes */
+	size_t memo_stride;
+	uint64_t walks;             /* stacks walked so far: the memo's clock */
+	uint64_t memo_hits, memo_misses;
+
 	struct pyrt_seen_ent *seen; /* seen_slots entries, see pyrt_seen() */
 	size_t seen_slots, seen_n;  /* size; addresses in the current walk */
 	uint32_t seen_gen;
@@ -228,6 +234,19 @@ bool pyrt_is_type(struct pyrt *rt, spy_addr_t *cached, spy_addr_t type, const ch
 void pyrt_read_value(struct pyrt *rt, spy_addr_t obj, struct py_value *v);
 
 /* walk.c */
+/*
+ * The frame memo: a frame whose copied bytes (rt->frame_span of them) are
+ * the same as when it was last decoded decodes the same way, so a sample
+ * that finds most of a deep stack where it left it reads no code object
+ * for those frames. Direct-mapped by frame address; an entry is trusted
+ * for PYFRAME_MEMO_TTL walks, then decoded again through the code cache
+ * (which checks the code object's fingerprint), so a code object freed and
+ * its address reused under a byte-identical frame is caught within that
+ * many samples. Power of two.
+ */
+#define PYFRAME_MEMO_SLOTS 2048
+#define PYFRAME_MEMO_TTL 64
+void pyframe_memo_release(struct pyrt *rt);
 int pyrt_walk_frameobj(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out);
 int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out);
 spy_addr_t pyrt_gil_tstate_current(struct pyrt *rt, spy_addr_t interp);

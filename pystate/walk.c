@@ -115,6 +115,91 @@ static struct spy_frame *push(struct pyrt *rt, spy_addr_t frame, struct spy_stac
 }
 
 /*
+ * One memo entry: the frame's address (0: empty), what its decode gave and
+ * when, then the frame_span bytes it was decoded from.
+ */
+struct pyframe_memo {
+	spy_addr_t addr;
+	uint64_t stamp;           /* rt->walks when decoded */
+	const char *func, *file;  /* interned */
+	spy_addr_t code;          /* the code object, for spy_frame.addr */
+	uint32_t line;
+	uint8_t flags;
+	bool skip;                /* not a frame of its own (not code, not started) */
+};
+
+void pyframe_memo_release(struct pyrt *rt)
+{
+	free(rt->memo);
+	rt->memo = NULL;
+	rt->memo_stride = 0;
+}
+
+/* The slot for frame f, or NULL when this walk keeps no memo. */
+static struct pyframe_memo *memo_slot(struct pyrt *rt, spy_addr_t f)
+{
+	if (!rt->memo) {
+		if (!rt->frame_span || rt->frame_span > PYRT_MAX_SPAN ||
+		    rt->off.iframe_tlbc_index != PYOFF_NONE) {
+			/* Free-threaded: the line also depends on co_tlbc's entries. */
+			return NULL;
+		}
+		rt->memo_stride = (sizeof(struct pyframe_memo) + rt->frame_span + 7) & ~(size_t)7;
+		rt->memo = spy_xcalloc(PYFRAME_MEMO_SLOTS, rt->memo_stride);
+	}
+	uint64_t h = (f >> 3) * 0x9e3779b97f4a7c15ull;
+	size_t i = (size_t)(h >> 40) & (PYFRAME_MEMO_SLOTS - 1);
+	return (struct pyframe_memo *)(rt->memo + i * rt->memo_stride);
+}
+
+/* Still the frame memoized, byte for byte, and young enough to trust? */
+static bool memo_hit(struct pyrt *rt, const struct pyframe_memo *m, spy_addr_t f,
+		     const unsigned char *fbuf)
+{
+	if (!m || m->addr != f || rt->walks - m->stamp >= PYFRAME_MEMO_TTL ||
+	    memcmp(m + 1, fbuf, rt->frame_span) != 0) {
+		rt->memo_misses++;
+		return false;
+	}
+	rt->memo_hits++;
+	return true;
+}
+
+static void memo_store(struct pyrt *rt, struct pyframe_memo *m, spy_addr_t f,
+		       const unsigned char *fbuf, const struct spy_frame *fr)
+{
+	if (!m) {
+		return;
+	}
+	m->addr = f;
+	m->stamp = rt->walks;
+	m->skip = fr == NULL;
+	if (fr) {
+		m->func = fr->func;
+		m->file = fr->file;
+		m->code = fr->addr;
+		m->line = fr->line;
+		m->flags = fr->flags;
+	}
+	memcpy(m + 1, fbuf, rt->frame_span);
+}
+
+static void push_memo(struct pyrt *rt, spy_addr_t frame, struct spy_stack *out,
+		      const struct pyframe_memo *m)
+{
+	if (rt->frames && rt->nframes < SPY_MAX_PY_DEPTH) {
+		rt->frames[rt->nframes++] = frame;
+	}
+	struct spy_frame *f = spy_stack_push(out);
+	f->func = m->func;
+	f->file = m->file;
+	f->line = m->line;
+	f->kind = SPY_FRAME_PYTHON;
+	f->flags = m->flags;
+	f->addr = m->code;
+}
+
+/*
  * Read and decode the code object at addr (one read of its fixed part).
  * Returns 1 when addr is a readable object that is not a code object (3.13+
  * frames may run other executables), 0 with *c set, or a negative error.
@@ -143,19 +228,34 @@ int pyrt_walk_frameobj(struct pyrt *rt, const struct py_thread *t, struct spy_st
 		return -SPY_EMEM;
 	}
 	pyrt_seen_reset(rt);
+	rt->walks++;
 	for (size_t depth = 0; f; depth++) {
 		struct pycode *c;
-		if (depth >= SPY_MAX_PY_DEPTH || pyrt_seen(rt, f) ||
-		    !spy_mem_plausible(rt->mem, f, 8) ||
-		    spy_mem_read(rt->mem, f, fbuf, rt->frame_span) < 0 ||
-		    get_code(rt, pyrt_u64(fbuf, o->frame_code), cbuf, &c) != 0) {
+		if (depth >= SPY_MAX_PY_DEPTH || pyrt_seen(rt, f)) {
+			truncate_stack(out);
+			return 0;
+		}
+		struct pyframe_memo *m = memo_slot(rt, f);
+		/* A memoized address was plausible; the read itself still checks. */
+		if ((!(m && m->addr == f) && !spy_mem_plausible(rt->mem, f, 8)) ||
+		    spy_mem_read(rt->mem, f, fbuf, rt->frame_span) < 0) {
+			truncate_stack(out);
+			return 0;
+		}
+		if (memo_hit(rt, m, f, fbuf)) {
+			push_memo(rt, f, out, m);
+			f = pyrt_u64(fbuf, o->frame_back);
+			continue;
+		}
+		if (get_code(rt, pyrt_u64(fbuf, o->frame_code), cbuf, &c) != 0) {
 			truncate_stack(out);
 			return 0;
 		}
 		int64_t lasti = (int32_t)pyrt_u32(fbuf, o->frame_lasti);
 		int64_t addr = o->instr_model == PYINSTR_LASTI_UNITS ? 2 * lasti : lasti;
 		/* Before 3.11 every Python call is its own C-level eval call. */
-		push(rt, f, out, c, pycode_line(rt, c, addr), SPY_FRAME_PY_ENTRY);
+		memo_store(rt, m, f, fbuf,
+			   push(rt, f, out, c, pycode_line(rt, c, addr), SPY_FRAME_PY_ENTRY));
 		f = pyrt_u64(fbuf, o->frame_back);
 	}
 	return 0;
@@ -216,9 +316,15 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 		return -SPY_EMEM;
 	}
 	pyrt_seen_reset(rt);
+	rt->walks++;
 	for (size_t depth = 0; f; depth++) {
-		if (depth >= SPY_MAX_PY_DEPTH || pyrt_seen(rt, f) ||
-		    !spy_mem_plausible(rt->mem, f, 8) ||
+		if (depth >= SPY_MAX_PY_DEPTH || pyrt_seen(rt, f)) {
+			truncate_stack(out);
+			return 0;
+		}
+		struct pyframe_memo *m = memo_slot(rt, f);
+		/* A memoized address was plausible; the read itself still checks. */
+		if ((!(m && m->addr == f) && !spy_mem_plausible(rt->mem, f, 8)) ||
 		    spy_mem_read(rt->mem, f, fbuf, rt->frame_span) < 0) {
 			truncate_stack(out);
 			return 0;
@@ -229,6 +335,13 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 			/* The frame above the shim is the first of its eval-loop call. */
 			if (out->n) {
 				out->v[out->n - 1].flags |= SPY_FRAME_PY_ENTRY;
+			}
+			f = prev;
+			continue;
+		}
+		if (memo_hit(rt, m, f, fbuf)) {
+			if (!m->skip) {
+				push_memo(rt, f, out, m);
 			}
 			f = prev;
 			continue;
@@ -245,6 +358,7 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 		}
 		int rc = get_code(rt, code, cbuf, &c);
 		if (rc == 1 && exec_any) {
+			memo_store(rt, m, f, fbuf, NULL);
 			f = prev; /* 3.13+: f_executable may be None or a non-code object */
 			continue;
 		}
@@ -264,6 +378,7 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 		int64_t idx = (int64_t)(instr - start) / 2;
 		if (owner != o->owner_generator && o->code_firsttraceable != PYOFF_NONE &&
 		    idx < (int32_t)pyrt_u32(cbuf, o->code_firsttraceable)) {
+			memo_store(rt, m, f, fbuf, NULL);
 			f = prev; /* _PyFrame_IsIncomplete: RESUME has not run yet */
 			continue;
 		}
@@ -274,7 +389,7 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 		if (o->iframe_is_entry != PYOFF_NONE && fbuf[o->iframe_is_entry]) {
 			flags |= SPY_FRAME_PY_ENTRY;
 		}
-		push(rt, f, out, c, line, flags);
+		memo_store(rt, m, f, fbuf, push(rt, f, out, c, line, flags));
 		f = prev;
 	}
 	return 0;

@@ -216,13 +216,17 @@ static void test_row(const struct pyoffsets *row)
 		CHECK(st.v[s.entry_idx].flags & SPY_FRAME_PY_ENTRY);
 		CHECK(!(st.v[0].flags & SPY_FRAME_PY_ENTRY));
 	}
-	/* Steady state: the second walk decodes nothing new. */
-	uint64_t misses = rt->cache_misses;
+	/* Steady state: the second walk decodes nothing new, and (but in a
+	 * free-threaded build) reads no code object: every frame is memoized. */
+	uint64_t misses = rt->cache_misses, hits = rt->cache_hits + rt->memo_hits;
 	spy_stack_reset(&st);
 	CHECK_INT(pyrt_stack(rt, &th[0], &st, NULL), 0);
 	check_stack(&st, s.e1, s.n1, s.version);
 	CHECK_INT(rt->cache_misses, misses);
-	CHECK(rt->cache_hits >= s.n1);
+	CHECK(rt->cache_hits + rt->memo_hits >= hits + s.n1);
+	if (!(row->build & PYBUILD_FT)) {
+		CHECK(rt->memo_hits >= s.n1);
+	}
 
 	spy_stack_reset(&st);
 	CHECK_INT(pyrt_stack(rt, &th[1], &st, NULL), 0);
@@ -372,6 +376,72 @@ static void test_name_cache(const struct pyoffsets *row)
 	pyrt_names_update(rt, th, 2, 6 * sec + sec / 2, sec);
 	CHECK_INT(rt->names_scans, 3); /* the refresh */
 	CHECK(pyrt_thread_name(rt, &th[0]) == NULL && pyrt_thread_name(rt, &th[1]) == NULL);
+	pyrt_free(rt);
+	scene_release(&s);
+}
+
+/*
+ * The frame memo (walk.c): a frame that changed is decoded again at once; a
+ * code object changed under a byte-identical frame (freed, its address
+ * reused) is decoded again within PYFRAME_MEMO_TTL walks.
+ */
+static void test_memo(const struct pyoffsets *row)
+{
+	struct scene s;
+	struct pyrt *rt = scene_open(&s, row);
+	if (!rt) {
+		return;
+	}
+	struct py_thread t;
+	memset(&t, 0, sizeof(t));
+	t.tstate = s.t1;
+	t.interp = s.interp;
+	struct spy_stack st = SPY_STACK_INIT;
+	size_t at = s.n1 - 3; /* Outer.функция, innermost first */
+	for (int i = 0; i < 2; i++) {
+		spy_stack_reset(&st);
+		CHECK_INT(pyrt_stack(rt, &t, &st, NULL), 0);
+		check_stack(&st, s.e1, s.n1, s.version);
+	}
+
+	/* The frame now runs another code object: seen on the next walk. */
+	spy_addr_t other = fakepy_code(s.fp, "other", "o.py", 400, 10, 5, 401);
+	spy_addr_t slot = fakepy_code_slot(s.fp, s.f_func);
+	uint64_t was = fakepy_r64(s.fp, slot);
+	fakepy_w64(s.fp, slot, was - s.c_func + other); /* a 3.14+ reference keeps its tag */
+	spy_addr_t instr = row->frame_model == PYFRAME_OBJECT ? 0 : s.f_func + row->iframe_instr;
+	uint64_t instr_was = instr ? fakepy_r64(s.fp, instr) : 0;
+	if (instr) {
+		/* The same instruction of the other code object. */
+		fakepy_w64(s.fp, instr, instr_was - s.c_func + other);
+	}
+	spy_stack_reset(&st);
+	CHECK_INT(pyrt_stack(rt, &t, &st, NULL), 0);
+	CHECK_INT(st.n, s.n1);
+	CHECK(st.n > at && !strcmp(st.v[at].func, "other"));
+	fakepy_w64(s.fp, slot, was);
+	if (instr) {
+		fakepy_w64(s.fp, instr, instr_was);
+	}
+	spy_stack_reset(&st);
+	CHECK_INT(pyrt_stack(rt, &t, &st, NULL), 0);
+	check_stack(&st, s.e1, s.n1, s.version);
+
+	/* Another code object at the same address, the frame untouched. */
+	spy_addr_t name = fakepy_str(s.fp, "Renamed");
+	fakepy_w64(s.fp, s.c_func + row->code_name, name);
+	if (has_qualname(row)) {
+		fakepy_w64(s.fp, s.c_func + row->code_qualname, name);
+	}
+	bool renamed = false;
+	for (int i = 0; i <= PYFRAME_MEMO_TTL && !renamed; i++) {
+		spy_stack_reset(&st);
+		CHECK_INT(pyrt_stack(rt, &t, &st, NULL), 0);
+		CHECK_INT(st.n, s.n1);
+		renamed = st.n > at && !strcmp(st.v[at].func, "Renamed");
+	}
+	CHECK(renamed);
+	spy_stack_release(&st);
 	pyrt_free(rt);
 	scene_release(&s);
 }
@@ -792,6 +862,7 @@ int main(void)
 			test_free_threaded(row);
 		}
 		test_name_cache(row);
+		test_memo(row);
 	}
 	test_debug_offsets();
 	test_table_budget(pyoffsets_find(0x030d0000));
