@@ -186,6 +186,17 @@ int memcache_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
 	}
 	uint64_t first = addr / MEMCACHE_LINE;
 	uint64_t last = (addr + (len - 1)) / MEMCACHE_LINE;
+	if (first == last) {
+		/* Most reads (a frame, a code object's header) sit in one line:
+		 * one lookup, one copy. */
+		ptrdiff_t slot = find_line(c, first);
+		if (slot >= 0) {
+			c->stats.hits++;
+			c->line_used[slot] = c->gen;
+			memcpy(dst, c->data[slot] + addr % MEMCACHE_LINE, len);
+			return 0;
+		}
+	}
 	bool cached = true;
 	for (uint64_t l = first; l <= last && cached; l++) {
 		cached = find_line(c, l) >= 0;
