@@ -20,7 +20,14 @@ char *spy_xstrdup(const char *s);
 
 /* Grow *v (an array of *alloc elements of elsize bytes) to hold at least need. */
 void spy_grow(void **v, size_t *alloc, size_t need, size_t elsize);
-#define SPY_GROW(v, alloc, need) spy_grow((void **)&(v), &(alloc), (need), sizeof(*(v)))
+/* The compare inline: a call per element appended costs a hot loop (a
+ * frame pushed per sample) more than its work. need is evaluated twice. */
+#define SPY_GROW(v, alloc, need)                                               \
+	do {                                                                   \
+		if ((need) > (alloc)) {                                        \
+			spy_grow((void **)&(v), &(alloc), (need), sizeof(*(v))); \
+		}                                                              \
+	} while (0)
 
 /* Whether s (NULL: no) ends with suffix: exactly, or (file names) ignoring ASCII case. */
 bool spy_ends_with(const char *s, const char *suffix);
