@@ -75,6 +75,7 @@ void fg_profile_free(struct fg_profile *p)
 	free(p->sslots);
 	free(p->pool);
 	free(p->ids);
+	free(p->last);
 	fg_source_free(p->source);
 	spy_strtab_release(&p->own_strtab);
 	free(p);
@@ -237,10 +238,18 @@ int fg_profile_add(struct fg_profile *p, const struct spy_stack *s, uint64_t cou
 		p->truncated += count;
 	}
 	SPY_GROW(p->ids, p->ids_alloc, n);
+	SPY_GROW(p->last, p->last_alloc, n);
 	for (size_t k = 0; k < n; k++) {
 		const struct spy_frame *f = &s->v[s->n - 1 - k];
+		struct fg_frame *l = &p->last[k];
+		if (k < p->nlast && l->func == f->func && l->file == f->file && l->line == f->line &&
+		    l->kind == f->kind) {
+			continue; /* ids[k] is still this frame's */
+		}
+		*l = (struct fg_frame){ f->func, f->file, f->line, f->kind };
 		p->ids[k] = fg_intern_frame(p, f->func, f->file, f->line, f->kind);
 	}
+	p->nlast = n;
 	return fg_add_path(p, p->ids, n, count);
 }
 
@@ -257,7 +266,7 @@ void fg_profile_stats(const struct fg_profile *p, struct fg_stats *st)
 		    p->stacks_alloc * sizeof(*p->stacks) +
 		    p->nsslots * sizeof(*p->sslots) +
 		    p->pool_alloc * sizeof(*p->pool) +
-		    p->ids_alloc * sizeof(*p->ids);
+		    p->ids_alloc * sizeof(*p->ids) + p->last_alloc * sizeof(*p->last);
 }
 
 uint32_t fg_profile_last_stack(const struct fg_profile *p)

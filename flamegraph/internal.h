@@ -586,6 +586,11 @@ struct fg_profile {
 	/* Scratch for fg_profile_add, reused so adding allocates nothing. */
 	uint32_t *ids;
 	size_t ids_alloc;
+	/* What ids[k] were interned from, as given to the last add: a
+	 * sampler adds much the same deep stack every time, and a frame equal
+	 * to the one at its depth last time keeps its id without a lookup. */
+	struct fg_frame *last;
+	size_t nlast, last_alloc;
 
 	uint64_t samples, dropped, truncated;
 	/* Index of the stack the last add counted, FG_NONE if it counted none
