@@ -52,6 +52,9 @@ struct proc_tracee {
 #define MEMCACHE_LINES 512u
 #define MEMCACHE_WAYS 2u
 #define MEMCACHE_SETS (MEMCACHE_LINES / MEMCACHE_WAYS)
+/* A prefetch copies the bytes last read, widened to whole granules of this
+ * size: a walk that moves a little (a frame pushed) still finds them. */
+#define MEMCACHE_GRANULE 256u
 /* Larger reads go straight to the target: the syscall would not be saved. */
 #define MEMCACHE_MAX_READ (16u * 1024u)
 
@@ -72,6 +75,14 @@ struct memcache {
 	uint64_t line_gen[MEMCACHE_LINES];
 	/* The view in which each slot's line was last read from (see proc_mem_prefetch). */
 	uint64_t line_used[MEMCACHE_LINES];
+	/*
+	 * Bytes [lo, hi) of a valid line are what it holds (a prefetch copies
+	 * only the part of a line the last view read: the whole 4 KiB of a
+	 * dozen lines cost more to copy than the walk that reads them);
+	 * [used_lo, used_hi) is what the view of line_used read of it.
+	 */
+	uint16_t lo[MEMCACHE_LINES], hi[MEMCACHE_LINES];
+	uint16_t used_lo[MEMCACHE_LINES], used_hi[MEMCACHE_LINES];
 	bool prefetch;
 	uint64_t last_view;   /* the gen of the last view that was on */
 	uint8_t (*data)[MEMCACHE_LINE];    /* MEMCACHE_LINES lines, allocated once */
@@ -172,11 +183,12 @@ void memcache_view_bare(struct proc *p);
  */
 ssize_t proc_fetch_lines(struct proc *p, spy_addr_t addr, const struct iovec *local, size_t n);
 /*
- * Fetch n lines at scattered remote line numbers into local[i], in one
- * process_vm_readv. Returns the bytes read (the kernel stops at the first
- * line it cannot read), or -1. Not available over /proc/PID/mem (-1).
+ * Fetch n scattered remote ranges (at addrs[i], local[i].iov_len bytes each,
+ * none crossing a line) into local[i], in one process_vm_readv. Returns the
+ * bytes read (the kernel stops at the first range it cannot read), or -1.
+ * Not available over /proc/PID/mem (-1).
  */
-ssize_t proc_fetch_scattered(struct proc *p, const uint64_t *lines, const struct iovec *local,
+ssize_t proc_fetch_scattered(struct proc *p, const spy_addr_t *addrs, const struct iovec *local,
 			     size_t n);
 
 /* ptrace.c: drop p from the registry of attached procs (see proc_free). */

@@ -48,7 +48,7 @@ void memcache_free(struct proc *p)
 static void prefetch_lines(struct proc *p, uint64_t prev)
 {
 	struct memcache *c = &p->mc;
-	uint64_t lines[MEMCACHE_LINES];
+	spy_addr_t addrs[MEMCACHE_LINES];
 	size_t slots[MEMCACHE_LINES];
 	struct iovec local[MEMCACHE_LINES];
 	size_t n = 0;
@@ -58,21 +58,33 @@ static void prefetch_lines(struct proc *p, uint64_t prev)
 			continue;
 		}
 		c->line_gen[slot] = 0;
-		lines[n] = c->line[slot];
+		/* Only what the last view read of the line, in whole granules. */
+		unsigned lo = c->used_lo[slot] & ~(MEMCACHE_GRANULE - 1);
+		unsigned hi = (c->used_hi[slot] + MEMCACHE_GRANULE - 1) & ~(MEMCACHE_GRANULE - 1);
+		if (hi > MEMCACHE_LINE || lo >= hi) {
+			lo = 0;
+			hi = MEMCACHE_LINE;
+		}
+		c->lo[slot] = (uint16_t)lo;
+		c->hi[slot] = (uint16_t)hi;
+		addrs[n] = c->line[slot] * MEMCACHE_LINE + lo;
 		slots[n] = slot;
-		local[n].iov_base = c->data[slot];
-		local[n].iov_len = MEMCACHE_LINE;
+		local[n].iov_base = c->data[slot] + lo;
+		local[n].iov_len = hi - lo;
 		n++;
 	}
 	if (n == 0) {
 		return;
 	}
-	ssize_t got = proc_fetch_scattered(p, lines, local, n);
-	size_t whole = got > 0 ? (size_t)got / MEMCACHE_LINE : 0;
-	for (size_t i = 0; i < whole && i < n; i++) {
+	ssize_t got = proc_fetch_scattered(p, addrs, local, n);
+	size_t left = got > 0 ? (size_t)got : 0, whole = 0;
+	/* The kernel stops at the first range it cannot read: those before it arrived whole. */
+	for (size_t i = 0; i < n && left >= local[i].iov_len; i++) {
+		left -= local[i].iov_len;
 		c->line_gen[slots[i]] = c->gen;
+		whole++;
 	}
-	c->stats.prefetched += whole < n ? whole : n;
+	c->stats.prefetched += whole;
 }
 
 void memcache_view(struct proc *p, bool on)
@@ -132,6 +144,33 @@ static ptrdiff_t find_line(const struct memcache *c, uint64_t line)
 	return -1;
 }
 
+/* The slot holding bytes [off, end) of line in the current view, or -1. */
+static ptrdiff_t find_bytes(const struct memcache *c, uint64_t line, size_t off, size_t end)
+{
+	ptrdiff_t slot = find_line(c, line);
+	if (slot >= 0 && (off < c->lo[slot] || end > c->hi[slot])) {
+		return -1;
+	}
+	return slot;
+}
+
+/* Bytes [off, end) of the line in slot were read in this view. */
+static void mark_used(struct memcache *c, size_t slot, size_t off, size_t end)
+{
+	if (c->line_used[slot] != c->gen) {
+		c->line_used[slot] = c->gen;
+		c->used_lo[slot] = (uint16_t)off;
+		c->used_hi[slot] = (uint16_t)end;
+		return;
+	}
+	if (off < c->used_lo[slot]) {
+		c->used_lo[slot] = (uint16_t)off;
+	}
+	if (end > c->used_hi[slot]) {
+		c->used_hi[slot] = (uint16_t)end;
+	}
+}
+
 /* Where to fetch line: the way that held it before, else the least recently read. */
 static size_t victim(const struct memcache *c, uint64_t line)
 {
@@ -158,7 +197,7 @@ static void copy_out(struct memcache *c, spy_addr_t addr, uint8_t *dst, size_t l
 			n = len;
 		}
 		size_t slot = (size_t)find_line(c, line);
-		c->line_used[slot] = c->gen;
+		mark_used(c, slot, off, off + n);
 		memcpy(dst, c->data[slot] + off, n);
 		dst += n;
 		addr += n;
@@ -189,17 +228,20 @@ int memcache_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
 	if (first == last) {
 		/* Most reads (a frame, a code object's header) sit in one line:
 		 * one lookup, one copy. */
-		ptrdiff_t slot = find_line(c, first);
+		size_t off = (size_t)(addr % MEMCACHE_LINE);
+		ptrdiff_t slot = find_bytes(c, first, off, off + len);
 		if (slot >= 0) {
 			c->stats.hits++;
-			c->line_used[slot] = c->gen;
-			memcpy(dst, c->data[slot] + addr % MEMCACHE_LINE, len);
+			mark_used(c, (size_t)slot, off, off + len);
+			memcpy(dst, c->data[slot] + off, len);
 			return 0;
 		}
 	}
 	bool cached = true;
 	for (uint64_t l = first; l <= last && cached; l++) {
-		cached = find_line(c, l) >= 0;
+		size_t off = l == first ? (size_t)(addr % MEMCACHE_LINE) : 0;
+		size_t end = l == last ? (size_t)((addr + (len - 1)) % MEMCACHE_LINE) + 1 : MEMCACHE_LINE;
+		cached = find_bytes(c, l, off, end) >= 0;
 	}
 	if (cached) {
 		c->stats.hits++;
@@ -231,6 +273,8 @@ int memcache_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
 	size_t whole = got > 0 ? (size_t)got / MEMCACHE_LINE : 0;
 	for (size_t i = 0; i < whole && i < n; i++) {
 		c->line_gen[slots[i]] = c->gen;
+		c->lo[slots[i]] = 0;
+		c->hi[slots[i]] = MEMCACHE_LINE;
 	}
 	if (whole >= n) {
 		copy_out(c, addr, dst, len);

@@ -93,7 +93,7 @@ ssize_t proc_fetch_lines(struct proc *p, spy_addr_t addr, const struct iovec *lo
 	return process_vm_readv(p->mem_tid, local, n, remote, n, 0);
 }
 
-ssize_t proc_fetch_scattered(struct proc *p, const uint64_t *lines, const struct iovec *local,
+ssize_t proc_fetch_scattered(struct proc *p, const spy_addr_t *addrs, const struct iovec *local,
 			     size_t n)
 {
 	struct iovec remote[MEMCACHE_LINES];
@@ -102,11 +102,11 @@ ssize_t proc_fetch_scattered(struct proc *p, const uint64_t *lines, const struct
 		return -1;
 	}
 	for (size_t i = 0; i < n; i++) {
-		if (lines[i] > UINTPTR_MAX / MEMCACHE_LINE - 1) {
+		if (local[i].iov_len > MEMCACHE_LINE || addrs[i] > UINTPTR_MAX - MEMCACHE_LINE) {
 			return -1;
 		}
-		remote[i].iov_base = (void *)(uintptr_t)(lines[i] * MEMCACHE_LINE);
-		remote[i].iov_len = MEMCACHE_LINE;
+		remote[i].iov_base = (void *)(uintptr_t)addrs[i];
+		remote[i].iov_len = local[i].iov_len;
 	}
 	p->mc.stats.syscalls++;
 	return process_vm_readv(p->mem_tid, local, n, remote, n, 0);

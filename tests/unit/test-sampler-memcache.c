@@ -343,6 +343,27 @@ static void test_prefetch(struct child *c, struct proc *p)
 	CHECK_INT(b.prefetched - a.prefetched, 4);
 	CHECK_INT(b.hits - a.hits, 3);
 
+	/* A prefetch copies only the granules read last time: the rest of
+	 * the line is fetched on demand, never served from stale bytes. */
+	proc_mem_stats(p, &a);
+	proc_mem_invalidate(p);
+	CHECK_INT(read_var(p), 41);
+	CHECK(read_matches(p, region + 1 * pagesz + 16, 8));
+	CHECK(read_matches(p, region + 1 * pagesz + 2048, 8));
+	CHECK(read_matches(p, region + 9 * pagesz + 16, 8));
+	proc_mem_stats(p, &b);
+	CHECK_INT(b.misses - a.misses, 1);
+	CHECK_INT(b.hits - a.hits, 3);
+	proc_mem_stats(p, &a);
+	proc_mem_invalidate(p);
+	CHECK(read_matches(p, region + 1 * pagesz + 16, 8));
+	CHECK(read_matches(p, region + 1 * pagesz + 2048, 8));
+	CHECK(read_matches(p, region + 9 * pagesz + 16, 8));
+	CHECK_INT(read_var(p), 41);
+	proc_mem_stats(p, &b);
+	CHECK_INT(b.syscalls - a.syscalls, 1);
+	CHECK_INT(b.hits - a.hits, 4);
+
 	/* Page 30 was not read in that view, so the next one leaves it out. */
 	proc_mem_invalidate(p);
 	proc_mem_stats(p, &a);
