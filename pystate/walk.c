@@ -305,10 +305,49 @@ static int tlbc_start(struct pyrt *rt, spy_addr_t arr, int32_t index, spy_addr_t
 	return 0;
 }
 
+/*
+ * 3.11+ frames of one thread sit next to each other in its data stack, each
+ * below the one it called: one copy of the bytes up to a frame's end holds
+ * the frames the walk meets next. Each frame is still decoded from a single
+ * copy. A frame crossing a page, or a window that cannot be read, is read
+ * on its own.
+ */
+#define FRAME_WIN 1024u
+#define FRAME_PAGE 4096u
+
+struct frame_win {
+	spy_addr_t lo, hi;                 /* [lo, hi) is in buf; lo == hi: empty */
+	unsigned char buf[FRAME_WIN];
+};
+
+/* frame_span bytes of frame f: in w, or read into fbuf; NULL if unreadable. */
+static const unsigned char *read_frame(struct pyrt *rt, struct frame_win *w, spy_addr_t f,
+				       unsigned char *fbuf)
+{
+	size_t span = rt->frame_span;
+	if (f >= w->lo && f < w->hi && w->hi - f >= span) {
+		return w->buf + (f - w->lo);
+	}
+	if (f <= UINT64_MAX - span && span <= FRAME_WIN) {
+		spy_addr_t end = f + span, page = f & ~(spy_addr_t)(FRAME_PAGE - 1);
+		if (((end - 1) & ~(spy_addr_t)(FRAME_PAGE - 1)) == page) {
+			spy_addr_t lo = end - page > FRAME_WIN ? end - FRAME_WIN : page;
+			if (spy_mem_read(rt->mem, lo, w->buf, (size_t)(end - lo)) == 0) {
+				w->lo = lo;
+				w->hi = end;
+				return w->buf + (f - lo);
+			}
+			w->lo = w->hi = 0;
+		}
+	}
+	return spy_mem_read(rt->mem, f, fbuf, span) == 0 ? fbuf : NULL;
+}
+
 int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out)
 {
 	const struct pyoffsets *o = &rt->off;
 	unsigned char fbuf[PYRT_MAX_SPAN], cbuf[PYRT_MAX_SPAN];
+	struct frame_win win = { 0, 0, { 0 } };
 	spy_addr_t f;
 	bool exec_any = o->frame_model == PYFRAME_IFRAME_EXEC;
 
@@ -324,13 +363,14 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 		}
 		struct pyframe_memo *m = memo_slot(rt, f);
 		/* A memoized address was plausible; the read itself still checks. */
+		const unsigned char *fb;
 		if ((!(m && m->addr == f) && !spy_mem_plausible(rt->mem, f, 8)) ||
-		    spy_mem_read(rt->mem, f, fbuf, rt->frame_span) < 0) {
+		    !(fb = read_frame(rt, &win, f, fbuf))) {
 			truncate_stack(out);
 			return 0;
 		}
-		spy_addr_t prev = pyrt_u64(fbuf, o->iframe_previous);
-		uint8_t owner = fbuf[o->iframe_owner];
+		spy_addr_t prev = pyrt_u64(fb, o->iframe_previous);
+		uint8_t owner = fb[o->iframe_owner];
 		if (owner >= o->owner_shim) {
 			/* The frame above the shim is the first of its eval-loop call. */
 			if (out->n) {
@@ -339,14 +379,14 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 			f = prev;
 			continue;
 		}
-		if (memo_hit(rt, m, f, fbuf)) {
+		if (memo_hit(rt, m, f, fb)) {
 			if (!m->skip) {
 				push_memo(rt, f, out, m);
 			}
 			f = prev;
 			continue;
 		}
-		spy_addr_t code = pyrt_ref(o, pyrt_u64(fbuf, o->iframe_code));
+		spy_addr_t code = pyrt_ref(o, pyrt_u64(fb, o->iframe_code));
 		struct pycode *c;
 		if (!code) {
 			/* No frame of a thread's own has no code (shims hold None):
@@ -358,7 +398,7 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 		}
 		int rc = get_code(rt, code, cbuf, &c);
 		if (rc == 1 && exec_any) {
-			memo_store(rt, m, f, fbuf, NULL);
+			memo_store(rt, m, f, fb, NULL);
 			f = prev; /* 3.13+: f_executable may be None or a non-code object */
 			continue;
 		}
@@ -370,15 +410,15 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 		spy_addr_t start = code + o->code_adaptive;
 		if (o->iframe_tlbc_index != PYOFF_NONE &&
 		    tlbc_start(rt, pyrt_u64(cbuf, o->code_tlbc),
-			       (int32_t)pyrt_u32(fbuf, o->iframe_tlbc_index), &start) < 0) {
+			       (int32_t)pyrt_u32(fb, o->iframe_tlbc_index), &start) < 0) {
 			truncate_stack(out);
 			return 0;
 		}
-		spy_addr_t instr = pyrt_u64(fbuf, o->iframe_instr);
+		spy_addr_t instr = pyrt_u64(fb, o->iframe_instr);
 		int64_t idx = (int64_t)(instr - start) / 2;
 		if (owner != o->owner_generator && o->code_firsttraceable != PYOFF_NONE &&
 		    idx < (int32_t)pyrt_u32(cbuf, o->code_firsttraceable)) {
-			memo_store(rt, m, f, fbuf, NULL);
+			memo_store(rt, m, f, fb, NULL);
 			f = prev; /* _PyFrame_IsIncomplete: RESUME has not run yet */
 			continue;
 		}
@@ -386,10 +426,10 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 		int64_t nunits = (int64_t)pyrt_u64(cbuf, o->ob_size);
 		uint32_t line = (idx < -1 || idx > nunits) ? 0 : pycode_line(rt, c, 2 * idx);
 		uint8_t flags = 0;
-		if (o->iframe_is_entry != PYOFF_NONE && fbuf[o->iframe_is_entry]) {
+		if (o->iframe_is_entry != PYOFF_NONE && fb[o->iframe_is_entry]) {
 			flags |= SPY_FRAME_PY_ENTRY;
 		}
-		memo_store(rt, m, f, fbuf, push(rt, f, out, c, line, flags));
+		memo_store(rt, m, f, fb, push(rt, f, out, c, line, flags));
 		f = prev;
 	}
 	return 0;

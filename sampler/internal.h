@@ -83,6 +83,11 @@ struct memcache {
 	 */
 	uint16_t lo[MEMCACHE_LINES], hi[MEMCACHE_LINES];
 	uint16_t used_lo[MEMCACHE_LINES], used_hi[MEMCACHE_LINES];
+	/* The slots first read in view marked_gen, so that a prefetch visits
+	 * those alone rather than every slot. */
+	uint16_t marked[MEMCACHE_LINES];
+	size_t nmarked;
+	uint64_t marked_gen;
 	bool prefetch;
 	uint64_t last_view;   /* the gen of the last view that was on */
 	uint8_t (*data)[MEMCACHE_LINE];    /* MEMCACHE_LINES lines, allocated once */

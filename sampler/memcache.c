@@ -53,7 +53,11 @@ static void prefetch_lines(struct proc *p, uint64_t prev)
 	struct iovec local[MEMCACHE_LINES];
 	size_t n = 0;
 
-	for (size_t slot = 0; slot < MEMCACHE_LINES; slot++) {
+	if (c->marked_gen != prev) {
+		return; /* that view read nothing cached */
+	}
+	for (size_t k = 0; k < c->nmarked; k++) {
+		size_t slot = c->marked[k];
 		if (c->line_used[slot] != prev) {
 			continue;
 		}
@@ -158,6 +162,12 @@ static ptrdiff_t find_bytes(const struct memcache *c, uint64_t line, size_t off,
 static void mark_used(struct memcache *c, size_t slot, size_t off, size_t end)
 {
 	if (c->line_used[slot] != c->gen) {
+		if (c->marked_gen != c->gen) {
+			c->marked_gen = c->gen;
+			c->nmarked = 0;
+		}
+		/* Once per slot and view: nmarked stays below MEMCACHE_LINES. */
+		c->marked[c->nmarked++] = (uint16_t)slot;
 		c->line_used[slot] = c->gen;
 		c->used_lo[slot] = (uint16_t)off;
 		c->used_hi[slot] = (uint16_t)end;
