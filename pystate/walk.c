@@ -147,8 +147,11 @@ static struct pyframe_memo *memo_slot(struct pyrt *rt, spy_addr_t f)
 		rt->memo_stride = (sizeof(struct pyframe_memo) + rt->frame_span + 7) & ~(size_t)7;
 		rt->memo = spy_xcalloc(PYFRAME_MEMO_SLOTS, rt->memo_stride);
 	}
-	uint64_t h = (f >> 3) * 0x9e3779b97f4a7c15ull;
-	size_t i = (size_t)(h >> 40) & (PYFRAME_MEMO_SLOTS - 1);
+	/* By address, not hashed: a thread's frames lie next to each other, at
+	 * least 64 bytes apart, so they take neighbouring slots without
+	 * colliding, and a walk after a sleep touches a few contiguous pages
+	 * of the memo rather than a cache miss per frame. */
+	size_t i = (size_t)(f >> 6) & (PYFRAME_MEMO_SLOTS - 1);
 	return (struct pyframe_memo *)(rt->memo + i * rt->memo_stride);
 }
 
