@@ -513,6 +513,35 @@ static void test_meta(void)
 	fg_profile_free(p);
 }
 
+/*
+ * fg_profile_add reuses the id of a frame equal to the last stack's at the
+ * same depth: a change anywhere, in a line, an order or a depth, must still
+ * make a stack of its own.
+ */
+static void test_last_stack(void)
+{
+	struct fg_profile *p = fg_profile_new(NULL, 0);
+	struct spy_stack s = SPY_STACK_INIT;
+	add(p, &s, "main@app.py:1|f@app.py:5|g@app.py:9", 1);
+	add(p, &s, "main@app.py:1|f@app.py:6|g@app.py:9", 1);
+	add(p, &s, "main@app.py:1|g@app.py:9|f@app.py:6", 1);
+	add(p, &s, "main@app.py:1|f@app.py:5", 1);
+	add(p, &s, "main@app.py:1|f@app.py:5|g@app.py:9|k", 1);
+	add(p, &s, "main@app.py:1|f@b.py:5|g@app.py:9", 1);
+	add(p, &s, "main@app.py:1|f@app.py:5|g@app.py:9", 2);
+	char *text = folded(p);
+	CHECK_STR(text,
+		  "main (app.py:1);f (app.py:5) 1\n"
+		  "main (app.py:1);f (app.py:5);g (app.py:9) 3\n"
+		  "main (app.py:1);f (app.py:5);g (app.py:9);k 1\n"
+		  "main (app.py:1);f (app.py:6);g (app.py:9) 1\n"
+		  "main (app.py:1);f (b.py:5);g (app.py:9) 1\n"
+		  "main (app.py:1);g (app.py:9);f (app.py:6) 1\n");
+	free(text);
+	spy_stack_release(&s);
+	fg_profile_free(p);
+}
+
 int main(void)
 {
 	test_counts();
@@ -522,6 +551,7 @@ int main(void)
 	test_foreach();
 	test_bounds();
 	test_steady_state();
+	test_last_stack();
 	test_borrowed_strtab();
 	test_meta();
 	return check_done();
