@@ -15,7 +15,9 @@
  *
  * Each frame is copied in one read into a local buffer and decoded from that
  * copy: under a non-stopping sampler separate reads could straddle two
- * different frames. A walk that meets unreadable memory, a bad pointer, a
+ * different frames. A frame whose copy equals the one it was last decoded
+ * from is not decoded again (the frame memo, internal.h): a steady-state
+ * sample of a deep stack reads no code object for most of its frames. A walk that meets unreadable memory, a bad pointer, a
  * cycle or the depth bound keeps the frames it has, marks the stack (and its
  * last frame) truncated, and returns 0: a partial stack is a normal sample.
  */
