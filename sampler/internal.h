@@ -140,6 +140,16 @@ struct proc {
 	pid_t held;   /* the one thread stopped by proc_stop_thread, or 0 */
 	bool held_wait;   /* proc_stop_thread is waiting, SIGCHLD blocked: sleep on it */
 	sigset_t held_chld;
+	/*
+	 * Between pauses (proc_track, proc_poll) the tracees are looked at
+	 * only when one has something to report (collect_noticed in
+	 * ptrace.c); task/ is listed again only when its link count says the
+	 * threads changed (tasks_changed).
+	 */
+	uint64_t looked_ns;     /* when the tracees were last all looked at */
+	uint64_t listed_ns;     /* when task/ was last listed */
+	bool listed_whole;      /* every thread the last listing named is a tracee */
+	bool relist;            /* a thread not traced was asked for: list task/ at the next track */
 	pid_t tracer;          /* getpid() of the process that attached */
 	bool execed;           /* a thread exec'd: the image we resolved is gone */
 	bool exited;           /* we reaped the thread-group leader's exit ... */
