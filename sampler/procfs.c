@@ -113,6 +113,44 @@ static ssize_t read_small(int dirfd, const char *name, char *buf, size_t size)
 	return (ssize_t)len;
 }
 
+/* One unsigned decimal field at *s, then a separator or the end; false if not one or it overflows. */
+static bool parse_u64_field(const char **s, const char *end, uint64_t *out)
+{
+	const char *p = *s;
+	uint64_t v = 0;
+	if (p >= end || *p < '0' || *p > '9') {
+		return false;
+	}
+	for (; p < end && *p >= '0' && *p <= '9'; p++) {
+		unsigned d = (unsigned)(*p - '0');
+		if (v > (UINT64_MAX - d) / 10) {
+			return false;
+		}
+		v = v * 10 + d;
+	}
+	if (p < end && *p != ' ' && *p != '\n') {
+		return false;
+	}
+	*out = v;
+	*s = p < end ? p + 1 : p;
+	return true;
+}
+
+bool proc_parse_schedstat(const char *text, size_t len, uint64_t *run_ns, uint64_t *pcount)
+{
+	/* "RUN_NS WAIT_NS TIMESLICES\n" */
+	uint64_t v[3];
+	const char *s = text, *end = text ? text + len : NULL;
+	for (size_t i = 0; i < 3; i++) {
+		if (!text || !parse_u64_field(&s, end, &v[i])) {
+			return false;
+		}
+	}
+	*run_ns = v[0];
+	*pcount = v[2];
+	return true;
+}
+
 char proc_parse_stat_state(const char *text, size_t len)
 {
 	if (!text) {

@@ -79,11 +79,12 @@ const struct proc_thread *proc_threads(const struct proc *p, size_t *n);
 int proc_thread_refresh(struct proc *p, struct proc_thread *t);
 
 /*
- * A thread watched across samples (tasks.c): its stat file stays open, so a
- * refresh costs one pread() (schedstat, needed only for a thread in R, is
- * opened for the read). One descriptor per thread, and none past a budget
- * that keeps PROC_FD_RESERVE of the soft limit free (raised to the hard
- * limit at the first proc_open): past it the file is opened for each read.
+ * A thread watched across samples (tasks.c): its files stay open, so a
+ * refresh costs a pread() or two: stat (the state letter) and, for a
+ * sampler that pauses, schedstat (CPU time and times scheduled), opened on
+ * first use. Descriptors stay open only within a budget that keeps
+ * PROC_FD_RESERVE of the soft limit free (raised to the hard limit at the
+ * first proc_open): past it a file is opened for each read.
  * An open that fails all the same leaves the state unknown and sets failed:
  * the caller counts it, and proc_task_active() says true rather than let a
  * thread pass for idle because spy ran out of descriptors.
@@ -92,10 +93,13 @@ struct proc_task {
 	pid_t tid;
 	int dirfd;                 /* the proc's /proc/PID, borrowed */
 	int stat_fd;               /* -1: opened for each read */
+	int sched_fd;              /* schedstat; -1: opened for each read */
 	char state;                /* the state letter at the last refresh; 0 if unknown */
 	bool ran;                  /* see proc_task_refresh() */
 	bool failed;               /* the last refresh could not open a file */
-	uint64_t cpu_ns, read_ns;  /* schedstat's run time, and when it was read */
+	bool slept;                /* with_cpu: not on a CPU since the previous refresh (see below) */
+	uint64_t cpu_ns, read_ns;  /* schedstat's run time at the last R reading, and when */
+	uint64_t run_ns, pcount;   /* schedstat's run time and times scheduled, last read */
 };
 
 #define PROC_FD_RESERVE 32
@@ -108,8 +112,22 @@ void proc_task_close(struct proc_task *t);
  * pauses) then also reads schedstat, and ran says whether the thread ran a
  * real share of the time since that was last read. Without with_cpu, or in
  * any state but R, ran is true.
+ *
+ * with_cpu reads schedstat first, and a thread that was not running at the
+ * previous refresh and has not been put on a CPU since (proc_task_slept)
+ * keeps its state without stat being read: slept is then set. On a pool of
+ * idle threads that turns a stat read per thread a tick (the kernel formats
+ * 52 fields) into a schedstat read (3).
  */
 void proc_task_refresh(struct proc_task *t, bool with_cpu);
+/*
+ * The rule behind slept, pure: t's last refresh read a state that is not R
+ * (and had read schedstat before it), and schedstat now says the same run
+ * time and the same number of times scheduled. The kernel counts a
+ * schedule-in as it happens, so an unchanged count means the thread has
+ * not run since, and its memory (its Python stack) is as it was then.
+ */
+bool proc_task_slept(const struct proc_task *t, uint64_t run_ns, uint64_t pcount);
 /* R, and (see above) really running; or unknown because a file would not open. */
 bool proc_task_active(const struct proc_task *t);
 /* task/TID/comm without its newline ("" if unreadable) into buf. */
@@ -214,6 +232,8 @@ bool proc_execed(const struct proc *p);
 
 /* Parse the text of /proc/.../stat: state letter, or 0 if malformed. Exposed for unit tests. */
 char proc_parse_stat_state(const char *text, size_t len);
+/* Parse task/TID/schedstat: run time (ns) and times scheduled; false if malformed. */
+bool proc_parse_schedstat(const char *text, size_t len, uint64_t *run_ns, uint64_t *pcount);
 /*
  * Parse /proc/PID/maps text into a sorted array of spy_map (paths copied into
  * *paths_out storage owned by the caller, freed with free()). Exposed for unit

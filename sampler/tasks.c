@@ -31,6 +31,9 @@
  */
 #define ACTIVE_MIN_SHARE 0.05
 
+/* A proc_task descriptor for a file this kernel does not have (schedstat without CONFIG_SCHED_INFO). */
+#define TASK_FILE_ABSENT (-2)
+
 static int open_task_file_at(int dirfd, pid_t tid, const char *name)
 {
 	char path[64];
@@ -103,11 +106,9 @@ void proc_task_open(const struct proc *p, struct proc_task *t, pid_t tid)
 	memset(t, 0, sizeof(*t));
 	t->tid = tid;
 	t->dirfd = p->dirfd;
-	t->stat_fd = open_task_file(p, tid, "stat");
-	if (t->stat_fd >= 0 && !fd_within_budget(t->stat_fd)) {
-		close(t->stat_fd);
-		t->stat_fd = -1;
-	}
+	/* Opened on first use (read_task_file): an idle thread of a pool never needs its stat. */
+	t->stat_fd = -1;
+	t->sched_fd = -1;
 }
 
 void proc_task_close(struct proc_task *t)
@@ -115,15 +116,26 @@ void proc_task_close(struct proc_task *t)
 	if (t->stat_fd >= 0) {
 		close(t->stat_fd);
 	}
+	if (t->sched_fd >= 0) {
+		close(t->sched_fd);
+	}
 	t->stat_fd = -1;
+	t->sched_fd = -1;
 }
 
-/* Read a task file through keep (when >= 0) or a descriptor opened for it. */
-static ssize_t read_task_file(struct proc_task *t, int keep, const char *name, char *buf,
+/*
+ * Read a task file through *keep, opening it (and keeping it, within the
+ * budget) when it is not open yet; keep NULL: a descriptor just for the read.
+ */
+static ssize_t read_task_file(struct proc_task *t, int *keep, const char *name, char *buf,
 			      size_t size)
 {
-	if (keep >= 0) {
-		return pread_text(keep, buf, size);
+	if (keep && *keep >= 0) {
+		return pread_text(*keep, buf, size);
+	}
+	if (keep && *keep == TASK_FILE_ABSENT) {
+		buf[0] = '\0';
+		return -1;
 	}
 	int fd = open_task_file_at(t->dirfd, t->tid, name);
 	if (fd < 0) {
@@ -133,8 +145,18 @@ static ssize_t read_task_file(struct proc_task *t, int keep, const char *name, c
 		return -1;
 	}
 	ssize_t n = pread_text(fd, buf, size);
-	close(fd);
+	if (keep && fd_within_budget(fd)) {
+		*keep = fd;
+	} else {
+		close(fd);
+	}
 	return n;
+}
+
+bool proc_task_slept(const struct proc_task *t, uint64_t run_ns, uint64_t pcount)
+{
+	/* pcount 0: never read (or a kernel that does not count), no witness. */
+	return t->state && t->state != 'R' && t->pcount && t->pcount == pcount && t->run_ns == run_ns;
 }
 
 void proc_task_refresh(struct proc_task *t, bool with_cpu)
@@ -142,20 +164,37 @@ void proc_task_refresh(struct proc_task *t, bool with_cpu)
 	/* A prefix is enough: nothing after the state letter contains ')'. */
 	char buf[128];
 	t->failed = false;
-	ssize_t n = read_task_file(t, t->stat_fd, "stat", buf, sizeof(buf));
+	t->slept = false;
+	uint64_t now = 0, cpu = 0, pcount = 0;
+	bool sched = false;
+	if (with_cpu) {
+		/* Before stat: a schedule-in after this read shows at the next one. */
+		now = ticker_now_ns();
+		ssize_t n = read_task_file(t, &t->sched_fd, "schedstat", buf, sizeof(buf));
+		sched = n > 0 && proc_parse_schedstat(buf, (size_t)n, &cpu, &pcount);
+		if (sched && proc_task_slept(t, cpu, pcount)) {
+			/* Not run since it was read asleep: the state letter is the same. */
+			t->slept = true;
+			t->ran = true;
+			return;
+		}
+		t->run_ns = sched ? cpu : 0;
+		t->pcount = sched ? pcount : 0;
+	}
+	/* Without schedstat the thread is judged by its state, as without with_cpu: no failure. */
+	bool sched_gone = with_cpu && !sched && !t->failed && t->sched_fd == -1;
+	t->failed = false;
+	ssize_t n = read_task_file(t, &t->stat_fd, "stat", buf, sizeof(buf));
 	t->state = n > 0 ? proc_parse_stat_state(buf, (size_t)n) : 0;
+	if (sched_gone && t->state) {
+		/* stat is there and schedstat is not: this kernel has none; not asked again. */
+		t->sched_fd = TASK_FILE_ABSENT;
+	}
 	/* Only R is ambiguous; any other state decides alone. */
-	if (!with_cpu || t->state != 'R') {
+	if (!with_cpu || t->state != 'R' || !sched) {
 		t->ran = true;
 		return;
 	}
-	uint64_t now = ticker_now_ns();
-	n = read_task_file(t, -1, "schedstat", buf, sizeof(buf));
-	if (n <= 0) {
-		t->ran = true;
-		return;
-	}
-	uint64_t cpu = strtoull(buf, NULL, 10);
 	/* The first read has nothing to compare with. */
 	t->ran = !t->read_ns || now <= t->read_ns ||
 		 (double)(cpu - t->cpu_ns) >= ACTIVE_MIN_SHARE * (double)(now - t->read_ns);
