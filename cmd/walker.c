@@ -252,6 +252,7 @@ struct eng_walker walker_ops(struct walker *w)
 		.walk = walker_walk,
 		.list = walker_list,
 		.walk_thread = walker_walk_thread,
+		.held_only = w->native,
 		.paused = w->native ? walker_paused : NULL,
 		.finish = w->native ? walker_finish : NULL,
 		.close = walker_close,

@@ -19,6 +19,17 @@ void spy_stack_reset(struct spy_stack *s)
 	s->truncated = 0;
 }
 
+void spy_stack_copy(struct spy_stack *dst, const struct spy_stack *src)
+{
+	if (src->n) {
+		SPY_GROW(dst->v, dst->alloc, src->n);
+		memcpy(dst->v, src->v, src->n * sizeof(*src->v));
+	}
+	dst->n = src->n;
+	dst->tid = src->tid;
+	dst->truncated = src->truncated;
+}
+
 void spy_stack_release(struct spy_stack *s)
 {
 	free(s->v);

@@ -46,5 +46,7 @@ struct spy_stack {
 struct spy_frame *spy_stack_push(struct spy_stack *s);
 void spy_stack_reset(struct spy_stack *s);
 void spy_stack_release(struct spy_stack *s);
+/* dst becomes a copy of src (frames, tid, truncated), reusing dst's storage. */
+void spy_stack_copy(struct spy_stack *dst, const struct spy_stack *src);
 
 #endif

@@ -111,8 +111,11 @@ static void threads_prune(struct eng_process *p, bool all)
 	for (size_t i = 0; i < p->nth; i++) {
 		if (!all && p->th[i].seen) {
 			p->th[kept++] = p->th[i];
-		} else if (p->proc.ops->task_close) {
-			p->proc.ops->task_close(&p->th[i].task);
+		} else {
+			if (p->proc.ops->task_close) {
+				p->proc.ops->task_close(&p->th[i].task);
+			}
+			spy_stack_release(&p->th[i].kept);
 		}
 	}
 	p->nth = kept;
@@ -358,6 +361,8 @@ static void threads_refresh(struct engine *e, struct eng_process *p)
 			th->had_cpu = th->task.read_ns != 0;
 			ops->task_refresh(&th->task, true);
 			e->errors[ENG_ERR_STATE] += th->task.failed;
+			/* Scheduled since its stack was kept: it may have changed. */
+			th->kept_valid = th->kept_valid && th->task.slept;
 		}
 	}
 }
@@ -446,6 +451,45 @@ static void walk_held(struct engine *e, struct eng_process *p, size_t i, uint64_
 		: p->maps_retry_ns < MAPS_REFRESH_NS / 2 ? 2 * p->maps_retry_ns : MAPS_REFRESH_NS;
 }
 
+/*
+ * -i: the stack of listed thread i, asleep, without stopping it. A thread
+ * that has not been on a CPU since this tick's refresh read it asleep
+ * cannot have changed its stack, and stopping it would only wake it (and
+ * being woken, it would count as scheduled at the next tick, and be
+ * stopped again): on a pool of 150 idle threads that was 150 stops a tick.
+ * So: its stack kept from a read while it slept, if it has slept since;
+ * else read running and kept if schedstat says it was not scheduled during
+ * the read. Anything else (running, holding the GIL when listed, no
+ * schedstat, a walk that met trouble) is left to the walk while held.
+ */
+static bool still_stack(struct engine *e, struct eng_process *p, size_t i, struct eng_os_thread *th)
+{
+	struct eng_thread *t = &e->scratch[i];
+	const struct spy_process_ops *ops = p->proc.ops;
+	if (!e->o.idle || e->listed_gil[i] || e->w.held_only || !ops->task_still ||
+	    th->task.failed || !th->task.state || proc_task_active(&th->task)) {
+		return false;
+	}
+	if (th->kept_valid) {
+		spy_stack_copy(&t->stack, &th->kept);
+		t->rc = 0;
+		t->holds_gil = false;
+		t->gc = false;
+		e->still.kept++;
+		return true;
+	}
+	e->w.walk_thread(e->w.ctx, p->py, i, t, false);
+	if (t->rc != 0 || t->stack.truncated || !ops->task_still(&th->task)) {
+		return false;
+	}
+	t->holds_gil = false;
+	spy_stack_copy(&th->kept, &t->stack);
+	th->kept_valid = true;
+	th->walked = true;
+	e->still.read++;
+	return true;
+}
+
 /* One tick of sample_held so far. */
 struct hold_tick {
 	uint64_t longest, total;   /* ns held */
@@ -463,6 +507,9 @@ static void hold_one(struct engine *e, struct eng_process *p, size_t i, uint64_t
 	e->fresh[i] = fresh;
 	if (!wanted(e, t, th)) {
 		t->holds_gil = false;
+		return;
+	}
+	if (still_stack(e, p, i, th)) {
 		return;
 	}
 	/*
@@ -855,6 +902,10 @@ void eng_run(struct engine *e, const struct eng_callbacks *cb)
 			(unsigned long long)h->whole_ticks, (unsigned long long)h->ticks,
 			(unsigned long long)h->over_goal, (unsigned long long)(ENG_HOLD_GOAL_NS / 1000),
 			h->stops ? (double)h->stop_sum_ns / 1e3 / (double)h->stops : 0.0);
+	}
+	if (e->still.kept || e->still.read) {
+		spy_log(SPY_LOG_DEBUG, "engine: sleeping threads not stopped: %llu stacks kept from earlier, %llu read",
+			(unsigned long long)e->still.kept, (unsigned long long)e->still.read);
 	}
 }
 

@@ -84,6 +84,8 @@ struct spy_process_ops {
 	/* Threads watched across ticks (see struct proc_task). */
 	void (*task_open)(const struct spy_process *p, struct proc_task *t, pid_t tid);
 	void (*task_refresh)(struct proc_task *t, bool with_cpu);
+	/* Not scheduled since the last refresh read it asleep (proc_task_still); NULL: never known. */
+	bool (*task_still)(struct proc_task *t);
 	void (*task_close)(struct proc_task *t);
 	void (*task_name)(const struct spy_process *p, pid_t tid, char *buf, size_t size);
 	/* -s: every descendant's pid (into *out, free()); its executable, to notice an exec. */
@@ -159,6 +161,8 @@ struct eng_walker {
 	 */
 	int (*list)(void *ctx, void *py, struct eng_thread *th, size_t max, size_t *n);
 	void (*walk_thread)(void *ctx, void *py, size_t i, struct eng_thread *t, bool held);
+	/* walk_thread(held) needs the thread stopped for more than its memory (--native's registers). */
+	bool held_only;
 	/* In the stopped window, after the last walk: what must be read before the threads move (--native); NULL if nothing. */
 	void (*paused)(void *ctx, void *py, const struct eng_thread *th, size_t n);
 	/* Target running: finish thread i's stack for keeping (--native's merge); < 0 counted. NULL if nothing. */
@@ -198,6 +202,13 @@ struct eng_os_thread {
 	bool seen;          /* found by this tick's walk */
 	bool had_cpu;       /* a CPU-time reading preceded this tick's (see the activity rule) */
 	bool walked;        /* walked before (one thread at a time: no warm-up walk needed) */
+	/*
+	 * -i: the stack last read of a thread asleep, while it stays asleep
+	 * (see still_stack in engine.c); valid is cleared by every refresh
+	 * that finds the thread scheduled since.
+	 */
+	struct spy_stack kept;
+	bool kept_valid;
 	const char *root;   /* interned `thread TID "name"` */
 	const char *name;   /* the walker's name the root was made with (NULL: the kernel's) */
 	char comm[17];      /* the kernel's name, when first seen */
@@ -257,6 +268,10 @@ struct eng_holds {
 	uint64_t over_goal;        /* ticks whose longest hold passed ENG_HOLD_GOAL_NS */
 	uint64_t stops, stop_sum_ns;   /* one thread at a time: from the interrupt to its stop */
 };
+/* -i: stacks of sleeping threads taken without a stop (still_stack in engine.c): kept, read. */
+struct eng_still {
+	uint64_t kept, read;
+};
 
 struct engine;
 struct eng_callbacks {
@@ -301,6 +316,7 @@ struct engine {
 	bool *fresh;                  /* per tick: scratch[i]'s thread was first seen now */
 	bool *listed_gil;             /* per tick: scratch[i] held the GIL when listed */
 	struct eng_holds holds;
+	struct eng_still still;
 
 	/* counters since the start */
 	uint64_t samples;           /* ticks sampled */

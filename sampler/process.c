@@ -160,6 +160,7 @@ static const struct spy_process_ops live_ops = {
 	.resources = live_resources,
 	.task_open = live_task_open,
 	.task_refresh = proc_task_refresh,
+	.task_still = proc_task_still,
 	.task_close = proc_task_close,
 	.task_name = live_task_name,
 	.descendants = live_descendants,

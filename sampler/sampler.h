@@ -128,6 +128,11 @@ void proc_task_refresh(struct proc_task *t, bool with_cpu);
  * not run since, and its memory (its Python stack) is as it was then.
  */
 bool proc_task_slept(const struct proc_task *t, uint64_t run_ns, uint64_t pcount);
+/*
+ * Whether t, read asleep by its last with_cpu refresh, has still not been
+ * scheduled since: one schedstat read, t unchanged. False when unknown.
+ */
+bool proc_task_still(struct proc_task *t);
 /* R, and (see above) really running; or unknown because a file would not open. */
 bool proc_task_active(const struct proc_task *t);
 /* task/TID/comm without its newline ("" if unreadable) into buf. */

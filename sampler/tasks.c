@@ -202,6 +202,17 @@ void proc_task_refresh(struct proc_task *t, bool with_cpu)
 	t->read_ns = now;
 }
 
+bool proc_task_still(struct proc_task *t)
+{
+	char buf[128];
+	uint64_t cpu, pcount;
+	bool failed = t->failed;
+	ssize_t n = read_task_file(t, &t->sched_fd, "schedstat", buf, sizeof(buf));
+	t->failed = failed;
+	return n > 0 && proc_parse_schedstat(buf, (size_t)n, &cpu, &pcount) &&
+	       proc_task_slept(t, cpu, pcount);
+}
+
 bool proc_task_active(const struct proc_task *t)
 {
 	return (t->state == 'R' && t->ran) || t->failed;

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/util.h"
 #include "sampler/engine.h"
 #include "tests/lib/check.h"
 
@@ -22,6 +23,8 @@ struct fake_thread {
 	char state;          /* what its stat file says: 'R', 'S' */
 	bool gil;
 	bool truncated;      /* its walk does not reach the root */
+	bool scheduled;      /* put on a CPU between any two refreshes (never slept) */
+	bool runs_in_read;   /* scheduled while its stack is read running */
 };
 
 struct fake_proc {
@@ -131,6 +134,9 @@ static void f_task_refresh(struct proc_task *t, bool with_cpu)
 		struct fake_proc *f = &world->procs[i];
 		for (size_t j = 0; j < f->nth; j++) {
 			if (f->th[j].tid == t->tid) {
+				/* As tasks.c: asleep when last read, and not scheduled since. */
+				t->slept = with_cpu && t->state && t->state != 'R' && f->th[j].state != 'R' &&
+					   !f->th[j].scheduled;
 				t->state = f->th[j].state;
 				t->ran = true;
 				if (with_cpu && t->state == 'R') {
@@ -139,6 +145,17 @@ static void f_task_refresh(struct proc_task *t, bool with_cpu)
 			}
 		}
 	}
+}
+
+static bool f_task_still(struct proc_task *t)
+{
+	for (size_t j = 0; j < world->procs[0].nth; j++) {
+		const struct fake_thread *ft = &world->procs[0].th[j];
+		if (ft->tid == t->tid) {
+			return t->state != 'R' && !ft->runs_in_read;
+		}
+	}
+	return false;
 }
 
 static void f_task_close(struct proc_task *t)
@@ -275,9 +292,9 @@ static void setup(struct fake_world *w)
 	struct fake_proc *f = &w->procs[0];
 	f->pid = 100;
 	f->nth = 3;
-	f->th[0] = (struct fake_thread){ 100, 'S', true, false };   /* the GIL holder, sleeping or not */
-	f->th[1] = (struct fake_thread){ 101, 'R', false, false };  /* running without the GIL */
-	f->th[2] = (struct fake_thread){ 102, 'S', false, false };  /* idle */
+	f->th[0] = (struct fake_thread){ 100, 'S', true, false, false, false };   /* the GIL holder, sleeping or not */
+	f->th[1] = (struct fake_thread){ 101, 'R', false, false, false, false };  /* running without the GIL */
+	f->th[2] = (struct fake_thread){ 102, 'S', false, false, false, false };  /* idle */
 }
 
 static void test_blocking(void)
@@ -417,7 +434,7 @@ static void test_end_and_descendants(void)
 	w.procs[0].nchildren = 2;
 	w.procs[1].pid = 200;
 	w.procs[1].nth = 1;
-	w.procs[1].th[0] = (struct fake_thread){ 200, 'R', true, false };
+	w.procs[1].th[0] = (struct fake_thread){ 200, 'R', true, false, false, false };
 	o.subprocesses = true;
 	run(&w, &o, 20, &e, &strs);
 	CHECK_INT(e.nprocs, 2);
@@ -641,6 +658,72 @@ static void test_one_at_a_time(void)
 	spy_strtab_release(&strs);
 }
 
+/*
+ * -i: a sleeper (th[2]) is not stopped. Its stack is read running once and
+ * kept while it sleeps; read running every tick when it is scheduled
+ * between ticks; stopped for its walk when it is scheduled during the read,
+ * when the walker needs it stopped (--native), or without schedstat.
+ */
+static void test_sleepers_not_stopped(void)
+{
+	struct spy_strtab strs = SPY_STRTAB_INIT;
+	struct spy_process_ops ops = fake_ops;
+	ops.track = f_track;
+	ops.stop_thread = f_stop_thread;
+	ops.resume_thread = f_resume_thread;
+	ops.task_still = f_task_still;
+	static const struct {
+		bool scheduled, runs_in_read, held_only, no_still;
+		int stops, kept, read;
+	} cases[] = {
+		{ false, false, false, false, 0, 9, 1 },
+		{ true, false, false, false, 0, 0, 10 },
+		{ false, true, false, false, 10, 0, 0 },
+		{ false, false, true, false, 10, 0, 0 },
+		{ false, false, false, true, 10, 0, 0 },
+	};
+	for (size_t c = 0; c < SPY_ARRAY_SIZE(cases); c++) {
+		struct fake_world w;
+		struct engine e;
+		setup(&w);
+		w.procs[0].th[2].scheduled = cases[c].scheduled;
+		w.procs[0].th[2].runs_in_read = cases[c].runs_in_read;
+		ops.task_still = cases[c].no_still ? NULL : f_task_still;
+		struct eng_walker wk = fake_walker_ops;
+		wk.list = w_list;
+		wk.walk_thread = w_walk_thread;
+		wk.held_only = cases[c].held_only;
+		wk.ctx = &w;
+		world = &w;
+		w.stop_after_ticks = 10;
+		struct eng_opts o = { 0 };
+		o.idle = true;
+		o.rate = 1000;
+		o.duration = -1;
+		struct spy_err err = SPY_ERR_INIT;
+		CHECK_INT(eng_open(&e, &o, &wk, &strs, w.procs[0].pid, NULL, &err), 0);
+		e.procs[0]->proc.ops = &ops;
+		const struct eng_callbacks cb = { &w, on_stack, on_wait, NULL };
+		eng_run(&e, &cb);
+		eng_detach(&e);
+		struct fake_proc *f = &w.procs[0];
+		CHECK_INT(e.samples, 10);
+		CHECK_INT(f->stops_of[2], cases[c].stops);
+		CHECK_INT(e.still.kept, cases[c].kept);
+		CHECK_INT(e.still.read, cases[c].read);
+		/* The holder and the R thread are stopped every tick, whatever the sleeper does. */
+		CHECK_INT(f->stops_of[0], 10);
+		CHECK_INT(f->stops_of[1], 10);
+		CHECK_INT(f->walked_unheld, 0);
+		/* Every thread's stack every tick, the sleeper's (and the R thread's first) marked idle. */
+		CHECK_INT(w.stacks, 30);
+		CHECK_INT(w.idle_stacks, 10 + 1);
+		CHECK_INT(eng_errors(&e), 0);
+		eng_release(&e);
+	}
+	spy_strtab_release(&strs);
+}
+
 int main(void)
 {
 	test_blocking();
@@ -650,5 +733,6 @@ int main(void)
 	test_windows();
 	test_backends();
 	test_one_at_a_time();
+	test_sleepers_not_stopped();
 	return check_done();
 }
