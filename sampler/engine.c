@@ -73,8 +73,18 @@ static void thread_root(struct engine *e, struct eng_os_thread *th, const char *
 	spy_buf_release(&b);
 }
 
-static struct eng_os_thread *thread_get(struct engine *e, struct eng_process *p, pid_t tid, bool *fresh)
+/*
+ * hint: where tid is likely to be (its place in the thread list: the table
+ * grows in listing order), tried first. Without it, finding every thread
+ * of a 150-thread process twice a tick was a scan of 22,500 entries.
+ */
+static struct eng_os_thread *thread_get(struct engine *e, struct eng_process *p, pid_t tid, size_t hint,
+					bool *fresh)
 {
+	if (hint < p->nth && p->th[hint].task.tid == tid) {
+		*fresh = false;
+		return &p->th[hint];
+	}
 	for (size_t i = 0; i < p->nth; i++) {
 		if (p->th[i].task.tid == tid) {
 			*fresh = false;
@@ -503,7 +513,7 @@ static void hold_one(struct engine *e, struct eng_process *p, size_t i, uint64_t
 	const struct spy_process_ops *ops = p->proc.ops;
 	struct eng_thread *t = &e->scratch[i];
 	bool fresh;
-	struct eng_os_thread *th = thread_get(e, p, t->tid, &fresh);
+	struct eng_os_thread *th = thread_get(e, p, t->tid, i, &fresh);
 	e->fresh[i] = fresh;
 	if (!wanted(e, t, th)) {
 		t->holds_gil = false;
@@ -630,7 +640,7 @@ static void sample_process(struct engine *e, struct eng_process *p, const struct
 		struct eng_os_thread *th = NULL;
 		bool fresh = false;
 		if (t->tid > 0) {
-			th = thread_get(e, p, t->tid, &fresh);
+			th = thread_get(e, p, t->tid, (size_t)i, &fresh);
 			fresh = one ? e->fresh[i] : fresh;
 			th->seen = true;
 			/* Names are interned: a new pointer is a new (or first) name. */
