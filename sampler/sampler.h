@@ -198,7 +198,9 @@ int proc_resume(struct proc *p, struct spy_err *err);
 /*
  * One thread at a time, the rest running. proc_track, once a tick before
  * the threads are stopped: restart threads that stopped on their own and
- * seize threads that appeared (-SPY_EGONE once all are gone or it exec'd).
+ * seize threads that appeared (-SPY_EGONE once all are gone or it exec'd);
+ * when no tracee has anything to report and task/'s link count has not
+ * moved, that is two syscalls, whatever the number of threads.
  * proc_stop_thread: stop thread tid (seized, not paused, none held) and
  * serve reads from a fresh view while it is held; -SPY_ENOPROC if it is
  * not a thread we seized, -SPY_EGONE if it has exited, -SPY_EBOUND if it did not stop in time, -SPY_EINTR.
