@@ -184,7 +184,14 @@ void proc_task_refresh(struct proc_task *t, bool with_cpu)
 	/* Without schedstat the thread is judged by its state, as without with_cpu: no failure. */
 	bool sched_gone = with_cpu && !sched && !t->failed && t->sched_fd == -1;
 	t->failed = false;
-	ssize_t n = read_task_file(t, &t->stat_fd, "stat", buf, sizeof(buf));
+	/*
+	 * With schedstat, stat is read only for a thread that ran since the
+	 * last refresh: kept open for one found running last time (it runs
+	 * often), opened for the read otherwise, so a thread that sleeps
+	 * holds one descriptor, not two. Without, it is read every time.
+	 */
+	bool keep = !sched || t->state == 'R' || t->stat_fd >= 0;
+	ssize_t n = read_task_file(t, keep ? &t->stat_fd : NULL, "stat", buf, sizeof(buf));
 	t->state = n > 0 ? proc_parse_stat_state(buf, (size_t)n) : 0;
 	if (sched_gone && t->state) {
 		/* stat is there and schedstat is not: this kernel has none; not asked again. */
