@@ -82,7 +82,8 @@ int proc_thread_refresh(struct proc *p, struct proc_thread *t);
  * A thread watched across samples (tasks.c): its files stay open, so a
  * refresh costs a pread() or two: stat (the state letter) and, for a
  * sampler that pauses, schedstat (CPU time and times scheduled), opened on
- * first use. Descriptors stay open only within a budget that keeps
+ * first use; with schedstat, stat stays open only once the thread has been
+ * found running (see proc_task_refresh). Descriptors stay open only within a budget that keeps
  * PROC_FD_RESERVE of the soft limit free (raised to the hard limit at the
  * first proc_open): past it a file is opened for each read.
  * An open that fails all the same leaves the state unknown and sets failed:
