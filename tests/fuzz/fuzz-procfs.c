@@ -3,7 +3,8 @@
  * wchan text (proc_parse_maps, proc_parse_stat_state, proc_classify_wait,
  * proc_wait_note_wchan), a core's NT_FILE note (core_parse_nt_file) and the
  * resource readings' stat, status and io (proc_parse_stat_resources,
- * proc_parse_status_ctxsw, proc_parse_io).
+ * proc_parse_status_ctxsw, proc_parse_io) and a thread's schedstat
+ * (proc_parse_schedstat).
  * A target or a core writes these bytes. Whatever they are: no crash, no
  * read outside the buffer (an exact-size copy: the sanitizers tell), and
  * what is accepted holds together (maps sorted, lo < hi, paths inside
@@ -77,6 +78,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		    (proc_parse_io(text, n, &rd, &wr) & ~(unsigned)PROC_RES_IO)) {
 			abort();
 		}
+		/* And the thread's schedstat, read every tick to tell who slept. */
+		uint64_t run = 0, pcount = 0;
+		(void)proc_parse_schedstat(text, n, &run, &pcount);
 		break;
 	}
 	case 2:
