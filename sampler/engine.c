@@ -17,6 +17,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -831,6 +832,12 @@ void eng_run(struct engine *e, const struct eng_callbacks *cb)
 	e->start_ns = ticker_now_ns();
 	e->end_ns = e->o.duration >= 0 ? e->start_ns + spy_s_to_ns(e->o.duration) : UINT64_MAX;
 	ticker_init(&e->tk, e->o.rate, e->start_ns);
+	/*
+	 * The kernel may defer a timed wake-up by the thread's timer slack,
+	 * 50 us by default, to batch it with others: at kilohertz rates that
+	 * is most of a period. 1 ns: ticks on time.
+	 */
+	(void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
 	if (e->o.window_s) {
 		window_start(e);
 	}

@@ -25,7 +25,11 @@ Per interpreter, one PASS/FAIL line covering:
     still running and not stopped;
   - sigkill: SIGKILL to spy mid-record: target still running, not stopped,
     still using CPU.
-Then, once, the usage and I/O errors of the contract.
+Then, once, the usage and I/O errors of the contract, and the rates at
+which spy spins between ticks: 1 MHz --nonblocking (the highest accepted)
+and 100 kHz by default, 0.5 s each: exit 0, samples + missed ticks =
+rate x duration in the metadata and in the summary line alike, whatever
+rate the machine allowed.
 
 Two parts, which meson runs as two tests: `shares` (split, idle,
 nonblocking and gil: they count samples, so they run alone) and `rest`
@@ -437,6 +441,7 @@ def check_errors(rep, interp):
             for args, rc, what in (
                     (["-p", pid, "--rate", "0"], 2, "--rate 0"),
                     (["-p", pid, "--rate", "abc"], 2, "--rate abc"),
+                    (["-p", pid, "--rate", "1000001"], 2, "--rate above 1 MHz"),
                     (["-p", pid, "--duration", "-1"], 2, "--duration -1"),
                     (["-p", pid, "-o", os.path.join(d, "no", "x.folded")], 5,
                      "-o in a missing directory"),
@@ -488,6 +493,42 @@ def check_errors(rep, interp):
         shutil.rmtree(d, ignore_errors=True)
 
 
+SUMMARY = re.compile(r"spy: (\d+) samples in [\d.]+ s \([\d.]+ Hz\), (\d+) missed ticks")
+
+
+def check_spin(rep, interp):
+    """Rates above the spinning threshold: every deadline is sampled or counted missed."""
+    d = tempfile.mkdtemp(prefix="spy-record-")
+    try:
+        with harness.Target(interp, TARGET, ["split"]) as t:
+            out = os.path.join(d, "spin.folded")
+            for hz, args in ((1000000, ["--nonblocking"]), (100000, [])):
+                r = record(["--pid", str(t.pid), "-r", "%g" % hz, "-d", "0.5", "-o", out] + args)
+                what = " ".join(["record -r %g -d 0.5" % hz] + args)
+                p = expect_rc(r, 0, what)
+                if not p:
+                    prof = Profile(out)
+                    try:
+                        samples = int(prof.meta["samples"])
+                        ticks = samples + int(prof.meta["missed-ticks"])
+                    except (KeyError, ValueError):
+                        samples, ticks = 0, 0
+                        p.append("metadata lacks samples/missed-ticks: %r" % prof.meta)
+                    # The period is whole nanoseconds: 1 MHz may round it by 0.1%.
+                    if abs(ticks - hz / 2) > hz / 2 * 0.002:
+                        p.append("samples + missed ticks = %d, expected %d" % (ticks, hz / 2))
+                    if not samples or not prof.total():
+                        p.append("%d samples, %d stacks kept" % (samples, prof.total()))
+                    m = SUMMARY.search(r.err)
+                    if not m or (int(m.group(1)), int(m.group(1)) + int(m.group(2))) != \
+                            (samples, ticks):
+                        p.append("summary line disagrees with the metadata: %r" % r.err[-300:])
+                    p += not_stopped(t.pid)
+                rep.check(what + " -> every deadline sampled or missed", p)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def main():
     parts = sys.argv[1:] or ["shares", "rest"]
     if any(p not in PARTS for p in parts):
@@ -499,6 +540,7 @@ def main():
     if "rest" in parts and interps and not harness.ptrace_problem():
         try:
             check_errors(rep, interps[-1])
+            check_spin(rep, interps[-1])
         finally:
             harness.cleanup()
     checks = [c for p in parts for c in PARTS[p]]
