@@ -36,8 +36,8 @@
 
 /* The progress line is redrawn at most this often. */
 #define PROGRESS_NS (250 * 1000 * 1000ull)
-/* Rates above this are not samples any more, they are a busy loop. */
-#define MAX_RATE_HZ 100000.0
+/* The highest rate accepted; above 1 / TICKER_SPIN_PERIOD_NS spy spins between ticks (a core kept busy). */
+#define MAX_RATE_HZ 1000000.0
 /* --push-every: the default (the backends' own agents push every 10 s) and the longest. */
 #define PUSH_EVERY_S 10
 #define PUSH_EVERY_MAX_S 3600
@@ -505,7 +505,7 @@ static int check_args(struct rec *r, const char *format, const char *sort, const
 	} else if (r->pid && r->program) {
 		msg = "--pid and a program to run are exclusive";
 	} else if (!(r->o.rate > 0) || r->o.rate > MAX_RATE_HZ) {
-		return cmd_usage_error("record", "--rate must be above 0 and at most %g", MAX_RATE_HZ);
+		return cmd_usage_error("record", "--rate must be above 0 and at most %.0f", MAX_RATE_HZ);
 	} else if (r->o.duration == 0) {
 		msg = "--duration must be above 0";
 	} else if ((r->native || r->native_all) && r->o.nonblocking) {
@@ -550,7 +550,8 @@ static int parse_args(struct rec *r, int argc, char **argv)
 		{ 'o', "output", OPT_STRING, &r->output, "FILE", "where to write (default spy-<pid>.svg; with -f, that format's extension)" },
 		{ 'f', "format", OPT_STRING, &format, "F",
 		  "svg, folded, table, lines, speedscope, chrome, pprof, json" },
-		{ 'r', "rate", OPT_DOUBLE, &r->o.rate, "HZ", "samples per second (default 100)" },
+		{ 'r', "rate", OPT_DOUBLE, &r->o.rate, "HZ",
+		  "samples per second (default 100, at most 1000000; above 20000 spy spins between samples: a core kept busy)" },
 		{ 'd', "duration", OPT_DOUBLE, &r->o.duration, "S", "stop after S seconds" },
 		{ 'n', "native", OPT_BOOL, &r->native, NULL, "merge native (C/C++) frames with the Python frames" },
 		{ 0, "native-all", OPT_BOOL, &r->native_all, NULL,

@@ -449,7 +449,8 @@ int cmd_top(int argc, char **argv)
 	struct top *t = spy_xcalloc(1, sizeof(*t));
 	const struct opt opts[] = {
 		{ 'p', "pid", OPT_PID, &a.pid, "PID", "attach to a running process" },
-		{ 'r', "rate", OPT_DOUBLE, &a.rate, "HZ", "samples per second (default 100)" },
+		{ 'r', "rate", OPT_DOUBLE, &a.rate, "HZ",
+		  "samples per second (default 100, at most 100000; above 20000 spy spins between samples: a core kept busy)" },
 		{ 'd', "duration", OPT_DOUBLE, &a.duration, "S", "stop after S seconds (default: until Ctrl-C or the target exits)" },
 		{ 0, "refresh", OPT_DOUBLE, &a.refresh, "S", "redraw every S seconds (default 1); %Own and %Total cover that interval" },
 		{ 0, "sort", OPT_STRING, &a.sort, "KEY", "own (default) or total" },

@@ -328,6 +328,9 @@ struct engine {
 	size_t live_threads;        /* Python threads in the last tick, over every process */
 	struct ticker tk;
 	uint64_t start_ns, end_ns, stop_ns;
+	/* eng_run raised spy to SCHED_RR (undone when it returns); when its CPU share was last looked at */
+	bool sched_rt;
+	uint64_t sched_check_ns, sched_cpu_ns;
 
 	/* continuous mode: the open window */
 	struct eng_window win;        /* from_s, seq and the counters at its start */

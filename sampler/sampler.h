@@ -329,9 +329,20 @@ int core_parse_nt_file(const unsigned char *desc, size_t len, struct spy_map **m
  * deadlines that fell in it.
  */
 #define TICKER_SLACK_NS (10 * 1000 * 1000ull)
+/*
+ * Periods shorter than this (rates above 20 kHz) are waited for by
+ * spinning on the clock rather than sleeping. A timed sleep here wakes
+ * 10-15 us late even with spy's timer slack at 1 ns (65 us with the
+ * default 50 us slack), and the sleep and wake-up cost a few us of CPU
+ * more: with a sample taking 3-10 us, a period under 50 us has no room
+ * for a sleep that saves anything, and sleeping only makes the ticks late.
+ * The price is a core kept busy for as long as the recording lasts.
+ */
+#define TICKER_SPIN_PERIOD_NS (50 * 1000ull)
 struct ticker {
 	uint64_t start_ns;   /* the first deadline */
 	uint64_t period_ns;
+	bool spin;           /* period_ns < TICKER_SPIN_PERIOD_NS: ticker_wait spins */
 	uint64_t next;       /* index of the next deadline */
 	uint64_t taken;      /* deadlines handed to the caller */
 	uint64_t missed;     /* deadlines skipped because the caller was late */
@@ -354,9 +365,11 @@ void ticker_take(struct ticker *t, uint64_t now_ns);
 /*
  * Sleep (clock_nanosleep, TIMER_ABSTIME) until the next deadline or for at
  * most max_ns, whichever comes first, so the caller can do housekeeping
- * (proc_poll) while waiting for a slow tick. Returns 1 when the deadline has
- * been reached (call ticker_take), 0 when max_ns ran out first, -SPY_EINTR
- * when a signal interrupted the sleep.
+ * (proc_poll) while waiting for a slow tick; a spinning ticker (t->spin)
+ * reads the clock in a loop instead, looking at proc_stop_requested each
+ * time round. Returns 1 when the deadline has been reached (call
+ * ticker_take), 0 when max_ns ran out first, -SPY_EINTR when a signal
+ * interrupted the sleep or a stop was requested while spinning.
  */
 int ticker_wait(struct ticker *t, uint64_t max_ns);
 

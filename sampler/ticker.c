@@ -8,12 +8,26 @@
  * slow pause, a loaded machine) skips the deadlines that passed and counts
  * them, because sampling them in a burst would put several samples on the
  * same instant and bias the profile toward whatever was running then.
+ *
+ * Short periods are spun for, not slept for (TICKER_SPIN_PERIOD_NS says
+ * why): the counting is the same, so a rate the machine cannot keep shows
+ * as missed ticks either way.
  */
 #include <errno.h>
 #include <time.h>
 
 #include "common/util.h"
 #include "sampler/sampler.h"
+
+/* A hint to the CPU that this is a spin loop (it yields to a sibling hyperthread). */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
 
 uint64_t ticker_now_ns(void)
 {
@@ -29,6 +43,7 @@ void ticker_init(struct ticker *t, double hz, uint64_t now_ns)
 	/* A period under 1 ns would make every deadline the same instant (and
 	 * 0 a division by zero); a tiny hz saturates. */
 	t->period_ns = period ? period : 1;
+	t->spin = t->period_ns < TICKER_SPIN_PERIOD_NS;
 	t->next = 0;
 	t->taken = 0;
 	t->missed = 0;
@@ -72,6 +87,15 @@ int ticker_wait(struct ticker *t, uint64_t max_ns)
 	if (due - now > max_ns) {
 		until = now + max_ns;
 		reached = 0;
+	}
+	if (t->spin) {
+		while (ticker_now_ns() < until) {
+			if (proc_stop_requested) {
+				return -SPY_EINTR;
+			}
+			cpu_relax();
+		}
+		return reached;
 	}
 	struct timespec ts = {
 		.tv_sec = (time_t)(until / 1000000000ull),

@@ -25,11 +25,18 @@ Per interpreter, one PASS/FAIL line covering:
     still running and not stopped;
   - sigkill: SIGKILL to spy mid-record: target still running, not stopped,
     still using CPU.
-Then, once, the usage and I/O errors of the contract.
+Then, once, the usage and I/O errors of the contract, and the rates at
+which spy spins between ticks: 1 MHz --nonblocking (the highest accepted)
+and 100 kHz by default, 0.5 s each: exit 0, samples + missed ticks =
+rate x duration in the metadata and in the summary line alike, whatever
+rate the machine allowed; and, as root, spy's own scheduling as it logs
+it (SCHED_RR 1 sleeping, the default spinning, kept under nice), silent at
+the default log level, and a launched program left at the default.
 
 Two parts, which meson runs as two tests: `shares` (split, idle,
 nonblocking and gil: they count samples, so they run alone) and `rest`
-(the others and the errors, beside other tests); no argument runs both.
+(the others, the errors and the spinning rates, beside other tests); no
+argument runs both.
 
 The folded output is parsed as the contract describes it: metadata lines
 "# key: value", then "frame;frame;... COUNT" split on the last space.
@@ -437,6 +444,7 @@ def check_errors(rep, interp):
             for args, rc, what in (
                     (["-p", pid, "--rate", "0"], 2, "--rate 0"),
                     (["-p", pid, "--rate", "abc"], 2, "--rate abc"),
+                    (["-p", pid, "--rate", "1000001"], 2, "--rate above 1 MHz"),
                     (["-p", pid, "--duration", "-1"], 2, "--duration -1"),
                     (["-p", pid, "-o", os.path.join(d, "no", "x.folded")], 5,
                      "-o in a missing directory"),
@@ -488,6 +496,99 @@ def check_errors(rep, interp):
         shutil.rmtree(d, ignore_errors=True)
 
 
+SUMMARY = re.compile(r"spy: (\d+) samples in [\d.]+ s \([\d.]+ Hz\), (\d+) missed ticks")
+
+
+def check_spin(rep, interp):
+    """Rates above the spinning threshold: every deadline is sampled or counted missed."""
+    d = tempfile.mkdtemp(prefix="spy-record-")
+    try:
+        with harness.Target(interp, TARGET, ["split"]) as t:
+            out = os.path.join(d, "spin.folded")
+            for hz, args in ((1000000, ["--nonblocking"]), (100000, [])):
+                r = record(["--pid", str(t.pid), "-r", "%g" % hz, "-d", "0.5", "-o", out] + args)
+                what = " ".join(["record -r %g -d 0.5" % hz] + args)
+                p = expect_rc(r, 0, what)
+                if not p:
+                    prof = Profile(out)
+                    try:
+                        samples = int(prof.meta["samples"])
+                        ticks = samples + int(prof.meta["missed-ticks"])
+                    except (KeyError, ValueError):
+                        samples, ticks = 0, 0
+                        p.append("metadata lacks samples/missed-ticks: %r" % prof.meta)
+                    # The period is whole nanoseconds: 1 MHz may round it by 0.1%.
+                    if abs(ticks - hz / 2) > hz / 2 * 0.002:
+                        p.append("samples + missed ticks = %d, expected %d" % (ticks, hz / 2))
+                    if not samples or not prof.total():
+                        p.append("%d samples, %d stacks kept" % (samples, prof.total()))
+                    m = SUMMARY.search(r.err)
+                    if not m or (int(m.group(1)), int(m.group(1)) + int(m.group(2))) != \
+                            (samples, ticks):
+                        p.append("summary line disagrees with the metadata: %r" % r.err[-300:])
+                    p += not_stopped(t.pid)
+                rep.check(what + " -> every deadline sampled or missed", p)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def check_sched(rep, interp):
+    """spy's own scheduling while it samples, as it logs it at SPY_LOG=debug:
+    SCHED_RR 1 while sleeping between ticks, the default while spinning,
+    what it was given when started under nice; a launched program at the
+    default; nothing said at the default log level."""
+    if os.geteuid() != 0:
+        print("SKIP record scheduling: not root, so spy may not raise its priority")
+        return
+    if os.sched_getscheduler(0) != os.SCHED_OTHER:
+        print("SKIP record scheduling: the tests run under a real-time policy, which spy keeps")
+        return
+    # The suite runs under nice: spy is started back at the default (root may).
+    ours = os.nice(0)
+    default = ["nice", "-n", str(-ours)] if ours else []
+    d = tempfile.mkdtemp(prefix="spy-record-")
+    debug = harness.spy_env({"SPY_LOG": "debug"})
+    try:
+        p = []
+        with harness.Target(interp, TARGET, ["split"]) as t:
+            out = os.path.join(d, "s.folded")
+            base = ["record", "-q", "--pid", str(t.pid), "-d", "0.3", "-o", out]
+            for args, pre, want in (([], default, "engine: sampling at SCHED_RR 1"),
+                                    (["-r", "50000", "--nonblocking"], default,
+                                     "engine: spinning: sampling at the default priority"),
+                                    ([], ["nice", "-n", str(1 - ours)],
+                                     "nice 1: kept as given")):
+                r = run_under(pre, base + args, debug)
+                if r.rc != 0 or want not in r.err:
+                    p.append("%s %s: exit %s, no %r in its log" % (" ".join(pre), " ".join(args),
+                                                                   r.rc, want))
+            r = record(["--pid", str(t.pid), "-d", "0.3", "-o", out])
+            if r.rc != 0 or "engine:" in r.err:
+                p.append("default log level: exit %s, %r" % (r.rc, r.err[-300:]))
+        code = "import os; print('policy %d nice %d' % (os.sched_getscheduler(0), os.nice(0)))"
+        r = harness.run_spy(["record", "-q", "-o", os.path.join(d, "l.folded"), "--"] +
+                            interp.command(["-c", "import time; time.sleep(0.3); " + code]),
+                            env=harness.spy_env(keep_log=False))
+        if "policy 0 nice %d" % ours not in r.out:
+            p.append("launched program: %r (exit %s, %r)" % (r.out, r.rc, r.err[-300:]))
+        rep.check("record raises its own priority, and only its own", p)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def run_under(pre, args, env):
+    """spy run as harness.run_spy runs it, under a command (nice) if pre."""
+    if not pre:
+        return harness.run_spy(args, env=env)
+    argv = pre + [harness.spy_path()] + args
+    try:
+        r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                           timeout=30, universal_newlines=True)
+        return harness.SpyResult(argv, r.returncode, r.stdout, r.stderr, False)
+    except subprocess.TimeoutExpired:
+        return harness.SpyResult(argv, None, "", "", True)
+
+
 def main():
     parts = sys.argv[1:] or ["shares", "rest"]
     if any(p not in PARTS for p in parts):
@@ -499,6 +600,8 @@ def main():
     if "rest" in parts and interps and not harness.ptrace_problem():
         try:
             check_errors(rep, interps[-1])
+            check_spin(rep, interps[-1])
+            check_sched(rep, interps[-1])
         finally:
             harness.cleanup()
     checks = [c for p in parts for c in PARTS[p]]

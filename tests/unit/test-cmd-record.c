@@ -170,6 +170,30 @@ static void test_ticker_wait(void)
 	CHECK(ticker_now_ns() - before < 500000000ull);
 }
 
+/* Short periods are spun for: the deadline is still met, and a stop request or max_ns ends the wait. */
+static void test_ticker_spin(void)
+{
+	struct ticker t;
+	ticker_init(&t, 20000, 0);
+	CHECK(!t.spin);
+	ticker_init(&t, 20001, 0);
+	CHECK(t.spin);
+	ticker_init(&t, 1e6, ticker_now_ns());
+	CHECK_INT(ticker_wait(&t, 1000000), 1);
+	ticker_take(&t, ticker_now_ns());
+	CHECK_INT(ticker_wait(&t, 1000000000ull), 1);
+	CHECK(ticker_now_ns() >= ticker_deadline(&t));
+	/* A first deadline a minute away: neither wait may last that long. */
+	uint64_t before = ticker_now_ns();
+	ticker_init(&t, 1e6, before + 60000000000ull);
+	CHECK_INT(ticker_wait(&t, 2000000), 0);
+	CHECK(ticker_now_ns() - before >= 2000000);
+	proc_stop_requested = SIGINT;
+	CHECK_INT(ticker_wait(&t, 1000000000ull), -SPY_EINTR);
+	proc_stop_requested = 0;
+	CHECK(ticker_now_ns() - before < 500000000ull);
+}
+
 int main(void)
 {
 	test_formats();
@@ -179,5 +203,6 @@ int main(void)
 	test_ticker_catch_up();
 	test_ticker_rates();
 	test_ticker_wait();
+	test_ticker_spin();
 	return check_done();
 }
