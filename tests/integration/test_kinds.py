@@ -18,8 +18,10 @@ recording are the ones expected. Per interpreter, one PASS/FAIL line:
     80 / 0 / 20) within 5 points, native exactly 0;
   - spy diff of the two compares the split: its "by kind:" line carries
     both profiles' shares as their tables print them.
-Records 2.5 s at 200 Hz (25 of the target's cycles, 500 ticks). A loaded
-machine makes spy miss ticks, more of them in the costlier native unwinds
+Records 400 ticks: 2 s at 200 Hz, and with --native 4 s at 100 Hz, since
+a native walk stops the thread, which wakes a sleeper; at 200 Hz that
+happens often enough that up to 9% of in_sleep's samples caught it
+awake. A loaded machine makes spy miss ticks, more of them in the costlier native unwinds
 and while the target runs than while it sleeps, which skews the split the
 test measures: a recording whose summary owns up to more than 2% missed
 ticks is taken again (see record()).
@@ -86,11 +88,13 @@ def record(t, interp, stats, path, extra):
     A tick spy misses is not a sample of any phase, and a loaded machine
     makes spy miss more of them while the target runs (it competes for
     the CPU) than while it sleeps, which overstates idle: a recording
-    whose summary owns up to more than 2% missed ticks measured the load,
-    not the split, and is taken again (up to ATTEMPTS times)."""
+    whose summary owns up to more than 2% missed ticks (beyond the
+    start-up's, below) measured the load, not the split, and is taken
+    again (up to ATTEMPTS times)."""
     for attempt in range(ATTEMPTS):
         before = phases(t, interp, stats)
-        r = harness.run_spy(["record", "-F", "-i", "-r", "200", "-d", "2.5", "-o", path,
+        rate, secs = ("100", "4") if "--native" in extra else ("200", "2")
+        r = harness.run_spy(["record", "-F", "-i", "-r", rate, "-d", secs, "-o", path,
                              "--pid", str(t.pid)] + extra, timeout=60,
                             env=harness.spy_env(keep_log=False))
         if r.rc != 0 or r.timed_out:
@@ -100,7 +104,12 @@ def record(t, interp, stats, path, extra):
         if not m:
             raise harness.HarnessError("no summary line from record: %r" % r.err[-300:])
         taken, missed = int(m.group(1)), int(m.group(2))
-        if missed <= 0.02 * (taken + missed):
+        # With --native, the first unwinds load the target's debug
+        # information: about 0.2 s of ticks missed at the start whatever
+        # the load (16-20 at 100 Hz on the root's 3.13-3.15), which falls
+        # on every phase alike and is allowed for.
+        allowed = 0.02 * (taken + missed) + (25 if "--native" in extra else 0)
+        if missed <= allowed:
             break
         print("note: %s: record %s missed %d of %d ticks, recording again"
               % (interp.label, " ".join(extra), missed, taken + missed))
