@@ -24,7 +24,8 @@ happens often enough that up to 9% of in_sleep's samples caught it
 awake. A loaded machine makes spy miss ticks, more of them in the costlier native unwinds
 and while the target runs than while it sleeps, which skews the split the
 test measures: a recording whose summary owns up to more than 2% missed
-ticks is taken again (see record()).
+ticks is taken again (see record()). Shares off while everything else
+holds are measured once more, with a new target (see run_one()).
 """
 
 import os
@@ -152,7 +153,25 @@ def mostly(what, rows, func, kind, at_least):
     return []
 
 
+def phase_rows(rows):
+    return ", ".join("%s %s" % (f, fmt(rows[f])) for f in ("in_c", "in_python", "in_sleep")
+                     if f in rows)
+
+
 def run_one(interp):
+    """The split measured once; measured again once if only the shares
+    were off: a single sample of a loaded machine (a stall that fell on
+    one phase) can move 5 points, a fault in spy's split moves them
+    every time."""
+    probs, shares_only = measure(interp)
+    if probs and shares_only:
+        print("note: %s: shares off, measuring again: %s" % (interp.label, "; ".join(probs)))
+        probs, _ = measure(interp)
+    return probs
+
+
+def measure(interp):
+    """(problems, whether they are all shares off by more than TOLERANCE)."""
     d = harness.shared_dir("spy-kinds-")
     stats = os.path.join(d, "phases")
     try:
@@ -162,11 +181,11 @@ def run_one(interp):
             nat, nrows, nwant = table(t, interp, stats, os.path.join(d, "native.folded"),
                                       ["--native"])
             plain, prows, pwant = table(t, interp, stats, os.path.join(d, "plain.folded"), [])
-        probs = near("--native -i", nat, nwant)
-        probs += mostly("--native -i", nrows, "in_c", "native", 80)
+        shares = near("--native -i", nat, nwant)
+        shares += near("-i", plain, (pwant[0] + pwant[1], 0, pwant[2]))
+        probs = mostly("--native -i", nrows, "in_c", "native", 80)
         probs += mostly("--native -i", nrows, "in_python", "python", 90)
         probs += mostly("--native -i", nrows, "in_sleep", "idle", 90)
-        probs += near("-i", plain, (pwant[0] + pwant[1], 0, pwant[2]))
         if plain[1] != 0:
             probs.append("-i without --native: native %.1f%%, want 0" % plain[1])
         probs += mostly("-i", prows, "in_c", "python", 80)
@@ -177,10 +196,13 @@ def run_one(interp):
             probs.append("diff: no 'by kind:' line: %r" % out[:300])
         elif any(abs(float(g) - w) > 0.051 for g, w in zip(m.groups(), want)):
             probs.append("diff: by kind %s, the tables say %s" % (m.groups(), want))
+        shares_only = bool(shares) and not probs
+        probs = shares + probs
         if probs:
-            probs.append("(--native -i %s, target %s; -i %s, target %s)"
-                         % (nat, fmt(nwant), plain, fmt(pwant)))
-        return probs
+            probs.append("(--native -i %s, target %s, rows %s; -i %s, target %s, rows %s)"
+                         % (nat, fmt(nwant), phase_rows(nrows), plain, fmt(pwant),
+                            phase_rows(prows)))
+        return probs, shares_only
     finally:
         harness.remove_shared_dir(interp, d)
 
