@@ -58,6 +58,23 @@ struct proc_tracee {
 /* Larger reads go straight to the target: the syscall would not be saved. */
 #define MEMCACHE_MAX_READ (16u * 1024u)
 
+/*
+ * The lines one view read (memcache.c), in the order first read, each with
+ * the bytes read of it: trails[0] may hold every line, a held thread's
+ * MEMCACHE_TRAIL (a 100-frame 3.11 walk reads about ten). While its view
+ * lasts, slot[] lists the slots as first read; when it ends they become
+ * line[]/lo[]/hi[] (a slot may be reused before the next view).
+ */
+#define MEMCACHE_TRAILS 33u
+#define MEMCACHE_TRAIL 64u
+struct memcache_trail {
+	pid_t key;           /* the thread held; 0 for trails[0] */
+	uint64_t gen;        /* the view that filled it, 0 for none yet */
+	size_t cap, n;
+	uint64_t *line;
+	uint16_t *lo, *hi, *slot;
+};
+
 struct memcache {
 	/*
 	 * The current view. A line is valid only while its gen equals this,
@@ -83,13 +100,16 @@ struct memcache {
 	 */
 	uint16_t lo[MEMCACHE_LINES], hi[MEMCACHE_LINES];
 	uint16_t used_lo[MEMCACHE_LINES], used_hi[MEMCACHE_LINES];
-	/* The slots first read in view marked_gen, so that a prefetch visits
-	 * those alone rather than every slot. */
-	uint16_t marked[MEMCACHE_LINES];
-	size_t nmarked;
-	uint64_t marked_gen;
 	bool prefetch;
-	uint64_t last_view;   /* the gen of the last view that was on */
+	/*
+	 * What views read, for the next view of their kind to fetch ahead:
+	 * trails[0] for the views of the whole target (a pause, a fresh view
+	 * of a running one), the rest for one thread held each (by TID,
+	 * reused least recently filled first). cur is the trail the current
+	 * view records into (NULL: a view that is off).
+	 */
+	struct memcache_trail *trails[MEMCACHE_TRAILS];
+	struct memcache_trail *cur;
 	uint8_t (*data)[MEMCACHE_LINE];    /* MEMCACHE_LINES lines, allocated once */
 	struct proc_mem_stats stats;
 };
@@ -189,8 +209,12 @@ void memcache_init(struct proc *p);
 void memcache_free(struct proc *p);
 int memcache_read(void *ctx, spy_addr_t addr, void *dst, size_t len);
 void memcache_view(struct proc *p, bool on);
-/* A new view without prefetching the last one's lines (one thread held: they were another's). */
-void memcache_view_bare(struct proc *p);
+/*
+ * A new view for thread tid held alone: it fetches ahead what the view of
+ * the last hold of tid read (not what other threads' views read: their
+ * frames are elsewhere), and whole-target views keep their own trail.
+ */
+void memcache_view_held(struct proc *p, pid_t tid);
 /*
  * proc.c: read len bytes at addr into the n buffers of local (each
  * MEMCACHE_LINE long, one per line) with a single syscall. Returns the bytes

@@ -22,6 +22,38 @@
 #include "common/util.h"
 #include "sampler/internal.h"
 
+/*
+ * Two ways per set: the lines a walk reads come from a handful of mappings
+ * whose addresses often agree in their low bits, and with one way a single
+ * pair of them evicting each other costs two misses every sample.
+ */
+static size_t set_of(uint64_t line)
+{
+	return (size_t)(line % MEMCACHE_SETS) * MEMCACHE_WAYS;
+}
+
+static struct memcache_trail *trail_new(size_t cap)
+{
+	struct memcache_trail *t = spy_xcalloc(1, sizeof(*t));
+	t->cap = cap;
+	t->line = spy_xcalloc(cap, sizeof(*t->line));
+	t->lo = spy_xcalloc(cap, sizeof(*t->lo));
+	t->hi = spy_xcalloc(cap, sizeof(*t->hi));
+	t->slot = spy_xcalloc(cap, sizeof(*t->slot));
+	return t;
+}
+
+static void trail_free(struct memcache_trail *t)
+{
+	if (t) {
+		free(t->line);
+		free(t->lo);
+		free(t->hi);
+		free(t->slot);
+		free(t);
+	}
+}
+
 void memcache_init(struct proc *p)
 {
 	struct memcache *c = &p->mc;
@@ -29,52 +61,91 @@ void memcache_init(struct proc *p)
 	c->data = spy_xcalloc(MEMCACHE_LINES, sizeof(*c->data));
 	c->gen = 1;
 	c->on = false;
+	c->trails[0] = trail_new(MEMCACHE_LINES);
 }
 
 void memcache_free(struct proc *p)
 {
 	free(p->mc.data);
 	p->mc.data = NULL;
+	for (size_t i = 0; i < MEMCACHE_TRAILS; i++) {
+		trail_free(p->mc.trails[i]);
+		p->mc.trails[i] = NULL;
+	}
+	p->mc.cur = NULL;
 }
 
-/*
- * Start a view by fetching, in one syscall, every line the previous view
- * read: a sampler walks much the same memory each tick (the runtime, the
- * thread states, the frame stack, the code objects), so in steady state a
- * whole sample costs one process_vm_readv instead of one per line. Lines
- * the walk no longer touches drop out after one view; lines that became
- * unreadable simply fail here and are fetched (or not) on demand.
- */
-static void prefetch_lines(struct proc *p, uint64_t prev)
+/* End the current view: its trail turns the slots it read into lines and bytes. */
+static void view_end(struct memcache *c)
 {
-	struct memcache *c = &p->mc;
-	spy_addr_t addrs[MEMCACHE_LINES];
-	size_t slots[MEMCACHE_LINES];
-	struct iovec local[MEMCACHE_LINES];
-	size_t n = 0;
-
-	if (c->marked_gen != prev) {
-		return; /* that view read nothing cached */
+	struct memcache_trail *t = c->cur;
+	c->cur = NULL;
+	if (!t) {
+		return;
 	}
-	for (size_t k = 0; k < c->nmarked; k++) {
-		size_t slot = c->marked[k];
-		if (c->line_used[slot] != prev) {
-			continue;
-		}
-		c->line_gen[slot] = 0;
-		/* Only what the last view read of the line, in whole granules. */
+	for (size_t i = 0; i < t->n; i++) {
+		/*
+		 * Only what this view read of the line, in whole granules. A
+		 * slot this view read two lines into is listed once, for the
+		 * later line: the earlier is fetched on demand next time.
+		 */
+		size_t slot = t->slot[i];
 		unsigned lo = c->used_lo[slot] & ~(MEMCACHE_GRANULE - 1);
 		unsigned hi = (c->used_hi[slot] + MEMCACHE_GRANULE - 1) & ~(MEMCACHE_GRANULE - 1);
 		if (hi > MEMCACHE_LINE || lo >= hi) {
 			lo = 0;
 			hi = MEMCACHE_LINE;
 		}
-		c->lo[slot] = (uint16_t)lo;
-		c->hi[slot] = (uint16_t)hi;
-		addrs[n] = c->line[slot] * MEMCACHE_LINE + lo;
+		t->line[i] = c->line[slot];
+		t->lo[i] = (uint16_t)lo;
+		t->hi[i] = (uint16_t)hi;
+	}
+	t->gen = c->gen;
+}
+
+/*
+ * Start a view by fetching, in one syscall, every line trail t read last
+ * time: a sampler walks much the same memory each tick (the runtime, the
+ * thread states, the frame stack, the code objects), so in steady state a
+ * whole sample costs one process_vm_readv instead of one per line. Lines
+ * the walk no longer touches drop out after one view; lines that became
+ * unreadable simply fail here and are fetched (or not) on demand.
+ */
+static void prefetch_trail(struct proc *p, const struct memcache_trail *t)
+{
+	struct memcache *c = &p->mc;
+	spy_addr_t addrs[MEMCACHE_LINES];
+	size_t slots[MEMCACHE_LINES];
+	struct iovec local[MEMCACHE_LINES];
+	bool claimed[MEMCACHE_LINES] = { false };
+	size_t n = 0;
+
+	for (size_t i = 0; i < t->n && n < MEMCACHE_LINES; i++) {
+		/* The way that holds the line already, else the least recently read one not claimed here. */
+		size_t base = set_of(t->line[i]), slot = MEMCACHE_LINES;
+		for (size_t w = 0; w < MEMCACHE_WAYS; w++) {
+			if (c->line[base + w] == t->line[i]) {
+				slot = base + w;
+			}
+		}
+		for (size_t w = 0; w < MEMCACHE_WAYS && slot == MEMCACHE_LINES; w++) {
+			if (!claimed[base + w] && (slot == MEMCACHE_LINES ||
+						   c->line_used[base + w] < c->line_used[slot])) {
+				slot = base + w;
+			}
+		}
+		if (slot == MEMCACHE_LINES || claimed[slot]) {
+			continue; /* both ways taken by this prefetch: on demand */
+		}
+		claimed[slot] = true;
+		c->line[slot] = t->line[i];
+		c->line_gen[slot] = 0;
+		c->lo[slot] = t->lo[i];
+		c->hi[slot] = t->hi[i];
+		addrs[n] = t->line[i] * MEMCACHE_LINE + t->lo[i];
 		slots[n] = slot;
-		local[n].iov_base = c->data[slot] + lo;
-		local[n].iov_len = hi - lo;
+		local[n].iov_base = c->data[slot] + t->lo[i];
+		local[n].iov_len = (size_t)(t->hi[i] - t->lo[i]);
 		n++;
 	}
 	if (n == 0) {
@@ -91,29 +162,64 @@ static void prefetch_lines(struct proc *p, uint64_t prev)
 	c->stats.prefetched += whole;
 }
 
-void memcache_view(struct proc *p, bool on)
+/* A new view recording into t (NULL: off), first fetching what t read last time. */
+static void view_start(struct proc *p, struct memcache_trail *t)
 {
 	struct memcache *c = &p->mc;
+	view_end(c);
 	c->gen++;
-	c->on = on;
-	if (on) {
-		/* The views in between (the target running) read nothing cached. */
-		if (c->prefetch && c->data) {
-			prefetch_lines(p, c->last_view);
-		}
-		c->last_view = c->gen;
+	c->on = t != NULL;
+	if (!t) {
+		return;
 	}
+	/* Only a trail filled by the view it follows of its kind: t->gen 0 is none yet. */
+	if (c->prefetch && c->data && t->gen) {
+		prefetch_trail(p, t);
+	}
+	t->n = 0;
+	c->cur = t;
+}
+
+void memcache_view(struct proc *p, bool on)
+{
+	view_start(p, on ? p->mc.trails[0] : NULL);
+}
+
+void memcache_view_held(struct proc *p, pid_t tid)
+{
+	struct memcache *c = &p->mc;
+	size_t pick = 0;
+	view_end(c);
+	for (size_t i = 1; i < MEMCACHE_TRAILS && c->trails[0]; i++) {
+		if (!c->trails[i]) {
+			c->trails[i] = trail_new(MEMCACHE_TRAIL);
+			c->trails[i]->key = tid;
+			pick = i;
+			break;
+		}
+		if (c->trails[i]->key == tid) {
+			pick = i;
+			break;
+		}
+		if (!pick || c->trails[i]->gen < c->trails[pick]->gen) {
+			pick = i;
+		}
+	}
+	struct memcache_trail *t = pick ? c->trails[pick] : NULL;
+	if (t && t->key != tid) {
+		/* Another thread's: nothing to fetch ahead. */
+		t->key = tid;
+		t->gen = 0;
+		t->n = 0;
+	}
+	view_start(p, t);
+	/* Without trails (a cache never set up) the view is on all the same. */
+	c->on = true;
 }
 
 void proc_mem_prefetch(struct proc *p, bool on)
 {
 	p->mc.prefetch = on;
-}
-
-void memcache_view_bare(struct proc *p)
-{
-	p->mc.gen++;
-	p->mc.on = true;
 }
 
 void proc_mem_invalidate(struct proc *p)
@@ -124,16 +230,6 @@ void proc_mem_invalidate(struct proc *p)
 void proc_mem_stats(const struct proc *p, struct proc_mem_stats *out)
 {
 	*out = p->mc.stats;
-}
-
-/*
- * Two ways per set: the lines a walk reads come from a handful of mappings
- * whose addresses often agree in their low bits, and with one way a single
- * pair of them evicting each other costs two misses every sample.
- */
-static size_t set_of(uint64_t line)
-{
-	return (size_t)(line % MEMCACHE_SETS) * MEMCACHE_WAYS;
 }
 
 /* The slot holding line in the current view, or -1. */
@@ -162,12 +258,10 @@ static ptrdiff_t find_bytes(const struct memcache *c, uint64_t line, size_t off,
 static void mark_used(struct memcache *c, size_t slot, size_t off, size_t end)
 {
 	if (c->line_used[slot] != c->gen) {
-		if (c->marked_gen != c->gen) {
-			c->marked_gen = c->gen;
-			c->nmarked = 0;
+		/* Once per slot and view: trails[0] has room for every slot. */
+		if (c->cur && c->cur->n < c->cur->cap) {
+			c->cur->slot[c->cur->n++] = (uint16_t)slot;
 		}
-		/* Once per slot and view: nmarked stays below MEMCACHE_LINES. */
-		c->marked[c->nmarked++] = (uint16_t)slot;
 		c->line_used[slot] = c->gen;
 		c->used_lo[slot] = (uint16_t)off;
 		c->used_hi[slot] = (uint16_t)end;

@@ -737,7 +737,7 @@ int proc_stop_thread(struct proc *p, pid_t tid)
 		return -SPY_EGONE;
 	}
 	p->held = tid;
-	memcache_view_bare(p);
+	memcache_view_held(p, tid);
 	return 0;
 }
 

@@ -454,9 +454,10 @@ struct proc_mem_stats {
 void proc_mem_invalidate(struct proc *p);
 /*
  * With on, each new view (a pause, proc_mem_invalidate) starts by fetching,
- * in one syscall, every line the previous view read: for a sampler that
- * walks much the same memory every tick. Off by default. Needs
- * process_vm_readv (no effect over the /proc/PID/mem fallback).
+ * in one syscall, every line the previous such view read, and each hold of
+ * one thread (proc_stop_thread) what that thread's previous hold read: for
+ * a sampler that walks much the same memory every tick. Off by default.
+ * Needs process_vm_readv (no effect over the /proc/PID/mem fallback).
  */
 void proc_mem_prefetch(struct proc *p, bool on);
 /* Counters since proc_open(). */

@@ -384,6 +384,58 @@ static void test_prefetch(struct child *c, struct proc *p)
 	CHECK_INT(b.misses - a.misses, 1);
 }
 
+/*
+ * One thread held at a time (proc_stop_thread): each hold fetches ahead
+ * what that thread's last hold read, fresh, and the whole-target views
+ * between holds keep their own trail rather than the last hold's.
+ */
+static void test_held(struct child *c, struct proc *p)
+{
+	struct spy_err err = SPY_ERR_INIT;
+	struct proc_mem_stats a, b;
+
+	CHECK_INT(proc_attach(p, &err), 0);
+	proc_mem_prefetch(p, true);
+	CHECK(child_set(c, 50));
+	CHECK_INT(proc_stop_thread(p, c->pid), 0);
+	CHECK_INT(read_var(p), 50);
+	CHECK(read_matches(p, region + 1 * pagesz + 8, 8));
+	CHECK(read_matches(p, region + 9 * pagesz + 8, 8));
+	proc_resume_thread(p);
+	proc_mem_invalidate(p);
+	CHECK(read_matches(p, region + 30 * pagesz + 8, 8));
+	CHECK(read_matches(p, region + 1 * pagesz + 8, 8));
+	CHECK(child_set(c, 51));
+
+	proc_mem_stats(p, &a);
+	CHECK_INT(proc_stop_thread(p, c->pid), 0);
+	CHECK_INT(read_var(p), 51);
+	CHECK(read_matches(p, region + 1 * pagesz + 8, 8));
+	CHECK(read_matches(p, region + 9 * pagesz + 8, 8));
+	proc_resume_thread(p);
+	proc_mem_stats(p, &b);
+	CHECK_INT(b.syscalls - a.syscalls, 1);
+	CHECK_INT(b.prefetched - a.prefetched, 3);
+	CHECK_INT(b.hits - a.hits, 3);
+
+	proc_mem_stats(p, &a);
+	proc_mem_invalidate(p);
+	CHECK(read_matches(p, region + 30 * pagesz + 8, 8));
+	CHECK(read_matches(p, region + 1 * pagesz + 8, 8));
+	proc_mem_stats(p, &b);
+	CHECK_INT(b.syscalls - a.syscalls, 1);
+	CHECK_INT(b.prefetched - a.prefetched, 2);
+	CHECK_INT(b.hits - a.hits, 2);
+
+	/* Not read since: a hold's view is as fresh as its own fetch. */
+	CHECK(child_set(c, 52));
+	CHECK_INT(proc_stop_thread(p, c->pid), 0);
+	CHECK_INT(read_var(p), 52);
+	proc_resume_thread(p);
+	proc_mem_prefetch(p, false);
+	proc_detach(p);
+}
+
 static void test_reads(struct child *c, struct proc *p)
 {
 	test_running_uncached(c, p);
@@ -450,6 +502,7 @@ int main(void)
 		test_reads(&c, p);
 		test_prefetch(&c, p);
 		test_pause(&c, p);
+		test_held(&c, p);
 		proc_free(p);
 	}
 	test_pread_fallback(&c);
