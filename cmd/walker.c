@@ -175,6 +175,13 @@ static void walker_walk_thread(void *ctx, void *py, size_t i, struct eng_thread 
 	}
 }
 
+static bool walker_frozen_by(void *ctx, void *py, size_t h, size_t j)
+{
+	struct walker *w = ctx;
+	struct walked *d = py;
+	return pyrt_gil_freezes(d->t.rt, &w->py[h], &w->py[j]);
+}
+
 static int walker_walk(void *ctx, void *py, struct eng_thread *th, size_t max, size_t *n_out)
 {
 	int rc = walker_list(ctx, py, th, max, n_out);
@@ -252,6 +259,7 @@ struct eng_walker walker_ops(struct walker *w)
 		.walk = walker_walk,
 		.list = walker_list,
 		.walk_thread = walker_walk_thread,
+		.frozen_by = walker_frozen_by,
 		.held_only = w->native,
 		.paused = w->native ? walker_paused : NULL,
 		.finish = w->native ? walker_finish : NULL,

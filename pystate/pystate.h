@@ -108,6 +108,15 @@ int pyrt_threads(struct pyrt *rt, struct py_thread *out, size_t max, size_t *n,
 int pyrt_thread_recheck(struct pyrt *rt, struct py_thread *t);
 
 /*
+ * Whether holder, a thread pyrt_thread_recheck found holding its GIL
+ * while held, also holds the GIL thread t's interpreter runs under (read
+ * now): the same GIL, so t cannot run Python until holder runs again.
+ * False for a thread of a free-threaded build or of an interpreter with
+ * a GIL of its own.
+ */
+bool pyrt_gil_freezes(struct pyrt *rt, const struct py_thread *holder, const struct py_thread *t);
+
+/*
  * The Python stack of one thread, innermost frame first, appended to out
  * (which the caller resets). Frames carry interned strings; addr is the code
  * object; line is 0 when unknown. SPY_FRAME_PY_ENTRY marks the first frame

@@ -592,6 +592,14 @@ int pyrt_thread_recheck(struct pyrt *rt, struct py_thread *t)
 	return 0;
 }
 
+bool pyrt_gil_freezes(struct pyrt *rt, const struct py_thread *holder, const struct py_thread *t)
+{
+	if (!holder->holds_gil || !holder->tstate || !rt->gil_holder) {
+		return false;
+	}
+	return t->interp == holder->interp || rt->gil_holder(rt, t->interp) == holder->tstate;
+}
+
 int pyrt_stack(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out, struct spy_err *err)
 {
 	if (!rt->frames) {

@@ -241,6 +241,7 @@ int eng_open(struct engine *e, const struct eng_opts *o, const struct eng_walker
 	e->scratch = spy_xcalloc(SPY_MAX_THREADS, sizeof(*e->scratch));
 	e->fresh = spy_xcalloc(SPY_MAX_THREADS, sizeof(*e->fresh));
 	e->listed_gil = spy_xcalloc(SPY_MAX_THREADS, sizeof(*e->listed_gil));
+	e->frozen = spy_xcalloc(SPY_MAX_THREADS, sizeof(*e->frozen));
 	int rc;
 	if (program) {
 		spawn_install_signals();
@@ -506,24 +507,79 @@ static bool still_stack(struct engine *e, struct eng_process *p, size_t i, struc
 
 /* One tick of sample_held so far. */
 struct hold_tick {
+	size_t n;                  /* threads listed */
 	uint64_t longest, total;   /* ns held */
 	bool stop;                 /* a stop was requested while waiting */
 };
 
-/* Stop listed thread i alone (if worth it), walk it, restart it. */
-static void hold_one(struct engine *e, struct eng_process *p, size_t i, uint64_t now,
-		     struct hold_tick *ht)
+/*
+ * Listed thread i's OS thread, looked up for this tick; NULL when nothing
+ * more is to be done for it: not worth walking, or -i's stack taken
+ * without a stop (still_stack).
+ */
+static struct eng_os_thread *hold_prepare(struct engine *e, struct eng_process *p, size_t i)
 {
-	const struct spy_process_ops *ops = p->proc.ops;
 	struct eng_thread *t = &e->scratch[i];
 	bool fresh;
 	struct eng_os_thread *th = thread_get(e, p, t->tid, i, &fresh);
 	e->fresh[i] = fresh;
 	if (!wanted(e, t, th)) {
 		t->holds_gil = false;
+		return NULL;
+	}
+	return still_stack(e, p, i, th) ? NULL : th;
+}
+
+/*
+ * While the GIL holder h is held, the threads that run Python under its
+ * GIL cannot: their frames are what they will be until h is restarted, so
+ * they are walked now without stops of their own (a thread busy in C
+ * with the GIL released would otherwise have to get a core to stop, which
+ * on a saturated machine takes milliseconds). Only as many as keep h's
+ * hold within ENG_FROZEN_BUDGET_NS; the rest are held one at a time. On
+ * 3.12+ the holder is read from the GIL itself, which a thread taking it
+ * marks locked a few instructions before naming itself: a walk started
+ * in that window may be torn, bounded and validated like a
+ * --nonblocking one (up to 3.11 the holder is the thread state swapped
+ * in after the GIL is taken, and the question does not arise).
+ */
+static void walk_frozen(struct engine *e, struct eng_process *p, size_t h, uint64_t held_from,
+			const struct hold_tick *ht)
+{
+	if (!e->w.frozen_by || e->w.held_only || !e->scratch[h].holds_gil) {
 		return;
 	}
-	if (still_stack(e, p, i, th)) {
+	for (size_t j = 0; j < ht->n && !proc_stop_requested; j++) {
+		if (j == h || e->listed_gil[j] || e->frozen[j]) {
+			continue;
+		}
+		if (ticker_now_ns() - held_from >= ENG_FROZEN_BUDGET_NS) {
+			return;
+		}
+		if (!e->w.frozen_by(e->w.ctx, p->py, h, j)) {
+			continue;
+		}
+		e->frozen[j] = true;
+		struct eng_os_thread *th = hold_prepare(e, p, j);
+		if (!th) {
+			continue;
+		}
+		struct eng_thread *t = &e->scratch[j];
+		e->w.walk_thread(e->w.ctx, p->py, j, t, false);
+		t->holds_gil = false;
+		th->walked = true;
+		e->holds.frozen++;
+	}
+}
+
+/* Stop listed thread i alone (if worth it), walk it (and what its GIL freezes), restart it. */
+static void hold_one(struct engine *e, struct eng_process *p, size_t i, uint64_t now,
+		     struct hold_tick *ht)
+{
+	const struct spy_process_ops *ops = p->proc.ops;
+	struct eng_thread *t = &e->scratch[i];
+	struct eng_os_thread *th = hold_prepare(e, p, i);
+	if (!th) {
 		return;
 	}
 	/*
@@ -559,6 +615,7 @@ static void hold_one(struct engine *e, struct eng_process *p, size_t i, uint64_t
 	e->holds.stop_sum_ns += t1 - t0;
 	e->holds.stops++;
 	walk_held(e, p, i, now);
+	walk_frozen(e, p, i, t1, ht);
 	ops->resume_thread(&p->proc);
 	uint64_t held = ticker_now_ns() - t1;
 	ht->longest = held > ht->longest ? held : ht->longest;
@@ -614,11 +671,12 @@ static long sample_held(struct engine *e, struct eng_process *p, uint64_t now)
 	 */
 	for (size_t i = 0; i < n; i++) {
 		e->listed_gil[i] = e->scratch[i].holds_gil;
+		e->frozen[i] = false;
 	}
-	struct hold_tick ht = { 0 };
+	struct hold_tick ht = { .n = n };
 	for (int pass = 0; pass < 2 && !ht.stop; pass++) {
 		for (size_t i = 0; i < n && !ht.stop && !proc_stop_requested; i++) {
-			if ((pass == 0) == e->listed_gil[i]) {
+			if ((pass == 0) == e->listed_gil[i] && !e->frozen[i]) {
 				hold_one(e, p, i, now, &ht);
 			}
 		}
@@ -1002,12 +1060,14 @@ void eng_run(struct engine *e, const struct eng_callbacks *cb)
 		spy_log(SPY_LOG_DEBUG,
 			"engine: held per tick: longest thread %.1f us mean, %.1f us max; "
 			"all threads %.1f us mean, %.1f us max; the whole process in %llu of %llu ticks; "
-			"%llu ticks held a thread over %llu us; a thread took %.1f us to stop (mean)",
+			"%llu ticks held a thread over %llu us; a thread took %.1f us to stop (mean); "
+			"%llu walks behind the GIL holder's hold, without a stop",
 			(double)h->longest_sum_ns / 1e3 / (double)h->ticks, (double)h->longest_max_ns / 1e3,
 			(double)h->total_sum_ns / 1e3 / (double)h->ticks, (double)h->total_max_ns / 1e3,
 			(unsigned long long)h->whole_ticks, (unsigned long long)h->ticks,
 			(unsigned long long)h->over_goal, (unsigned long long)(ENG_HOLD_GOAL_NS / 1000),
-			h->stops ? (double)h->stop_sum_ns / 1e3 / (double)h->stops : 0.0);
+			h->stops ? (double)h->stop_sum_ns / 1e3 / (double)h->stops : 0.0,
+			(unsigned long long)h->frozen);
 	}
 	if (e->still.kept || e->still.read) {
 		spy_log(SPY_LOG_DEBUG, "engine: sleeping threads not stopped: %llu stacks kept from earlier, %llu read",
@@ -1095,6 +1155,7 @@ void eng_release(struct engine *e)
 	free(e->scratch);
 	free(e->fresh);
 	free(e->listed_gil);
+	free(e->frozen);
 	memset(e, 0, sizeof(*e));
 }
 

@@ -163,6 +163,13 @@ struct eng_walker {
 	void (*walk_thread)(void *ctx, void *py, size_t i, struct eng_thread *t, bool held);
 	/* walk_thread(held) needs the thread stopped for more than its memory (--native's registers). */
 	bool held_only;
+	/*
+	 * Whether listed thread j cannot run Python while listed thread h is
+	 * held: h, stopped, holds the GIL j's interpreter runs under (read
+	 * now), so j's frames stay as they are until h is restarted, and j
+	 * can be walked without a stop of its own. NULL: never.
+	 */
+	bool (*frozen_by)(void *ctx, void *py, size_t h, size_t j);
 	/* In the stopped window, after the last walk: what must be read before the threads move (--native); NULL if nothing. */
 	void (*paused)(void *ctx, void *py, const struct eng_thread *th, size_t n);
 	/* Target running: finish thread i's stack for keeping (--native's merge); < 0 counted. NULL if nothing. */
@@ -258,6 +265,8 @@ struct eng_window {
 
 /* How long threads were held (stopped) per tick, since the start; logged at the end (debug). */
 #define ENG_HOLD_GOAL_NS (200 * 1000ull)
+/* The GIL holder's hold stops taking on other threads' walks past this (see walk_frozen). */
+#define ENG_FROZEN_BUDGET_NS (ENG_HOLD_GOAL_NS / 2)
 struct eng_holds {
 	uint64_t ticks;            /* ticks that held something (attached walks) */
 	uint64_t whole_ticks;      /* of those, ticks that paused the whole process */
@@ -267,6 +276,7 @@ struct eng_holds {
 	uint64_t total_max_ns;
 	uint64_t over_goal;        /* ticks whose longest hold passed ENG_HOLD_GOAL_NS */
 	uint64_t stops, stop_sum_ns;   /* one thread at a time: from the interrupt to its stop */
+	uint64_t frozen;           /* threads walked behind the GIL holder's hold, not stopped */
 };
 /* -i: stacks of sleeping threads taken without a stop (still_stack in engine.c): kept, read. */
 struct eng_still {
@@ -315,6 +325,7 @@ struct engine {
 	struct eng_thread *scratch;   /* per tick, reused */
 	bool *fresh;                  /* per tick: scratch[i]'s thread was first seen now */
 	bool *listed_gil;             /* per tick: scratch[i] held the GIL when listed */
+	bool *frozen;                 /* per tick: scratch[i] was walked behind the GIL holder's hold */
 	struct eng_holds holds;
 	struct eng_still still;
 

@@ -55,6 +55,8 @@ struct fake_world {
 	pid_t seen_pids[8];
 	size_t nseen;
 	int stop_after_ticks;     /* the wait callback stops the loop after this many ticks */
+	bool freeze;              /* what w_frozen_by answers */
+	int frozen_asked;
 };
 
 static struct fake_proc *fp(const struct spy_process *p)
@@ -584,6 +586,74 @@ static void w_walk_thread(void *ctx, void *py, size_t i, struct eng_thread *t, b
 	t->rc = 0;
 }
 
+static bool w_frozen_by(void *ctx, void *py, size_t h, size_t j)
+{
+	struct fake_proc *f = py;
+	struct fake_world *w = ctx;
+	/* Asked while h, and h alone, is held: its GIL is what freezes j. */
+	CHECK_INT(f->held, f->th[h].tid);
+	CHECK(h != j);
+	w->frozen_asked++;
+	return w->freeze;
+}
+
+/*
+ * Behind the GIL holder's hold, a thread its GIL freezes is walked without
+ * a stop of its own; not when the walker says it is not frozen, nor when
+ * walks need the thread stopped (--native).
+ */
+static void test_frozen_behind_holder(void)
+{
+	struct fake_world w;
+	struct engine e;
+	struct spy_strtab strs = SPY_STRTAB_INIT;
+	struct eng_opts o = { 0 };
+	struct spy_process_ops ops = fake_ops;
+	ops.track = f_track;
+	ops.stop_thread = f_stop_thread;
+	ops.resume_thread = f_resume_thread;
+	static const struct {
+		bool freeze, held_only;
+	} cases[] = { { true, false }, { false, false }, { true, true } };
+	for (size_t c = 0; c < SPY_ARRAY_SIZE(cases); c++) {
+		struct eng_walker wk = fake_walker_ops;
+		wk.list = w_list;
+		wk.walk_thread = w_walk_thread;
+		wk.frozen_by = w_frozen_by;
+		wk.held_only = cases[c].held_only;
+		setup(&w);
+		w.freeze = cases[c].freeze;
+		o.rate = 1000;
+		o.duration = -1;
+		wk.ctx = &w;
+		world = &w;
+		w.stop_after_ticks = 10;
+		struct spy_err err = SPY_ERR_INIT;
+		CHECK_INT(eng_open(&e, &o, &wk, &strs, w.procs[0].pid, NULL, &err), 0);
+		e.procs[0]->proc.ops = &ops;
+		const struct eng_callbacks cb = { &w, on_stack, on_wait, NULL };
+		eng_run(&e, &cb);
+		eng_detach(&e);
+		struct fake_proc *f = &w.procs[0];
+		bool frozen = cases[c].freeze && !cases[c].held_only;
+		CHECK_INT(e.samples, 10);
+		CHECK_INT(f->stops_of[0], 10);
+		/* The R thread: walked every tick, stopped only when not frozen. */
+		CHECK_INT(f->stops_of[1], frozen ? 0 : 10);
+		CHECK_INT((int)e.holds.frozen, frozen ? 10 : 0);
+		/* The sleeper is not worth a walk (no -i): asked about, never walked. */
+		CHECK_INT(f->stops_of[2], 0);
+		CHECK_INT(w.frozen_asked, cases[c].held_only ? 0 : 20);
+		CHECK_INT(f->walked_unheld, 0);
+		/* The same stacks either way: the holder's, the R thread's after its first tick. */
+		CHECK_INT(w.stacks, 10 + 9);
+		CHECK_INT(eng_errors(&e), 0);
+		CHECK(!f->held);
+		eng_release(&e);
+	}
+	spy_strtab_release(&strs);
+}
+
 static void test_one_at_a_time(void)
 {
 	struct fake_world w;
@@ -733,6 +803,7 @@ int main(void)
 	test_windows();
 	test_backends();
 	test_one_at_a_time();
+	test_frozen_behind_holder();
 	test_sleepers_not_stopped();
 	return check_done();
 }
