@@ -597,6 +597,34 @@ static bool w_frozen_by(void *ctx, void *py, size_t h, size_t j)
 	return w->freeze;
 }
 
+/* The fake process's operations for holding one thread at a time. */
+static struct spy_process_ops held_ops(void)
+{
+	struct spy_process_ops ops = fake_ops;
+	ops.track = f_track;
+	ops.stop_thread = f_stop_thread;
+	ops.resume_thread = f_resume_thread;
+	return ops;
+}
+
+/* Run the engine over w for ticks ticks, one thread held at a time (ops), walker wk. */
+static void run_held(struct fake_world *w, struct eng_walker *wk, struct eng_opts *o,
+		     const struct spy_process_ops *ops, int ticks, struct engine *e,
+		     struct spy_strtab *strs)
+{
+	o->rate = 1000;
+	o->duration = -1;
+	wk->ctx = w;
+	world = w;
+	w->stop_after_ticks = ticks;
+	struct spy_err err = SPY_ERR_INIT;
+	CHECK_INT(eng_open(e, o, wk, strs, w->procs[0].pid, NULL, &err), 0);
+	e->procs[0]->proc.ops = ops;
+	const struct eng_callbacks cb = { w, on_stack, on_wait, NULL };
+	eng_run(e, &cb);
+	eng_detach(e);
+}
+
 /*
  * Behind the GIL holder's hold, a thread its GIL freezes is walked without
  * a stop of its own; not when the walker says it is not frozen, nor when
@@ -608,10 +636,7 @@ static void test_frozen_behind_holder(void)
 	struct engine e;
 	struct spy_strtab strs = SPY_STRTAB_INIT;
 	struct eng_opts o = { 0 };
-	struct spy_process_ops ops = fake_ops;
-	ops.track = f_track;
-	ops.stop_thread = f_stop_thread;
-	ops.resume_thread = f_resume_thread;
+	struct spy_process_ops ops = held_ops();
 	static const struct {
 		bool freeze, held_only;
 	} cases[] = { { true, false }, { false, false }, { true, true } };
@@ -623,17 +648,7 @@ static void test_frozen_behind_holder(void)
 		wk.held_only = cases[c].held_only;
 		setup(&w);
 		w.freeze = cases[c].freeze;
-		o.rate = 1000;
-		o.duration = -1;
-		wk.ctx = &w;
-		world = &w;
-		w.stop_after_ticks = 10;
-		struct spy_err err = SPY_ERR_INIT;
-		CHECK_INT(eng_open(&e, &o, &wk, &strs, w.procs[0].pid, NULL, &err), 0);
-		e.procs[0]->proc.ops = &ops;
-		const struct eng_callbacks cb = { &w, on_stack, on_wait, NULL };
-		eng_run(&e, &cb);
-		eng_detach(&e);
+		run_held(&w, &wk, &o, &ops, 10, &e, &strs);
 		struct fake_proc *f = &w.procs[0];
 		bool frozen = cases[c].freeze && !cases[c].held_only;
 		CHECK_INT(e.samples, 10);
@@ -660,10 +675,7 @@ static void test_one_at_a_time(void)
 	struct engine e;
 	struct spy_strtab strs = SPY_STRTAB_INIT;
 	struct eng_opts o = { 0 };
-	struct spy_process_ops ops = fake_ops;
-	ops.track = f_track;
-	ops.stop_thread = f_stop_thread;
-	ops.resume_thread = f_resume_thread;
+	struct spy_process_ops ops = held_ops();
 	struct eng_walker wk = fake_walker_ops;
 	wk.list = w_list;
 	wk.walk_thread = w_walk_thread;
@@ -675,17 +687,7 @@ static void test_one_at_a_time(void)
 		w.procs[0].th[0] = w.procs[0].th[2];
 		w.procs[0].th[2] = holder;
 		o.idle = idle;
-		o.rate = 1000;
-		o.duration = -1;
-		wk.ctx = &w;
-		world = &w;
-		w.stop_after_ticks = 10;
-		struct spy_err err = SPY_ERR_INIT;
-		CHECK_INT(eng_open(&e, &o, &wk, &strs, w.procs[0].pid, NULL, &err), 0);
-		e.procs[0]->proc.ops = &ops;
-		const struct eng_callbacks cb = { &w, on_stack, on_wait, NULL };
-		eng_run(&e, &cb);
-		eng_detach(&e);
+		run_held(&w, &wk, &o, &ops, 10, &e, &strs);
 		struct fake_proc *f = &w.procs[0];
 		CHECK_INT(e.samples, 10);
 		CHECK_INT(f->pauses, 0);
@@ -713,15 +715,7 @@ static void test_one_at_a_time(void)
 	setup(&w);
 	w.procs[0].gone_tid = 101;
 	o.idle = false;
-	wk.ctx = &w;
-	world = &w;
-	w.stop_after_ticks = 5;
-	struct spy_err err = SPY_ERR_INIT;
-	CHECK_INT(eng_open(&e, &o, &wk, &strs, w.procs[0].pid, NULL, &err), 0);
-	e.procs[0]->proc.ops = &ops;
-	const struct eng_callbacks cb = { &w, on_stack, on_wait, NULL };
-	eng_run(&e, &cb);
-	eng_detach(&e);
+	run_held(&w, &wk, &o, &ops, 5, &e, &strs);
 	CHECK_INT(w.stacks, 5);
 	CHECK_INT(e.errors[ENG_ERR_GONE], 5);
 	eng_release(&e);
@@ -737,10 +731,7 @@ static void test_one_at_a_time(void)
 static void test_sleepers_not_stopped(void)
 {
 	struct spy_strtab strs = SPY_STRTAB_INIT;
-	struct spy_process_ops ops = fake_ops;
-	ops.track = f_track;
-	ops.stop_thread = f_stop_thread;
-	ops.resume_thread = f_resume_thread;
+	struct spy_process_ops ops = held_ops();
 	ops.task_still = f_task_still;
 	static const struct {
 		bool scheduled, runs_in_read, held_only, no_still;
@@ -763,19 +754,9 @@ static void test_sleepers_not_stopped(void)
 		wk.list = w_list;
 		wk.walk_thread = w_walk_thread;
 		wk.held_only = cases[c].held_only;
-		wk.ctx = &w;
-		world = &w;
-		w.stop_after_ticks = 10;
 		struct eng_opts o = { 0 };
 		o.idle = true;
-		o.rate = 1000;
-		o.duration = -1;
-		struct spy_err err = SPY_ERR_INIT;
-		CHECK_INT(eng_open(&e, &o, &wk, &strs, w.procs[0].pid, NULL, &err), 0);
-		e.procs[0]->proc.ops = &ops;
-		const struct eng_callbacks cb = { &w, on_stack, on_wait, NULL };
-		eng_run(&e, &cb);
-		eng_detach(&e);
+		run_held(&w, &wk, &o, &ops, 10, &e, &strs);
 		struct fake_proc *f = &w.procs[0];
 		CHECK_INT(e.samples, 10);
 		CHECK_INT(f->stops_of[2], cases[c].stops);
