@@ -128,7 +128,8 @@ static void prefetch_trail(struct proc *p, const struct memcache_trail *t)
 				slot = base + w;
 			}
 		}
-		for (size_t w = 0; w < MEMCACHE_WAYS && slot == MEMCACHE_LINES; w++) {
+		bool found = slot != MEMCACHE_LINES;
+		for (size_t w = 0; w < MEMCACHE_WAYS && !found; w++) {
 			if (!claimed[base + w] && (slot == MEMCACHE_LINES ||
 						   c->line_used[base + w] < c->line_used[slot])) {
 				slot = base + w;
