@@ -82,18 +82,26 @@ static void thread_root(struct engine *e, struct eng_os_thread *th, const char *
  * grows in listing order), tried first. Without it, finding every thread
  * of a 150-thread process twice a tick was a scan of 22,500 entries.
  */
-static struct eng_os_thread *thread_get(struct engine *e, struct eng_process *p, pid_t tid, size_t hint,
-					bool *fresh)
+static struct eng_os_thread *thread_find(struct eng_process *p, pid_t tid, size_t hint)
 {
 	if (hint < p->nth && p->th[hint].task.tid == tid) {
-		*fresh = false;
 		return &p->th[hint];
 	}
 	for (size_t i = 0; i < p->nth; i++) {
 		if (p->th[i].task.tid == tid) {
-			*fresh = false;
 			return &p->th[i];
 		}
+	}
+	return NULL;
+}
+
+static struct eng_os_thread *thread_get(struct engine *e, struct eng_process *p, pid_t tid, size_t hint,
+					bool *fresh)
+{
+	struct eng_os_thread *found = thread_find(p, tid, hint);
+	if (found) {
+		*fresh = false;
+		return found;
 	}
 	SPY_GROW(p->th, p->th_alloc, p->nth + 1);
 	struct eng_os_thread *th = &p->th[p->nth++];
@@ -556,7 +564,12 @@ static void walk_frozen(struct engine *e, struct eng_process *p, size_t h, uint6
 		if (ticker_now_ns() - held_from >= ENG_FROZEN_BUDGET_NS) {
 			return;
 		}
-		if (!e->w.frozen_by(e->w.ctx, p->py, h, j)) {
+		/*
+		 * A thread never walked is left to its own hold: its first walk
+		 * decodes every code object it meets, too long to add to h's.
+		 */
+		const struct eng_os_thread *known = thread_find(p, e->scratch[j].tid, j);
+		if (!known || !known->walked || !e->w.frozen_by(e->w.ctx, p->py, h, j)) {
 			continue;
 		}
 		e->frozen[j] = true;
