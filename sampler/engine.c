@@ -17,6 +17,7 @@
  */
 #include <errno.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -606,7 +607,7 @@ static void hold_one(struct engine *e, struct eng_process *p, size_t i, uint64_t
 		th->walked = true;
 	}
 	uint64_t t0 = ticker_now_ns();
-	int rc = ops->stop_thread(&p->proc, t->tid);
+	int rc = ops->stop_thread(&p->proc, t->tid, e->w.held_only ? 0 : e->offcpu_wait_ns);
 	if (rc == -SPY_EINTR) {
 		ht->stop = true;
 		return;
@@ -625,8 +626,13 @@ static void hold_one(struct engine *e, struct eng_process *p, size_t i, uint64_t
 	}
 	/* Held from its stop, not from the interrupt: until then it ran. */
 	uint64_t t1 = ticker_now_ns();
-	e->holds.stop_sum_ns += t1 - t0;
-	e->holds.stops++;
+	if (rc == 1) {
+		/* Off a CPU, interrupted: it runs nothing until it stops, and then waits for a poll. */
+		e->holds.offcpu++;
+	} else {
+		e->holds.stop_sum_ns += t1 - t0;
+		e->holds.stops++;
+	}
 	walk_held(e, p, i, now);
 	walk_frozen(e, p, i, t1, ht);
 	ops->resume_thread(&p->proc);
@@ -1041,11 +1047,30 @@ static void sched_check(struct engine *e, uint64_t now)
 	e->sched_cpu_ns = cpu;
 }
 
+/* Nothing: a stop's SIGCHLD only has to end the sleep between ticks (see eng_run). */
+static void chld_wake(int sig)
+{
+	(void)sig;
+}
+
 void eng_run(struct engine *e, const struct eng_callbacks *cb)
 {
 	e->start_ns = ticker_now_ns();
 	e->end_ns = e->o.duration >= 0 ? e->start_ns + spy_s_to_ns(e->o.duration) : UINT64_MAX;
 	ticker_init(&e->tk, e->o.rate, e->start_ns);
+	uint64_t half = (uint64_t)(5e8 / e->o.rate);
+	e->offcpu_wait_ns = half < ENG_OFFCPU_WAIT_NS ? half : ENG_OFFCPU_WAIT_NS;
+	e->offcpu_wait_ns = e->offcpu_wait_ns > ENG_OFFCPU_WAIT_MIN_NS ? e->offcpu_wait_ns
+								  : ENG_OFFCPU_WAIT_MIN_NS;
+	/*
+	 * A thread held off a CPU (hold_one) stops when it next gets one, and
+	 * waits for the next poll to be restarted: SIGCHLD, with a handler
+	 * that does nothing, ends the sleep between ticks at its stop, so that
+	 * poll comes at once. SA_RESTART: no other call is cut short by it.
+	 */
+	struct sigaction chld = { .sa_handler = chld_wake, .sa_flags = SA_RESTART }, chld_old;
+	sigemptyset(&chld.sa_mask);
+	bool chld_set = sigaction(SIGCHLD, &chld, &chld_old) == 0;
 	/*
 	 * The kernel may defer a timed wake-up by the thread's timer slack,
 	 * 50 us by default, to batch it with others: at kilohertz rates that
@@ -1067,6 +1092,9 @@ void eng_run(struct engine *e, const struct eng_callbacks *cb)
 	}
 	e->stop_ns = ticker_now_ns();
 	sched_restore(e);
+	if (chld_set) {
+		sigaction(SIGCHLD, &chld_old, NULL);
+	}
 	window_end(e, cb);
 	const struct eng_holds *h = &e->holds;
 	if (h->ticks) {
@@ -1074,13 +1102,14 @@ void eng_run(struct engine *e, const struct eng_callbacks *cb)
 			"engine: held per tick: longest thread %.1f us mean, %.1f us max; "
 			"all threads %.1f us mean, %.1f us max; the whole process in %llu of %llu ticks; "
 			"%llu ticks held a thread over %llu us; a thread took %.1f us to stop (mean); "
-			"%llu walks behind the GIL holder's hold, without a stop",
+			"%llu walks behind the GIL holder's hold, without a stop; "
+			"%llu threads held off a CPU, interrupted before they stopped",
 			(double)h->longest_sum_ns / 1e3 / (double)h->ticks, (double)h->longest_max_ns / 1e3,
 			(double)h->total_sum_ns / 1e3 / (double)h->ticks, (double)h->total_max_ns / 1e3,
 			(unsigned long long)h->whole_ticks, (unsigned long long)h->ticks,
 			(unsigned long long)h->over_goal, (unsigned long long)(ENG_HOLD_GOAL_NS / 1000),
 			h->stops ? (double)h->stop_sum_ns / 1e3 / (double)h->stops : 0.0,
-			(unsigned long long)h->frozen);
+			(unsigned long long)h->frozen, (unsigned long long)h->offcpu);
 	}
 	if (e->still.kept || e->still.read) {
 		spy_log(SPY_LOG_DEBUG, "engine: sleeping threads not stopped: %llu stacks kept from earlier, %llu read",

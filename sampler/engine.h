@@ -61,11 +61,13 @@ struct spy_process_ops {
 	 * One thread at a time (default sampling): track once a tick, before
 	 * (restart self-stopped threads, seize new ones; -SPY_EGONE once gone);
 	 * stop_thread holds one thread (0, -SPY_ENOPROC: not one seized, -SPY_EGONE: exited,
-	 * -SPY_EINTR, other < 0: did not stop in time); resume_thread lets it go.
+	 * -SPY_EINTR, other < 0: did not stop in time; with wait_ns, 1: not
+	 * stopped within it, so off a CPU and unable to run until it stops:
+	 * held as it is); resume_thread lets it go.
 	 * NULL: the backend can only pause the whole process.
 	 */
 	int (*track)(struct spy_process *p);
-	int (*stop_thread)(struct spy_process *p, pid_t tid);
+	int (*stop_thread)(struct spy_process *p, pid_t tid, uint64_t wait_ns);
 	void (*resume_thread)(struct spy_process *p);
 	/* Attached, between pauses: let self-stopped threads go on; -SPY_EGONE once gone. */
 	int (*poll)(struct spy_process *p);
@@ -265,6 +267,13 @@ struct eng_window {
 
 /* How long threads were held (stopped) per tick, since the start; logged at the end (debug). */
 #define ENG_HOLD_GOAL_NS (200 * 1000ull)
+/*
+ * A thread interrupted and not stopped within this (or half a period, if
+ * shorter, but at least the floor) is off a CPU: one on a CPU takes the
+ * interrupt within microseconds. It is then held as it is (see hold_one).
+ */
+#define ENG_OFFCPU_WAIT_NS (1000 * 1000ull)
+#define ENG_OFFCPU_WAIT_MIN_NS (100 * 1000ull)
 /* The GIL holder's hold stops taking on other threads' walks past this (see walk_frozen). */
 #define ENG_FROZEN_BUDGET_NS (ENG_HOLD_GOAL_NS / 2)
 struct eng_holds {
@@ -277,6 +286,7 @@ struct eng_holds {
 	uint64_t over_goal;        /* ticks whose longest hold passed ENG_HOLD_GOAL_NS */
 	uint64_t stops, stop_sum_ns;   /* one thread at a time: from the interrupt to its stop */
 	uint64_t frozen;           /* threads walked behind the GIL holder's hold, not stopped */
+	uint64_t offcpu;           /* threads held off a CPU: interrupted, not yet stopped (stop_thread 1) */
 };
 /* -i: stacks of sleeping threads taken without a stop (still_stack in engine.c): kept, read. */
 struct eng_still {
@@ -339,6 +349,7 @@ struct engine {
 	size_t live_threads;        /* Python threads in the last tick, over every process */
 	struct ticker tk;
 	uint64_t start_ns, end_ns, stop_ns;
+	uint64_t offcpu_wait_ns;    /* how long a hold waits for a thread to stop before holding it as it is */
 	/* eng_run raised spy to SCHED_RR (undone when it returns); when its CPU share was last looked at */
 	bool sched_rt;
 	uint64_t sched_check_ns, sched_cpu_ns;

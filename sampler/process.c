@@ -47,9 +47,9 @@ static int live_track(struct spy_process *p)
 	return proc_track(live(p));
 }
 
-static int live_stop_thread(struct spy_process *p, pid_t tid)
+static int live_stop_thread(struct spy_process *p, pid_t tid, uint64_t wait_ns)
 {
-	return proc_stop_thread(live(p), tid);
+	return proc_stop_thread(live(p), tid, wait_ns);
 }
 
 static void live_resume_thread(struct spy_process *p)

@@ -341,7 +341,7 @@ static int wait_one(struct proc *p, struct proc_tracee *t, uint64_t deadline,
  * running, interrupted, and marked a straggler.
  */
 static int stop_one(struct proc *p, struct proc_tracee *t, uint64_t deadline, enum collect_mode mode,
-		    bool interruptible)
+		    bool interruptible, bool late_ok)
 {
 	/* Looked at once by collect_pending; not waited for (see the top). */
 	while (t->state == TRACEE_RUNNING && !(t->straggler && t->interrupted)) {
@@ -357,8 +357,10 @@ static int stop_one(struct proc *p, struct proc_tracee *t, uint64_t deadline, en
 		} else if (rc == -SPY_EINTR) {
 			return rc;
 		} else {
-			spy_log(SPY_LOG_DEBUG, "thread %d of process %d did not stop in time",
-				(int)t->tid, (int)p->pid);
+			if (!late_ok) {
+				spy_log(SPY_LOG_DEBUG, "thread %d of process %d did not stop in time",
+					(int)t->tid, (int)p->pid);
+			}
 			t->straggler = true;
 			break;
 		}
@@ -379,7 +381,7 @@ static int stop_all(struct proc *p, uint64_t deadline, enum collect_mode mode, b
 		}
 	}
 	for (size_t i = 0; i < p->ntracees; i++) {
-		if (stop_one(p, &p->tracees[i], deadline, mode, interruptible) == -SPY_EINTR) {
+		if (stop_one(p, &p->tracees[i], deadline, mode, interruptible, false) == -SPY_EINTR) {
 			return -SPY_EINTR;
 		}
 	}
@@ -702,7 +704,7 @@ int proc_track(struct proc *p)
 	return p->ntracees && !p->execed ? 0 : -SPY_EGONE;
 }
 
-int proc_stop_thread(struct proc *p, pid_t tid)
+int proc_stop_thread(struct proc *p, pid_t tid, uint64_t wait_ns)
 {
 	if (!p->attached || p->paused || p->held) {
 		return -SPY_EBOUND;
@@ -717,17 +719,37 @@ int proc_stop_thread(struct proc *p, pid_t tid)
 		return -SPY_EGONE;
 	}
 	t->redeliveries = 0;
+	if (t->state == TRACEE_RUNNING && t->interrupted && t->straggler) {
+		/* Left interrupted by an earlier hold: it may have stopped since. */
+		int st;
+		if (waitpid(t->tid, &st, __WALL | WNOHANG) == t->tid) {
+			collect(p, t, st, COLLECT_PAUSE);
+		}
+	}
 	sigset_t old;
 	sigemptyset(&p->held_chld);
 	sigaddset(&p->held_chld, SIGCHLD);
 	p->held_wait = pthread_sigmask(SIG_BLOCK, &p->held_chld, &old) == 0;
-	int rc = stop_one(p, t, now_ns() + PAUSE_TIMEOUT_NS, COLLECT_PAUSE, true);
+	int rc = stop_one(p, t, now_ns() + (wait_ns ? wait_ns : PAUSE_TIMEOUT_NS), COLLECT_PAUSE, true,
+			  wait_ns != 0);
 	if (p->held_wait) {
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
 	}
 	p->held_wait = false;
 	if (rc < 0) {
 		return -SPY_EINTR;
+	}
+	if (wait_ns && t->state == TRACEE_RUNNING && t->interrupted && !p->execed) {
+		/*
+		 * Interrupted, not stopped within wait_ns: not on a CPU (one
+		 * that was took the interrupt within microseconds), and unable
+		 * to run an instruction of its own before it traps, which the
+		 * next proc_track or proc_poll collects, restarting it. Its
+		 * memory is as still as if it were stopped.
+		 */
+		p->held = tid;
+		memcache_view_held(p, tid);
+		return 1;
 	}
 	if (t->state != TRACEE_STOPPED) {
 		return t->state == TRACEE_GONE ? -SPY_EGONE : -SPY_EBOUND;
@@ -810,7 +832,7 @@ void proc_detach(struct proc *p)
 	for (size_t i = 0; i < p->ntracees; i++) {
 		struct proc_tracee *t = &p->tracees[i];
 		/* One at a time, let go at once: detaching never holds the whole process. */
-		stop_one(p, t, deadline, COLLECT_DETACH, false);
+		stop_one(p, t, deadline, COLLECT_DETACH, false, false);
 		if (t->state == TRACEE_STOPPED) {
 			if (xptrace(PTRACE_DETACH, t->tid, t->sig) < 0 && errno != ESRCH) {
 				spy_log(SPY_LOG_DEBUG, "PTRACE_DETACH %d: %s", (int)t->tid,

@@ -203,12 +203,16 @@ int proc_resume(struct proc *p, struct spy_err *err);
  * when no tracee has anything to report and task/'s link count has not
  * moved, that is two syscalls, whatever the number of threads.
  * proc_stop_thread: stop thread tid (seized, not paused, none held) and
- * serve reads from a fresh view while it is held; -SPY_ENOPROC if it is
- * not a thread we seized, -SPY_EGONE if it has exited, -SPY_EBOUND if it did not stop in time, -SPY_EINTR.
- * proc_resume_thread: restart the thread held, if any.
+ * serve reads from a fresh view while it is held: 0; -SPY_ENOPROC if it is
+ * not a thread we seized, -SPY_EGONE if it has exited, -SPY_EBOUND if it
+ * did not stop in time, -SPY_EINTR. With wait_ns (0: up to the pause's
+ * timeout), a thread interrupted but not stopped that long is off a CPU,
+ * and cannot run an instruction of its own before it stops: held as it
+ * is, 1 (proc_track and proc_poll collect and restart it once it stops).
+ * proc_resume_thread: restart the thread held, if any (and stopped).
  */
 int proc_track(struct proc *p);
-int proc_stop_thread(struct proc *p, pid_t tid);
+int proc_stop_thread(struct proc *p, pid_t tid, uint64_t wait_ns);
 void proc_resume_thread(struct proc *p);
 /* Detach from every thread (resuming any that is stopped). Idempotent. */
 void proc_detach(struct proc *p);

@@ -25,6 +25,7 @@ struct fake_thread {
 	bool truncated;      /* its walk does not reach the root */
 	bool scheduled;      /* put on a CPU between any two refreshes (never slept) */
 	bool runs_in_read;   /* scheduled while its stack is read running */
+	bool offcpu;         /* a stop with a wait finds it off a CPU (stop_thread 1) */
 };
 
 struct fake_proc {
@@ -44,6 +45,7 @@ struct fake_proc {
 	pid_t gone_tid;      /* stop_thread says this one exited */
 	int stops, tracks, first_stop_not_holder, walked_unheld, warmups;
 	int stops_of[MAX_FAKE_THREADS];
+	int offcpu_holds, waitless_stops;  /* stop_thread: answered 1; asked without a wait */
 	bool in_tick;        /* a stop happened since the last track */
 };
 
@@ -294,9 +296,9 @@ static void setup(struct fake_world *w)
 	struct fake_proc *f = &w->procs[0];
 	f->pid = 100;
 	f->nth = 3;
-	f->th[0] = (struct fake_thread){ 100, 'S', true, false, false, false };   /* the GIL holder, sleeping or not */
-	f->th[1] = (struct fake_thread){ 101, 'R', false, false, false, false };  /* running without the GIL */
-	f->th[2] = (struct fake_thread){ 102, 'S', false, false, false, false };  /* idle */
+	f->th[0] = (struct fake_thread){ 100, 'S', true, false, false, false, false };   /* the GIL holder, sleeping or not */
+	f->th[1] = (struct fake_thread){ 101, 'R', false, false, false, false, false };  /* running without the GIL */
+	f->th[2] = (struct fake_thread){ 102, 'S', false, false, false, false, false };  /* idle */
 }
 
 static void test_blocking(void)
@@ -436,7 +438,7 @@ static void test_end_and_descendants(void)
 	w.procs[0].nchildren = 2;
 	w.procs[1].pid = 200;
 	w.procs[1].nth = 1;
-	w.procs[1].th[0] = (struct fake_thread){ 200, 'R', true, false, false, false };
+	w.procs[1].th[0] = (struct fake_thread){ 200, 'R', true, false, false, false, false };
 	o.subprocesses = true;
 	run(&w, &o, 20, &e, &strs);
 	CHECK_INT(e.nprocs, 2);
@@ -530,7 +532,7 @@ static int f_track(struct spy_process *p)
 	return 0;
 }
 
-static int f_stop_thread(struct spy_process *p, pid_t tid)
+static int f_stop_thread(struct spy_process *p, pid_t tid, uint64_t wait_ns)
 {
 	struct fake_proc *f = fp(p);
 	CHECK(f->attached && !f->paused && !f->held);
@@ -546,6 +548,11 @@ static int f_stop_thread(struct spy_process *p, pid_t tid)
 		f->stops++;
 		f->stops_of[i]++;
 		f->held = tid;
+		f->waitless_stops += wait_ns == 0;
+		if (wait_ns && f->th[i].offcpu) {
+			f->offcpu_holds++;
+			return 1;
+		}
 		return 0;
 	}
 	return -SPY_ENOPROC;
@@ -673,6 +680,42 @@ static void test_frozen_behind_holder(void)
 	spy_strtab_release(&strs);
 }
 
+/*
+ * A thread the stop finds off a CPU (stop_thread 1, only when asked with
+ * a wait, which it is unless walks need the thread stopped) is walked as
+ * held, not counted a stop, and let go as any held thread.
+ */
+static void test_offcpu_held(void)
+{
+	struct spy_strtab strs = SPY_STRTAB_INIT;
+	struct spy_process_ops ops = held_ops();
+	for (int held_only = 0; held_only < 2; held_only++) {
+		struct fake_world w;
+		struct engine e;
+		struct eng_opts o = { 0 };
+		struct eng_walker wk = fake_walker_ops;
+		wk.list = w_list;
+		wk.walk_thread = w_walk_thread;
+		wk.held_only = held_only;
+		setup(&w);
+		w.procs[0].th[1].offcpu = true;
+		run_held(&w, &wk, &o, &ops, 10, &e, &strs);
+		struct fake_proc *f = &w.procs[0];
+		CHECK_INT(f->stops_of[0], 10);
+		CHECK_INT(f->stops_of[1], 10);
+		CHECK_INT(f->offcpu_holds, held_only ? 0 : 10);
+		CHECK_INT((int)e.holds.offcpu, held_only ? 0 : 10);
+		CHECK_INT((int)e.holds.stops, held_only ? 20 : 10);
+		CHECK_INT(f->waitless_stops, held_only ? 20 : 0);
+		CHECK_INT(f->walked_unheld, 0);
+		CHECK_INT(w.stacks, 10 + 9);
+		CHECK_INT(eng_errors(&e), 0);
+		CHECK(!f->held);
+		eng_release(&e);
+	}
+	spy_strtab_release(&strs);
+}
+
 static void test_one_at_a_time(void)
 {
 	struct fake_world w;
@@ -789,6 +832,7 @@ int main(void)
 	test_backends();
 	test_one_at_a_time();
 	test_frozen_behind_holder();
+	test_offcpu_held();
 	test_sleepers_not_stopped();
 	return check_done();
 }

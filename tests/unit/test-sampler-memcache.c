@@ -397,7 +397,7 @@ static void test_held(struct child *c, struct proc *p)
 	CHECK_INT(proc_attach(p, &err), 0);
 	proc_mem_prefetch(p, true);
 	CHECK(child_set(c, 50));
-	CHECK_INT(proc_stop_thread(p, c->pid), 0);
+	CHECK_INT(proc_stop_thread(p, c->pid, 0), 0);
 	CHECK_INT(read_var(p), 50);
 	CHECK(read_matches(p, region + 1 * pagesz + 8, 8));
 	CHECK(read_matches(p, region + 9 * pagesz + 8, 8));
@@ -408,7 +408,7 @@ static void test_held(struct child *c, struct proc *p)
 	CHECK(child_set(c, 51));
 
 	proc_mem_stats(p, &a);
-	CHECK_INT(proc_stop_thread(p, c->pid), 0);
+	CHECK_INT(proc_stop_thread(p, c->pid, 0), 0);
 	CHECK_INT(read_var(p), 51);
 	CHECK(read_matches(p, region + 1 * pagesz + 8, 8));
 	CHECK(read_matches(p, region + 9 * pagesz + 8, 8));
@@ -429,7 +429,7 @@ static void test_held(struct child *c, struct proc *p)
 
 	/* Not read since: a hold's view is as fresh as its own fetch. */
 	CHECK(child_set(c, 52));
-	CHECK_INT(proc_stop_thread(p, c->pid), 0);
+	CHECK_INT(proc_stop_thread(p, c->pid, 0), 0);
 	CHECK_INT(read_var(p), 52);
 	proc_resume_thread(p);
 	proc_mem_prefetch(p, false);

@@ -19,6 +19,7 @@
 #include <linux/seccomp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -393,6 +394,97 @@ static bool child_runs(struct proc *p, int ms)
 		}
 	}
 	return false;
+}
+
+/* A real-time spinner on one CPU, so that a thread kept to that CPU cannot run. */
+static volatile int spin_stop;
+
+static void *rt_spin(void *arg)
+{
+	uint64_t until = *(const uint64_t *)arg;
+	struct timespec ts;
+	do {
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+	} while (!spin_stop && (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec < until);
+	return NULL;
+}
+
+/*
+ * proc_stop_thread with a wait: a thread that cannot get a CPU (kept to
+ * CPU 0, where a SCHED_FIFO thread of ours spins) is not stopped within
+ * it, and is held as it is (1): it runs nothing meanwhile, is not
+ * restarted by proc_resume_thread (it never stopped), and once it gets a
+ * CPU it stops and a poll restarts it. Needs two CPUs and the right to
+ * real-time scheduling; says why it skips otherwise.
+ */
+static void test_offcpu_hold(void)
+{
+	struct spy_err err = SPY_ERR_INIT;
+	struct child c;
+	struct proc *p;
+	cpu_set_t cpu0, cpu1;
+	CPU_ZERO(&cpu0);
+	CPU_SET(0, &cpu0);
+	CPU_ZERO(&cpu1);
+	CPU_SET(1, &cpu1);
+	if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+		printf("skip: off-CPU hold needs two CPUs\n");
+		return;
+	}
+	if (child_start(&c, CHILD_PLAIN) < 0 || proc_open(&p, c.pid, &err) < 0) {
+		CHECK(!"cannot start the child");
+		child_stop(&c);
+		return;
+	}
+	CHECK_INT(proc_attach(p, &err), 0);
+	cpu_set_t mine;
+	CHECK_INT(sched_getaffinity(0, sizeof(mine), &mine), 0);
+	CHECK_INT(sched_setaffinity(c.pid, sizeof(cpu0), &cpu0), 0);
+	CHECK_INT(sched_setaffinity(0, sizeof(cpu1), &cpu1), 0);
+	pthread_attr_t attr;
+	struct sched_param prio = { .sched_priority = 1 };
+	pthread_attr_init(&attr);
+	pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED);
+	pthread_attr_setschedpolicy(&attr, SCHED_FIFO);
+	pthread_attr_setschedparam(&attr, &prio);
+	pthread_attr_setaffinity_np(&attr, sizeof(cpu0), &cpu0);
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	/* A bound on the spinning whatever happens below: 300 ms. */
+	uint64_t until = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + 300000000ull;
+	pthread_t spinner;
+	spin_stop = 0;
+	int rc = pthread_create(&spinner, &attr, rt_spin, &until);
+	pthread_attr_destroy(&attr);
+	if (rc != 0) {
+		printf("skip: off-CPU hold needs SCHED_FIFO (%s)\n", strerror(rc));
+	} else {
+		sleep_ms(20);
+		uint64_t a = read_u64(p, &child_counter);
+		CHECK_INT(proc_stop_thread(p, c.pid, 1000 * 1000), 1);
+		sleep_ms(10);
+		CHECK(read_u64(p, &child_counter) == a);
+		proc_resume_thread(p);
+		/* Still off its CPU, still interrupted: held as it is again, without a wait. */
+		CHECK_INT(proc_stop_thread(p, c.pid, 1000 * 1000), 1);
+		proc_resume_thread(p);
+		sleep_ms(10);
+		CHECK(read_u64(p, &child_counter) == a);
+		spin_stop = 1;
+		pthread_join(spinner, NULL);
+		/* Its CPU back, it stops; a poll restarts it. */
+		CHECK(child_runs(p, 500));
+		/* And a thread that gets its CPU at once is stopped as before. */
+		CHECK_INT(proc_stop_thread(p, c.pid, 1000 * 1000), 0);
+		proc_resume_thread(p);
+		CHECK(child_runs(p, 500));
+	}
+	sched_setaffinity(0, sizeof(mine), &mine);
+	proc_detach(p);
+	CHECK(none_stopped(c.pid));
+	CHECK(none_traced(c.pid));
+	proc_free(p);
+	child_stop(&c);
 }
 
 static void test_open_errors(void)
@@ -977,5 +1069,6 @@ int main(void)
 	test_main_thread_exits();
 	test_thread_churn();
 	test_target_exit();
+	test_offcpu_hold();
 	return check_done();
 }
