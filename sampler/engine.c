@@ -1058,8 +1058,9 @@ void eng_run(struct engine *e, const struct eng_callbacks *cb)
 	e->start_ns = ticker_now_ns();
 	e->end_ns = e->o.duration >= 0 ? e->start_ns + spy_s_to_ns(e->o.duration) : UINT64_MAX;
 	ticker_init(&e->tk, e->o.rate, e->start_ns);
-	uint64_t half = (uint64_t)(5e8 / e->o.rate);
-	e->offcpu_wait_ns = half < ENG_OFFCPU_WAIT_NS ? half : ENG_OFFCPU_WAIT_NS;
+	/* Compared as a double: a rate as low as 1e-300 makes half a period infinite. */
+	double half = 5e8 / e->o.rate;
+	e->offcpu_wait_ns = half < (double)ENG_OFFCPU_WAIT_NS ? (uint64_t)half : ENG_OFFCPU_WAIT_NS;
 	e->offcpu_wait_ns = e->offcpu_wait_ns > ENG_OFFCPU_WAIT_MIN_NS ? e->offcpu_wait_ns
 								  : ENG_OFFCPU_WAIT_MIN_NS;
 	/*
