@@ -191,7 +191,7 @@ void memcache_view_held(struct proc *p, pid_t tid)
 	struct memcache *c = &p->mc;
 	size_t pick = 0;
 	view_end(c);
-	for (size_t i = 1; i < MEMCACHE_TRAILS && c->trails[0]; i++) {
+	for (size_t i = 1; i < MEMCACHE_TRAILS; i++) {
 		if (!c->trails[i]) {
 			c->trails[i] = trail_new(MEMCACHE_TRAIL);
 			c->trails[i]->key = tid;
@@ -206,16 +206,15 @@ void memcache_view_held(struct proc *p, pid_t tid)
 			pick = i;
 		}
 	}
-	struct memcache_trail *t = pick ? c->trails[pick] : NULL;
-	if (t && t->key != tid) {
+	/* pick is set: a free trail, tid's own, or the one filled longest ago. */
+	struct memcache_trail *t = c->trails[pick];
+	if (t->key != tid) {
 		/* Another thread's: nothing to fetch ahead. */
 		t->key = tid;
 		t->gen = 0;
 		t->n = 0;
 	}
 	view_start(p, t);
-	/* Without trails (a cache never set up) the view is on all the same. */
-	c->on = true;
 }
 
 void proc_mem_prefetch(struct proc *p, bool on)

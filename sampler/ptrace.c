@@ -393,20 +393,24 @@ static int stop_all(struct proc *p, uint64_t deadline, enum collect_mode mode, b
  * their own since we last looked (a signal arrived, a stale trap fired, the
  * process exited) are collected without being interrupted.
  */
+static void look_once(struct proc *p, struct proc_tracee *t, enum collect_mode mode)
+{
+	int st;
+	if (t->state != TRACEE_RUNNING) {
+		return;
+	}
+	pid_t r = waitpid(t->tid, &st, __WALL | WNOHANG);
+	if (r == t->tid) {
+		collect(p, t, st, mode);
+	} else if (r < 0 && errno == ECHILD) {
+		t->state = TRACEE_GONE;
+	}
+}
+
 static void collect_pending(struct proc *p, enum collect_mode mode)
 {
 	for (size_t i = 0; i < p->ntracees; i++) {
-		struct proc_tracee *t = &p->tracees[i];
-		int st;
-		if (t->state != TRACEE_RUNNING) {
-			continue;
-		}
-		pid_t r = waitpid(t->tid, &st, __WALL | WNOHANG);
-		if (r == t->tid) {
-			collect(p, t, st, mode);
-		} else if (r < 0 && errno == ECHILD) {
-			t->state = TRACEE_GONE;
-		}
+		look_once(p, &p->tracees[i], mode);
 	}
 }
 
@@ -719,12 +723,9 @@ int proc_stop_thread(struct proc *p, pid_t tid, uint64_t wait_ns)
 		return -SPY_EGONE;
 	}
 	t->redeliveries = 0;
-	if (t->state == TRACEE_RUNNING && t->interrupted && t->straggler) {
-		/* Left interrupted by an earlier hold: it may have stopped since. */
-		int st;
-		if (waitpid(t->tid, &st, __WALL | WNOHANG) == t->tid) {
-			collect(p, t, st, COLLECT_PAUSE);
-		}
+	if (t->interrupted && t->straggler) {
+		/* Left interrupted by an earlier hold (stop_one waits no more for it): it may have stopped since. */
+		look_once(p, t, COLLECT_PAUSE);
 	}
 	sigset_t old;
 	sigemptyset(&p->held_chld);
