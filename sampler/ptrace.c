@@ -356,11 +356,12 @@ static int stop_one(struct proc *p, struct proc_tracee *t, uint64_t deadline, en
 			t->state = TRACEE_GONE;
 		} else if (rc == -SPY_EINTR) {
 			return rc;
+		} else if (late_ok) {
+			/* Off a CPU, it stops once it gets one: no straggler (see proc_stop_thread). */
+			break;
 		} else {
-			if (!late_ok) {
-				spy_log(SPY_LOG_DEBUG, "thread %d of process %d did not stop in time",
-					(int)t->tid, (int)p->pid);
-			}
+			spy_log(SPY_LOG_DEBUG, "thread %d of process %d did not stop in time",
+				(int)t->tid, (int)p->pid);
 			t->straggler = true;
 			break;
 		}
@@ -723,22 +724,29 @@ int proc_stop_thread(struct proc *p, pid_t tid, uint64_t wait_ns)
 		return -SPY_EGONE;
 	}
 	t->redeliveries = 0;
-	if (t->interrupted && t->straggler) {
-		/* Left interrupted by an earlier hold (stop_one waits no more for it): it may have stopped since. */
+	/*
+	 * Left interrupted by an earlier hold (held off a CPU, or a straggler):
+	 * it may have stopped since; if not, with wait_ns it has not run
+	 * since either, and is held as it is again without a wait.
+	 */
+	bool again = t->interrupted;
+	if (again) {
 		look_once(p, t, COLLECT_PAUSE);
 	}
-	sigset_t old;
-	sigemptyset(&p->held_chld);
-	sigaddset(&p->held_chld, SIGCHLD);
-	p->held_wait = pthread_sigmask(SIG_BLOCK, &p->held_chld, &old) == 0;
-	int rc = stop_one(p, t, now_ns() + (wait_ns ? wait_ns : PAUSE_TIMEOUT_NS), COLLECT_PAUSE, true,
-			  wait_ns != 0);
-	if (p->held_wait) {
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
-	}
-	p->held_wait = false;
-	if (rc < 0) {
-		return -SPY_EINTR;
+	if (!(wait_ns && again && t->state == TRACEE_RUNNING && t->interrupted)) {
+		sigset_t old;
+		sigemptyset(&p->held_chld);
+		sigaddset(&p->held_chld, SIGCHLD);
+		p->held_wait = pthread_sigmask(SIG_BLOCK, &p->held_chld, &old) == 0;
+		int rc = stop_one(p, t, now_ns() + (wait_ns ? wait_ns : PAUSE_TIMEOUT_NS), COLLECT_PAUSE,
+				  true, wait_ns != 0);
+		if (p->held_wait) {
+			pthread_sigmask(SIG_SETMASK, &old, NULL);
+		}
+		p->held_wait = false;
+		if (rc < 0) {
+			return -SPY_EINTR;
+		}
 	}
 	if (wait_ns && t->state == TRACEE_RUNNING && t->interrupted && !p->execed) {
 		/*

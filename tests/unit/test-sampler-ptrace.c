@@ -410,6 +410,31 @@ static void *rt_spin(void *arg)
 }
 
 /*
+ * A SCHED_FIFO thread of ours spinning on CPU 0 for at most ms (until
+ * spin_stop): a thread kept to CPU 0 cannot run meanwhile. 0 or an errno.
+ */
+static int start_spinner(pthread_t *spinner, uint64_t *until, int ms)
+{
+	cpu_set_t cpu0;
+	CPU_ZERO(&cpu0);
+	CPU_SET(0, &cpu0);
+	pthread_attr_t attr;
+	struct sched_param prio = { .sched_priority = 1 };
+	pthread_attr_init(&attr);
+	pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED);
+	pthread_attr_setschedpolicy(&attr, SCHED_FIFO);
+	pthread_attr_setschedparam(&attr, &prio);
+	pthread_attr_setaffinity_np(&attr, sizeof(cpu0), &cpu0);
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	*until = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + (uint64_t)ms * 1000000ull;
+	spin_stop = 0;
+	int rc = pthread_create(spinner, &attr, rt_spin, until);
+	pthread_attr_destroy(&attr);
+	return rc;
+}
+
+/*
  * proc_stop_thread with a wait: a thread that cannot get a CPU (kept to
  * CPU 0, where a SCHED_FIFO thread of ours spins) is not stopped within
  * it, and is held as it is (1): it runs nothing meanwhile, is not
@@ -441,21 +466,9 @@ static void test_offcpu_hold(void)
 	CHECK_INT(sched_getaffinity(0, sizeof(mine), &mine), 0);
 	CHECK_INT(sched_setaffinity(c.pid, sizeof(cpu0), &cpu0), 0);
 	CHECK_INT(sched_setaffinity(0, sizeof(cpu1), &cpu1), 0);
-	pthread_attr_t attr;
-	struct sched_param prio = { .sched_priority = 1 };
-	pthread_attr_init(&attr);
-	pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED);
-	pthread_attr_setschedpolicy(&attr, SCHED_FIFO);
-	pthread_attr_setschedparam(&attr, &prio);
-	pthread_attr_setaffinity_np(&attr, sizeof(cpu0), &cpu0);
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	/* A bound on the spinning whatever happens below: 300 ms. */
-	uint64_t until = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + 300000000ull;
 	pthread_t spinner;
-	spin_stop = 0;
-	int rc = pthread_create(&spinner, &attr, rt_spin, &until);
-	pthread_attr_destroy(&attr);
+	uint64_t until;
+	int rc = start_spinner(&spinner, &until, 300);
 	if (rc != 0) {
 		printf("skip: off-CPU hold needs SCHED_FIFO (%s)\n", strerror(rc));
 	} else {
@@ -478,6 +491,16 @@ static void test_offcpu_hold(void)
 		CHECK_INT(proc_stop_thread(p, c.pid, 1000 * 1000), 0);
 		proc_resume_thread(p);
 		CHECK(child_runs(p, 500));
+		/* Detaching waits for a thread held off a CPU to stop, and lets it go. */
+		if (start_spinner(&spinner, &until, 100) == 0) {
+			sleep_ms(20);
+			CHECK_INT(proc_stop_thread(p, c.pid, 1000 * 1000), 1);
+			proc_resume_thread(p);
+			proc_detach(p);
+			CHECK(none_traced(c.pid));
+			spin_stop = 1;
+			pthread_join(spinner, NULL);
+		}
 	}
 	sched_setaffinity(0, sizeof(mine), &mine);
 	proc_detach(p);
