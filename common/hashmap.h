@@ -68,6 +68,12 @@ static inline size_t spy_hmap_count(const struct spy_hmap *m)
 	return m->count;
 }
 
+/* What the slots take, for memory accounting. */
+static inline size_t spy_hmap_bytes(const struct spy_hmap *m)
+{
+	return m->cap * sizeof(struct spy_hmap_slot);
+}
+
 static inline size_t spy_hmap_home(const struct spy_hmap *m, uint64_t key)
 {
 	return (size_t)spy_mix64(key) & (m->cap - 1);
