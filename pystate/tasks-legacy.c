@@ -41,6 +41,7 @@
 
 #include "common/bounds.h"
 #include "common/err.h"
+#include "common/hashmap.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "pystate/internal.h"
@@ -142,32 +143,19 @@ static bool is_gather(struct pyrt *rt, spy_addr_t obj)
 
 /* ---- the task registry ---- */
 
-/* Task addresses found, deduplicated by an open-addressed index. */
+/* Task addresses found, in order, deduplicated by an index. */
 struct taskset {
 	spy_addr_t *v;
 	size_t n, alloc;
-	size_t *slot;       /* index + 1 into v; 0 empty */
-	size_t nslots;      /* power of two, > 2 * alloc */
-	bool cut;           /* a bound or bad memory cut the list */
+	struct spy_hmap index; /* address -> index into v */
+	bool cut;              /* a bound or bad memory cut the list */
 };
-
-static size_t ts_probe(const struct taskset *s, spy_addr_t addr)
-{
-	size_t i = (size_t)(((addr >> 4) * 0x9e3779b97f4a7c15ull) >> 20) & (s->nslots - 1);
-	while (s->slot[i] && s->v[s->slot[i] - 1] != addr) {
-		i = (i + 1) & (s->nslots - 1);
-	}
-	return i;
-}
 
 /* Index of addr in s, or -1. */
 static long ts_find(const struct taskset *s, spy_addr_t addr)
 {
-	if (!s->nslots) {
-		return -1;
-	}
-	size_t i = ts_probe(s, addr);
-	return s->slot[i] ? (long)(s->slot[i] - 1) : -1;
+	uint64_t i = spy_hmap_get(&s->index, addr);
+	return i == SPY_HMAP_NONE ? -1 : (long)i;
 }
 
 static void ts_add(struct taskset *s, spy_addr_t addr)
@@ -176,21 +164,10 @@ static void ts_add(struct taskset *s, spy_addr_t addr)
 		s->cut = true;
 		return;
 	}
-	if (s->n == s->alloc) {
-		size_t alloc = s->alloc ? 2 * s->alloc : 64;
-		s->v = spy_xrealloc(s->v, alloc * sizeof(*s->v));
-		free(s->slot);
-		s->nslots = 4 * alloc;
-		s->slot = spy_xcalloc(s->nslots, sizeof(*s->slot));
-		s->alloc = alloc;
-		for (size_t k = 0; k < s->n; k++) {
-			s->slot[ts_probe(s, s->v[k])] = k + 1;
-		}
-	}
-	size_t i = ts_probe(s, addr);
-	if (!s->slot[i]) {
+	if (!spy_hmap_has(&s->index, addr)) {
+		SPY_GROW(s->v, s->alloc, s->n + 1);
+		spy_hmap_add(&s->index, addr, s->n);
 		s->v[s->n++] = addr;
-		s->slot[i] = s->n;
 	}
 }
 
@@ -247,7 +224,7 @@ static int cmp_named(const void *pa, const void *pb)
 static void ts_free(struct taskset *s)
 {
 	free(s->v);
-	free(s->slot);
+	spy_hmap_release(&s->index);
 }
 
 /*
@@ -704,7 +681,7 @@ int pyrt_tasks_legacy(struct pyrt *rt, struct pyrt_task *out, size_t max, size_t
 		}
 		qsort(nv, s.n, sizeof(*nv), cmp_named);
 		for (size_t i = 0; i < s.n; i++) {
-			s.v[i] = nv[i].addr; /* s.slot is stale: a list from here on */
+			s.v[i] = nv[i].addr; /* s.index is stale: a list from here on */
 		}
 		free(nv);
 	}
