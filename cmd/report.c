@@ -52,7 +52,7 @@ static int write_trend(void *report, FILE *f, const char *name, struct spy_err *
 	fg_trend_init(&t, r->slices, r->profile, r->table.top);
 	fg_trend_render(&t, &b);
 	fg_trend_release(&t);
-	/* Beside the functions, in units of their own (README, "report --trend"). */
+	/* Beside the functions, in units of their own (doc/spy-report.md, "Trends"). */
 	if (r->res) {
 		spy_buf_addch(&b, '\n');
 		fg_resources_trend(r->res, &b);

@@ -253,7 +253,7 @@ THREAD_ROOT = re.compile(r'^thread (\d+) "(.*)"$')
 def check_thread_roots(t, out):
     """-t on the gil target: spin_one runs in the main thread, spin_two in
     the other one ("spinner"); each under its own `thread TID "name"`
-    root, named as threading names the thread (README)."""
+    root, named as threading names the thread (doc/spy-dump.md)."""
     others = [tid for tid in harness.task_states(t.pid) if tid != t.pid]
     if len(others) != 1:
         raise harness.HarnessError("gil target has threads %s, expected "
