@@ -313,6 +313,13 @@ static uint32_t frame_colour(const struct fg_frame *fr, enum svg_class cls)
 	return hsl_rgb(0, 0, 78 + (h >> 16) % 6);
 }
 
+uint32_t fg_svg_frame_colour(const struct fg_frame *fr, int *cls)
+{
+	enum svg_class c = frame_class(fr);
+	*cls = (int)c;
+	return frame_colour(fr, c);
+}
+
 /*
  * The caller's colour for fr, if it gives one, and the index in S of its
  * tooltip line, or -1 (fg_svg_style.frame_style).
@@ -663,7 +670,13 @@ static const char svg_js[] =
 	"document.addEventListener('keydown',function(e){\n"
 	" if((e.ctrlKey||e.metaKey)&&(e.key==='f'||e.key==='F')){e.preventDefault();search();}\n"
 	" else if(e.key==='Escape'){if(zoom){unzoom();}else if(term!==null){clear();}}});\n"
-	"draw();\n";
+	"draw();\n"
+	/* The root at the bottom of the first screen: a deep graph opens on its widest frames. */
+	"var head=$('head');\n"
+	"function follow(){var y=window.pageYOffset||0;head.setAttribute('transform',y?'translate(0,'+y+')':'');}\n"
+	"window.addEventListener('scroll',follow);\n"
+	"if(!INV&&window.innerHeight&&HEIGHT>window.innerHeight){window.scrollTo(0,HEIGHT-window.innerHeight);}\n"
+	"follow();\n";
 
 /* One "key value" item of the header, skipped when the key is unset. */
 static bool meta_item(struct svg *g, bool first, const char *label, const char *key, const char *unit)
@@ -701,10 +714,33 @@ static void emit_resources(struct svg *g)
 	fg_resources_free(r);
 }
 
+/*
+ * Launch mode's start-up, folded by record into one frame (FG_META_STARTUP),
+ * said in words, and which of the errors were its stacks cut short.
+ */
+static void emit_startup(struct svg *g)
+{
+	unsigned long long n = 0, cut = 0, errors = 0;
+	const char *v = fg_profile_meta_get(g->p, FG_META_STARTUP);
+	const char *e = fg_profile_meta_get(g->p, FG_META_ERRORS);
+	if (!v || sscanf(v, "%llu %llu", &n, &cut) != 2 || !n) {
+		return;
+	}
+	if (cut && e && sscanf(e, "%llu", &errors) == 1 && errors) {
+		spy_buf_addf(&g->out, cut >= errors ? ", all stacks cut short in the start-up"
+			     : ", %llu of them stacks cut short in the start-up", cut);
+	}
+	spy_buf_addf(&g->out, " | start-up: %llu sample%s folded into ", n, n == 1 ? "" : "s");
+	xml_escape(&g->out, FG_STARTUP_FRAME);
+}
+
 static void emit_header(struct svg *g, const char *title, int height)
 {
 	struct spy_buf *o = &g->out;
 	const char *cmd = fg_profile_meta_get(g->p, FG_META_COMMAND);
+	/* The header follows the view down (the script moves it), so the controls stay at hand. */
+	spy_buf_addf(o, "<g id=\"head\"><rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#fbfbf6\"/>\n",
+		     FG_SVG_WIDTH, FG_SVG_TOP - 8);
 	spy_buf_addf(o, "<text id=\"title\" x=\"%d\" y=\"24\">", FG_SVG_PAD);
 	xml_escape(o, title);
 	spy_buf_adds(o, "</text>\n");
@@ -740,6 +776,7 @@ static void emit_header(struct svg *g, const char *title, int height)
 	first = false;
 	first = meta_item(g, first, "rate ", FG_META_RATE_HZ, " Hz");
 	first = meta_item(g, first, "errors: ", FG_META_ERRORS, "");
+	emit_startup(g);
 	emit_resources(g);
 	first = meta_item(g, first, "pid ", FG_META_PID, "");
 	(void)meta_item(g, first, "spy ", FG_META_SPY_VERSION, "");
@@ -774,6 +811,7 @@ static void emit_header(struct svg *g, const char *title, int height)
 		spy_buf_adds(o, "</text>\n");
 		x += 20 + 7 * (int)strlen(legend[i].label) + 16;
 	}
+	spy_buf_adds(o, "</g>\n");
 	spy_buf_addf(o, "<text id=\"status\" x=\"%d\" y=\"%d\"> </text>\n", FG_SVG_PAD, height - 12);
 }
 
