@@ -52,6 +52,7 @@ struct html {
 	const char **strv;
 	size_t nstrs, strs_alloc;
 	struct spy_buf body;   /* the data's arrays, before the string table they index */
+	struct spy_buf errors; /* the errors metadata in words (fg_errors_words) */
 };
 
 /* ---- escaping ------------------------------------------------------------ */
@@ -302,6 +303,7 @@ static void emit_meta(struct html *h)
 {
 	struct spy_buf *b = &h->body;
 	size_t out = 0;
+	fg_errors_words(h->p, &h->errors);
 	spy_buf_adds(b, ",\"M\":[");
 	for (size_t i = 0; i < fg_profile_meta_count(h->p); i++) {
 		const char *k, *v;
@@ -309,6 +311,9 @@ static void emit_meta(struct html *h)
 		if (!strncmp(k, "slice", 5) || !strncmp(k, "res-", 4) || !strcmp(k, "resources") ||
 		    !strncmp(k, "source-", 7)) {
 			continue;
+		}
+		if (!strcmp(k, FG_META_ERRORS) && h->errors.len) {
+			v = h->errors.buf;
 		}
 		sep(b, out++);
 		/* Keys and values are copies, not interned: each its own string. */
@@ -418,6 +423,7 @@ int fg_profile_write_html(const struct fg_profile *p, FILE *f, const struct fg_s
 	h.err = err;
 	spy_buf_init(&h.out);
 	spy_buf_init(&h.body);
+	spy_buf_init(&h.errors);
 	emit_page_head(&h, opts && opts->title ? opts->title : "spy profile");
 	put(&h, false);
 
@@ -449,6 +455,7 @@ int fg_profile_write_html(const struct fg_profile *p, FILE *f, const struct fg_s
 
 	spy_buf_release(&h.out);
 	spy_buf_release(&h.body);
+	spy_buf_release(&h.errors);
 	free(h.sm.keys);
 	free(h.sm.vals);
 	free(h.strv);

@@ -133,6 +133,15 @@ uint32_t fg_diff_colour(double delta, double scale);
 void fg_slices_each(const struct fg_slices *s, size_t wi, void (*fn)(void *ctx, uint32_t stack, uint64_t count),
 		    void *ctx);
 
+/*
+ * The errors metadata in words for the SVG's and the report's headers:
+ * "1 stack cut short by the walk (kept from its innermost frame), in the
+ * start-up" for "1 (truncated 1)" with FG_META_STARTUP saying so; a kind
+ * it does not know stays "name n". Nothing when the profile has no errors
+ * key. Plain text, for the caller to escape.
+ */
+void fg_errors_words(const struct fg_profile *p, struct spy_buf *out);
+
 /* A frame's colour in the SVG (0xRRGGBB), and its class there: 0 Python, 1 native, 2 synthetic, 3 idle. */
 uint32_t fg_svg_frame_colour(const struct fg_frame *fr, int *cls);
 

@@ -714,24 +714,85 @@ static void emit_resources(struct svg *g)
 	fg_resources_free(r);
 }
 
-/*
- * Launch mode's start-up, folded by record into one frame (FG_META_STARTUP),
- * said in words, and which of the errors were its stacks cut short.
- */
-static void emit_startup(struct svg *g)
+/* What each kind of the errors metadata counts (sampler/engine.h), in words: one, many. */
+static const struct {
+	const char *name, *one, *many;
+} error_words[] = {
+	{ "pause", "pause that failed", "pauses that failed" },
+	{ "threads", "thread list unread", "thread lists unread" },
+	{ "thread-gone", "thread gone while read", "threads gone while read" },
+	{ "torn", "stack torn while read (dropped)", "stacks torn while read (dropped)" },
+	{ "truncated", "stack cut short by the walk (kept from its innermost frame)",
+	  "stacks cut short by the walk (kept from their innermost frames)" },
+	{ "dropped", "stack refused", "stacks refused" },
+	{ "native", "native unwind that failed (Python stack kept)", "native unwinds that failed (Python stacks kept)" },
+	{ "state", "thread state unread", "thread states unread" },
+};
+
+void fg_errors_words(const struct fg_profile *p, struct spy_buf *out)
 {
-	unsigned long long n = 0, cut = 0, errors = 0;
-	const char *v = fg_profile_meta_get(g->p, FG_META_STARTUP);
-	const char *e = fg_profile_meta_get(g->p, FG_META_ERRORS);
-	if (!v || sscanf(v, "%llu %llu", &n, &cut) != 2 || !n) {
+	const char *e = fg_profile_meta_get(p, FG_META_ERRORS);
+	const char *v = fg_profile_meta_get(p, FG_META_STARTUP);
+	unsigned long long total = 0, n = 0, cut = 0;
+	if (!e || sscanf(e, "%llu", &total) != 1) {
 		return;
 	}
-	if (cut && e && sscanf(e, "%llu", &errors) == 1 && errors) {
-		spy_buf_addf(&g->out, cut >= errors ? ", all stacks cut short in the start-up"
-			     : ", %llu of them stacks cut short in the start-up", cut);
+	if (!v || sscanf(v, "%llu %llu", &n, &cut) != 2) {
+		cut = 0;
 	}
-	spy_buf_addf(&g->out, " | start-up: %llu sample%s folded into ", n, n == 1 ? "" : "s");
-	xml_escape(&g->out, FG_STARTUP_FRAME);
+	const char *paren = strchr(e, '(');
+	if (!total || !paren) {
+		spy_buf_addf(out, "%llu", total);
+		return;
+	}
+	/* "N (kind n, kind n)": each kind in words, the unknown ones as they are. */
+	const char *q = paren + 1;
+	bool first = true;
+	while (*q && *q != ')') {
+		char name[32];
+		unsigned long long k;
+		int used = 0;
+		if (sscanf(q, " %31[a-z-] %llu%n", name, &k, &used) != 2 || used <= 0) {
+			break;
+		}
+		q += used;
+		q += *q == ',';
+		spy_buf_adds(out, first ? "" : "; ");
+		first = false;
+		size_t i = 0;
+		while (i < SPY_ARRAY_SIZE(error_words) && strcmp(error_words[i].name, name)) {
+			i++;
+		}
+		if (i == SPY_ARRAY_SIZE(error_words)) {
+			spy_buf_addf(out, "%s %llu", name, k);
+			continue;
+		}
+		spy_buf_addf(out, "%llu %s", k, k == 1 ? error_words[i].one : error_words[i].many);
+		if (!strcmp(name, "truncated") && cut) {
+			spy_buf_addf(out, cut >= k ? ", in the start-up" : ", %llu in the start-up", cut);
+		}
+	}
+	if (first) {
+		spy_buf_adds(out, e);
+	}
+}
+
+/* The errors in words, and launch mode's start-up folded by record (FG_META_STARTUP). */
+static void emit_errors(struct svg *g, bool first)
+{
+	struct spy_buf words = SPY_BUF_INIT;
+	fg_errors_words(g->p, &words);
+	if (words.len) {
+		spy_buf_adds(&g->out, first ? "errors: " : " | errors: ");
+		xml_escape(&g->out, words.buf);
+	}
+	spy_buf_release(&words);
+	unsigned long long n = 0, cut = 0;
+	const char *v = fg_profile_meta_get(g->p, FG_META_STARTUP);
+	if (v && sscanf(v, "%llu %llu", &n, &cut) == 2 && n) {
+		spy_buf_addf(&g->out, " | start-up: %llu sample%s folded into ", n, n == 1 ? "" : "s");
+		xml_escape(&g->out, FG_STARTUP_FRAME);
+	}
 }
 
 static void emit_header(struct svg *g, const char *title, int height)
@@ -775,8 +836,7 @@ static void emit_header(struct svg *g, const char *title, int height)
 	}
 	first = false;
 	first = meta_item(g, first, "rate ", FG_META_RATE_HZ, " Hz");
-	first = meta_item(g, first, "errors: ", FG_META_ERRORS, "");
-	emit_startup(g);
+	emit_errors(g, first);
 	emit_resources(g);
 	first = meta_item(g, first, "pid ", FG_META_PID, "");
 	(void)meta_item(g, first, "spy ", FG_META_SPY_VERSION, "");

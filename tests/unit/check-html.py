@@ -108,8 +108,11 @@ try{
  for(k=0;k<rs.length;k++){full=Math.max(full,rs[k].w);}
  for(k=0;k<rs.length;k++){if(rs[k].w<full*0.9&&rs[k].w>=4&&(!pick||rs[k].w>pick.w)){pick=rs[k];}}
  if(pick){var svg=$('fg'),b=svg.getBoundingClientRect();
+  var h0=+svg.getAttribute('height');
   svg.dispatchEvent(new MouseEvent('click',{bubbles:true,clientX:b.left+pick.x+pick.w/2,clientY:b.top+pick.y+4}));
-  var after=rects();S.zoomSpans=after.some(function(r){return Math.abs(r.y-pick.y)<0.5&&r.w>=full-1;});
+  /* The graph's height follows what the zoom shows; rows keep their distance from the root, at the bottom. */
+  var after=rects(),h1=+svg.getAttribute('height');
+  S.zoomSpans=after.some(function(r){return Math.abs((h1-r.y)-(h0-pick.y))<0.5&&r.w>=full-1;});
   S.resetEnabled=!$('reset').disabled;key('Escape');S.unzoom=sig()===before;}
  /* icicle: the root row moves from the bottom to the top */
  function rootY(){var ts=document.querySelectorAll('#fg text');for(var q=0;q<ts.length;q++){if(ts[q].textContent==='all'){return +ts[q].getAttribute('y');}}return -1;}
@@ -162,6 +165,49 @@ def static_problems(text):
     for pat in (r"<link\b", r"\bsrc\s*=", r"@import", r"\bfetch\(", r"XMLHttpRequest"):
         if re.search(pat, text):
             bad.append("the file holds %s" % pat)
+    return bad
+
+
+# The SVG's first screen: which labels are whole in the window, once its
+# script has drawn (and scrolled) the graph.
+SVG_DRIVER = r"""<script type="text/ecmascript"><![CDATA[
+(function(){var R={errors:window.__spyErrors||[],seen:{}},root=document.documentElement;
+try{var want=JSON.parse(root.getAttribute('data-spy-want')),ts=document.querySelectorAll('#frames text');
+ R.viewport=[window.innerWidth,window.innerHeight];R.scroll=window.pageYOffset;
+ want.forEach(function(name){R.seen[name]=false;
+  for(var q=0;q<ts.length;q++){if(ts[q].textContent.indexOf(name)!==0){continue;}var b=ts[q].getBoundingClientRect();
+   if(b.top>=0&&b.left>=0&&b.bottom<=window.innerHeight&&b.right<=window.innerWidth&&b.width>0){R.seen[name]=true;}}});
+}catch(e){R.errors.push('driver: '+e.message);}
+root.setAttribute('%ATTR%',JSON.stringify(R));})();
+]]></script>
+"""
+
+
+def svg_first_screen(chromium, path, names, size):
+    """Failures: a script error, or a name in names whose label is not whole
+    on the first screen of a window of size (width, height)."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    start = re.search(r"<svg\b[^>]*>", text)
+    close = text.rfind("</svg>")
+    if not start or close < 0:
+        return ["%s: no <svg> root element" % path]
+    root = start.group(0)[:-1] + ' data-spy-want="%s">' % html.escape(json.dumps(names), quote=True)
+    copy_text = (text[:start.start()] + root + "\n" + cb.COLLECTOR + text[start.end():close]
+                 + SVG_DRIVER.replace("%ATTR%", RESULT_ATTR) + text[close:])
+    with tempfile.TemporaryDirectory(prefix="spy-svg-") as d:
+        copy = os.path.join(d, "checked.svg")
+        with open(copy, "w", encoding="utf-8") as f:
+            f.write(copy_text)
+        dom = cb.run_chromium(chromium, ["--dump-dom", "--window-size=%d,%d" % size], "file://" + copy)
+    m = re.search(RESULT_ATTR + r'="([^"]*)"', dom)
+    if not m:
+        return ["%s: the driver script left no results" % path]
+    res = json.loads(html.unescape(m.group(1)))
+    bad = ["script error: " + e for e in res.get("errors", [])]
+    for name, ok in sorted(res.get("seen", {}).items()):
+        if not ok:
+            bad.append("%r is not on the SVG's first screen (%dx%d)" % ((name,) + tuple(size)))
     return bad
 
 
@@ -293,7 +339,62 @@ def meson_test(chromium, spy, artefacts):
         found, _ = check(chromium, path, want, windows=True, threads=True)
         if not any(word in m for m in found):
             bad.append("mutant %r passed the check (found: %s)" % (what, found))
-    return bad, res
+    return bad + deep_test(chromium, spy, artefacts), res
+
+
+# A profile whose deepest stack (a narrow tower of imports, as a launch's
+# start-up is) is far taller than a screen: the widest frames must still be
+# on the first screen, in the SVG and in the report, and not without the
+# scroll that puts them there.
+TOWER = ";".join("_find_and_load (<frozen importlib._bootstrap>:%d)" % i for i in range(90))
+DEEP = """process 7;main (app.py:1);work (app.py:10);compute (lib.py:5) 900
+process 7;main (app.py:1);work (app.py:10);read_input (io.py:20) 300
+process 7;%s 4
+""" % TOWER
+DEEP_MUTANTS = [
+    ("svg", "window.scrollTo(0,HEIGHT-window.innerHeight);", ""),
+    ("html", "wrap.scrollTop=wrap.scrollHeight;", ""),
+]
+
+
+def deep_test(chromium, spy, artefacts):
+    folded = os.path.join(artefacts, "deep.folded")
+    with open(folded, "w") as f:
+        f.write(DEEP)
+    bad, pages = [], {}
+    for fmt in ("svg", "html"):
+        pages[fmt] = os.path.join(artefacts, "deep." + fmt)
+        r = subprocess.run([spy, "report", "-o", pages[fmt], folded], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=60)
+        if r.returncode != 0:
+            return ["spy report -f %s exited %d: %s" % (fmt, r.returncode, r.stdout.decode().strip())]
+    names = ["compute", "work"]
+    want = {"visible": names, "fn": "compute", "line": "-"}
+
+    def first_screen(fmt, path, size):
+        if fmt == "svg":
+            return svg_first_screen(chromium, path, names, size)
+        res, _ = run_page(chromium, path, want, size)
+        if res is None:
+            return ["the driver script left no results"]
+        return ["%r is not on the first screen" % n for n, ok in sorted(res["steps"]["firstScreen"].items())
+                if not ok] + ["script error: " + e for e in res.get("errors", [])]
+
+    for size in ((1280, 800), (1920, 1080)):
+        for fmt in ("svg", "html"):
+            bad += ["deep %s %dx%d: %s" % ((fmt,) + size + (m,)) for m in first_screen(fmt, pages[fmt], size)]
+    for fmt, old, new in DEEP_MUTANTS:
+        with open(pages[fmt], encoding="utf-8") as f:
+            text = f.read()
+        if old not in text:
+            bad.append("deep mutant %s: %r not in the file" % (fmt, old))
+            continue
+        path = os.path.join(artefacts, "deep-mutant." + fmt)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text.replace(old, new, 1))
+        if not any("first screen" in m for m in first_screen(fmt, path, (1280, 800))):
+            bad.append("deep mutant %s (no scroll to the root) passed the first-screen check" % fmt)
+    return bad
 
 
 def main():

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""The first ten minutes (issue 27): the demo as tools/demo records it.
+
+Per interpreter (Python 3: the demo is), spy launches examples/demo.py
+twice, as a new user would:
+
+  - `spy record -o demo.svg -- python examples/demo.py`: opened in
+    Chromium at 1280x800 and at 1920x1080, the labels of find_user and
+    handle (the hot spot and its caller) are whole on the first screen,
+    without scrolling; the header shows no error, or says in words what
+    they were (launch mode folds the start-up into one <start-up> frame,
+    and says so);
+  - `spy record -f html -o demo.html -- python examples/demo.py`: the
+    report's every view passes tests/unit/check-html.py's checks at both
+    sizes: find_user and handle on the first screen, the table lists
+    find_user, the source view shows `for user in users` with its samples,
+    search, zoom, sort and the thread filter work, no console error, no
+    request.
+
+Needs Chromium (SKIP, saying so, without it) and ptrace.
+"""
+
+import importlib.util
+import os
+import re
+import tempfile
+
+import harness
+
+SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEMO = os.path.join(SOURCE, "examples", "demo.py")
+_spec = importlib.util.spec_from_file_location(
+    "check_html", os.path.join(SOURCE, "tests", "unit", "check-html.py"))
+ch = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ch)
+
+HOT = ["find_user", "handle"]
+SIZES = ((1280, 800), (1920, 1080))
+
+
+def record(interp, out, fmt=None):
+    args = ["record", "-q", "-o", out] + (["-f", fmt] if fmt else [])
+    r = harness.run_spy(args + ["--"] + interp.argv([DEMO, "--seconds", "2"]), timeout=90,
+                        env=harness.spy_env(keep_log=False))
+    if r.timed_out or r.rc != 0:
+        raise harness.SpyFailed("spy record %s: %s" % (os.path.basename(out), r.describe()))
+
+
+def header_problems(svg):
+    """The header's errors: none, or said in words ("1 stack cut short by
+    the walk ..."), not as the metadata's "1 (truncated 1)"."""
+    with open(svg, encoding="utf-8") as f:
+        text = f.read()
+    m = re.search(r"errors: ([^|<]*)", text)
+    if not m:
+        return ["the SVG's header has no errors item"]
+    if m.group(1).strip() != "0" and not re.match(r"\d+ [a-z]+ [a-z]", m.group(1)):
+        return ["the SVG's header shows errors not in words: %r" % m.group(0)]
+    return []
+
+
+def run_one(interp, chromium):
+    if interp.version < (3, 0):
+        raise harness.SkipInterp("examples/demo.py is Python 3 code")
+    if interp.root:
+        raise harness.SkipInterp("the demo runs from the source tree, outside the root")
+    bad = []
+    with tempfile.TemporaryDirectory(prefix="spy-demo-") as d:
+        svg, page = os.path.join(d, "demo.svg"), os.path.join(d, "demo.html")
+        record(interp, svg)
+        record(interp, page, "html")
+        bad += header_problems(svg)
+        want = {"visible": HOT, "fn": "find_user", "line": "for user in users"}
+        for size in SIZES:
+            bad += ["svg %dx%d: %s" % (size + (m,)) for m in ch.svg_first_screen(chromium, svg, HOT, size)]
+            found, _ = ch.check(chromium, page, want, size)
+            bad += ["html %dx%d: %s" % (size + (m,)) for m in found]
+    return bad
+
+
+def main():
+    rep = harness.reporter("demo")
+    chromium = ch.cb.find_chromium()
+    if not chromium:
+        rep.skip("demo", "no Chromium on PATH (.ci/install-deps installs it)")
+        rep.finish()
+    harness.for_each_interp(rep, lambda interp: run_one(interp, chromium))
+
+
+if __name__ == "__main__":
+    main()
