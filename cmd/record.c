@@ -112,10 +112,11 @@ static void push_synthetic(struct spy_stack *s, const char *name)
 
 /*
  * Whether s (innermost first) is the interpreter's start-up: its outermost
- * Python frame is importlib's bootstrap or site (the imports before
- * __main__ runs), or it has no Python frame yet. A stack the walk cut short
- * lacks its outermost frames, so it is taken for start-up too while the
- * program has not been seen.
+ * Python frame is the interpreter's own start-up code (a frozen module,
+ * importlib's bootstrap, getpath, site, but not runpy, which runs -m's
+ * program; before 3.11 site.py and the encodings package), or it has no
+ * Python frame yet. A stack the walk cut short lacks its outermost frames,
+ * so it is taken for start-up too while the program has not been seen.
  */
 static bool startup_stack(const struct spy_stack *s)
 {
@@ -128,8 +129,8 @@ static bool startup_stack(const struct spy_stack *s)
 			continue;
 		}
 		const char *file = f->file ? f->file : "";
-		return !strncmp(file, "<frozen importlib", 17) || !strcmp(file, "<frozen site>") ||
-		       spy_ends_with(file, "/site.py");
+		return (!strncmp(file, "<frozen ", 8) && strcmp(file, "<frozen runpy>")) ||
+		       spy_ends_with(file, "/site.py") || strstr(file, "/encodings/");
 	}
 	return true;
 }

@@ -17,6 +17,10 @@ twice, as a new user would:
     search, zoom, sort and the thread filter work, no console error, no
     request.
 
+A third, shorter launch at 1 kHz into a folded profile checks the
+start-up's fold itself: one <start-up> frame under the process root
+holding as many samples as "# startup:" says, the program's stacks whole.
+
 Needs Chromium (SKIP, saying so, without it) and ptrace.
 """
 
@@ -59,6 +63,34 @@ def header_problems(svg):
     return []
 
 
+def startup_problems(interp, d):
+    """Launch mode folds the interpreter's start-up: at 1 kHz a launch has
+    start-up samples, all in one <start-up> frame under the process root,
+    said in the metadata; the program's own stacks are kept whole."""
+    folded = os.path.join(d, "demo.folded")
+    r = harness.run_spy(["record", "-q", "-r", "1000", "-o", folded, "--"] + interp.argv([DEMO, "--seconds", "1"]),
+                        timeout=90, env=harness.spy_env(keep_log=False))
+    if r.timed_out or r.rc != 0:
+        raise harness.SpyFailed("spy record demo.folded: %s" % r.describe())
+    with open(folded, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    meta = dict(l[2:].split(": ", 1) for l in lines if l.startswith("# ") and ": " in l)
+    stacks = [l.rsplit(" ", 1) for l in lines if l and not l.startswith("#")]
+    bad = []
+    m = re.match(r"(\d+) (\d+)$", meta.get("startup", ""))
+    folded_n = sum(int(n) for s, n in stacks if s.split(";")[1:] == ["<start-up>"])
+    if not m or int(m.group(1)) < 1:
+        bad.append("no start-up folded (# startup: %r)" % meta.get("startup"))
+    elif folded_n != int(m.group(1)):
+        bad.append("# startup: %s, but %d samples in a <start-up> frame under the process root"
+                   % (meta["startup"], folded_n))
+    if sum(1 for s, n in stacks if "<start-up>" in s) != 1:
+        bad.append("<start-up> is not one stack")
+    if not any("find_user (" in s and "<module> (" in s for s, n in stacks):
+        bad.append("no whole stack of the program (<module> ... find_user)")
+    return bad
+
+
 def run_one(interp, chromium):
     if interp.version < (3, 0):
         raise harness.SkipInterp("examples/demo.py is Python 3 code")
@@ -70,6 +102,7 @@ def run_one(interp, chromium):
         record(interp, svg)
         record(interp, page, "html")
         bad += header_problems(svg)
+        bad += startup_problems(interp, d)
         want = {"visible": HOT, "fn": "find_user", "line": "for user in users"}
         for size in SIZES:
             bad += ["svg %dx%d: %s" % (size + (m,)) for m in ch.svg_first_screen(chromium, svg, HOT, size)]
