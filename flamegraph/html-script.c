@@ -247,7 +247,7 @@ const char fg_html_js[] =
 	"  box.appendChild(chart('\\u2197 '+S[r[0]]+' (+'+r[2].toFixed(2)+' pts/window, '+r[3].toFixed(1)+'% \\u2192 '+r[4].toFixed(1)+'%)',xs,ys,'%'));});}\n"
 	"function meta(){var parts=[],kv={};for(i=0;i<D.M.length;i+=2){kv[S[D.M[i]]]=S[D.M[i+1]];}\n"
 	" for(var key in kv){var v=kv[key],su=/^(\\d+) (\\d+)$/.exec(v);\n"
-	"  if(key==='startup'&&su){parts.push('start-up: '+su[1]+' samples folded into <start-up>');}\n"
+	"  if(key==='startup'&&su){parts.push('start-up: '+su[1]+' samples, folded into <start-up>');}\n"
 	"  else{parts.push(key+': '+v);}}\n"
 	" $('meta').textContent=parts.join('  |  ');}\n"
 	"meta();W=Math.max(wrap.clientWidth-2,200);build();setMode();draw();bottom();table();source();windows();\n"

@@ -135,8 +135,9 @@ void fg_slices_each(const struct fg_slices *s, size_t wi, void (*fn)(void *ctx, 
 
 /*
  * The errors metadata in words for the SVG's and the report's headers:
- * "1 stack cut short by the walk (kept from its innermost frame), in the
- * start-up" for "1 (truncated 1)" with FG_META_STARTUP saying so; a kind
+ * "1 stack cut short, in the start-up" for "1 (truncated 1)" with
+ * FG_META_STARTUP saying so (a walk stopped by bad memory or a bound: the
+ * stack is kept from its innermost frame, doc/html-report.md); a kind
  * it does not know stays "name n". Nothing when the profile has no errors
  * key. Plain text, for the caller to escape.
  */

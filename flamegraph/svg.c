@@ -722,8 +722,7 @@ static const struct {
 	{ "threads", "thread list unread", "thread lists unread" },
 	{ "thread-gone", "thread gone while read", "threads gone while read" },
 	{ "torn", "stack torn while read (dropped)", "stacks torn while read (dropped)" },
-	{ "truncated", "stack cut short by the walk (kept from its innermost frame)",
-	  "stacks cut short by the walk (kept from their innermost frames)" },
+	{ "truncated", "stack cut short", "stacks cut short" },
 	{ "dropped", "stack refused", "stacks refused" },
 	{ "native", "native unwind that failed (Python stack kept)", "native unwinds that failed (Python stacks kept)" },
 	{ "state", "thread state unread", "thread states unread" },
@@ -790,8 +789,7 @@ static void emit_errors(struct svg *g, bool first)
 	unsigned long long n = 0, cut = 0;
 	const char *v = fg_profile_meta_get(g->p, FG_META_STARTUP);
 	if (v && sscanf(v, "%llu %llu", &n, &cut) == 2 && n) {
-		spy_buf_addf(&g->out, " | start-up: %llu sample%s folded into ", n, n == 1 ? "" : "s");
-		xml_escape(&g->out, FG_STARTUP_FRAME);
+			spy_buf_addf(&g->out, " | start-up: %llu sample%s, folded", n, n == 1 ? "" : "s");
 	}
 }
 

@@ -159,8 +159,7 @@ static void test_structure(void)
 	CHECK_INT(count(page, "\"e\\ufffdvil.py\""), 1);
 	/* The kept line's U+2028 was escaped when stored (common/term.h): its backslash arrives. */
 	CHECK_INT(count(page, "\"for x in xs:  # \\u003c/script\\u003e\\u003c!-- \\\\u2028\""), 1);
-	CHECK_INT(count(page, "stacks cut short by the walk (kept from their innermost frames), in the start-up; "
-			      "1 thread gone while read"), 1);
+	CHECK_INT(count(page, "2 stacks cut short, in the start-up; 1 thread gone while read"), 1);
 	free(page);
 	fg_profile_free(p);
 }
@@ -193,11 +192,9 @@ static void test_errors_words(void)
 		const char *meta, *want;
 	} cases[] = {
 		{ "# errors: 0\n", "0" },
-		{ "# errors: 1 (truncated 1)\n", "1 stack cut short by the walk (kept from its innermost frame)" },
-		{ "# errors: 1 (truncated 1)\n# startup: 4 1\n",
-		  "1 stack cut short by the walk (kept from its innermost frame), in the start-up" },
-		{ "# errors: 3 (truncated 3)\n# startup: 4 1\n",
-		  "3 stacks cut short by the walk (kept from their innermost frames), 1 in the start-up" },
+		{ "# errors: 1 (truncated 1)\n", "1 stack cut short" },
+		{ "# errors: 1 (truncated 1)\n# startup: 4 1\n", "1 stack cut short, in the start-up" },
+		{ "# errors: 3 (truncated 3)\n# startup: 4 1\n", "3 stacks cut short, 1 in the start-up" },
 		{ "# errors: 2 (pause 1, bogus 1)\n", "1 pause that failed; bogus 1" },
 		{ "# errors: 2 (((\n", "2 (((" },
 		{ "", "" },
