@@ -29,7 +29,10 @@ Usage:
   check-html.py --spy SPY --artefacts DIR   (the meson test: a hostile
       profile with threads, windows, readings and source lines, reported
       with `spy report -f html`, checked at 1280x800; then broken copies
-      of the page, which the check must reject)
+      of the page, which the check must reject; then a profile with a
+      90-frame tower, whose SVG and report must show the widest frames on
+      the first screen at 1280x800 and 1920x1080, and must not without
+      their scroll to the root)
 
 Exits 77 (skip) only when no Chromium is installed, saying so.
 """
