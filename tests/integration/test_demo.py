@@ -2,7 +2,8 @@
 """The first ten minutes (issue 27): the demo as tools/demo records it.
 
 Per interpreter (Python 3: the demo is), spy launches examples/demo.py
-twice, as a new user would:
+twice, as a new user would (a root's interpreter, tools/pyroot's, runs a
+copy in a directory the root shares):
 
   - `spy record -o demo.svg -- python examples/demo.py`: opened in
     Chromium at 1280x800 and at 1920x1080, the labels of find_user and
@@ -27,7 +28,7 @@ Needs Chromium (SKIP, saying so, without it) and ptrace.
 import importlib.util
 import os
 import re
-import tempfile
+import shutil
 
 import harness
 
@@ -42,9 +43,20 @@ HOT = ["find_user", "handle"]
 SIZES = ((1280, 800), (1920, 1080))
 
 
-def record(interp, out, fmt=None):
+def demo_command(interp, d, seconds):
+    """The demo's command line; a root's interpreter runs a copy in d,
+    which the root shares (as harness.Target does for targets)."""
+    if not interp.root:
+        return interp.argv([DEMO, "--seconds", seconds])
+    copy = os.path.join(d, "demo.py")
+    if not os.path.exists(copy):
+        shutil.copy(DEMO, copy)
+    return interp.command([copy, "--seconds", seconds], binds=(d,))
+
+
+def record(interp, d, out, fmt=None):
     args = ["record", "-q", "-o", out] + (["-f", fmt] if fmt else [])
-    r = harness.run_spy(args + ["--"] + interp.argv([DEMO, "--seconds", "2"]), timeout=90,
+    r = harness.run_spy(args + ["--"] + demo_command(interp, d, "2"), timeout=90,
                         env=harness.spy_env(keep_log=False))
     if r.timed_out or r.rc != 0:
         raise harness.SpyFailed("spy record %s: %s" % (os.path.basename(out), r.describe()))
@@ -68,7 +80,7 @@ def startup_problems(interp, d):
     start-up samples, all in one <start-up> frame under the process root,
     said in the metadata; the program's own stacks are kept whole."""
     folded = os.path.join(d, "demo.folded")
-    r = harness.run_spy(["record", "-q", "-r", "1000", "-o", folded, "--"] + interp.argv([DEMO, "--seconds", "1"]),
+    r = harness.run_spy(["record", "-q", "-r", "1000", "-o", folded, "--"] + demo_command(interp, d, "1"),
                         timeout=90, env=harness.spy_env(keep_log=False))
     if r.timed_out or r.rc != 0:
         raise harness.SpyFailed("spy record demo.folded: %s" % r.describe())
@@ -94,13 +106,12 @@ def startup_problems(interp, d):
 def run_one(interp, chromium):
     if interp.version < (3, 0):
         raise harness.SkipInterp("examples/demo.py is Python 3 code")
-    if interp.root:
-        raise harness.SkipInterp("the demo runs from the source tree, outside the root")
     bad = []
-    with tempfile.TemporaryDirectory(prefix="spy-demo-") as d:
+    d = harness.shared_dir("spy-demo-")
+    try:
         svg, page = os.path.join(d, "demo.svg"), os.path.join(d, "demo.html")
-        record(interp, svg)
-        record(interp, page, "html")
+        record(interp, d, svg)
+        record(interp, d, page, "html")
         bad += header_problems(svg)
         bad += startup_problems(interp, d)
         want = {"visible": HOT, "fn": "find_user", "line": "for user in users"}
@@ -108,6 +119,8 @@ def run_one(interp, chromium):
             bad += ["svg %dx%d: %s" % (size + (m,)) for m in ch.svg_first_screen(chromium, svg, HOT, size)]
             found, _ = ch.check(chromium, page, want, size)
             bad += ["html %dx%d: %s" % (size + (m,)) for m in found]
+    finally:
+        harness.remove_shared_dir(interp, d)
     return bad
 
 
