@@ -621,7 +621,7 @@ static const char svg_js[] =
 	" $('reset').setAttribute('opacity',zoom?1:0.35);}\n"
 	"function pos(ev){var box=root.getBoundingClientRect(),s=W/(box.width||W);\n"
 	" return [(ev.clientX-box.left)*s,(ev.clientY-box.top)*s];}\n"
-	"function at(p){if(p[1]<Y0){return -1;}var r=Math.floor((p[1]-Y0)/FH),d=INV?r:MAXD-r;\n"
+	"function at(p){if(p[1]<Y0+(window.pageYOffset||0)){return -1;}var r=Math.floor((p[1]-Y0)/FH),d=INV?r:MAXD-r;\n"
 	" if(d<0||d>MAXD||!rows[d]){return -1;}\n"
 	" var xs=rx[d],lo=0,hi=xs.length-1,k=-1,m;\n"
 	" while(lo<=hi){m=(lo+hi)>>1;if(xs[m]<=p[0]){k=m;lo=m+1;}else{hi=m-1;}}\n"
@@ -672,7 +672,8 @@ static const char svg_js[] =
 	" else if(e.key==='Escape'){if(zoom){unzoom();}else if(term!==null){clear();}}});\n"
 	"draw();\n"
 	/* The root at the bottom of the first screen: a deep graph opens on its widest frames. */
-	"var head=$('head');\n"
+	/* Drawn over the frames it passes (after them in the document), under the tooltip. */
+	"var head=$('head');head.parentNode.insertBefore(head,tip);\n"
 	"function follow(){var y=window.pageYOffset||0;head.setAttribute('transform',y?'translate(0,'+y+')':'');}\n"
 	"window.addEventListener('scroll',follow);\n"
 	"if(!INV&&window.innerHeight&&HEIGHT>window.innerHeight){window.scrollTo(0,HEIGHT-window.innerHeight);}\n"

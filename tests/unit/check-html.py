@@ -180,6 +180,9 @@ try{var want=JSON.parse(root.getAttribute('data-spy-want')),ts=document.querySel
  want.forEach(function(name){R.seen[name]=false;
   for(var q=0;q<ts.length;q++){if(ts[q].textContent.indexOf(name)!==0){continue;}var b=ts[q].getBoundingClientRect();
    if(b.top>=0&&b.left>=0&&b.bottom<=window.innerHeight&&b.right<=window.innerWidth&&b.width>0){R.seen[name]=true;}}});
+ /* The controls follow the view to the root: on the first screen too, over the frames. */
+ var c=document.getElementById('reset').getBoundingClientRect(),top=document.elementFromPoint(c.left+2,c.top+c.height/2);
+ R.controls=c.top>=0&&c.bottom<=window.innerHeight&&!!top&&top.id==='reset';
 }catch(e){R.errors.push('driver: '+e.message);}
 root.setAttribute('%ATTR%',JSON.stringify(R));})();
 ]]></script>
@@ -211,6 +214,8 @@ def svg_first_screen(chromium, path, names, size):
     for name, ok in sorted(res.get("seen", {}).items()):
         if not ok:
             bad.append("%r is not on the SVG's first screen (%dx%d)" % ((name,) + tuple(size)))
+    if not res.get("controls"):
+        bad.append("the SVG's 'Reset zoom' is not on the first screen, on top (%dx%d)" % tuple(size))
     return bad
 
 
@@ -356,6 +361,8 @@ process 7;%s 4
 """ % TOWER
 DEEP_MUTANTS = [
     ("svg", "window.scrollTo(0,HEIGHT-window.innerHeight);", ""),
+    ("svg", "head.parentNode.insertBefore(head,tip);", ""),
+    ("svg", "follow();", ""),
     ("html", "wrap.scrollTop=wrap.scrollHeight;", ""),
 ]
 
@@ -392,11 +399,11 @@ def deep_test(chromium, spy, artefacts):
         if old not in text:
             bad.append("deep mutant %s: %r not in the file" % (fmt, old))
             continue
-        path = os.path.join(artefacts, "deep-mutant." + fmt)
+        path = os.path.join(artefacts, "deep-mutant-%d.%s" % (DEEP_MUTANTS.index((fmt, old, new)), fmt))
         with open(path, "w", encoding="utf-8") as f:
             f.write(text.replace(old, new, 1))
         if not any("first screen" in m for m in first_screen(fmt, path, (1280, 800))):
-            bad.append("deep mutant %s (no scroll to the root) passed the first-screen check" % fmt)
+            bad.append("deep mutant %s (%r removed) passed the first-screen check" % (fmt, old))
     return bad
 
 
