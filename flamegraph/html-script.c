@@ -4,11 +4,12 @@
  *
  * The script reads the JSON block #spy-data: S (strings), F (frames: func,
  * file, line, class, colour in P), P (colours), T (stacks, prefix-coded:
- * shared, new, ids, count), N and R (the table: func, file, own, total,
- * python, native, idle), L (source: file, line, text), M (metadata pairs),
- * W (windows: length s, per window stack-rank/count pairs w, rising
- * functions t) and RS (readings: t, user ns, sys ns, rss, threads). Every
- * target string reaches the page through textContent only.
+ * shared, new, ids, count), N, K and R (the table: samples, the split by
+ * kind, per row func, file, own, total, python, native, idle), L (source:
+ * file, line, text), M (metadata pairs), W (windows: length s, per window
+ * stack-rank/count pairs w, rising functions t) and RS (readings: t, user
+ * ns, sys ns, rss, threads). Every target string reaches the page through
+ * textContent only.
  */
 #include "flamegraph/internal.h"
 
@@ -195,7 +196,8 @@ const char fg_html_js[] =
 	"  frag.appendChild(tr);});\n"
 	" while(tbody.firstChild){tbody.removeChild(tbody.firstChild);}tbody.appendChild(frag);\n"
 	" var ths=document.querySelectorAll('#tbl th');for(k=0;k<ths.length;k++){ths[k].classList.toggle('sorted',+ths[k].getAttribute('data-k')===sortk);}\n"
-	" $('rowsnote').textContent=R.length/7>MAXROWS?'first '+MAXROWS+' of '+num(R.length/7)+' functions':num(R.length/7)+' functions';}\n"
+	" $('rowsnote').textContent=(R.length/7>MAXROWS?'first '+MAXROWS+' of '+num(R.length/7)+' functions':num(R.length/7)+' functions')+\n"
+	"  ' \\u2014 by kind: '+pct(D.K[0],D.N)+' python, '+pct(D.K[1],D.N)+' native, '+pct(D.K[2],D.N)+' idle';}\n"
 	"var ths=document.querySelectorAll('#tbl th[data-k]');\n"
 	"for(k=0;k<ths.length;k++){ths[k].addEventListener('click',function(){sortk=+this.getAttribute('data-k');table();});}\n"
 	"/* ---- source with heat ---- */\n"

@@ -234,7 +234,8 @@ static void emit_table(struct html *h)
 	struct spy_buf *b = &h->body;
 	struct fg_table t;
 	fg_table_init(&t, h->p, NULL);
-	spy_buf_addf(b, ",\"N\":%" PRIu64 ",\"R\":[", t.samples);
+	spy_buf_addf(b, ",\"N\":%" PRIu64 ",\"K\":[%" PRIu64 ",%" PRIu64 ",%" PRIu64 "],\"R\":[", t.samples,
+		     t.kind[FG_KIND_PYTHON], t.kind[FG_KIND_NATIVE], t.kind[FG_KIND_IDLE]);
 	for (size_t i = 0; i < t.n; i++) {
 		const struct fg_row *r = &t.rows[i];
 		sep(b, i);

@@ -92,6 +92,7 @@ try{
  S.frames=rects().length;
  /* the table */
  var rows=rowsText();S.tableRows=rows.length;
+ S.kindSplit=/by kind: [\d.]+% python, [\d.]+% native, [\d.]+% idle/.test($('rowsnote').textContent);
  S.tableHas=rows.some(function(r){return r[1]===want.fn;});
  document.querySelector('#tbl th[data-k="2"]').click();
  var own=rowsText().map(function(r){return parseFloat(r[0]);});
@@ -244,6 +245,7 @@ def judge(res, want, windows):
     checks = [
         ("frames", "no frame drawn"),
         ("tableHas", "the table does not list %r" % want["fn"]),
+        ("kindSplit", "the table does not give the python/native/idle split"),
         ("sortOwn", "sorting by own time did not order the rows"),
         ("sortName", "sorting by name did not order the rows"),
         ("rowHits", "a click on %r's row highlighted nothing" % want["fn"]),

@@ -145,7 +145,7 @@ static void test_structure(void)
 	CHECK_INT(count(page, "Content-Security-Policy\" content=\"default-src 'none';"), 1);
 	/* No URL but the SVG namespace: nothing to fetch. */
 	CHECK_INT(count(page, "://"), count(page, "http://www.w3.org/2000/svg"));
-	const char *keys[] = { "\"F\":[", "\"P\":[", "\"T\":[", "\"N\":105", "\"R\":[", "\"L\":[", "\"M\":[" };
+	const char *keys[] = { "\"F\":[", "\"P\":[", "\"T\":[", "\"N\":105,\"K\":[105,0,0]", "\"R\":[", "\"L\":[", "\"M\":[" };
 	for (size_t i = 0; i < SPY_ARRAY_SIZE(keys); i++) {
 		CHECK_INT(count(page, keys[i]), 1);
 	}
