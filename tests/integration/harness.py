@@ -31,6 +31,7 @@ signalled or killed (see cleanup()).
 
 import ast
 import atexit
+import copy
 import glob
 import json
 import os
@@ -162,9 +163,11 @@ class Interp(object):
         self.origin = origin              # "pyenv", or where it was found
         self.root = root                  # the pyroot's host path, or None
         self.mode = mode                  # "container" or "chroot" with root
-        # A --disable-gil build (whether or not it runs with a GIL: that
-        # is PYTHON_GIL's, see gil_enabled()).
+        # A --disable-gil build; gil: whether it runs with a GIL, which a
+        # free-threaded build does only when told (with_gil()).
         self.free_threaded = free_threaded
+        self.gil = not free_threaded
+        self.env = ()                     # ("NAME=value",) to run it with
         self.minor = "%d.%d" % version[:2]
         vs = "%d.%d.%d" % version
         self.vstring = vs
@@ -174,15 +177,25 @@ class Interp(object):
         """The command line of the interpreter's process running args."""
         return [self.path] + list(args)
 
+    def with_gil(self):
+        """This free-threaded interpreter run with PYTHON_GIL=1, which spy
+        must treat as a GIL build: a copy, labelled so."""
+        c = copy.copy(self)
+        c.gil, c.env = True, self.env + ("PYTHON_GIL=1",)
+        c.label = "%s, PYTHON_GIL=1)" % self.label[:-1]
+        return c
+
     def command(self, args, binds=()):
         """What to start (spawn it, or give it to spy to launch) to run the
         interpreter with args. In the root, targets/ and each directory of
         binds (shared with the target) are at the same path as here, so
         file names compare as they do outside; every step of tools/pyroot
         execs, so the process started is the interpreter itself."""
+        # env execs too: the process keeps the pid started.
+        argv = (["env"] + list(self.env) if self.env else []) + self.argv(args)
         if not self.root:
-            return self.argv(args)
-        return _pyroot_run(self.mode, self.argv(args), binds)
+            return argv
+        return _pyroot_run(self.mode, argv, binds)
 
     def tool(self, argv, binds=()):
         """argv to run a program of the interpreter's own system: inside
@@ -751,6 +764,9 @@ class Dump(object):
         self.cmdline = None
         self.version = None      # "3.11.7"
         self.binary = None       # file holding the runtime
+        # A free-threaded build: None if not, else whether it runs without
+        # a GIL (True) or with the GIL switched on (False).
+        self.no_gil = None
         self.threads = []
         self.hint = None         # the "Hint: ..." line's text, if any
 
@@ -765,7 +781,8 @@ _LOCAL = re.compile(r"^        (arg  |local) (\S+) = (.*)$")
 GIL_MARK = ", holds the GIL"
 _THREAD = re.compile(r'^Thread (\d+) \(python 0x([0-9a-fA-F]+)\) "(.*)" (.+)$')
 _PROCESS = re.compile(r"^Process (\d+): (.*)$")
-_PYTHON = re.compile(r"^Python (\S+) \((.*)\)$")
+_PYTHON = re.compile(r"^Python (\S+)(?: free-threaded, (running without a GIL|"
+                     r"GIL switched on))? \((.*)\)$")
 
 
 def parse_frame(body):
@@ -804,9 +821,11 @@ def parse_dump(text):
     d.pid, d.cmdline = int(m.group(1)), m.group(2)
     m = _PYTHON.match(lines[1])
     if not m:
-        raise DumpParseError("line 2: expected 'Python X.Y.Z (binary)', got %r"
-                             % lines[1])
-    d.version, d.binary = m.group(1), m.group(2)
+        raise DumpParseError("line 2: expected 'Python X.Y.Z[ free-threaded, "
+                             "...] (binary)', got %r" % lines[1])
+    d.version, d.binary = m.group(1), m.group(3)
+    if m.group(2):
+        d.no_gil = m.group(2) == "running without a GIL"
     cur = None
     expect_blank = True
     for n, line in enumerate(lines[2:], 3):
@@ -1026,7 +1045,8 @@ class Reporter(object):
         sys.exit(EXIT_SKIP)
 
 
-def for_each_interp(rep, run_one, need_ptrace=True, expect=(), chroot=False):
+def for_each_interp(rep, run_one, need_ptrace=True, expect=(), chroot=False,
+                    gil_too=False):
     """The common main loop: discover interpreters, skip what cannot run,
     call run_one(interp) -> list of problems for the rest, report each.
 
@@ -1036,8 +1056,14 @@ def for_each_interp(rep, run_one, need_ptrace=True, expect=(), chroot=False):
     others.
 
     chroot: as discover's.
+
+    gil_too: also run each free-threaded interpreter with its GIL switched
+    on (PYTHON_GIL=1), for the tests of what spy says about the GIL.
     """
     interps, problems = discover(chroot)
+    if gil_too:
+        interps = [v for i in interps
+                   for v in ((i, i.with_gil()) if i.free_threaded else (i,))]
     report_problems(rep, problems)
     missing = []
     if not os.environ.get("SPY_PYTHONS", "").strip():

@@ -360,6 +360,21 @@ static void test_free_threaded(const struct pyoffsets *row)
 	CHECK_INT(pyrt_threads(rt, th, 4, &n, NULL), 0);
 	CHECK(n == 2 && !th[0].holds_gil && !th[1].holds_gil);
 
+	/* Without a GIL, the thread attached to the interpreter (tstate->state
+	 * _Py_THREAD_ATTACHED) is the running one; detached (0) or suspended
+	 * (2, stopped for the collector) are not; a recheck reads it again. */
+	CHECK(row->tstate_state != PYOFF_NONE);
+	fakepy_w32(s.fp, s.t1 + row->tstate_state, 1);
+	fakepy_w32(s.fp, s.t2 + row->tstate_state, 2);
+	CHECK_INT(pyrt_threads(rt, th, 4, &n, NULL), 0);
+	for (size_t i = 0; i < n && n == 2; i++) {
+		CHECK(th[i].attached == (th[i].tstate == s.t1));
+	}
+	fakepy_w32(s.fp, s.t1 + row->tstate_state, 0);
+	struct py_thread again = th[0].tstate == s.t1 ? th[0] : th[1];
+	CHECK_INT(pyrt_thread_recheck(rt, &again), 0);
+	CHECK(!again.attached);
+
 	spy_stack_release(&st);
 	pyrt_free(rt);
 	scene_release(&s);
@@ -801,10 +816,14 @@ static void test_debug_offsets(void)
 	rt = NULL;
 	CHECK_INT(pyrt_new(&rt, fakepy_mem(s.fp), fakepy_hints(s.fp), &s.strs, &err), -SPY_EVERSION);
 	CHECK(!strncmp(err.msg, "Python 3.14: unsupported layout", 31));
-	/* Free-threaded builds are refused. */
+	/* The table's free-threaded flag picks the free-threaded row (3.13t
+	 * has one), whose layout the same table then refines. */
 	fakepy_w64(s.fp, fakepy_hints(s.fp)->runtime + 8, s.version);
 	fakepy_w64(s.fp, fakepy_hints(s.fp)->runtime + row->dbg.free_threaded, 1);
-	CHECK_INT(pyrt_new(&rt, fakepy_mem(s.fp), fakepy_hints(s.fp), &s.strs, &err), -SPY_EVERSION);
+	rt = NULL;
+	CHECK_INT(pyrt_new(&rt, fakepy_mem(s.fp), fakepy_hints(s.fp), &s.strs, &err), 0);
+	CHECK(rt && pyrt_free_threaded(rt));
+	pyrt_free(rt);
 	scene_release(&s);
 }
 
