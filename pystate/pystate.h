@@ -53,6 +53,10 @@ struct py_thread {
 	uint64_t thread_id;   /* pthread_t: threading.get_ident() */
 	int32_t native_tid;   /* kernel TID; 0 if unknown */
 	bool holds_gil;
+	/* A free-threaded build's thread attached to its interpreter (running
+	 * Python, or C that has not detached): what holding the GIL is to a
+	 * GIL build, for telling running from idle. False on a GIL build. */
+	bool attached;
 };
 
 /*

@@ -277,10 +277,54 @@ static void test_row(const struct pyoffsets *row)
 }
 
 /*
- * Free-threaded rows: a thread running its own copy of the bytecode
+ * 3.14+ free-threaded rows: a thread running its own copy of the bytecode
  * (co_tlbc->entries[tlbc_index]) gets the same lines as one running
- * co_code_adaptive; a bad index truncates instead of guessing; and with
- * the GIL off nobody holds it.
+ * co_code_adaptive; a bad index truncates instead of guessing.
+ */
+static void check_tlbc(struct scene *s, struct pyrt *rt, const struct pyoffsets *row,
+		       const struct py_thread *t, struct spy_stack *st)
+{
+	/* Every frame of t1 moves to thread-local copy 2 of its code. */
+	size_t moved = 0;
+	spy_addr_t first = 0;
+	for (spy_addr_t f = fakepy_r64(s->fp, fakepy_top_slot(s->fp, s->t1)); f && moved < 64;
+	     f = fakepy_r64(s->fp, fakepy_back_slot(s->fp, f)), moved++) {
+		spy_addr_t code = fakepy_r64(s->fp, fakepy_code_slot(s->fp, f)) & ~(uint64_t)3;
+		if (!code || fakepy_r64(s->fp, code + row->ob_type) != fakepy_code_type(s->fp)) {
+			continue; /* a shim */
+		}
+		spy_addr_t instr = fakepy_r64(s->fp, f + row->iframe_instr);
+		uint64_t units = instr - (code + row->code_adaptive);
+		spy_addr_t copy = fakepy_alloc(s->fp, units + 64);
+		spy_addr_t arr = fakepy_alloc(s->fp, row->codearray_entries + 3 * 8);
+		fakepy_w64(s->fp, arr + row->codearray_size, 3);
+		fakepy_w64(s->fp, arr + row->codearray_entries, code + row->code_adaptive);
+		fakepy_w64(s->fp, arr + row->codearray_entries + 8, 0);
+		fakepy_w64(s->fp, arr + row->codearray_entries + 16, copy);
+		fakepy_w64(s->fp, code + row->code_tlbc, arr);
+		fakepy_w32(s->fp, f + row->iframe_tlbc_index, 2);
+		first = first ? first : f;
+		fakepy_w64(s->fp, f + row->iframe_instr, copy + units);
+	}
+	/* The code cache would hide nothing here: it keys on the code object,
+	 * and the index is read from the frame on every walk. */
+	spy_stack_reset(st);
+	CHECK_INT(pyrt_stack(rt, t, st, NULL), 0);
+	check_stack(st, s->e1, s->n1, s->version);
+
+	/* An index past the array: the walk stops there, truncated. */
+	CHECK(first != 0);
+	fakepy_w32(s->fp, first + row->iframe_tlbc_index, 7);
+	spy_stack_reset(st);
+	CHECK_INT(pyrt_stack(rt, t, st, NULL), 0);
+	CHECK_INT(st->truncated, 1);
+	fakepy_w32(s->fp, first + row->iframe_tlbc_index, 2);
+}
+
+/*
+ * Free-threaded rows: the walk is the release build's (3.13t: one copy of
+ * the bytecode) or per-thread bytecode's (3.14+), and with the GIL off
+ * nobody holds it.
  */
 static void test_free_threaded(const struct pyoffsets *row)
 {
@@ -296,41 +340,15 @@ static void test_free_threaded(const struct pyoffsets *row)
 	t.interp = s.interp;
 	struct spy_stack st = SPY_STACK_INIT;
 
-	/* Every frame of t1 moves to thread-local copy 2 of its code. */
-	size_t moved = 0;
-	spy_addr_t first = 0;
-	for (spy_addr_t f = fakepy_r64(s.fp, fakepy_top_slot(s.fp, s.t1)); f && moved < 64;
-	     f = fakepy_r64(s.fp, fakepy_back_slot(s.fp, f)), moved++) {
-		spy_addr_t code = fakepy_r64(s.fp, fakepy_code_slot(s.fp, f)) & ~(uint64_t)3;
-		if (!code || fakepy_r64(s.fp, code + row->ob_type) != fakepy_code_type(s.fp)) {
-			continue; /* a shim */
-		}
-		spy_addr_t instr = fakepy_r64(s.fp, f + row->iframe_instr);
-		uint64_t units = instr - (code + row->code_adaptive);
-		spy_addr_t copy = fakepy_alloc(s.fp, units + 64);
-		spy_addr_t arr = fakepy_alloc(s.fp, row->codearray_entries + 3 * 8);
-		fakepy_w64(s.fp, arr + row->codearray_size, 3);
-		fakepy_w64(s.fp, arr + row->codearray_entries, code + row->code_adaptive);
-		fakepy_w64(s.fp, arr + row->codearray_entries + 8, 0);
-		fakepy_w64(s.fp, arr + row->codearray_entries + 16, copy);
-		fakepy_w64(s.fp, code + row->code_tlbc, arr);
-		fakepy_w32(s.fp, f + row->iframe_tlbc_index, 2);
-		first = first ? first : f;
-		fakepy_w64(s.fp, f + row->iframe_instr, copy + units);
+	/* 3.13t runs co_code_adaptive like a release build; 3.14t+ always has
+	 * its thread-local bytecode fields. */
+	CHECK((row->version >= 0x030e0000) == (row->code_tlbc != PYOFF_NONE));
+	if (row->code_tlbc != PYOFF_NONE) {
+		check_tlbc(&s, rt, row, &t, &st);
+	} else {
+		CHECK_INT(pyrt_stack(rt, &t, &st, NULL), 0);
+		check_stack(&st, s.e1, s.n1, s.version);
 	}
-	/* The code cache would hide nothing here: it keys on the code object,
-	 * and the index is read from the frame on every walk. */
-	spy_stack_reset(&st);
-	CHECK_INT(pyrt_stack(rt, &t, &st, NULL), 0);
-	check_stack(&st, s.e1, s.n1, s.version);
-
-	/* An index past the array: the walk stops there, truncated. */
-	CHECK(first != 0);
-	fakepy_w32(s.fp, first + row->iframe_tlbc_index, 7);
-	spy_stack_reset(&st);
-	CHECK_INT(pyrt_stack(rt, &t, &st, NULL), 0);
-	CHECK_INT(st.truncated, 1);
-	fakepy_w32(s.fp, first + row->iframe_tlbc_index, 2);
 
 	/* GIL switched off (a free-threaded build's default). */
 	CHECK(pyrt_has_gil(rt));
@@ -341,6 +359,21 @@ static void test_free_threaded(const struct pyoffsets *row)
 	size_t n = 0;
 	CHECK_INT(pyrt_threads(rt, th, 4, &n, NULL), 0);
 	CHECK(n == 2 && !th[0].holds_gil && !th[1].holds_gil);
+
+	/* Without a GIL, the thread attached to the interpreter (tstate->state
+	 * _Py_THREAD_ATTACHED) is the running one; detached (0) or suspended
+	 * (2, stopped for the collector) are not; a recheck reads it again. */
+	CHECK(row->tstate_state != PYOFF_NONE);
+	fakepy_w32(s.fp, s.t1 + row->tstate_state, 1);
+	fakepy_w32(s.fp, s.t2 + row->tstate_state, 2);
+	CHECK_INT(pyrt_threads(rt, th, 4, &n, NULL), 0);
+	for (size_t i = 0; i < n && n == 2; i++) {
+		CHECK(th[i].attached == (th[i].tstate == s.t1));
+	}
+	fakepy_w32(s.fp, s.t1 + row->tstate_state, 0);
+	struct py_thread again = th[0].tstate == s.t1 ? th[0] : th[1];
+	CHECK_INT(pyrt_thread_recheck(rt, &again), 0);
+	CHECK(!again.attached);
 
 	spy_stack_release(&st);
 	pyrt_free(rt);
@@ -783,10 +816,14 @@ static void test_debug_offsets(void)
 	rt = NULL;
 	CHECK_INT(pyrt_new(&rt, fakepy_mem(s.fp), fakepy_hints(s.fp), &s.strs, &err), -SPY_EVERSION);
 	CHECK(!strncmp(err.msg, "Python 3.14: unsupported layout", 31));
-	/* Free-threaded builds are refused. */
+	/* The table's free-threaded flag picks the free-threaded row (3.13t
+	 * has one), whose layout the same table then refines. */
 	fakepy_w64(s.fp, fakepy_hints(s.fp)->runtime + 8, s.version);
 	fakepy_w64(s.fp, fakepy_hints(s.fp)->runtime + row->dbg.free_threaded, 1);
-	CHECK_INT(pyrt_new(&rt, fakepy_mem(s.fp), fakepy_hints(s.fp), &s.strs, &err), -SPY_EVERSION);
+	rt = NULL;
+	CHECK_INT(pyrt_new(&rt, fakepy_mem(s.fp), fakepy_hints(s.fp), &s.strs, &err), 0);
+	CHECK(rt && pyrt_free_threaded(rt));
+	pyrt_free(rt);
 	scene_release(&s);
 }
 
