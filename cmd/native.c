@@ -23,6 +23,7 @@ int native_init(struct native *n, struct target *t, bool all, struct spy_err *er
 	}
 	n->syms = sym_native_new(proc_pid(t->proc), t->strs);
 	n->opts.all = all;
+	n->opts.marker = spy_strtab_interns(t->strs, "[native stack incomplete]");
 	/* The interpreter's own files: everything in them is the interpreter's business. */
 	n->opts.hide_libs[0] = spy_strtab_interns(t->strs, spy_basename(t->binary));
 	if (proc_exe(t->proc)[0]) {
@@ -46,13 +47,29 @@ void native_release(struct native *n)
 void native_pcs_release(struct native_pcs *pcs)
 {
 	free(pcs->v);
+	free(pcs->sp);
+	free(pcs->anchors);
 	memset(pcs, 0, sizeof(*pcs));
+}
+
+void native_note_anchors(struct target *t, struct native_pcs *pcs)
+{
+	const spy_addr_t *a;
+	size_t n = pyrt_stack_anchors(t->rt, &a);
+	if (!pcs->anchors && n) {
+		pcs->anchors = spy_xcalloc(SPY_MAX_PY_DEPTH, sizeof(*pcs->anchors));
+	}
+	pcs->nanchors = n;
+	if (n) {
+		memcpy(pcs->anchors, a, n * sizeof(*a));
+	}
 }
 
 void native_unwind(struct native *n, struct target *t, int32_t tid, struct native_pcs *pcs)
 {
 	if (!pcs->v) {
 		pcs->v = spy_xcalloc(SPY_MAX_NATIVE_DEPTH, sizeof(*pcs->v));
+		pcs->sp = spy_xcalloc(SPY_MAX_NATIVE_DEPTH, sizeof(*pcs->sp));
 	}
 	pcs->n = 0;
 	if (n->fail_for_tests) {
@@ -60,7 +77,8 @@ void native_unwind(struct native *n, struct target *t, int32_t tid, struct nativ
 		return;
 	}
 	uint64_t t0 = spy_thread_cpu_ns();
-	pcs->rc = sym_unwind(n->uw, proc_mem(t->proc), tid, pcs->v, SPY_MAX_NATIVE_DEPTH, &pcs->n);
+	pcs->rc = sym_unwind(n->uw, proc_mem(t->proc), tid, pcs->anchors, pcs->nanchors, pcs->v,
+			     pcs->sp, SPY_MAX_NATIVE_DEPTH, &pcs->n);
 	pcs->cpu_ns = spy_thread_cpu_ns() - t0;
 	n->unwind_ns += pcs->cpu_ns;
 	n->unwinds++;
@@ -78,7 +96,8 @@ int native_merge(struct native *n, struct target *t, const struct native_pcs *pc
 	sym_native_stats(n->syms, &before);
 	spy_stack_reset(&n->nat);
 	sym_native_resolve(n->syms, proc_mem(t->proc), pcs->v, pcs->n, &n->nat);
-	sym_merge(&n->nat, py, &n->opts, &n->merged, &n->mismatch);
+	struct sym_merge_where where = { pcs->sp, pcs->n, pcs->anchors, pcs->nanchors };
+	sym_merge(&n->nat, &where, py, &n->opts, &n->merged, &n->mismatch);
 	if (pcs->rc == -SPY_EBOUND) {
 		n->merged.truncated = 1;
 	}

@@ -109,6 +109,7 @@ struct sym_native {
 	const char **names;
 	size_t nnames, anames;
 	const char *unknown;
+	const char *jit, *anon;   /* SYM_JIT_FRAME, SYM_JIT_FILE */
 	void *cxx;
 	demangle_fn demangle;
 	struct sym_native_stats st;
@@ -267,6 +268,8 @@ struct sym_native *sym_native_new(pid_t pid, struct spy_strtab *strs)
 	s->cb.find_debuginfo = find_debuginfo;
 	s->cb.section_address = dwfl_offline_section_address;
 	s->unknown = spy_strtab_interns(strs, "[unknown]");
+	s->jit = spy_strtab_interns(strs, SYM_JIT_FRAME);
+	s->anon = spy_strtab_interns(strs, SYM_JIT_FILE);
 	s->cxx = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_LOCAL);
 	if (s->cxx) {
 		*(void **)&s->demangle = dlsym(s->cxx, "__cxa_demangle");
@@ -488,6 +491,18 @@ static void push_name(struct sym_native *s, const char *name)
 	s->names[s->nnames++] = name ? intern_name(s, name) : s->unknown;
 }
 
+/*
+ * A pc no symbol covers: its file and address in the file's own terms,
+ * "libfoo.so+0x1234", which addr2line -e or a debug file found later can
+ * still turn into a name.
+ */
+static const char *offset_name(struct sym_native *s, const char *lib, uint64_t addr)
+{
+	char buf[PATH_MAX + 24];
+	snprintf(buf, sizeof(buf), "%s+0x%llx", lib, (unsigned long long)addr);
+	return spy_strtab_interns(s->strs, buf);
+}
+
 /* Names of the calls inlined at addr, innermost first, from DWARF if the file has any. */
 static void push_inlines(struct sym_native *s, const struct nfile *f, Dwarf_Addr addr)
 {
@@ -517,7 +532,8 @@ static uint32_t resolve_into(struct sym_native *s, const struct nfile *f, uint64
 {
 	uint32_t first = (uint32_t)s->nnames;
 	if (!f->mod) {
-		push_name(s, NULL);
+		SPY_GROW(s->names, s->anames, s->nnames + 1);
+		s->names[s->nnames++] = offset_name(s, f->lib, vaddr);
 		return first;
 	}
 	Dwarf_Addr addr = vaddr + f->bias;
@@ -529,7 +545,12 @@ static uint32_t resolve_into(struct sym_native *s, const struct nfile *f, uint64
 	if (name && sym.st_size && off >= sym.st_size) {
 		name = NULL;
 	}
-	push_name(s, name);
+	if (name) {
+		push_name(s, name);
+	} else {
+		SPY_GROW(s->names, s->anames, s->nnames + 1);
+		s->names[s->nnames++] = offset_name(s, f->lib, vaddr);
+	}
 	return first;
 }
 
@@ -563,10 +584,11 @@ static bool lookup(struct sym_native *s, const struct nfile *f, uint64_t vaddr, 
 	return true;
 }
 
-static void push_frame(struct spy_stack *out, const char *func, const char *lib, spy_addr_t pc)
+static void push_frame(struct spy_stack *out, const char *func, const char *lib, spy_addr_t pc,
+		       uint8_t flags)
 {
 	struct spy_frame *fr = spy_stack_push(out);
-	*fr = (struct spy_frame){ func, lib, 0, SPY_FRAME_NATIVE, 0, pc };
+	*fr = (struct spy_frame){ func, lib, 0, SPY_FRAME_NATIVE, flags, pc };
 }
 
 static void resolve_pc(struct sym_native *s, const struct spy_mem *mem, spy_addr_t pc,
@@ -575,16 +597,22 @@ static void resolve_pc(struct sym_native *s, const struct spy_mem *mem, spy_addr
 	/* A return address points after the call: look up the call itself. */
 	spy_addr_t at = is_return && pc ? pc - 1 : pc;
 	const struct spy_map *m = spy_mem_find_map(mem, at);
+	if (m && !m->path[0] && (m->perms & SPY_MAP_X)) {
+		push_frame(out, s->jit, s->anon, pc, 0);
+		return;
+	}
 	struct nfile *f = m && m->path[0] ? find_file(s, m) : NULL;
 	uint64_t vaddr;
 	if (!f || !file_vaddr(f, at - m->lo + m->offset, &vaddr)) {
-		push_frame(out, s->unknown, f ? f->lib : s->unknown, pc);
+		/* Unreadable, or not of a loaded segment: the offset in the file. */
+		push_frame(out, f ? offset_name(s, f->lib, at - m->lo + m->offset) : s->unknown,
+			   f ? f->lib : s->unknown, pc, 0);
 		return;
 	}
 	uint32_t first, count;
 	bool cached = lookup(s, f, vaddr, &first, &count);
 	for (uint32_t i = 0; i < count; i++) {
-		push_frame(out, s->names[first + i], f->lib, pc);
+		push_frame(out, s->names[first + i], f->lib, pc, i + 1 < count ? SPY_FRAME_INLINED : 0);
 	}
 	/* Uncached answers must not pile up in names[]. */
 	if (!cached) {
