@@ -14,6 +14,9 @@
 #include "common/util.h"
 #include "sampler/sampler.h"
 
+/* Maps re-read for pcs in no mapping at most this often. */
+#define NATIVE_MAPS_NS (100 * 1000 * 1000ull)
+
 int native_init(struct native *n, struct target *t, bool all, struct spy_err *err)
 {
 	memset(n, 0, sizeof(*n));
@@ -84,6 +87,26 @@ void native_unwind(struct native *n, struct target *t, int32_t tid, struct nativ
 	n->unwinds++;
 }
 
+/*
+ * A pc in no mapping ran in memory mapped since the maps were read (code a
+ * JIT has just written): read them again, at most every NATIVE_MAPS_NS, so
+ * that its frame is named for what it is.
+ */
+static void refresh_maps_for(struct native *n, struct target *t, const struct native_pcs *pcs)
+{
+	const struct spy_mem *mem = proc_mem(t->proc);
+	for (size_t i = 0; i < pcs->n; i++) {
+		if (!spy_mem_find_map(mem, pcs->v[i])) {
+			uint64_t now = ticker_now_ns();
+			if (now - n->maps_read_ns >= NATIVE_MAPS_NS) {
+				n->maps_read_ns = now;
+				(void)proc_read_maps(t->proc, NULL);
+			}
+			return;
+		}
+	}
+}
+
 int native_merge(struct native *n, struct target *t, const struct native_pcs *pcs,
 		 struct spy_stack *py)
 {
@@ -92,6 +115,7 @@ int native_merge(struct native *n, struct target *t, const struct native_pcs *pc
 		return -SPY_EMEM;
 	}
 	uint64_t t0 = spy_thread_cpu_ns();
+	refresh_maps_for(n, t, pcs);
 	struct sym_native_stats before, after;
 	sym_native_stats(n->syms, &before);
 	spy_stack_reset(&n->nat);

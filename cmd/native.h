@@ -39,6 +39,7 @@ struct native {
 	 * cache already: the cost of --native once warmed up. */
 	uint64_t warm, warm_unwind_ns, warm_merge_ns;
 	bool fail_for_tests;            /* SPY_TEST_NATIVE_FAIL: every unwind fails */
+	uint64_t maps_read_ns;          /* when a pc in no mapping last had them re-read */
 };
 
 int native_init(struct native *n, struct target *t, bool all, struct spy_err *err);

@@ -219,7 +219,10 @@ static const unw_dyn_info_t *table_for(struct sym_unwinder *u, const struct spy_
 				       unw_word_t ip)
 {
 	const struct spy_map *m = spy_mem_find_map(mem, ip);
-	const struct spy_map *b = m && m->path[0] == '/' ? object_start(mem, m) : NULL;
+	/* The vDSO is an ELF image in memory like any other (a clock read stops there often). */
+	const struct spy_map *b = m && (m->path[0] == '/' || !strcmp(m->path, "[vdso]"))
+					  ? object_start(mem, m)
+					  : NULL;
 	if (!b) {
 		return NULL;
 	}
@@ -576,7 +579,13 @@ static int walk_frames(struct walk *w, unw_cursor_t *cur, spy_addr_t *pcs, spy_a
 		}
 		pcs[*n] = ip;
 		sps[(*n)++] = sp;
-		if (sym_is_jit_pc(w->mem, ip)) {
+		/*
+		 * A pc in no mapping at all is in memory mapped since the maps
+		 * were read: in a Python process, most likely code the JIT has
+		 * just written. Stepped past the same way, but only where an
+		 * anchor can confirm the step.
+		 */
+		if (sym_is_jit_pc(w->mem, ip) || (w->nanchors && !spy_mem_find_map(w->mem, ip))) {
 			if (step_past_jit(w, cur, sp) < 0) {
 				return *n > 1 ? 0 : -SPY_EMEM;
 			}

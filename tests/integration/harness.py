@@ -68,7 +68,7 @@ ROOT_RUNS = (("release", None, ("container", "chroot")),
 ROOT_NAME = "debian sid root"
 # What a target reads from its environment: pyroot runs programs with a
 # clean one, so these are passed in by name.
-TARGET_ENV = ("SPY_TARGET_LIFETIME",)
+TARGET_ENV = ("SPY_TARGET_LIFETIME", "PYTHON_JIT")
 
 EXIT_SKIP = 77
 
@@ -147,7 +147,7 @@ class Interp(object):
     """
 
     def __init__(self, path, version, executable, origin, root=None,
-                 mode=None):
+                 mode=None, nodebug=False, env=None):
         # Run its sys.executable: a pyenv shim given in SPY_PYTHONS would
         # otherwise stand between us and the interpreter (a shell process
         # whose pid is not the target's).
@@ -161,6 +161,10 @@ class Interp(object):
         self.origin = origin              # "pyenv", or where it was found
         self.root = root                  # the pyroot's host path, or None
         self.mode = mode                  # "container" or "chroot" with root
+        # The root's debug files hidden (tools/pyroot run --no-debug), as
+        # on a machine without the -dbg packages.
+        self.nodebug = nodebug
+        self.env = dict(env or {})        # set in the target's environment
         self.minor = "%d.%d" % version[:2]
         vs = "%d.%d.%d" % version
         self.vstring = vs
@@ -178,7 +182,15 @@ class Interp(object):
         execs, so the process started is the interpreter itself."""
         if not self.root:
             return self.argv(args)
-        return _pyroot_run(self.mode, self.argv(args), binds)
+        return _pyroot_run(self.mode, self.argv(args), binds, self.nodebug)
+
+    def variant(self, what, nodebug=False, env=None):
+        """The same interpreter run another way, labelled with what."""
+        v = Interp(self.given, self.version, self.executable,
+                   "%s, %s" % (self.origin, what), self.root, self.mode,
+                   nodebug, env)
+        v.path = self.path
+        return v
 
     def tool(self, argv, binds=()):
         """argv to run a program of the interpreter's own system: inside
@@ -198,8 +210,8 @@ class Interp(object):
         return "Interp(%r, %r)" % (self.path, self.label)
 
 
-def _pyroot_run(mode, argv, binds=()):
-    cmd = [PYROOT, "run", "--" + mode]
+def _pyroot_run(mode, argv, binds=(), nodebug=False):
+    cmd = [PYROOT, "run", "--" + mode] + (["--no-debug"] if nodebug else [])
     for d in (TARGETS,) + tuple(binds):
         cmd += ["--bind", d]
     for name in TARGET_ENV:
@@ -292,7 +304,10 @@ def probe(path, wrap=lambda argv: argv):
 _discovered = []
 
 
-def discover(chroot=False):
+_variants = []
+
+
+def discover(chroot=False, variants=False):
     """Find interpreters. Returns (interps, problems).
 
     interps are deduplicated by the real path of their sys.executable and
@@ -301,6 +316,10 @@ def discover(chroot=False):
     (explicit: it came from SPY_PYTHONS, or the root has it and it does not
     run) and for the root's that are absent, saying why. Found once per
     process.
+
+    variants: also the root's release interpreters without their debug
+    files, and with the JIT (root_variants), for the tests of what debug
+    files change (native symbols).
 
     chroot: also the root's interpreters in chroot mode. Only tests of how
     spy reaches the target's files (its ELF files, sources, core mappings)
@@ -312,9 +331,49 @@ def discover(chroot=False):
     if not _discovered:
         _discovered.append(_discover())
     interps, problems = _discovered[0]
+    if variants:
+        if not _variants:
+            _variants.append(root_variants(interps))
+        interps = sorted(interps + _variants[0][0],
+                         key=lambda i: (i.version, i.label))
+        problems = problems + _variants[0][1]
     if not chroot and not os.environ.get("SPY_PYTHONS", "").strip():
         interps = [i for i in interps if i.mode != "chroot"]
     return list(interps), list(problems)
+
+
+_JIT_PROBE = "import sys; j = getattr(sys, '_jit', None); print(bool(j and j.is_available()))"
+
+
+def root_variants(interps):
+    """(interps, problems): each release interpreter of the root also
+    without its debug files, and, from 3.14 (Debian builds them with the
+    experimental JIT), without them and with PYTHON_JIT=1: the builds users
+    run, which the -dbg packages the root installs would otherwise hide."""
+    out, problems = [], []
+    for i in interps:
+        if not i.root or i.origin.split(",")[0] != _root_kind_name("release"):
+            continue
+        out.append(i.variant("no debug files", nodebug=True))
+        if i.version < (3, 14):
+            continue
+        try:
+            r = subprocess.run(i.command(["-c", _JIT_PROBE]),
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, universal_newlines=True,
+                               timeout=60)
+            jit = r.stdout.strip() == "True"
+        except (OSError, subprocess.SubprocessError) as e:
+            problems.append((i.label + " JIT", "cannot probe: %s" % e, True))
+            continue
+        if jit:
+            out.append(i.variant("no debug files, PYTHON_JIT=1", nodebug=True,
+                                 env={"PYTHON_JIT": "1"}))
+        else:
+            problems.append(("%s (%s, PYTHON_JIT=1)" % (i.vstring, i.origin),
+                             "this build has no JIT (sys._jit.is_available() "
+                             "is false)", False))
+    return out, problems
 
 
 def _discover():
@@ -555,6 +614,9 @@ class Target(object):
         self.script = script
         self.argv = interp.argv([script] + list(args))
         self._err = tempfile.TemporaryFile()
+        if interp.env:
+            env = dict(os.environ if env is None else env)
+            env.update(interp.env)
         self.proc = spawn(interp.command([script] + list(args), binds),
                           stdout=subprocess.PIPE, stderr=self._err, env=env)
         self.pid = self.proc.pid
@@ -729,7 +791,8 @@ _PYTHON = re.compile(r"^Python (\S+) \((.*)\)$")
 
 
 def parse_frame(body):
-    """`function (file:line)` -> Frame; `symbol (library)` -> Frame(line=None).
+    """`function (file:line)` -> Frame; `symbol (library)` -> Frame(line=None);
+    `[marker]` -> Frame(file="").
 
     File paths may hold spaces and parens, so the location is what follows a
     " (" up to the final ")", and the line number what follows its last ':'.
@@ -738,6 +801,8 @@ def parse_frame(body):
     ends the name, which keeps a path like "/a (copy)/x.py" whole; native
     symbols (C++ may have " (" in them) end at the last " (".
     """
+    if body.startswith("[") and body.endswith("]") and " (" not in body:
+        return Frame(body, "", None)    # a marker: --native frames not placed
     if not body.endswith(")") or " (" not in body:
         raise DumpParseError("bad frame %r" % body)
     m = re.match(r"^(.+?) \((.*):(\d+)\)$", body)
@@ -986,7 +1051,8 @@ class Reporter(object):
         sys.exit(EXIT_SKIP)
 
 
-def for_each_interp(rep, run_one, need_ptrace=True, expect=(), chroot=False):
+def for_each_interp(rep, run_one, need_ptrace=True, expect=(), chroot=False,
+                    variants=False):
     """The common main loop: discover interpreters, skip what cannot run,
     call run_one(interp) -> list of problems for the rest, report each.
 
@@ -995,9 +1061,9 @@ def for_each_interp(rep, run_one, need_ptrace=True, expect=(), chroot=False):
     where the caller chose). A failure on one interpreter never stops the
     others.
 
-    chroot: as discover's.
+    chroot, variants: as discover's.
     """
-    interps, problems = discover(chroot)
+    interps, problems = discover(chroot, variants)
     report_problems(rep, problems)
     missing = []
     if not os.environ.get("SPY_PYTHONS", "").strip():
