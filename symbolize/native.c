@@ -61,7 +61,7 @@ struct load {
 
 /* What find_debuginfo keeps for one module (its libdwfl userdata). */
 struct dbg {
-	const struct sym_native *s;
+	struct sym_native *s;
 	bool found;                   /* its debug file is found */
 	char dir[80];                 /* the directory of that file */
 	unsigned char alt_id[64];     /* and the dwz file that one links to: its build-id */
@@ -112,6 +112,10 @@ struct sym_native {
 	const char *jit, *anon;   /* SYM_JIT_FRAME, SYM_JIT_FILE */
 	void *cxx;
 	demangle_fn demangle;
+	/* debuginfod_fetch's library and client, looked for on first use. */
+	bool dbgi_tried;
+	void *dbgi, *dbgi_client;
+	void *dbgi_find;
 	struct sym_native_stats st;
 };
 
@@ -200,8 +204,50 @@ out:
 }
 
 /*
+ * debuginfod (libdebuginfod, loaded at run time only when the user set
+ * DEBUGINFOD_URLS, as gdb and libdw's own look-ups do): a debug file by
+ * build-id from the servers named there, into its cache. The descriptor it
+ * returns is of that cached file; *path gets its name.
+ */
+typedef void *(*dbgi_begin_fn)(void);
+typedef int (*dbgi_find_fn)(void *, const unsigned char *, int, char **);
+typedef void (*dbgi_end_fn)(void *);
+
+static int debuginfod_fetch(struct sym_native *s, const unsigned char *id, int n, char *path,
+			    size_t size)
+{
+	if (!s->dbgi_tried) {
+		s->dbgi_tried = true;
+		const char *urls = getenv("DEBUGINFOD_URLS");
+		s->dbgi = urls && *urls ? dlopen("libdebuginfod.so.1", RTLD_LAZY | RTLD_LOCAL) : NULL;
+		dbgi_begin_fn begin = s->dbgi ? (dbgi_begin_fn)dlsym(s->dbgi, "debuginfod_begin") : NULL;
+		s->dbgi_find = s->dbgi ? (dbgi_find_fn)dlsym(s->dbgi, "debuginfod_find_debuginfo") : NULL;
+		s->dbgi_client = begin && s->dbgi_find ? begin() : NULL;
+		if (urls && *urls) {
+			spy_log(SPY_LOG_DEBUG, "native symbols: debuginfod %s",
+				s->dbgi_client ? "in use (DEBUGINFOD_URLS)" : "unavailable (no libdebuginfod.so.1)");
+		}
+	}
+	if (!s->dbgi_client) {
+		return -1;
+	}
+	char *got = NULL;
+	int fd = ((dbgi_find_fn)s->dbgi_find)(s->dbgi_client, id, n, &got);
+	if (fd >= 0 && got) {
+		snprintf(path, size, "%s", got);
+	}
+	free(got);
+	/* A server may answer anything: only the file asked for is taken. */
+	if (fd >= 0 && !has_build_id(fd, id, n)) {
+		close(fd);
+		fd = -1;
+	}
+	return fd >= 0 ? fd : -1;
+}
+
+/*
  * The separate debug file of a module, by build-id, in the target's
- * /usr/lib/debug, then ours. The .gnu_debuglink name is not followed: it
+ * /usr/lib/debug, then ours, then from debuginfod if the user asked. The .gnu_debuglink name is not followed: it
  * is a name chosen by the file, and every distro ships build-id paths.
  * libdwfl calls this again, once the debug file is found, for the dwz file
  * it links to (debuglink_file is then that link's name, the CRC 0): that
@@ -233,6 +279,9 @@ static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname
 			}
 			fd = open_debug_file(d->s, path, d->alt_id, d->alt_n);
 		}
+		if (fd < 0) {
+			fd = debuginfod_fetch(d->s, d->alt_id, d->alt_n, path, sizeof(path));
+		}
 		if (fd >= 0) {
 			*debuginfo_file_name = spy_xstrdup(path);
 		}
@@ -246,6 +295,9 @@ static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname
 	}
 	build_id_path(id, n, path, sizeof(path));
 	int fd = open_debug_file(d->s, path, id, n);
+	if (fd < 0) {
+		fd = debuginfod_fetch(d->s, id, n, path, sizeof(path));
+	}
 	if (fd >= 0) {
 		d->found = true;
 		note_altlink(d, fd);
@@ -302,6 +354,15 @@ void sym_native_free(struct sym_native *s)
 	}
 	if (s->cxx) {
 		dlclose(s->cxx);
+	}
+	if (s->dbgi_client) {
+		dbgi_end_fn end = (dbgi_end_fn)dlsym(s->dbgi, "debuginfod_end");
+		if (end) {
+			end(s->dbgi_client);
+		}
+	}
+	if (s->dbgi) {
+		dlclose(s->dbgi);
 	}
 	free(s);
 }

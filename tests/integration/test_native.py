@@ -36,9 +36,11 @@ usage errors (exit 2).
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import harness
 from test_record import Profile, func_of
@@ -298,6 +300,80 @@ def run_loop(interp, outdir):
         return probs
 
 
+def serve_debug_files(root):
+    """A debuginfod server on localhost: /buildid/ID/debuginfo is the
+    root's /usr/lib/debug/.build-id file for ID. Returns (server, hits)."""
+    import http.server
+    import threading
+    hits = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            parts = self.path.strip("/").split("/")
+            path = None
+            if len(parts) == 3 and parts[0] == "buildid" and parts[2] == "debuginfo" \
+                    and re.match(r"^[0-9a-f]{4,128}$", parts[1]):
+                path = os.path.join(root, "usr/lib/debug/.build-id", parts[1][:2],
+                                    parts[1][2:] + ".debug")
+            if not path or not os.path.isfile(path):
+                self.send_error(404)
+                return
+            with open(path, "rb") as f:
+                data = f.read()
+            hits.append(parts[1])
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, hits
+
+
+def check_debuginfod(rep):
+    """DEBUGINFOD_URLS set: a build without its debug files gets them from
+    the server, and its eval loop's unexported .cold part is named."""
+    interps, _ = harness.discover(variants=True)
+    cands = [i for i in interps if i.nodebug and not i.env and i.mode == "container"]
+    if not cands:
+        rep.skip("native debuginfod", "no interpreter of the root without its debug "
+                 "files (%s)" % harness.SEARCHED)
+        return
+    interp = cands[-1]
+    tmp = tempfile.mkdtemp(prefix="spy-debuginfod-")
+    server, hits = serve_debug_files(interp.root)
+    probs = []
+    try:
+        env = {"DEBUGINFOD_URLS": "http://127.0.0.1:%d" % server.server_address[1],
+               "DEBUGINFOD_CACHE_PATH": tmp, "DEBUGINFOD_TIMEOUT": "20"}
+        with harness.Target(interp, LOOP) as t:
+            names = set()
+            for _ in range(5):
+                r = harness.run_spy(["dump", "--native-all", "--pid", str(t.pid)], timeout=60,
+                                    env=harness.spy_env(env, keep_log=False))
+                if r.rc != 0:
+                    probs.append("dump --native-all: " + r.describe())
+                    break
+                d = harness.parse_dump(r.out)
+                if d.threads:
+                    names.update(f.func for f in d.threads[0].frames)
+            exe = os.path.basename(interp.path)
+            if not hits:
+                probs.append("DEBUGINFOD_URLS set: the server was never asked")
+            if not any(n.startswith("_PyEval_EvalFrameDefault") for n in names):
+                probs.append("DEBUGINFOD_URLS set: no eval-loop frame named: %s" % sorted(names))
+            if any(n.startswith(exe + "+0x") for n in names):
+                probs.append("DEBUGINFOD_URLS set: %s frames still by offset" % exe)
+    finally:
+        server.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+    rep.check("native debuginfod, %s" % interp.label, probs)
+
+
 def check_usage():
     """--native needs paused threads and a live process: usage errors (exit 2)."""
     probs = []
@@ -346,6 +422,8 @@ def run_one(interp):
 def main():
     rep = harness.reporter("native")
     rep.check("native usage errors", check_usage())
+    if harness.ptrace_problem() is None:
+        check_debuginfod(rep)
     harness.for_each_interp(rep, run_one,
                             expect=("2.7", "3.8", "3.11", "3.12", "3.13",
                                     "3.14", "3.15"), chroot=True, variants=True)
