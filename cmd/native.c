@@ -59,9 +59,7 @@ void native_note_anchors(struct target *t, struct native_pcs *pcs)
 {
 	const spy_addr_t *a;
 	size_t n = pyrt_stack_anchors(t->rt, &a);
-	if (!pcs->anchors && n) {
-		pcs->anchors = spy_xcalloc(SPY_MAX_PY_DEPTH, sizeof(*pcs->anchors));
-	}
+	SPY_GROW(pcs->anchors, pcs->aanchors, n);
 	pcs->nanchors = n;
 	if (n) {
 		memcpy(pcs->anchors, a, n * sizeof(*a));

@@ -21,7 +21,7 @@ struct native_pcs {
 	size_t n;
 	/* The Python stack's anchors (pyrt_stack_anchors), noted when it was walked. */
 	spy_addr_t *anchors;
-	size_t nanchors;
+	size_t nanchors, aanchors;
 	int rc;   /* of sym_unwind: 0, -SPY_EBOUND (cut), or -SPY_EMEM (failed) */
 	uint64_t cpu_ns;   /* spy's CPU time in the walk */
 };

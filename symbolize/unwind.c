@@ -83,6 +83,7 @@ struct walk {
 	int32_t tid;
 	const spy_addr_t *anchors;   /* the Python stack's entry frames (sym_unwind) */
 	size_t nanchors;
+	int jit_steps;               /* JIT frames stepped past so far */
 #if defined(__x86_64__)
 	int regs_state;   /* 0: not read yet, 1: read, -1: PTRACE_GETREGS failed */
 	struct user_regs_struct regs;
@@ -391,6 +392,8 @@ void sym_unwinder_free(struct sym_unwinder *u)
 #define JIT_MAX_TRIES 32
 /* Callers of a candidate checked to be return addresses too. */
 #define JIT_CHECK_CALLERS 3
+/* JIT frames stepped past in one walk (each costs up to a stack scan). */
+#define JIT_MAX_PER_WALK 8
 
 bool sym_is_jit_pc(const struct spy_mem *mem, spy_addr_t pc)
 {
@@ -514,6 +517,9 @@ static bool try_saved_fp(struct walk *w, unw_cursor_t *cur, const struct user_re
 /* Move cur from a JIT frame whose stack pointer is sp to its caller; -1 if not found. */
 static int step_past_jit(struct walk *w, unw_cursor_t *cur, spy_addr_t sp)
 {
+	if (++w->jit_steps > JIT_MAX_PER_WALK) {
+		return -1;
+	}
 	static const unw_regnum_t keep[] = { UNW_X86_64_RBX, UNW_X86_64_RBP, UNW_X86_64_R12,
 					     UNW_X86_64_R13, UNW_X86_64_R14, UNW_X86_64_R15 };
 	unw_word_t v[SPY_ARRAY_SIZE(keep)];
