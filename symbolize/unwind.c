@@ -591,7 +591,8 @@ static int walk_frames(struct walk *w, unw_cursor_t *cur, spy_addr_t *pcs, spy_a
 		 * just written. Stepped past the same way, but only where an
 		 * anchor can confirm the step.
 		 */
-		if (sym_is_jit_pc(w->mem, ip) || (w->nanchors && !spy_mem_find_map(w->mem, ip))) {
+		const struct spy_map *m = spy_mem_find_map(w->mem, ip);
+		if (m ? !m->path[0] && (m->perms & SPY_MAP_X) : w->nanchors > 0) {
 			if (step_past_jit(w, cur, sp) < 0) {
 				return *n > 1 ? 0 : -SPY_EMEM;
 			}
