@@ -658,7 +658,7 @@ static void resolve_pc(struct sym_native *s, const struct spy_mem *mem, spy_addr
 	/* A return address points after the call: look up the call itself. */
 	spy_addr_t at = is_return && pc ? pc - 1 : pc;
 	const struct spy_map *m = spy_mem_find_map(mem, at);
-	if (m && !m->path[0] && (m->perms & SPY_MAP_X)) {
+	if (m && sym_map_is_jit(m)) {
 		push_frame(out, s->jit, s->anon, pc, 0);
 		return;
 	}

@@ -76,7 +76,12 @@ void sym_unwinder_free(struct sym_unwinder *u);
 int sym_unwind(struct sym_unwinder *u, const struct spy_mem *mem, int32_t tid,
 	       const spy_addr_t *anchors, size_t nanchors, spy_addr_t *pcs, spy_addr_t *sps,
 	       size_t max, size_t *n);
-/* Whether pc lies in anonymous executable memory: code a JIT wrote. */
+/* Whether m is anonymous executable memory: code a JIT wrote. */
+static inline bool sym_map_is_jit(const struct spy_map *m)
+{
+	return !m->path[0] && (m->perms & SPY_MAP_X);
+}
+/* Whether pc lies in such memory. */
 bool sym_is_jit_pc(const struct spy_mem *mem, spy_addr_t pc);
 
 /*

@@ -398,7 +398,7 @@ void sym_unwinder_free(struct sym_unwinder *u)
 bool sym_is_jit_pc(const struct spy_mem *mem, spy_addr_t pc)
 {
 	const struct spy_map *m = spy_mem_find_map(mem, pc);
-	return m && !m->path[0] && (m->perms & SPY_MAP_X);
+	return m && sym_map_is_jit(m);
 }
 
 #if defined(__x86_64__)
@@ -592,7 +592,7 @@ static int walk_frames(struct walk *w, unw_cursor_t *cur, spy_addr_t *pcs, spy_a
 		 * anchor can confirm the step.
 		 */
 		const struct spy_map *m = spy_mem_find_map(w->mem, ip);
-		if (m ? !m->path[0] && (m->perms & SPY_MAP_X) : w->nanchors > 0) {
+		if (m ? sym_map_is_jit(m) : w->nanchors > 0) {
 			if (step_past_jit(w, cur, sp) < 0) {
 				return *n > 1 ? 0 : -SPY_EMEM;
 			}
