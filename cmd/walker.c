@@ -172,6 +172,9 @@ static void walker_walk_thread(void *ctx, void *py, size_t i, struct eng_thread 
 	t->gc = gc == 1;
 	w->gc_known |= gc >= 0;
 	t->rc = pyrt_stack(d->t.rt, &w->py[i], &t->stack, NULL);
+	if (d->nat) {
+		native_note_anchors(&d->t, &w->pcs[i]);
+	}
 	if (w->async && t->rc == 0) {
 		attribute_task(w, d, i, &t->stack);
 	}

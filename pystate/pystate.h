@@ -134,6 +134,17 @@ int pyrt_stack(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out
 	       struct spy_err *err);
 
 /*
+ * For --native: where the groups of the last pyrt_stack() ran. From 3.12
+ * each C-level eval call keeps a shim frame (its "entry frame") among its
+ * own locals, below the first frame it runs; *out[k] is the address of the
+ * k-th such shim from the innermost, which lies inside the C stack frame of
+ * the eval call that ran the k-th group (the frames through the k-th
+ * SPY_FRAME_PY_ENTRY frame). Returns how many; 0 before 3.12, where frames
+ * carry no such address. Valid until the next pyrt_stack().
+ */
+size_t pyrt_stack_anchors(const struct pyrt *rt, const spy_addr_t **out);
+
+/*
  * The names Python's threading module gave the threads th[0..n): names[i]
  * is the interned name of th[i], or NULL for a thread threading does not
  * know (started from C) or whose name cannot be read. One scan of each

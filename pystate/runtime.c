@@ -392,6 +392,7 @@ void pyrt_free(struct pyrt *rt)
 	free(rt->async);
 	free(rt->tmp);
 	free(rt->frames);
+	free(rt->anchors);
 	free(rt->seen);
 	free(rt);
 }
@@ -613,12 +614,20 @@ int pyrt_stack(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out
 {
 	if (!rt->frames) {
 		rt->frames = spy_xcalloc(SPY_MAX_PY_DEPTH, sizeof(*rt->frames));
+		rt->anchors = spy_xcalloc(SPY_MAX_PY_DEPTH, sizeof(*rt->anchors));
 	}
 	rt->nframes = 0;
+	rt->nanchors = 0;
 	int rc = rt->walk(rt, t, out);
 	if (rc < 0) {
 		return spy_err_set(err, -rc, "cannot read the frames of thread %llu",
 				   (unsigned long long)t->thread_id);
 	}
 	return 0;
+}
+
+size_t pyrt_stack_anchors(const struct pyrt *rt, const spy_addr_t **out)
+{
+	*out = rt->anchors;
+	return rt->anchors ? rt->nanchors : 0;
 }

@@ -70,7 +70,7 @@ ROOT_NAME = "debian sid root"
 FT_NAME = "free-threaded, tools/pyroot build-ft"
 # What a target reads from its environment: pyroot runs programs with a
 # clean one, so these are passed in by name.
-TARGET_ENV = ("SPY_TARGET_LIFETIME",)
+TARGET_ENV = ("SPY_TARGET_LIFETIME", "PYTHON_JIT")
 
 EXIT_SKIP = 77
 
@@ -149,7 +149,7 @@ class Interp(object):
     """
 
     def __init__(self, path, version, executable, origin, root=None,
-                 mode=None, free_threaded=False):
+                 mode=None, free_threaded=False, nodebug=False, env=None):
         # Run its sys.executable: a pyenv shim given in SPY_PYTHONS would
         # otherwise stand between us and the interpreter (a shell process
         # whose pid is not the target's).
@@ -167,7 +167,10 @@ class Interp(object):
         # free-threaded build does only when told (with_gil()).
         self.free_threaded = free_threaded
         self.gil = not free_threaded
-        self.env = ()                     # ("NAME=value",) to run it with
+        # The root's debug files hidden (tools/pyroot run --no-debug), as
+        # on a machine without the -dbg packages.
+        self.nodebug = nodebug
+        self.env = dict(env or {})        # set in the target's environment
         self.minor = "%d.%d" % version[:2]
         vs = "%d.%d.%d" % version
         self.vstring = vs
@@ -181,7 +184,7 @@ class Interp(object):
         """This free-threaded interpreter run with PYTHON_GIL=1, which spy
         must treat as a GIL build: a copy, labelled so."""
         c = copy.copy(self)
-        c.gil, c.env = True, self.env + ("PYTHON_GIL=1",)
+        c.gil, c.env = True, dict(self.env, PYTHON_GIL="1")
         c.label = "%s, PYTHON_GIL=1)" % self.label[:-1]
         return c
 
@@ -192,10 +195,19 @@ class Interp(object):
         file names compare as they do outside; every step of tools/pyroot
         execs, so the process started is the interpreter itself."""
         # env execs too: the process keeps the pid started.
-        argv = (["env"] + list(self.env) if self.env else []) + self.argv(args)
+        argv = ((["env"] + ["%s=%s" % kv for kv in sorted(self.env.items())]
+                 if self.env else []) + self.argv(args))
         if not self.root:
             return argv
-        return _pyroot_run(self.mode, argv, binds)
+        return _pyroot_run(self.mode, argv, binds, self.nodebug)
+
+    def variant(self, what, nodebug=False, env=None):
+        """The same interpreter run another way, labelled with what."""
+        v = Interp(self.given, self.version, self.executable,
+                   "%s, %s" % (self.origin, what), self.root, self.mode,
+                   self.free_threaded, nodebug, env)
+        v.path = self.path
+        return v
 
     def tool(self, argv, binds=()):
         """argv to run a program of the interpreter's own system: inside
@@ -215,8 +227,8 @@ class Interp(object):
         return "Interp(%r, %r)" % (self.path, self.label)
 
 
-def _pyroot_run(mode, argv, binds=()):
-    cmd = [PYROOT, "run", "--" + mode]
+def _pyroot_run(mode, argv, binds=(), nodebug=False):
+    cmd = [PYROOT, "run", "--" + mode] + (["--no-debug"] if nodebug else [])
     for d in (TARGETS,) + tuple(binds):
         cmd += ["--bind", d]
     for name in TARGET_ENV:
@@ -316,7 +328,10 @@ def probe(path, wrap=lambda argv: argv):
 _discovered = []
 
 
-def discover(chroot=False):
+_variants = []
+
+
+def discover(chroot=False, variants=False):
     """Find interpreters. Returns (interps, problems).
 
     interps are deduplicated by the real path of their sys.executable and
@@ -325,6 +340,10 @@ def discover(chroot=False):
     (explicit: it came from SPY_PYTHONS, or the root has it and it does not
     run) and for the root's that are absent, saying why. Found once per
     process.
+
+    variants: also the root's release interpreters without their debug
+    files, and with the JIT (root_variants), for the tests of what debug
+    files change (native symbols).
 
     chroot: also the root's interpreters in chroot mode. Only tests of how
     spy reaches the target's files (its ELF files, sources, core mappings)
@@ -336,9 +355,49 @@ def discover(chroot=False):
     if not _discovered:
         _discovered.append(_discover())
     interps, problems = _discovered[0]
+    if variants:
+        if not _variants:
+            _variants.append(root_variants(interps))
+        interps = sorted(interps + _variants[0][0],
+                         key=lambda i: (i.version, i.label))
+        problems = problems + _variants[0][1]
     if not chroot and not os.environ.get("SPY_PYTHONS", "").strip():
         interps = [i for i in interps if i.mode != "chroot"]
     return list(interps), list(problems)
+
+
+_JIT_PROBE = "import sys; j = getattr(sys, '_jit', None); print(bool(j and j.is_available()))"
+
+
+def root_variants(interps):
+    """(interps, problems): each release interpreter of the root also
+    without its debug files, and, from 3.14 (Debian builds them with the
+    experimental JIT), without them and with PYTHON_JIT=1: the builds users
+    run, which the -dbg packages the root installs would otherwise hide."""
+    out, problems = [], []
+    for i in interps:
+        if not i.root or i.origin.split(",")[0] != _root_kind_name("release"):
+            continue
+        out.append(i.variant("no debug files", nodebug=True))
+        if i.version < (3, 14):
+            continue
+        try:
+            r = subprocess.run(i.command(["-c", _JIT_PROBE]),
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, universal_newlines=True,
+                               timeout=60)
+            jit = r.stdout.strip() == "True"
+        except (OSError, subprocess.SubprocessError) as e:
+            problems.append((i.label + " JIT", "cannot probe: %s" % e, True))
+            continue
+        if jit:
+            out.append(i.variant("no debug files, PYTHON_JIT=1", nodebug=True,
+                                 env={"PYTHON_JIT": "1"}))
+        else:
+            problems.append(("%s (%s, PYTHON_JIT=1)" % (i.vstring, i.origin),
+                             "this build has no JIT (sys._jit.is_available() "
+                             "is false)", False))
+    return out, problems
 
 
 def _discover():
@@ -608,6 +667,9 @@ class Target(object):
         self.script = script
         self.argv = interp.argv([script] + list(args))
         self._err = tempfile.TemporaryFile()
+        if interp.env:
+            env = dict(os.environ if env is None else env)
+            env.update(interp.env)
         self.proc = spawn(interp.command([script] + list(args), binds),
                           stdout=subprocess.PIPE, stderr=self._err, env=env)
         self.pid = self.proc.pid
@@ -786,7 +848,8 @@ _PYTHON = re.compile(r"^Python (\S+)(?: free-threaded, (running without a GIL|"
 
 
 def parse_frame(body):
-    """`function (file:line)` -> Frame; `symbol (library)` -> Frame(line=None).
+    """`function (file:line)` -> Frame; `symbol (library)` -> Frame(line=None);
+    `[marker]` -> Frame(file="").
 
     File paths may hold spaces and parens, so the location is what follows a
     " (" up to the final ")", and the line number what follows its last ':'.
@@ -795,6 +858,8 @@ def parse_frame(body):
     ends the name, which keeps a path like "/a (copy)/x.py" whole; native
     symbols (C++ may have " (" in them) end at the last " (".
     """
+    if body.startswith("[") and body.endswith("]") and " (" not in body:
+        return Frame(body, "", None)    # a marker: --native frames not placed
     if not body.endswith(")") or " (" not in body:
         raise DumpParseError("bad frame %r" % body)
     m = re.match(r"^(.+?) \((.*):(\d+)\)$", body)
@@ -1046,7 +1111,7 @@ class Reporter(object):
 
 
 def for_each_interp(rep, run_one, need_ptrace=True, expect=(), chroot=False,
-                    gil_too=False):
+                    gil_too=False, variants=False):
     """The common main loop: discover interpreters, skip what cannot run,
     call run_one(interp) -> list of problems for the rest, report each.
 
@@ -1055,12 +1120,12 @@ def for_each_interp(rep, run_one, need_ptrace=True, expect=(), chroot=False,
     where the caller chose). A failure on one interpreter never stops the
     others.
 
-    chroot: as discover's.
+    chroot, variants: as discover's.
 
     gil_too: also run each free-threaded interpreter with its GIL switched
     on (PYTHON_GIL=1), for the tests of what spy says about the GIL.
     """
-    interps, problems = discover(chroot)
+    interps, problems = discover(chroot, variants)
     if gil_too:
         interps = [v for i in interps
                    for v in ((i, i.with_gil()) if i.free_threaded else (i,))]

@@ -34,6 +34,7 @@ struct scene {
 	spy_addr_t interp, t1, t2;
 	spy_addr_t f_module, f_cafe, f_func, f_klass; /* t1's frames */
 	spy_addr_t c_func;
+	spy_addr_t shim;   /* t1's C-stack shim (3.12+), or 0 */
 	struct exp e1[8], e2[4];
 	size_t n1, n2;
 	size_t entry_idx; /* index in e1 of the frame above the 3.12+ shim, or SIZE_MAX */
@@ -92,7 +93,7 @@ static void scene_init(struct scene *s, const struct pyoffsets *row)
 	c = fakepy_code(fp, "café", "main.py", 20, 400, 300, 320); /* 300-line gap, > 255 bytes in */
 	s->f_cafe = fakepy_push_frame(fp, s->t1, c, 300, 0);
 	if (row->owner_shim != PYOWNER_NONE) {
-		fakepy_push_shim(fp, s->t1);
+		s->shim = fakepy_push_shim(fp, s->t1);
 	}
 	s->c_func = fakepy_code(fp, "Outer.функция", "lib/мод.py", 400, 10, 5, u8 ? 402 : 398);
 	s->f_func = fakepy_push_frame(fp, s->t1, s->c_func, 5, 0);
@@ -215,6 +216,13 @@ static void test_row(const struct pyoffsets *row)
 	} else if (s.entry_idx != SIZE_MAX && s.entry_idx < st.n) {
 		CHECK(st.v[s.entry_idx].flags & SPY_FRAME_PY_ENTRY);
 		CHECK(!(st.v[0].flags & SPY_FRAME_PY_ENTRY));
+	}
+	/* The shim's address is the anchor of the group it ends (--native's placing). */
+	const spy_addr_t *anchors;
+	size_t nanchors = pyrt_stack_anchors(rt, &anchors);
+	CHECK_INT(nanchors, s.shim ? 1 : 0);
+	if (s.shim && nanchors == 1) {
+		CHECK(anchors[0] == s.shim);
 	}
 	/* Steady state: the second walk decodes nothing new, and (but in a
 	 * free-threaded build) reads no code object: every frame is memoized. */
