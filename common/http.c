@@ -273,12 +273,8 @@ static int transfer_error(struct http_client *c, CURLcode rc, struct spy_err *er
 	} else if (rc == CURLE_OPERATION_TIMEDOUT) {
 		spy_err_set(err, SPY_EIO, "timed out after %.0f s (%s)", (double)rq->timeout_ns / 1e9, b.buf);
 	} else if (rc == CURLE_COULDNT_CONNECT && os_errno) {
-		char *ip = NULL;
-		long port = 0;
-		curl_easy_getinfo(c->h, CURLINFO_PRIMARY_IP, &ip);
-		curl_easy_getinfo(c->h, CURLINFO_PRIMARY_PORT, &port);
-		spy_err_set(err, SPY_EIO, "connect to %s port %ld: %s", ip && *ip ? ip : "the server", port,
-			    strerror((int)os_errno));
+		/* libcurl's text names the address (the proxy's, through one); the system's says why. */
+		spy_err_set(err, SPY_EIO, "%s (%s)", b.buf, strerror((int)os_errno));
 	} else {
 		spy_err_set(err, SPY_EIO, "%s", b.buf);
 	}
