@@ -61,7 +61,7 @@ static const char sample_type_config[] =
 	"{\"samples\":{\"units\":\"samples\",\"aggregation\":\"sum\",\"display-name\":\"cpu\",\"sampled\":true}}\n";
 
 struct window {
-	int64_t from_s, until_s;
+	char *target;    /* ingest: the path and query (the series' name); NULL for push */
 	char *body;
 	size_t len;
 };
@@ -152,17 +152,16 @@ static int label_cmp(const void *a, const void *b)
 }
 
 /* The PushRequest of one window: its series' labels and the pprof. */
-static char *push_body(const struct pusher *p, const void *pprof, size_t len, size_t *out_len)
+static char *push_body(const struct push_series *s, const void *pprof, size_t len, size_t *out_len)
 {
-	const struct push_config *c = &p->c;
 	struct push_label labels[PUSH_MAX_LABELS + 2];
 	size_t n = 0;
 	labels[n++] = (struct push_label){ "__name__", "process_cpu" };
 	snprintf(labels[n].key, sizeof(labels[n].key), "service_name");
-	snprintf(labels[n].value, sizeof(labels[n].value), "%s", c->app);
+	snprintf(labels[n].value, sizeof(labels[n].value), "%s", s->app);
 	n++;
-	memcpy(labels + n, c->labels, c->nlabels * sizeof(c->labels[0]));
-	n += c->nlabels;
+	memcpy(labels + n, s->labels, s->nlabels * sizeof(s->labels[0]));
+	n += s->nlabels;
 	qsort(labels, n, sizeof(labels[0]), label_cmp);
 
 	struct spy_buf series = SPY_BUF_INIT, sub = SPY_BUF_INIT, out = SPY_BUF_INIT;
@@ -199,10 +198,28 @@ static char *ingest_body(const struct pusher *p, const void *pprof, size_t len, 
 	return spy_buf_detach(&b, out_len);
 }
 
+/* ingest's target: the path and the query, the series' name in it. */
+static char *ingest_target(const struct push_series *s, int64_t from_s, int64_t until_s)
+{
+	struct spy_buf name = SPY_BUF_INIT, t = SPY_BUF_INIT;
+	spy_buf_addf(&name, "%s{", s->app);
+	for (size_t i = 0; i < s->nlabels; i++) {
+		spy_buf_addf(&name, "%s%s=%s", i ? "," : "", s->labels[i].key, s->labels[i].value);
+	}
+	spy_buf_adds(&name, "}");
+	spy_buf_adds(&t, "/ingest?name=");
+	http_query_escape(&t, name.buf);
+	spy_buf_addf(&t, "&from=%lld&until=%lld&format=pprof&sampleRate=%g&spyName=spy", (long long)from_s,
+		     (long long)until_s, s->rate_hz);
+	spy_buf_release(&name);
+	return spy_buf_detach(&t, NULL);
+}
+
 /* ---- the queue ---- */
 
 static void window_free(struct window *w)
 {
+	free(w->target);
 	free(w->body);
 	memset(w, 0, sizeof(*w));
 }
@@ -228,13 +245,13 @@ static void enqueue(struct pusher *p, struct window w)
 		p->q[(p->head + p->n) % PUSH_MAX_WINDOWS] = w;
 		p->n++;
 		p->bytes += w.len;
-		w.body = NULL;
+		w.body = w.target = NULL;
 	} else {
 		p->st.dropped++;
 	}
 	pthread_cond_signal(&p->cv);
 	pthread_mutex_unlock(&p->mu);
-	free(w.body);
+	window_free(&w);
 }
 
 /* A window not sent for a reason of spy's own (counted as refused, the reason kept). */
@@ -246,8 +263,10 @@ static void not_sent(struct pusher *p, const char *why)
 	pthread_mutex_unlock(&p->mu);
 }
 
-void pusher_window(struct pusher *p, const struct fg_profile *prof, int64_t from_s, int64_t until_s)
+void pusher_window(struct pusher *p, const struct push_series *s, const struct fg_profile *prof, int64_t from_s,
+		   int64_t until_s)
 {
+	s = s ? s : &p->c.series;
 	struct fg_stats fs;
 	fg_profile_stats(prof, &fs);
 	if (fs.samples == 0) {
@@ -265,9 +284,12 @@ void pusher_window(struct pusher *p, const struct fg_profile *prof, int64_t from
 	if (f && fclose(f) != 0 && rc == 0) {
 		rc = spy_err_set(&err, SPY_EIO, "window: %s", strerror(errno));
 	}
-	struct window w = { from_s, until_s, NULL, 0 };
-	if (rc == 0) {
-		w.body = p->c.api == PUSH_API_PUSH ? push_body(p, pprof, len, &w.len) : ingest_body(p, pprof, len, &w.len);
+	struct window w = { NULL, NULL, 0 };
+	if (rc == 0 && p->c.api == PUSH_API_PUSH) {
+		w.body = push_body(s, pprof, len, &w.len);
+	} else if (rc == 0) {
+		w.body = ingest_body(p, pprof, len, &w.len);
+		w.target = w.body ? ingest_target(s, from_s, until_s) : NULL;
 	}
 	free(pprof);
 	if (rc < 0) {
@@ -289,18 +311,6 @@ void pusher_status(struct pusher *p, struct push_status *st)
 
 /* ---- sending ---- */
 
-static void name_param(const struct push_config *c, struct spy_buf *out)
-{
-	struct spy_buf name = SPY_BUF_INIT;
-	spy_buf_addf(&name, "%s{", c->app);
-	for (size_t i = 0; i < c->nlabels; i++) {
-		spy_buf_addf(&name, "%s%s=%s", i ? "," : "", c->labels[i].key, c->labels[i].value);
-	}
-	spy_buf_adds(&name, "}");
-	http_query_escape(out, name.buf);
-	spy_buf_release(&name);
-}
-
 /* 1 sent, 0 failed (retry), -1 refused (drop); why in err. */
 static int send_window(struct pusher *p, const struct window *w, struct spy_err *err)
 {
@@ -313,10 +323,7 @@ static int send_window(struct pusher *p, const struct window *w, struct spy_err 
 		spy_buf_adds(&ctype, "application/proto");
 		h[nh++] = (struct http_header){ "Connect-Protocol-Version", "1" };
 	} else {
-		spy_buf_adds(&target, "/ingest?name=");
-		name_param(c, &target);
-		spy_buf_addf(&target, "&from=%lld&until=%lld&format=pprof&sampleRate=%g&spyName=spy",
-			     (long long)w->from_s, (long long)w->until_s, c->rate_hz);
+		spy_buf_adds(&target, w->target);
 		spy_buf_addf(&ctype, "multipart/form-data; boundary=%s", p->boundary);
 	}
 	h[nh++] = (struct http_header){ "Content-Type", ctype.buf };

@@ -92,18 +92,18 @@ void push_sanitize(char *s, bool app)
 	}
 }
 
-bool push_config_label(struct push_config *c, const char *key, const char *value)
+bool push_series_label(struct push_series *s, const char *key, const char *value)
 {
 	size_t i = 0;
-	while (i < c->nlabels && strcmp(c->labels[i].key, key)) {
+	while (i < s->nlabels && strcmp(s->labels[i].key, key)) {
 		i++;
 	}
 	if (i == PUSH_MAX_LABELS) {
 		return false;
 	}
-	c->nlabels += i == c->nlabels;
-	snprintf(c->labels[i].key, sizeof(c->labels[i].key), "%s", key);
-	snprintf(c->labels[i].value, sizeof(c->labels[i].value), "%s", value);
+	s->nlabels += i == s->nlabels;
+	snprintf(s->labels[i].key, sizeof(s->labels[i].key), "%s", key);
+	snprintf(s->labels[i].value, sizeof(s->labels[i].value), "%s", value);
 	return true;
 }
 

@@ -54,6 +54,18 @@ struct push_label {
 	char value[256];
 };
 
+/*
+ * What a window is filed under: the application name (service_name) and
+ * the labels (host, pid, python, --label's), and the rate it was sampled
+ * at. record has one; an agent, one per process.
+ */
+struct push_series {
+	char app[256];
+	struct push_label labels[PUSH_MAX_LABELS];
+	size_t nlabels;
+	double rate_hz;                /* ingest's sampleRate (the pprof's period comes from the profile) */
+};
+
 enum push_api {
 	PUSH_API_PUSH,     /* POST /push.v1.PusherService/Push, a PushRequest */
 	PUSH_API_INGEST,   /* POST /ingest, a multipart form */
@@ -65,12 +77,9 @@ struct push_config {
 	enum push_api api;
 	struct http_tls tls;           /* the file names live as long as the run (argv) */
 	bool send_command;             /* --push-command: the command line, not only the program's name */
-	char app[256];
-	struct push_label labels[PUSH_MAX_LABELS];
-	size_t nlabels;
+	struct push_series series;     /* pusher_window's default */
 	char tenant[256];              /* X-Scope-OrgID, "" for none */
 	char auth[1024];               /* the Authorization header's value, "" for none */
-	double rate_hz;
 	unsigned every_s;              /* the push period: the longest wait between retries */
 	uint64_t timeout_ns;           /* per request */
 };
@@ -109,10 +118,10 @@ const char *push_check_value(const char *s);
 /* s with every character a value may not hold replaced by '_' (spy's own labels: host names, commands). */
 void push_sanitize(char *s, bool app);
 /*
- * Set label key to value in c (replacing one of the same key); false if
+ * Set label key to value in s (replacing one of the same key); false if
  * the table is full.
  */
-bool push_config_label(struct push_config *c, const char *key, const char *value);
+bool push_series_label(struct push_series *s, const char *key, const char *value);
 /*
  * The Authorization header from the environment (SPY_PUSH_TOKEN: a bearer
  * token; SPY_PUSH_BASIC_AUTH: user:password) or a file (the same, read
@@ -125,10 +134,12 @@ struct pusher;
 /* Start the sender thread; signals stay with the calling thread. */
 int pusher_start(struct pusher **out, const struct push_config *c, struct spy_err *err);
 /*
- * Window [from_s, until_s): encoded and enqueued (a window without samples
- * is counted, not sent). Never blocks on the network.
+ * Window [from_s, until_s) of series s (NULL: the configuration's):
+ * encoded and enqueued (a window without samples is counted, not sent).
+ * Never blocks on the network.
  */
-void pusher_window(struct pusher *p, const struct fg_profile *w, int64_t from_s, int64_t until_s);
+void pusher_window(struct pusher *p, const struct push_series *s, const struct fg_profile *w, int64_t from_s,
+		   int64_t until_s);
 /*
  * The root frame a window's stacks get for a process whose profile root is
  * root (interned `process PID "cmdline"`): root itself with

@@ -185,7 +185,7 @@ static void record_window(void *ctx, struct engine *e, const struct eng_window *
 		fg_profile_meta_setf(p, "window", "%llu %lld %lld", (unsigned long long)w->seq,
 				     (long long)w->from_s, (long long)w->until_s);
 	}
-	pusher_window(r->pusher, r->window, w->from_s, w->until_s);
+	pusher_window(r->pusher, NULL, r->window, w->from_s, w->until_s);
 	fg_profile_free(r->window);
 	r->window = w->last ? NULL : fg_profile_new(&r->strs, r->function ? FG_FUNCTION : 0);
 }
@@ -439,9 +439,10 @@ static int start_push(struct rec *r)
 	struct push_config *c = r->push;
 	const struct target *t = walker_target(eng_root(&r->e));
 	char host[256] = "";
-	snprintf(c->app, sizeof(c->app), "%s", r->app ? r->app : "");
+	struct push_series *s = &c->series;
+	snprintf(s->app, sizeof(s->app), "%s", r->app ? r->app : "");
 	if (!r->app) {
-		push_default_app(target_cmdline(t), c->app, sizeof(c->app));
+		push_default_app(target_cmdline(t), s->app, sizeof(s->app));
 	}
 	if (gethostname(host, sizeof(host) - 1) != 0 || !host[0]) {
 		snprintf(host, sizeof(host), "unknown");
@@ -451,18 +452,18 @@ static int start_push(struct rec *r)
 	snprintf(pid, sizeof(pid), "%d", target_pid(t));
 	snprintf(python, sizeof(python), "%s", pyrt_version_string(t->rt));
 	push_sanitize(python, false);
-	push_config_label(c, "host", host);
-	push_config_label(c, "pid", pid);
-	push_config_label(c, "python", python);
+	push_series_label(s, "host", host);
+	push_series_label(s, "pid", pid);
+	push_series_label(s, "python", python);
 	for (size_t i = 0; i < r->nlabels; i++) {
 		const char *kv = r->labels[i], *eq = strchr(kv, '=');
 		char key[128];
 		snprintf(key, sizeof(key), "%.*s", (int)(eq - kv), kv);
-		if (!push_config_label(c, key, eq + 1)) {
+		if (!push_series_label(s, key, eq + 1)) {
 			return cmd_usage_error("record", "more than %d labels", PUSH_MAX_LABELS);
 		}
 	}
-	c->rate_hz = r->o.rate;
+	s->rate_hz = r->o.rate;
 	c->every_s = r->push_every;
 	c->timeout_ns = PUSH_TIMEOUT_NS;
 	struct spy_err err = SPY_ERR_INIT;

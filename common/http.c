@@ -320,13 +320,15 @@ int http_post(struct http_client *c, const struct http_request *rq, struct http_
 	spy_buf_release(&line);
 	long ms = (long)(rq->timeout_ns / 1000000u);
 	ms = ms > 0 ? ms : 1;
+	long connect_ms = (long)(HTTP_CONNECT_NS / 1000000u);
+	connect_ms = connect_ms < ms ? connect_ms : ms;
 	CURLcode rc = hl ? CURLE_OK : CURLE_OUT_OF_MEMORY;
 	rc = rc ? rc : curl_easy_setopt(c->h, CURLOPT_URL, url.buf);
 	rc = rc ? rc : curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, hl);
 	rc = rc ? rc : curl_easy_setopt(c->h, CURLOPT_POSTFIELDS, rq->body);
 	rc = rc ? rc : curl_easy_setopt(c->h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)rq->body_len);
 	rc = rc ? rc : curl_easy_setopt(c->h, CURLOPT_TIMEOUT_MS, ms);
-	rc = rc ? rc : curl_easy_setopt(c->h, CURLOPT_CONNECTTIMEOUT_MS, ms);
+	rc = rc ? rc : curl_easy_setopt(c->h, CURLOPT_CONNECTTIMEOUT_MS, connect_ms);
 	rc = rc ? rc : curl_easy_perform(c->h);
 	long status = 0;
 	curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &status);

@@ -27,6 +27,8 @@
 #define HTTP_MAX_HEAD 16384
 #define HTTP_MAX_BODY 65536
 #define HTTP_MAX_BODY_KEPT 512
+/* Connecting (the TLS handshake included, through a proxy too) gets this long, within the request's deadline. */
+#define HTTP_CONNECT_NS (5 * 1000 * 1000 * 1000ull)
 
 struct http_url {
 	char base[1400];   /* scheme://host[:port][/path], without a trailing '/' */

@@ -135,11 +135,11 @@ static void test_labels(void)
 
 	struct push_config c;
 	memset(&c, 0, sizeof(c));
-	CHECK(push_config_label(&c, "host", "a"));
-	CHECK(push_config_label(&c, "pid", "1"));
-	CHECK(push_config_label(&c, "host", "b"));   /* a --label replaces spy's own */
-	CHECK_INT(c.nlabels, 2);
-	CHECK_STR(c.labels[0].value, "b");
+	CHECK(push_series_label(&c.series, "host", "a"));
+	CHECK(push_series_label(&c.series, "pid", "1"));
+	CHECK(push_series_label(&c.series, "host", "b"));   /* a --label replaces spy's own */
+	CHECK_INT(c.series.nlabels, 2);
+	CHECK_STR(c.series.labels[0].value, "b");
 }
 
 static void test_auth(void)
@@ -353,6 +353,119 @@ static void test_hostile(void)
 	CHECK(!strchr(why, 0x1b) && strstr(why, "Bad "));
 }
 
+/* A server that reads one request whole, copies it to fd out, and answers 200. */
+static pid_t capture_server(char *port, size_t size, int out)
+{
+	int lfd = silent_listener(port, size);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid > 0) {
+		close(lfd);
+		return pid;
+	}
+	alarm(30);
+	int fd = accept(lfd, NULL, NULL);
+	static char req[1 << 20];
+	size_t n = 0, want = sizeof(req);
+	ssize_t got;
+	while (n < want && (got = recv(fd, req + n, sizeof(req) - n, 0)) > 0) {
+		n += (size_t)got;
+		char *end = memmem(req, n, "\r\n\r\n", 4);
+		char *cl = end ? strcasestr(req, "\r\nContent-Length: ") : NULL;
+		if (end && cl && cl < end) {
+			want = (size_t)(end + 4 - req) + strtoul(cl + 18, NULL, 10);
+		}
+	}
+	CHECK(write(out, req, n) == (ssize_t)n);
+	static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+	CHECK(send(fd, ok, sizeof(ok) - 1, MSG_NOSIGNAL) > 0);
+	sleep(1);
+	_exit(0);
+}
+
+/*
+ * A window of a series of its own (what an agent pushes for each process)
+ * goes out as one PushRequest to the push path, labelled with that series,
+ * sorted, __name__ and service_name first among them.
+ */
+static void test_pusher_series(void)
+{
+	int pfd[2];
+	CHECK(pipe(pfd) == 0);
+	char port[16], url[64];
+	pid_t pid = capture_server(port, sizeof(port), pfd[1]);
+	close(pfd[1]);
+	struct push_config c;
+	memset(&c, 0, sizeof(c));
+	snprintf(url, sizeof(url), "http://127.0.0.1:%s/base/", port);
+	CHECK_INT(http_url_parse(url, &c.url, NULL), 0);
+	c.url_text = url;
+	c.every_s = 1;
+	c.timeout_ns = 5 * 1000 * 1000 * 1000ull;
+	snprintf(c.series.app, sizeof(c.series.app), "record-app");
+	struct push_series s;
+	memset(&s, 0, sizeof(s));
+	snprintf(s.app, sizeof(s.app), "billing");
+	CHECK(push_series_label(&s, "pid", "42"));
+	CHECK(push_series_label(&s, "container_id", "abc123"));
+	s.rate_hz = 19;
+
+	struct spy_strtab strs = SPY_STRTAB_INIT;
+	struct fg_profile *prof = fg_profile_new(&strs, 0);
+	struct spy_stack st;
+	memset(&st, 0, sizeof(st));
+	struct spy_frame *f = spy_stack_push(&st);
+	memset(f, 0, sizeof(*f));
+	f->func = spy_strtab_interns(&strs, "work");
+	f->file = spy_strtab_interns(&strs, "app.py");
+	f->line = 3;
+	f->kind = SPY_FRAME_PYTHON;
+	CHECK_INT(fg_profile_add(prof, &st, 5), 0);
+	fg_profile_meta_set(prof, FG_META_RATE_HZ, "19");
+
+	struct pusher *p;
+	struct push_status ps;
+	CHECK_INT(pusher_start(&p, &c, NULL), 0);
+	pusher_window(p, &s, prof, 1700000000, 1700000010);
+	pusher_finish(p, 3 * 1000 * 1000 * 1000ull, &ps);
+	CHECK_INT(ps.sent, 1);
+
+	static char req[1 << 20];
+	size_t n = 0;
+	ssize_t got;
+	while ((got = read(pfd[0], req + n, sizeof(req) - 1 - n)) > 0) {
+		n += (size_t)got;
+	}
+	req[n] = 0;
+	CHECK(!strncmp(req, "POST /base/push.v1.PusherService/Push HTTP/1.1\r\n", 48));
+	CHECK(strcasestr(req, "\r\nContent-Type: application/proto\r\n"));
+	CHECK(strcasestr(req, "\r\nConnect-Protocol-Version: 1\r\n"));
+	/* The labels, in order: LabelPair{name, value} as series field 1, each. */
+	static const char *const want[][2] = {
+		{ "__name__", "process_cpu" }, { "container_id", "abc123" }, { "pid", "42" }, { "service_name", "billing" },
+	};
+	const char *at = memmem(req, n, "\r\n\r\n", 4);
+	CHECK(at != NULL);
+	for (size_t i = 0; at && i < 4; i++) {
+		struct spy_buf lp = SPY_BUF_INIT, sub = SPY_BUF_INIT;
+		spy_pb_str(&sub, 1, want[i][0]);
+		spy_pb_str(&sub, 2, want[i][1]);
+		spy_pb_msg(&lp, 1, &sub);
+		const char *next = memmem(at, n - (size_t)(at - req), lp.buf, lp.len);
+		CHECK(next != NULL);
+		at = next ? next + lp.len : NULL;
+		spy_buf_release(&lp);
+		spy_buf_release(&sub);
+	}
+	CHECK(!memmem(req, n, "record-app", 10));
+	close(pfd[0]);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	fg_profile_free(prof);
+	spy_stack_release(&st);
+	spy_strtab_release(&strs);
+}
+
 int main(void)
 {
 	test_url();
@@ -363,5 +476,6 @@ int main(void)
 	test_proto();
 	test_deadlines();
 	test_hostile();
+	test_pusher_series();
 	return check_done();
 }
