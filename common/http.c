@@ -1,7 +1,8 @@
 /*
- * The HTTP client (see http.h) on libcurl's easy interface: one handle per
- * client, its options set once; a request sets the URL, headers and body,
- * performs, and reads what the callbacks kept.
+ * The HTTP client (see http.h) on libcurl's easy interface, loaded at the
+ * first client (load_curl): one handle per client, its options set once; a
+ * request sets the URL, headers and body, performs, and reads what the
+ * callbacks kept.
  *
  * The bounds are ours, on top of libcurl's own: the header callback counts
  * the head's bytes and keeps the status line's text; the write callback
@@ -15,6 +16,7 @@
  * drip of bytes.
  */
 #include <curl/curl.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -182,12 +184,61 @@ static int on_progress(void *ctx, curl_off_t dltotal, curl_off_t dlnow, curl_off
 	return abort_at && http_now_ns() >= atomic_load(abort_at);
 }
 
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_rc;
+/*
+ * libcurl, loaded when a client is first made: linked, it and the
+ * libraries it pulls in (TLS stacks, Kerberos, LDAP, ...: some thirty)
+ * cost every spy command ~50 ms at start and ~6 MiB of mappings, for the
+ * one that pushes. Built against its headers, so the types and constants
+ * are the ones of the libcurl.so.4 ABI.
+ */
+static struct {
+	CURLcode (*global_init)(long flags);
+	CURL *(*easy_init)(void);
+	CURLcode (*easy_setopt)(CURL *h, CURLoption opt, ...);
+	CURLcode (*easy_perform)(CURL *h);
+	CURLcode (*easy_getinfo)(CURL *h, CURLINFO info, ...);
+	void (*easy_cleanup)(CURL *h);
+	const char *(*easy_strerror)(CURLcode rc);
+	struct curl_slist *(*slist_append)(struct curl_slist *l, const char *s);
+	void (*slist_free_all)(struct curl_slist *l);
+} lc;
 
-static void init_curl(void)
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static char curl_problem[300];   /* why libcurl cannot be used, "" once loaded */
+
+static void load_curl(void)
 {
-	curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+	static const struct {
+		const char *name;
+		void *slot;
+	} syms[] = {
+		{ "curl_global_init", &lc.global_init }, { "curl_easy_init", &lc.easy_init },
+		{ "curl_easy_setopt", &lc.easy_setopt }, { "curl_easy_perform", &lc.easy_perform },
+		{ "curl_easy_getinfo", &lc.easy_getinfo }, { "curl_easy_cleanup", &lc.easy_cleanup },
+		{ "curl_easy_strerror", &lc.easy_strerror }, { "curl_slist_append", &lc.slist_append },
+		{ "curl_slist_free_all", &lc.slist_free_all },
+	};
+	void *h = dlopen(HTTP_LIBCURL, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		const char *why = dlerror();
+		snprintf(curl_problem, sizeof(curl_problem), "cannot load %s (Debian: libcurl4): %s", HTTP_LIBCURL,
+			 why ? why : "not found");
+		return;
+	}
+	for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
+		void *f = dlsym(h, syms[i].name);
+		if (!f) {
+			snprintf(curl_problem, sizeof(curl_problem), "%s has no %s", HTTP_LIBCURL, syms[i].name);
+			return;
+		}
+		/* A function pointer from dlsym's object pointer, as POSIX has it done. */
+		memcpy(syms[i].slot, &f, sizeof(f));
+	}
+	CURLcode rc = lc.global_init(CURL_GLOBAL_DEFAULT);
+	if (rc != CURLE_OK) {
+		snprintf(curl_problem, sizeof(curl_problem), "cannot initialize libcurl: %s", lc.easy_strerror(rc));
+	}
+	/* The library stays loaded for the process's life. */
 }
 
 /* Set the options that do not change between requests; CURLE_OK or the first failure. */
@@ -198,7 +249,7 @@ static CURLcode set_options(struct http_client *c, const struct http_tls *tls)
 #define SET(opt, v)                                          \
 	do {                                                 \
 		if (rc == CURLE_OK) {                        \
-			rc = curl_easy_setopt(h, opt, v);    \
+			rc = lc.easy_setopt(h, opt, v);    \
 		}                                            \
 	} while (0)
 	SET(CURLOPT_ERRORBUFFER, c->errbuf);
@@ -232,16 +283,16 @@ static CURLcode set_options(struct http_client *c, const struct http_tls *tls)
 
 int http_client_new(struct http_client **out, const struct http_tls *tls, struct spy_err *err)
 {
-	pthread_once(&curl_once, init_curl);
-	if (curl_init_rc != CURLE_OK) {
-		return spy_err_set(err, SPY_EIO, "cannot initialize libcurl: %s", curl_easy_strerror(curl_init_rc));
+	pthread_once(&curl_once, load_curl);
+	if (curl_problem[0]) {
+		return spy_err_set(err, SPY_EIO, "%s", curl_problem);
 	}
 	struct http_client *c = spy_xcalloc(1, sizeof(*c));
-	c->h = curl_easy_init();
+	c->h = lc.easy_init();
 	CURLcode rc = c->h ? set_options(c, tls) : CURLE_OUT_OF_MEMORY;
 	if (rc != CURLE_OK) {
 		http_client_free(c);
-		return spy_err_set(err, SPY_EIO, "cannot set up libcurl: %s", curl_easy_strerror(rc));
+		return spy_err_set(err, SPY_EIO, "cannot set up libcurl: %s", lc.easy_strerror(rc));
 	}
 	*out = c;
 	return 0;
@@ -251,7 +302,7 @@ void http_client_free(struct http_client *c)
 {
 	if (c) {
 		if (c->h) {
-			curl_easy_cleanup(c->h);
+			lc.easy_cleanup(c->h);
 		}
 		free(c);
 	}
@@ -262,10 +313,10 @@ static int transfer_error(struct http_client *c, CURLcode rc, struct spy_err *er
 {
 	const struct http_request *rq = c->rq;
 	struct spy_buf b = SPY_BUF_INIT;
-	const char *text = c->errbuf[0] ? c->errbuf : curl_easy_strerror(rc);
+	const char *text = c->errbuf[0] ? c->errbuf : lc.easy_strerror(rc);
 	spy_term_escape(&b, text, strlen(text), 300, NULL);
 	long os_errno = 0;
-	curl_easy_getinfo(c->h, CURLINFO_OS_ERRNO, &os_errno);
+	lc.easy_getinfo(c->h, CURLINFO_OS_ERRNO, &os_errno);
 	if (rc == CURLE_ABORTED_BY_CALLBACK) {
 		spy_err_set(err, SPY_EIO, "gave up: spy is exiting");
 	} else if (c->head_over) {
@@ -303,13 +354,13 @@ int http_post(struct http_client *c, const struct http_request *rq, struct http_
 	spy_buf_addf(&url, "%s%s", rq->url->base, rq->target);
 	struct curl_slist *hl = NULL;
 	/* No 100-continue round trip: a server that never sends one would cost a second a request. */
-	hl = curl_slist_append(hl, "Expect:");
+	hl = lc.slist_append(hl, "Expect:");
 	for (size_t i = 0; i < rq->nheaders && hl; i++) {
 		spy_buf_reset(&line);
 		spy_buf_addf(&line, "%s: %s", rq->headers[i].name, rq->headers[i].value);
-		struct curl_slist *more = curl_slist_append(hl, line.buf);
+		struct curl_slist *more = lc.slist_append(hl, line.buf);
 		if (!more) {
-			curl_slist_free_all(hl);
+			lc.slist_free_all(hl);
 		}
 		hl = more;
 	}
@@ -323,15 +374,15 @@ int http_post(struct http_client *c, const struct http_request *rq, struct http_
 	long connect_ms = (long)(HTTP_CONNECT_NS / 1000000u);
 	connect_ms = connect_ms < ms ? connect_ms : ms;
 	CURLcode rc = hl ? CURLE_OK : CURLE_OUT_OF_MEMORY;
-	rc = rc ? rc : curl_easy_setopt(c->h, CURLOPT_URL, url.buf);
-	rc = rc ? rc : curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, hl);
-	rc = rc ? rc : curl_easy_setopt(c->h, CURLOPT_POSTFIELDS, rq->body);
-	rc = rc ? rc : curl_easy_setopt(c->h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)rq->body_len);
-	rc = rc ? rc : curl_easy_setopt(c->h, CURLOPT_TIMEOUT_MS, ms);
-	rc = rc ? rc : curl_easy_setopt(c->h, CURLOPT_CONNECTTIMEOUT_MS, connect_ms);
-	rc = rc ? rc : curl_easy_perform(c->h);
+	rc = rc ? rc : lc.easy_setopt(c->h, CURLOPT_URL, url.buf);
+	rc = rc ? rc : lc.easy_setopt(c->h, CURLOPT_HTTPHEADER, hl);
+	rc = rc ? rc : lc.easy_setopt(c->h, CURLOPT_POSTFIELDS, rq->body);
+	rc = rc ? rc : lc.easy_setopt(c->h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)rq->body_len);
+	rc = rc ? rc : lc.easy_setopt(c->h, CURLOPT_TIMEOUT_MS, ms);
+	rc = rc ? rc : lc.easy_setopt(c->h, CURLOPT_CONNECTTIMEOUT_MS, connect_ms);
+	rc = rc ? rc : lc.easy_perform(c->h);
 	long status = 0;
-	curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &status);
+	lc.easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &status);
 	/* A body too long, or declared so, after a status: answered, the rest unread. */
 	bool answered = rc == CURLE_OK || (!c->head_over && (c->body_over || rc == CURLE_FILESIZE_EXCEEDED));
 	int ret = 0;
@@ -345,9 +396,9 @@ int http_post(struct http_client *c, const struct http_request *rq, struct http_
 		ret = transfer_error(c, rc, err);
 	}
 	/* The headers (a credential among them) and the body are the caller's: nothing kept pointing at them. */
-	curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, (struct curl_slist *)NULL);
-	curl_easy_setopt(c->h, CURLOPT_POSTFIELDS, (char *)NULL);
-	curl_slist_free_all(hl);
+	lc.easy_setopt(c->h, CURLOPT_HTTPHEADER, (struct curl_slist *)NULL);
+	lc.easy_setopt(c->h, CURLOPT_POSTFIELDS, (char *)NULL);
+	lc.slist_free_all(hl);
 	spy_buf_release(&url);
 	c->rq = NULL;
 	return ret;

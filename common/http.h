@@ -72,9 +72,15 @@ struct http_response {
 	char body[HTTP_MAX_BODY_KEPT];  /* the body's first bytes, escaped, for an error line */
 };
 
+/* The library loaded for the first client (dlopen: see http.c). */
+#define HTTP_LIBCURL "libcurl.so.4"
+
 /* A client: one libcurl handle, its connection kept between requests; used by one thread at a time. */
 struct http_client;
-/* The first call initializes libcurl: make it before starting other threads. */
+/*
+ * The first call loads and initializes libcurl (-SPY_EIO naming what is
+ * missing): make it before starting other threads.
+ */
 int http_client_new(struct http_client **out, const struct http_tls *tls, struct spy_err *err);
 void http_client_free(struct http_client *c);
 

@@ -460,6 +460,11 @@ def usage(rep):
                             env=spy_env({"SPY_PUSH_TOKEN": "x"}))
         rep.check("usage: a token from the environment and a file",
                   [] if r.rc == 2 and "not several" in r.err else ["exit %s, stderr %r" % (r.rc, r.err)])
+        # libcurl and its thirty libraries are loaded by a push, not by every command's start.
+        out = subprocess.run(["readelf", "-d", harness.spy_path()], capture_output=True, text=True)
+        needed = re.findall(r"\(NEEDED\).*\[(.*)\]", out.stdout)
+        rep.check("spy does not link libcurl (a push loads it)",
+                  [] if needed and not any("curl" in n for n in needed) else ["NEEDED %r %s" % (needed, out.stderr)])
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
