@@ -36,8 +36,6 @@
 
 /* The progress line is redrawn at most this often. */
 #define PROGRESS_NS (250 * 1000 * 1000ull)
-/* The highest rate accepted; above 1 / TICKER_SPIN_PERIOD_NS spy spins between ticks (a core kept busy). */
-#define MAX_RATE_HZ 1000000.0
 /* --push-every: the default (the backends' own agents push every 10 s) and the longest. */
 #define PUSH_EVERY_S 10
 #define PUSH_EVERY_MAX_S 3600
@@ -504,8 +502,8 @@ static int check_args(struct rec *r, const char *format, const char *sort, const
 		msg = "--pid PID or -- PROGRAM [ARGS...] is required";
 	} else if (r->pid && r->program) {
 		msg = "--pid and a program to run are exclusive";
-	} else if (!(r->o.rate > 0) || r->o.rate > MAX_RATE_HZ) {
-		return cmd_usage_error("record", "--rate must be above 0 and at most %.0f", MAX_RATE_HZ);
+	} else if (!(r->o.rate > 0) || r->o.rate > CMD_MAX_RATE_HZ) {
+		return cmd_usage_error("record", "--rate must be above 0 and at most %.0f", CMD_MAX_RATE_HZ);
 	} else if (r->o.duration == 0) {
 		msg = "--duration must be above 0";
 	} else if ((r->native || r->native_all) && r->o.nonblocking) {

@@ -35,8 +35,6 @@
 #include "common/util.h"
 #include "flamegraph/flamegraph.h"
 
-/* Rates above this are a busy loop, not sampling (as for record). */
-#define TOP_MAX_RATE_HZ 100000.0
 /* Redrawing faster than this only burns the CPU the target wants. */
 #define TOP_MIN_REFRESH_S 0.05
 /* Rows of a snapshot written to a pipe, where no terminal says how many fit. */
@@ -355,8 +353,8 @@ static int check_args(struct top_args *a, struct eng_opts *o, enum top_sort *sor
 		return cmd_usage_error("top", a->pid ? "--pid and a program to run are exclusive"
 					       : "--pid PID or -- PROGRAM [ARGS...] is required");
 	}
-	if (!(a->rate > 0) || a->rate > TOP_MAX_RATE_HZ) {
-		return cmd_usage_error("top", "--rate must be above 0 and at most %g", TOP_MAX_RATE_HZ);
+	if (!(a->rate > 0) || a->rate > CMD_MAX_RATE_HZ) {
+		return cmd_usage_error("top", "--rate must be above 0 and at most %.0f", CMD_MAX_RATE_HZ);
 	}
 	if (a->duration == 0) {
 		return cmd_usage_error("top", "--duration must be above 0");
@@ -450,7 +448,7 @@ int cmd_top(int argc, char **argv)
 	const struct opt opts[] = {
 		{ 'p', "pid", OPT_PID, &a.pid, "PID", "attach to a running process" },
 		{ 'r', "rate", OPT_DOUBLE, &a.rate, "HZ",
-		  "samples per second (default 100, at most 100000; above 20000 spy spins between samples: a core kept busy)" },
+		  "samples per second (default 100, at most 1000000; above 20000 spy spins between samples: a core kept busy)" },
 		{ 'd', "duration", OPT_DOUBLE, &a.duration, "S", "stop after S seconds (default: until Ctrl-C or the target exits)" },
 		{ 0, "refresh", OPT_DOUBLE, &a.refresh, "S", "redraw every S seconds (default 1); %Own and %Total cover that interval" },
 		{ 0, "sort", OPT_STRING, &a.sort, "KEY", "own (default) or total" },
