@@ -302,7 +302,7 @@ static void set_metadata(struct rec *r, uint64_t now)
 	}
 	if (r->res) {
 		fg_resources_store(r->res, p);
-		/* What the readings cost, for bench/resources-overhead. */
+		/* What the readings cost, for bench/kinds-overhead. */
 		spy_log(SPY_LOG_DEBUG, "resources: %zu readings in %.3f ms CPU", fg_resources_count(r->res),
 			(double)r->res_cpu_ns / 1e6);
 	}

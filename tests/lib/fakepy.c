@@ -352,11 +352,6 @@ spy_addr_t fakepy_type(struct fakepy *fp, const char *tp_name)
 	return t;
 }
 
-spy_addr_t fakepy_type_type(struct fakepy *fp)
-{
-	return fp->type_type;
-}
-
 spy_addr_t fakepy_sys_version(struct fakepy *fp)
 {
 	return fp->sys_version;

@@ -78,7 +78,6 @@ spy_addr_t fakepy_bytes(struct fakepy *fp, const void *data, size_t len);
 spy_addr_t fakepy_type(struct fakepy *fp, const char *tp_name);
 spy_addr_t fakepy_code_type(struct fakepy *fp);
 /* `type`, the type of every type object, itself included. */
-spy_addr_t fakepy_type_type(struct fakepy *fp);
 spy_addr_t fakepy_dict_type(struct fakepy *fp);
 /* A heap object of size bytes (at least a header) whose ob_type is type. */
 spy_addr_t fakepy_object(struct fakepy *fp, spy_addr_t type, size_t size);
