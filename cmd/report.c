@@ -108,6 +108,26 @@ static char *default_path(const char *profile, const char *ext)
 	return spy_buf_detach(&b, NULL);
 }
 
+/* Where to write (NULL: stdout): -o, else a file named after the input
+ * for binary or graphical formats, which never go to the terminal. */
+static char *output_path(const char *input, const char *output, enum fg_format format)
+{
+	if (output) {
+		return strcmp(output, "-") ? spy_xstrdup(output) : NULL;
+	}
+	if (format != FG_FORMAT_SVG && format != FG_FORMAT_SPEEDSCOPE && format != FG_FORMAT_PPROF &&
+	    format != FG_FORMAT_CHROME) {
+		return NULL;
+	}
+	const char *ext = fg_format_ext(format);
+	if (strcmp(input, "-")) {
+		return default_path(input, ext);
+	}
+	struct spy_buf b = SPY_BUF_INIT;
+	spy_buf_addf(&b, "spy-report%s", ext);
+	return spy_buf_detach(&b, NULL);
+}
+
 int cmd_report(int argc, char **argv)
 {
 	const char *output = NULL, *format = NULL, *sort = NULL, *title = NULL;
@@ -197,24 +217,7 @@ int cmd_report(int argc, char **argv)
 	struct fg_writer w = { r.format, r.profile, NULL, &r.table, &r.svg, false, &r.lines };
 	cmd_write_fn fn = trend ? write_trend : fg_write;
 	void *ctx = trend ? (void *)&r : (void *)&w;
-	/* Binary or graphical formats go to a file, never the terminal. */
-	const char *ext = NULL;
-	if (r.format == FG_FORMAT_SVG || r.format == FG_FORMAT_SPEEDSCOPE || r.format == FG_FORMAT_PPROF ||
-	    r.format == FG_FORMAT_CHROME) {
-		ext = fg_format_ext(r.format);
-	}
-	char *path = NULL;
-	if (!output && ext) {
-		if (strcmp(input, "-")) {
-			path = default_path(input, ext);
-		} else {
-			struct spy_buf b = SPY_BUF_INIT;
-			spy_buf_addf(&b, "spy-report%s", ext);
-			path = spy_buf_detach(&b, NULL);
-		}
-	} else if (output && strcmp(output, "-")) {
-		path = spy_xstrdup(output);
-	}
+	char *path = output_path(input, output, r.format);
 	w.gzip = fg_format_gzip(r.format, path);
 	if (!path) {
 		rc = output_stdout(fn, ctx, &err);
