@@ -460,11 +460,10 @@ static void walk_t1(struct scene *s, struct pyrt *rt, struct spy_stack *st, int 
 	*rc = pyrt_stack(rt, &t, st, NULL);
 }
 
+/* Frame cycles, bad caller, top, tstate and code pointers. */
 static void test_corrupt(const struct pyoffsets *row)
 {
 	struct spy_stack st = SPY_STACK_INIT;
-	struct py_thread th[16];
-	size_t n;
 	int rc;
 	struct scene s;
 	struct pyrt *rt;
@@ -547,6 +546,19 @@ static void test_corrupt(const struct pyoffsets *row)
 	CHECK(st.n < s.n1);
 	pyrt_free(rt);
 	scene_release(&s);
+
+	spy_stack_release(&st);
+}
+
+/* Hostile sizes, looping thread and interpreter lists, the depth bound. */
+static void test_corrupt_bounds(const struct pyoffsets *row)
+{
+	struct spy_stack st = SPY_STACK_INIT;
+	struct py_thread th[16];
+	size_t n;
+	int rc;
+	struct scene s;
+	struct pyrt *rt;
 
 	/* A 2^40-character name, and an oversized line table. */
 	scene_init(&s, row);
@@ -857,6 +869,7 @@ int main(void)
 		const struct pyoffsets *row = &pyoffsets_table[i];
 		test_row(row);
 		test_corrupt(row);
+		test_corrupt_bounds(row);
 		test_errors(row);
 		if (row->build & PYBUILD_FT) {
 			test_free_threaded(row);
