@@ -113,6 +113,14 @@ static inline uint64_t spy_hmap_next(const struct spy_hmap *m, uint64_t key, str
 	return spy_hmap_scan_(m, key, it);
 }
 
+/*
+ * Every value stored under key, in v (a uint64_t declared here), it the
+ * cursor (for spy_hmap_del_at): the loop of an index's look-up.
+ */
+#define SPY_HMAP_FOR_KEY(m, key, it, v)                                         \
+	for (uint64_t v = spy_hmap_find((m), (key), &(it)); v != SPY_HMAP_NONE; \
+	     v = spy_hmap_next((m), (key), &(it)))
+
 static inline uint64_t spy_hmap_get(const struct spy_hmap *m, uint64_t key)
 {
 	struct spy_hmap_it it;

@@ -120,8 +120,7 @@ uint32_t fg_intern_frame(struct fg_profile *p, const char *func, const char *fil
 	}
 	uint64_t h = frame_hash(func, file, line, kind);
 	struct spy_hmap_it it;
-	for (uint64_t v = spy_hmap_find(&p->frame_index, h, &it); v != SPY_HMAP_NONE;
-	     v = spy_hmap_next(&p->frame_index, h, &it)) {
+	SPY_HMAP_FOR_KEY(&p->frame_index, h, it, v) {
 		const struct fg_frame *f = &p->frames[v];
 		if (f->func == func && f->file == file && f->line == line && f->kind == kind) {
 			return (uint32_t)v;
@@ -149,8 +148,7 @@ int fg_add_path(struct fg_profile *p, const uint32_t *ids, size_t n, uint64_t co
 	}
 	uint64_t h = path_hash(ids, n);
 	struct spy_hmap_it it;
-	for (uint64_t v = spy_hmap_find(&p->stack_index, h, &it); v != SPY_HMAP_NONE;
-	     v = spy_hmap_next(&p->stack_index, h, &it)) {
+	SPY_HMAP_FOR_KEY(&p->stack_index, h, it, v) {
 		struct fg_stack_ent *e = &p->stacks[v];
 		if (e->depth == n && !memcmp(p->pool + e->off, ids, n * sizeof(*ids))) {
 			e->count += count;

@@ -43,8 +43,7 @@ static uint32_t func_id(struct func_index *fi, const char *func, const char *fil
 {
 	uint64_t k = func_key(func, file, line);
 	struct spy_hmap_it it;
-	for (uint64_t v = spy_hmap_find(&fi->index, k, &it); v != SPY_HMAP_NONE;
-	     v = spy_hmap_next(&fi->index, k, &it)) {
+	SPY_HMAP_FOR_KEY(&fi->index, k, it, v) {
 		if (fi->v[v].func == func && fi->v[v].file == file && fi->v[v].line == line) {
 			return (uint32_t)v;
 		}

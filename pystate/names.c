@@ -376,8 +376,7 @@ static struct pyname_ent *name_find(const struct pyrt *rt, uint64_t ident, spy_a
 {
 	uint64_t k = name_key(ident, tstate);
 	struct spy_hmap_it it;
-	for (uint64_t v = spy_hmap_find(&rt->name_index, k, &it); v != SPY_HMAP_NONE;
-	     v = spy_hmap_next(&rt->name_index, k, &it)) {
+	SPY_HMAP_FOR_KEY(&rt->name_index, k, it, v) {
 		if (rt->names[v].ident == ident && rt->names[v].tstate == tstate) {
 			return &rt->names[v];
 		}

@@ -438,8 +438,7 @@ static const struct centry *cache_find(const struct sym_native *s, const struct 
 {
 	uint64_t k = centry_key(f, vaddr);
 	struct spy_hmap_it it;
-	for (uint64_t v = spy_hmap_find(&s->cache_index, k, &it); v != SPY_HMAP_NONE;
-	     v = spy_hmap_next(&s->cache_index, k, &it)) {
+	SPY_HMAP_FOR_KEY(&s->cache_index, k, it, v) {
 		if (s->cache[v].file == f && s->cache[v].vaddr == vaddr) {
 			return &s->cache[v];
 		}
