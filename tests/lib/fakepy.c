@@ -385,6 +385,17 @@ struct pyrt_hints *fakepy_hints(struct fakepy *fp)
 	return &fp->hints;
 }
 
+struct pyrt *fakepy_open(struct fakepy *fp, struct spy_strtab *strs)
+{
+	struct pyrt *rt = NULL;
+	struct spy_err err = SPY_ERR_INIT;
+	if (pyrt_new(&rt, &fp->smem, &fp->hints, strs, &err) < 0) {
+		fprintf(stderr, "pyrt_new(%x): %s\n", fp->version, err.msg);
+		return NULL;
+	}
+	return rt;
+}
+
 const struct pyoffsets *fakepy_row(struct fakepy *fp)
 {
 	return &fp->row;

@@ -60,6 +60,8 @@ const struct spy_mem *fakepy_mem(struct fakepy *fp);
 /* The anchors. Tests may edit the returned struct before pyrt_new. */
 struct pyrt_hints *fakepy_hints(struct fakepy *fp);
 const struct pyoffsets *fakepy_row(struct fakepy *fp);
+/* pyrt_new on the image with its anchors; NULL, the error on stderr, if it fails. */
+struct pyrt *fakepy_open(struct fakepy *fp, struct spy_strtab *strs);
 
 /* Raw memory: zeroed, 16-aligned allocations inside the image. */
 spy_addr_t fakepy_alloc(struct fakepy *fp, size_t size);

@@ -141,14 +141,9 @@ static void scene_release(struct scene *s)
 
 static struct pyrt *open_rt(struct scene *s)
 {
-	struct pyrt *rt = NULL;
-	struct spy_err err = SPY_ERR_INIT;
-	int rc = pyrt_new(&rt, fakepy_mem(s->fp), fakepy_hints(s->fp), &s->strs, &err);
-	if (rc < 0) {
-		fprintf(stderr, "pyrt_new(%x): %s\n", s->version, err.msg);
-	}
-	CHECK_INT(rc, 0);
-	return rc < 0 ? NULL : rt;
+	struct pyrt *rt = fakepy_open(s->fp, &s->strs);
+	CHECK(rt != NULL);
+	return rt;
 }
 
 /* scene_init and open_rt; on failure the scene is released and NULL returned. */
