@@ -63,6 +63,13 @@ struct spy_hmap_it {
 	size_t i;
 };
 
+/* A key made of two words, order mattering ((a, b) is not (b, a)); nest
+ * it for more. Cheap, because the map mixes every key anyway. */
+static inline uint64_t spy_hmap_pair(uint64_t a, uint64_t b)
+{
+	return (a * 0x9e3779b97f4a7c15ULL) ^ b;
+}
+
 static inline size_t spy_hmap_count(const struct spy_hmap *m)
 {
 	return m->count;

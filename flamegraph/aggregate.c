@@ -33,9 +33,8 @@
  * cheaply, and so that order matters. */
 static inline uint64_t frame_hash(const char *func, const char *file, uint32_t line, uint8_t kind)
 {
-	uint64_t h = (uint64_t)(uintptr_t)func * 0x9e3779b97f4a7c15ULL;
-	h = (h ^ (uint64_t)(uintptr_t)file) * 0xff51afd7ed558ccdULL;
-	return h ^ ((uint64_t)line << 8) ^ kind;
+	uint64_t h = spy_hmap_pair((uint64_t)(uintptr_t)func, (uint64_t)(uintptr_t)file);
+	return spy_hmap_pair(h, (uint64_t)line << 8 | kind);
 }
 
 static inline uint64_t path_hash(const uint32_t *ids, size_t n)

@@ -46,7 +46,7 @@ struct fg_source {
 
 static uint64_t ent_key(const char *file, uint32_t line)
 {
-	return ((uint64_t)(uintptr_t)file * 0x9e3779b97f4a7c15ULL) ^ line;
+	return spy_hmap_pair((uint64_t)(uintptr_t)file, line);
 }
 
 void fg_source_free(struct fg_source *s)

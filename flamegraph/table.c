@@ -34,8 +34,7 @@ struct func_index {
 
 static uint64_t func_key(const char *func, const char *file, uint32_t line)
 {
-	uint64_t h = (uint64_t)(uintptr_t)func * 0x9e3779b97f4a7c15ULL;
-	return ((h ^ (uint64_t)(uintptr_t)file) * 0xff51afd7ed558ccdULL) ^ line;
+	return spy_hmap_pair(spy_hmap_pair((uint64_t)(uintptr_t)func, (uint64_t)(uintptr_t)file), line);
 }
 
 /* Function id of (func, file, line); both interned, so pointers identify them. line is 0 unless by line. */

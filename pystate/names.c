@@ -368,7 +368,7 @@ int pyrt_thread_names(struct pyrt *rt, const struct py_thread *th, size_t n, con
 
 static uint64_t name_key(uint64_t ident, spy_addr_t tstate)
 {
-	return ident ^ tstate * 0x9e3779b97f4a7c15ull;
+	return spy_hmap_pair(tstate, ident);
 }
 
 /* The remembered name of (ident, tstate), or NULL when none is. */

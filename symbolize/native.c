@@ -431,7 +431,7 @@ static bool file_vaddr(const struct nfile *f, uint64_t off, uint64_t *vaddr)
 
 static uint64_t centry_key(const struct nfile *f, uint64_t vaddr)
 {
-	return (uint64_t)(uintptr_t)f * 0x9e3779b97f4a7c15ull ^ vaddr;
+	return spy_hmap_pair((uint64_t)(uintptr_t)f, vaddr);
 }
 
 static const struct centry *cache_find(const struct sym_native *s, const struct nfile *f, uint64_t vaddr)
