@@ -378,17 +378,6 @@ static int check_args(struct top_args *a, struct eng_opts *o, enum top_sort *sor
 }
 
 /* Everything after the first "--" is the program, whatever it looks like. */
-static int split_program(int argc, char **argv, struct top_args *a)
-{
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--")) {
-			a->program = &argv[i + 1];
-			return i;
-		}
-	}
-	return argc;
-}
-
 static int run(struct top *t, const struct eng_opts *o, struct top_args *a)
 {
 	struct spy_err err = SPY_ERR_INIT;
@@ -462,12 +451,12 @@ int cmd_top(int argc, char **argv)
 		{ 0, "native-all", OPT_BOOL, &a.native_all, NULL, "with --native, keep the interpreter's own frames" },
 		{ 0, "nonblocking", OPT_BOOL, &o.nonblocking, NULL, "never pause the target (torn stacks are counted as errors)" },
 		{ 's', "subprocesses", OPT_BOOL, &o.subprocesses, NULL, "also profile child processes, present and future" },
+		{ 0, NULL, OPT_PROGRAM, &a.program, NULL, NULL },
 		{ 0 },
 	};
-	int ac = split_program(argc, argv, &a);
 	char **rest = spy_xcalloc((size_t)argc + 1, sizeof(*rest));
 	int nrest = 0, exit_code;
-	int rc = cmd_parse_options("top", top_usage, opts, ac, argv, rest, &nrest);
+	int rc = cmd_parse_options("top", top_usage, opts, argc, argv, rest, &nrest);
 	if (rc >= 0) {
 		exit_code = rc;
 	} else if (nrest > 0) {
