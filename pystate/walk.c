@@ -44,13 +44,12 @@ void pyrt_seen_reset(struct pyrt *rt)
 
 bool pyrt_seen(struct pyrt *rt, spy_addr_t addr)
 {
-	if (spy_hmap_has(&rt->seen, addr)) {
-		return true;
-	}
 	if (rt->seen_n == PYRT_SEEN_MAX) {
 		return true; /* cannot happen under the callers' caps; treat as a loop */
 	}
-	spy_hmap_add(&rt->seen, addr, 0);
+	if (!spy_hmap_put(&rt->seen, addr, 0)) {
+		return true;
+	}
 	rt->seen_log[rt->seen_n++] = addr;
 	return false;
 }
