@@ -77,7 +77,7 @@ void spy_hmap_add(struct spy_hmap *m, uint64_t key, uint64_t val)
 	insert(m, key, val, false);
 }
 
-bool spy_hmap_put(struct spy_hmap *m, uint64_t key, uint64_t val)
+bool spy_hmap_put_slow_(struct spy_hmap *m, uint64_t key, uint64_t val)
 {
 	return insert(m, key, val, true);
 }

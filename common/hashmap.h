@@ -141,8 +141,33 @@ static inline bool spy_hmap_has(const struct spy_hmap *m, uint64_t key)
 
 /* Insert key -> val even if key is there (an index's colliding hashes). */
 void spy_hmap_add(struct spy_hmap *m, uint64_t key, uint64_t val);
-/* Set key's value, adding it if absent. Returns whether it was added. */
-bool spy_hmap_put(struct spy_hmap *m, uint64_t key, uint64_t val);
+bool spy_hmap_put_slow_(struct spy_hmap *m, uint64_t key, uint64_t val);
+
+/*
+ * Set key's value, adding it if absent. Returns whether it was added.
+ * Inline for a set the walk asks per frame: the common case (room, a
+ * short run) probes once here, the rest (growing) is spy_hmap_put_slow_.
+ */
+static inline bool spy_hmap_put(struct spy_hmap *m, uint64_t key, uint64_t val)
+{
+	if ((m->count + 1) * 2 > m->cap || val == SPY_HMAP_NONE) {
+		return spy_hmap_put_slow_(m, key, val);
+	}
+	size_t mask = m->cap - 1, j = spy_hmap_home(m, key);
+	for (size_t dist = 0; dist <= SPY_HMAP_PROBE_MAX; dist++, j = (j + 1) & mask) {
+		struct spy_hmap_slot *s = &m->slots[j];
+		if (!s->val1) {
+			*s = (struct spy_hmap_slot){ key, val + 1 };
+			m->count++;
+			return true;
+		}
+		if (s->key == key) {
+			s->val1 = val + 1;
+			return false;
+		}
+	}
+	return spy_hmap_put_slow_(m, key, val);
+}
 /* Remove the first entry with key. Returns whether there was one. */
 bool spy_hmap_del(struct spy_hmap *m, uint64_t key);
 /* Remove the entry find/next last returned; it then stands so that

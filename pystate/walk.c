@@ -34,10 +34,15 @@ _Static_assert(PYRT_SEEN_MAX > SPY_MAX_PY_DEPTH && PYRT_SEEN_MAX > SPY_MAX_THREA
 
 void pyrt_seen_reset(struct pyrt *rt)
 {
-	/* Deleting what the walk added costs what adding it did; clearing
-	 * would cost the table's size, which the deepest walk so far set. */
-	for (size_t i = 0; i < rt->seen_n; i++) {
-		spy_hmap_del(&rt->seen, rt->seen_log[i]);
+	/* Clearing costs the table's size, which the deepest walk so far
+	 * set; deleting what this walk added costs what adding it did. The
+	 * cheaper of the two, so a walk is never slower for a deep one before. */
+	if (spy_hmap_bytes(&rt->seen) <= 64 * rt->seen_n) {
+		spy_hmap_clear(&rt->seen);
+	} else {
+		for (size_t i = 0; i < rt->seen_n; i++) {
+			spy_hmap_del(&rt->seen, rt->seen_log[i]);
+		}
 	}
 	rt->seen_n = 0;
 }
