@@ -6,10 +6,11 @@
  *  - a map: the key is the thing itself (an address, a pointer, a tid) and
  *    spy_hmap_get/spy_hmap_put/spy_hmap_del treat keys as unique;
  *  - an index over the caller's own array: the key is a hash of an entry
- *    (a string, a stack), the value its index, and the caller compares
- *    entries itself, walking every slot that holds the key with
- *    spy_hmap_find/spy_hmap_next and inserting with spy_hmap_add, which
- *    allows a key to repeat (two entries whose hashes collide).
+ *    (a string, a stack; spy_hmap_pair combines words), the value its
+ *    index, and the caller compares entries itself, walking every slot
+ *    that holds the key with SPY_HMAP_FOR_KEY and inserting with
+ *    spy_hmap_add, which allows a key to repeat (two entries whose hashes
+ *    collide).
  *
  * Invariants, true between calls:
  *  - cap is 0 or a power of two >= SPY_HMAP_MIN_CAP, and count <= cap / 2:
