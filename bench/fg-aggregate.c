@@ -46,6 +46,54 @@ static double file_mib(const char *path)
 	return stat(path, &st) ? 0 : (double)st.st_size / (1024.0 * 1024.0);
 }
 
+/* Write p as folded text, plain and gzipped, and read both back. */
+static int bench_files(struct fg_profile *p, const char *outdir)
+{
+	double t0;
+	char plain[4096], gz[4096 + 3];   /* room for plain + ".gz" */
+	snprintf(plain, sizeof(plain), "%s/fg-aggregate-bench.%ld.folded", outdir, (long)getpid());
+	snprintf(gz, sizeof(gz), "%s.gz", plain);
+	struct spy_err err = SPY_ERR_INIT;
+	t0 = now();
+	int rc = bench_save_folded(p, plain, &err);
+	double t_w = now() - t0;
+	if (rc) {
+		fprintf(stderr, "fg-aggregate: %s\n", err.msg);
+		return -1;
+	}
+	t0 = now();
+	rc = bench_save_folded(p, gz, &err);
+	double t_wz = now() - t0;
+	if (rc) {
+		fprintf(stderr, "fg-aggregate: %s\n", err.msg);
+		return -1;
+	}
+	printf("  folded write:             %.3f s, %.1f MiB (plain, fsync'd)\n", t_w, file_mib(plain));
+	printf("  folded write .gz:         %.3f s, %.1f MiB (gzip -6, fsync'd)\n", t_wz, file_mib(gz));
+
+	struct fg_profile *q = fg_profile_new(NULL, 0);
+	t0 = now();
+	rc = fg_profile_load_folded(q, plain, &err);
+	double t_r = now() - t0;
+	struct fg_profile *qz = fg_profile_new(NULL, 0);
+	t0 = now();
+	rc |= fg_profile_load_folded(qz, gz, &err);
+	double t_rz = now() - t0;
+	if (rc) {
+		fprintf(stderr, "fg-aggregate: %s\n", err.msg);
+		return -1;
+	}
+	struct fg_stats stq;
+	fg_profile_stats(q, &stq);
+	printf("  folded read:              %.3f s plain, %.3f s gzip (%zu stacks, %" PRIu64 " samples back)\n",
+	       t_r, t_rz, stq.stacks, stq.samples);
+	fg_profile_free(q);
+	fg_profile_free(qz);
+	unlink(plain);
+	unlink(gz);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	size_t nsamples = argc > 1 ? strtoul(argv[1], NULL, 0) : 1000000;
@@ -121,44 +169,9 @@ int main(int argc, char **argv)
 	       (double)tree.nnodes * (sizeof(*tree.nodes) + 2 * sizeof(*tree.start)) / (1024.0 * 1024.0));
 	fg_tree_release(&tree);
 
-	/* Output. */
-	char plain[4096], gz[4096 + 3];   /* room for plain + ".gz" */
-	snprintf(plain, sizeof(plain), "%s/fg-aggregate-bench.%ld.folded", outdir, (long)getpid());
-	snprintf(gz, sizeof(gz), "%s.gz", plain);
-	struct spy_err err = SPY_ERR_INIT;
-	t0 = now();
-	int rc = bench_save_folded(p, plain, &err);
-	double t_w = now() - t0;
-	if (rc) {
-		fprintf(stderr, "fg-aggregate: %s\n", err.msg);
+	if (bench_files(p, outdir) < 0) {
 		return 1;
 	}
-	t0 = now();
-	rc = bench_save_folded(p, gz, &err);
-	double t_wz = now() - t0;
-	if (rc) {
-		fprintf(stderr, "fg-aggregate: %s\n", err.msg);
-		return 1;
-	}
-	printf("  folded write:             %.3f s, %.1f MiB (plain, fsync'd)\n", t_w, file_mib(plain));
-	printf("  folded write .gz:         %.3f s, %.1f MiB (gzip -6, fsync'd)\n", t_wz, file_mib(gz));
-
-	struct fg_profile *q = fg_profile_new(NULL, 0);
-	t0 = now();
-	rc = fg_profile_load_folded(q, plain, &err);
-	double t_r = now() - t0;
-	struct fg_profile *qz = fg_profile_new(NULL, 0);
-	t0 = now();
-	rc |= fg_profile_load_folded(qz, gz, &err);
-	double t_rz = now() - t0;
-	if (rc) {
-		fprintf(stderr, "fg-aggregate: %s\n", err.msg);
-		return 1;
-	}
-	struct fg_stats stq;
-	fg_profile_stats(q, &stq);
-	printf("  folded read:              %.3f s plain, %.3f s gzip (%zu stacks, %" PRIu64 " samples back)\n",
-	       t_r, t_rz, stq.stacks, stq.samples);
 
 	struct fg_table_opts o = FG_TABLE_OPTS_INIT;
 	o.top = 20;
@@ -170,11 +183,7 @@ int main(int argc, char **argv)
 	printf("  peak RSS:                 %.1f MiB\n", rss_peak());
 
 	fg_table_release(&t);
-	fg_profile_free(q);
-	fg_profile_free(qz);
 	fg_profile_free(p);
-	unlink(plain);
-	unlink(gz);
 	for (size_t k = 0; k < nstacks; k++) {
 		spy_stack_release(&stacks[k]);
 	}

@@ -89,13 +89,11 @@ int cmd_parse_options(const char *cmd, const char *const *usage, const struct op
 int cmd_usage_error(const char *cmd, const char *fmt, ...)
 {
 	va_list ap;
-	struct spy_buf msg = SPY_BUF_INIT, b = SPY_BUF_INIT;
+	struct spy_buf b = SPY_BUF_INIT;
 	va_start(ap, fmt);
-	spy_buf_vaddf(&msg, fmt, ap);
+	spy_term_vaddf(&b, fmt, ap);
 	va_end(ap);
-	spy_term_escape(&b, msg.buf, msg.len, (size_t)-1, NULL);
 	fprintf(stderr, "spy%s%s: %s", cmd ? " " : "", cmd ? cmd : "", b.buf);
-	spy_buf_release(&msg);
 	spy_buf_release(&b);
 	if (cmd) {
 		fprintf(stderr, " (see 'spy %s --help')\n", cmd);

@@ -33,6 +33,10 @@ const struct cmd_info *cmd_find(const char *name);
 /* The top-level usage: usage lines and the commands with their summaries. */
 void cmd_usage(FILE *f);
 
+/* --rate's ceiling for every sampling command (cli.md): past it the
+ * period is shorter than one sample takes, a busy loop, not sampling. */
+#define CMD_MAX_RATE_HZ 1000000.0
+
 /* Print err as the one error line ("spy: msg (remedy)") and return its exit code. */
 int cmd_fail(const struct spy_err *err);
 /* Print a usage error for command cmd and return 2. */

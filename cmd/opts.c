@@ -60,9 +60,17 @@ static int set_value(const struct opt *o, const char *arg, struct spy_err *err)
 		return 0;
 	}
 	case OPT_STRING:
+	case OPT_OPTCOUNT:
 		*(const char **)o->value = arg;
 		return 0;
+	case OPT_STRINGS: {
+		struct opt_strings *l = o->value;
+		SPY_GROW(l->v, l->alloc, l->n + 1);
+		l->v[l->n++] = arg;
+		return 0;
+	}
 	case OPT_BOOL:
+	case OPT_PROGRAM:
 	case OPT_END:
 		break;
 	}
@@ -89,78 +97,114 @@ static const struct opt *find_short(const struct opt *opts, char c)
 	return NULL;
 }
 
+static const struct opt *find_type(const struct opt *opts, enum opt_type type)
+{
+	for (const struct opt *o = opts; o->type != OPT_END; o++) {
+		if (o->type == type) {
+			return o;
+		}
+	}
+	return NULL;
+}
+
+/* Whether s is a whole number: what an optional value left apart may be. */
+static bool is_count(const char *s)
+{
+	size_t i = 0;
+	while (s[i] >= '0' && s[i] <= '9') {
+		i++;
+	}
+	return i > 0 && !s[i];
+}
+
+/* The long option at argv[*i] ("--name" or "--name=value"); *i moves past its value. */
+static int parse_long(const struct opt *opts, int argc, char **argv, int *i, struct spy_err *err)
+{
+	const char *name = argv[*i] + 2;
+	const char *eq = strchr(name, '=');
+	size_t len = eq ? (size_t)(eq - name) : strlen(name);
+	const struct opt *o = find_long(opts, name, len);
+	if (!o || o->type == OPT_PROGRAM) {
+		return spy_err_set(err, SPY_EUSAGE, "unknown option '--%.*s'", (int)len, name);
+	}
+	if (o->type == OPT_BOOL) {
+		if (eq) {
+			return spy_err_set(err, SPY_EUSAGE, "option --%s takes no value", o->long_name);
+		}
+		*(bool *)o->value = true;
+		return 0;
+	}
+	const char *arg = eq ? eq + 1 : NULL;
+	if (!arg && o->type == OPT_OPTCOUNT) {
+		arg = *i + 1 < argc && is_count(argv[*i + 1]) ? argv[++*i] : "";
+	}
+	if (!arg) {
+		if (*i + 1 >= argc) {
+			return spy_err_set(err, SPY_EUSAGE, "option --%s needs a value (%s)", o->long_name,
+					   o->argh ? o->argh : "value");
+		}
+		arg = argv[++*i];
+	}
+	return set_value(o, arg, err);
+}
+
+/* A group of short options at argv[*i]; the first one taking a value ends it. */
+static int parse_short(const struct opt *opts, int argc, char **argv, int *i, struct spy_err *err)
+{
+	for (const char *p = argv[*i] + 1; *p; p++) {
+		const struct opt *o = find_short(opts, *p);
+		if (!o) {
+			return spy_err_set(err, SPY_EUSAGE, "unknown option '-%c'", *p);
+		}
+		if (o->type == OPT_BOOL) {
+			*(bool *)o->value = true;
+			continue;
+		}
+		const char *arg = p[1] ? p + 1 : NULL;
+		if (!arg) {
+			if (*i + 1 >= argc) {
+				return spy_err_set(err, SPY_EUSAGE, "option -%c needs a value (%s)", *p,
+						   o->argh ? o->argh : "value");
+			}
+			arg = argv[++*i];
+		}
+		return set_value(o, arg, err);
+	}
+	return 0;
+}
+
 int opts_parse(const struct opt *opts, int argc, char **argv, char **rest, int *nrest,
 	       struct spy_err *err)
 {
+	const struct opt *program = find_type(opts, OPT_PROGRAM);
 	int nr = 0;
 	int i;
 	for (i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "--")) {
 			i++;
+			if (program) {
+				*(char ***)program->value = argv + i;
+				*nrest = nr;
+				return OPTS_OK;
+			}
 			break;
 		}
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			*nrest = nr;
 			return OPTS_HELP;
 		}
+		int rc = 0;
 		if (a[0] == '-' && a[1] == '-') {
-			const char *name = a + 2;
-			const char *eq = strchr(name, '=');
-			size_t len = eq ? (size_t)(eq - name) : strlen(name);
-			const struct opt *o = find_long(opts, name, len);
-			if (!o) {
-				return spy_err_set(err, SPY_EUSAGE, "unknown option '--%.*s'", (int)len, name);
-			}
-			if (o->type == OPT_BOOL) {
-				if (eq) {
-					return spy_err_set(err, SPY_EUSAGE, "option --%s takes no value", o->long_name);
-				}
-				*(bool *)o->value = true;
-				continue;
-			}
-			const char *arg = eq ? eq + 1 : NULL;
-			if (!arg) {
-				if (i + 1 >= argc) {
-					return spy_err_set(err, SPY_EUSAGE, "option --%s needs a value (%s)",
-							   o->long_name, o->argh ? o->argh : "value");
-				}
-				arg = argv[++i];
-			}
-			int rc = set_value(o, arg, err);
-			if (rc < 0) {
-				return rc;
-			}
-			continue;
+			rc = parse_long(opts, argc, argv, &i, err);
+		} else if (a[0] == '-' && a[1] != '\0') {
+			rc = parse_short(opts, argc, argv, &i, err);
+		} else {
+			rest[nr++] = argv[i];
 		}
-		if (a[0] == '-' && a[1] != '\0') {
-			/* A group of short options; the first one taking a value ends it. */
-			for (const char *p = a + 1; *p; p++) {
-				const struct opt *o = find_short(opts, *p);
-				if (!o) {
-					return spy_err_set(err, SPY_EUSAGE, "unknown option '-%c'", *p);
-				}
-				if (o->type == OPT_BOOL) {
-					*(bool *)o->value = true;
-					continue;
-				}
-				const char *arg = p[1] ? p + 1 : NULL;
-				if (!arg) {
-					if (i + 1 >= argc) {
-						return spy_err_set(err, SPY_EUSAGE, "option -%c needs a value (%s)",
-								   *p, o->argh ? o->argh : "value");
-					}
-					arg = argv[++i];
-				}
-				int rc = set_value(o, arg, err);
-				if (rc < 0) {
-					return rc;
-				}
-				break;
-			}
-			continue;
+		if (rc < 0) {
+			return rc;
 		}
-		rest[nr++] = argv[i];
 	}
 	for (; i < argc; i++) {
 		rest[nr++] = argv[i];
@@ -201,7 +245,9 @@ void opts_usage(FILE *f, const char *const *usage, const struct opt *opts)
 	}
 	fputc('\n', f);
 	for (const struct opt *o = opts; o->type != OPT_END; o++) {
-		usage_row(f, o);
+		if (o->type != OPT_PROGRAM) {
+			usage_row(f, o);
+		}
 	}
 	usage_row(f, &opts_help);
 }

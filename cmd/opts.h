@@ -10,6 +10,7 @@
 #define SPY_CMD_OPTS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 
 #include "common/err.h"
@@ -21,6 +22,20 @@ enum opt_type {
 	OPT_UINT,     /* unsigned *: a non-negative integer */
 	OPT_DOUBLE,   /* double *: a non-negative finite number */
 	OPT_STRING,   /* const char **: the argument itself */
+	OPT_STRINGS,  /* struct opt_strings *: each use's argument, in order */
+	/*
+	 * const char **: an optional count. "--name=V" always gives a value,
+	 * "--name V" only when V is a whole number, and a bare "--name" sets
+	 * "" (given, no count). Long form only for the optional part.
+	 */
+	OPT_OPTCOUNT,
+	/*
+	 * char ***: not an option but where a program to run begins: "--"
+	 * ends option parsing and *value becomes the arguments after it (a
+	 * NULL-terminated tail of argv, maybe empty); left alone without
+	 * "--". Not shown in --help: the usage lines show the program.
+	 */
+	OPT_PROGRAM,
 };
 
 struct opt {
@@ -32,17 +47,24 @@ struct opt {
 	const char *help;
 };
 
+/* An OPT_STRINGS option's values; v points into argv, and is the caller's
+ * to free (NULL when the option was not given). */
+struct opt_strings {
+	const char **v;
+	size_t n, alloc;
+};
+
 enum {
 	OPTS_OK = 0,
 	OPTS_HELP = 1, /* -h/--help was given: print usage, exit 0 */
 };
 
 /*
- * Parse argv[1..argc-1] against opts (terminated by an OPT_END row). Non-option
- * arguments, and everything after "--", are collected in order into
- * rest[0..*nrest-1] (rest must hold argc entries). With stop_at_positional,
- * the first non-option argument ends option parsing (for `-- PROGRAM ARGS`
- * styles). Returns OPTS_OK, OPTS_HELP, or -SPY_EUSAGE with err set.
+ * Parse argv[1..argc-1] (argv[argc] NULL, as main's) against opts, which
+ * end with an OPT_END row. Non-option arguments, and everything after "--"
+ * unless opts has an OPT_PROGRAM row, are collected in order into
+ * rest[0..*nrest-1] (rest must hold argc entries). Returns OPTS_OK,
+ * OPTS_HELP, or -SPY_EUSAGE with err set.
  */
 int opts_parse(const struct opt *opts, int argc, char **argv, char **rest, int *nrest,
 	       struct spy_err *err);

@@ -37,8 +37,6 @@
 
 /* The progress line is redrawn at most this often. */
 #define PROGRESS_NS (250 * 1000 * 1000ull)
-/* The highest rate accepted; above 1 / TICKER_SPIN_PERIOD_NS spy spins between ticks (a core kept busy). */
-#define MAX_RATE_HZ 1000000.0
 /* --push-every: the default (the backends' own agents push every 10 s) and the longest. */
 #define PUSH_EVERY_S 10
 #define PUSH_EVERY_MAX_S 3600
@@ -344,7 +342,7 @@ static void set_metadata(struct rec *r, uint64_t now)
 	}
 	if (r->res) {
 		fg_resources_store(r->res, p);
-		/* What the readings cost, for bench/resources-overhead. */
+		/* What the readings cost, for bench/kinds-overhead. */
 		spy_log(SPY_LOG_DEBUG, "resources: %zu readings in %.3f ms CPU", fg_resources_count(r->res),
 			(double)r->res_cpu_ns / 1e6);
 	}
@@ -527,15 +525,15 @@ static int check_args(struct rec *r, const char *format, const char *sort, const
 		msg = "--pid PID or -- PROGRAM [ARGS...] is required";
 	} else if (r->pid && r->program) {
 		msg = "--pid and a program to run are exclusive";
-	} else if (!(r->o.rate > 0) || r->o.rate > MAX_RATE_HZ) {
-		return cmd_usage_error("record", "--rate must be above 0 and at most %.0f", MAX_RATE_HZ);
+	} else if (!(r->o.rate > 0) || r->o.rate > CMD_MAX_RATE_HZ) {
+		return cmd_usage_error("record", "--rate must be above 0 and at most %.0f", CMD_MAX_RATE_HZ);
 	} else if (r->o.duration == 0) {
 		msg = "--duration must be above 0";
 	} else if ((r->native || r->native_all) && r->o.nonblocking) {
 		msg = "--native unwinds paused threads: it cannot go with --nonblocking";
 	} else if (sort && !fg_sort_parse(sort, &r->table_opts.sort)) {
 		return cmd_usage_error("record", "--sort: '%s' is not cumtime, tottime or name", sort);
-	} else if (table && (!all_digits(table) || strlen(table) > 10 || strtoull(table, NULL, 10) > UINT_MAX)) {
+	} else if (table && *table && (!all_digits(table) || strlen(table) > 10 || strtoull(table, NULL, 10) > UINT_MAX)) {
 		return cmd_usage_error("record", "--table: '%s' is not a number of rows", table);
 	} else if (format && !fg_format_parse(format, &r->fmt)) {
 		return cmd_usage_error("record", "--format: unknown format '%s'", format);
@@ -546,7 +544,7 @@ static int check_args(struct rec *r, const char *format, const char *sort, const
 	if (!format && r->output) {
 		r->fmt = fg_format_from_path(r->output);
 	}
-	r->table_opts.top = table ? (unsigned)strtoul(table, NULL, 10) : 20;
+	r->table_opts.top = table && *table ? (unsigned)strtoul(table, NULL, 10) : 20;
 	/* The report's thread filter needs the threads' roots. */
 	r->threads = r->threads || r->fmt == FG_FORMAT_HTML;
 	/* A table (or the lines view) with no file named goes to stdout, once. */
@@ -565,14 +563,12 @@ static int check_args(struct rec *r, const char *format, const char *sort, const
 	return check_push_args(r, table);
 }
 
-/*
- * Two things the option parser does not do: `--table` takes an optional
- * value, and everything after `--` is the program, even if it looks like
- * an option of ours. -1 to go on, else the exit code.
- */
+/* The options, and after `--` the program (even if it looks like an
+ * option of ours). -1 to go on, else the exit code. */
 static int parse_args(struct rec *r, int argc, char **argv)
 {
-	const char *format = NULL, *sort = NULL, *table = NULL, *label_help = NULL;
+	const char *format = NULL, *sort = NULL, *table = NULL;
+	struct opt_strings labels = { 0 };
 	const struct opt opts[] = {
 		{ 'p', "pid", OPT_PID, &r->pid, "PID", "attach to a running process" },
 		{ 'o', "output", OPT_STRING, &r->output, "FILE", "where to write (default spy-<pid>.svg; with -f, that format's extension; - for stdout)" },
@@ -590,7 +586,7 @@ static int parse_args(struct rec *r, int argc, char **argv)
 		{ 't', "threads", OPT_BOOL, &r->threads, NULL, "a root frame per thread" },
 		{ 'F', "function", OPT_BOOL, &r->function, NULL, "aggregate by function, not line" },
 		{ 0, "nonblocking", OPT_BOOL, &r->o.nonblocking, NULL, "never pause the target" },
-		{ 0, "table", OPT_STRING, &table, "[N]", "print the top N functions (default 20) after recording" },
+		{ 0, "table", OPT_OPTCOUNT, &table, "[N]", "print the top N functions (default 20) after recording" },
 		{ 0, "sort", OPT_STRING, &sort, "KEY", "table order: cumtime, tottime or name" },
 		{ 'q', "quiet", OPT_BOOL, &r->quiet, NULL, "no progress line" },
 		{ 0, "no-source", OPT_BOOL, &r->no_source, NULL, "do not keep the sampled lines' source text in the profile" },
@@ -606,7 +602,7 @@ static int parse_args(struct rec *r, int argc, char **argv)
 		  "with --push: send the whole command line, arguments included (default: the program's name only)" },
 		{ 0, "push-every", OPT_UINT, &r->push_every, "S", "with --push: the window, in seconds (default 10)" },
 		{ 0, "app", OPT_STRING, &r->app, "NAME", "with --push: the application name (default: the script's or program's name)" },
-		{ 0, "label", OPT_STRING, &label_help, "K=V", "with --push: one more label (repeatable; host, pid and python are set)" },
+		{ 0, "label", OPT_STRINGS, &labels, "K=V", "with --push: one more label (repeatable; host, pid and python are set)" },
 		{ 0, "tenant", OPT_STRING, &r->tenant, "ID", "with --push: the tenant, sent as X-Scope-OrgID" },
 		{ 0, "token-file", OPT_STRING, &r->token_file, "FILE",
 		  "with --push: a bearer token, read from FILE (or from $SPY_PUSH_TOKEN)" },
@@ -615,36 +611,14 @@ static int parse_args(struct rec *r, int argc, char **argv)
 		{ 0, "async", OPT_BOOL, &r->async, NULL,
 		  "put the running asyncio task, as a `task \"NAME\"` frame, in place of the event loop's "
 		  "frames (Python 3.8+; older: refused)" },
+		{ 0, NULL, OPT_PROGRAM, &r->program, NULL, NULL },
 		{ 0 },
 	};
-	char **av = spy_xcalloc((size_t)argc + 1, sizeof(*av));
 	char **rest = spy_xcalloc((size_t)argc + 1, sizeof(*rest));
-	r->labels = spy_xcalloc((size_t)argc + 1, sizeof(*r->labels));
-	char table_arg[32];
-	int ac = 0, nrest = 0;
-	for (int i = 0; i < argc; i++) {
-		if (i > 0 && !strcmp(argv[i], "--")) {
-			r->program = &argv[i + 1];
-			break;
-		}
-		if (i > 0 && !strcmp(argv[i], "--table")) {
-			bool n = i + 1 < argc && all_digits(argv[i + 1]) && strlen(argv[i + 1]) < 20;
-			snprintf(table_arg, sizeof(table_arg), "--table=%s", n ? argv[++i] : "20");
-			av[ac++] = table_arg;
-			continue;
-		}
-		/* --label repeats: each one is kept here, the parser only lists it in --help. */
-		if (i > 0 && !strcmp(argv[i], "--label") && i + 1 < argc) {
-			r->labels[r->nlabels++] = argv[++i];
-			continue;
-		}
-		if (i > 0 && !strncmp(argv[i], "--label=", 8)) {
-			r->labels[r->nlabels++] = argv[i] + 8;
-			continue;
-		}
-		av[ac++] = argv[i];
-	}
-	int rc = cmd_parse_options("record", record_usage, opts, ac, av, rest, &nrest);
+	int nrest = 0;
+	int rc = cmd_parse_options("record", record_usage, opts, argc, argv, rest, &nrest);
+	r->labels = labels.v;
+	r->nlabels = labels.n;
 	if (rc < 0 && nrest > 0) {
 		rc = cmd_usage_error("record", "unexpected argument '%s' (a program to run goes after '--')", rest[0]);
 	} else if (rc < 0 && r->program && !r->program[0]) {
@@ -655,7 +629,6 @@ static int parse_args(struct rec *r, int argc, char **argv)
 		rc = check_args(r, format, sort, table);
 		rc = rc ? rc : -1;
 	}
-	free(av);
 	free(rest);
 	return rc;
 }

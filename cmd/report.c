@@ -97,6 +97,26 @@ static char *default_path(const char *profile, const char *ext)
 	return spy_buf_detach(&b, NULL);
 }
 
+/* Where to write: -o ("-" is stdout), else for binary or graphical formats,
+ * which never go to the terminal, a file named after the input, else stdout. */
+static char *output_path(const char *input, const char *output, enum fg_format format)
+{
+	if (output) {
+		return spy_xstrdup(output);
+	}
+	if (format != FG_FORMAT_SVG && format != FG_FORMAT_SPEEDSCOPE && format != FG_FORMAT_PPROF &&
+	    format != FG_FORMAT_CHROME && format != FG_FORMAT_HTML) {
+		return spy_xstrdup("-");
+	}
+	const char *ext = fg_format_ext(format);
+	if (strcmp(input, "-")) {
+		return default_path(input, ext);
+	}
+	struct spy_buf b = SPY_BUF_INIT;
+	spy_buf_addf(&b, "spy-report%s", ext);
+	return spy_buf_detach(&b, NULL);
+}
+
 int cmd_report(int argc, char **argv)
 {
 	const char *output = NULL, *format = NULL, *sort = NULL, *title = NULL;
@@ -186,27 +206,10 @@ int cmd_report(int argc, char **argv)
 	struct fg_writer w = { r.format, r.profile, NULL, &r.table, &r.svg, false, &r.lines };
 	cmd_write_fn fn = trend ? write_trend : fg_write;
 	void *ctx = trend ? (void *)&r : (void *)&w;
-	/* Binary or graphical formats go to a file, never the terminal. */
-	const char *ext = NULL;
-	if (r.format == FG_FORMAT_SVG || r.format == FG_FORMAT_SPEEDSCOPE || r.format == FG_FORMAT_PPROF ||
-	    r.format == FG_FORMAT_CHROME || r.format == FG_FORMAT_HTML) {
-		ext = fg_format_ext(r.format);
-	}
-	/* Without -o: text to stdout, the rest to a file named after the profile. */
-	char *path = NULL;
-	if (!output && ext) {
-		if (strcmp(input, "-")) {
-			path = default_path(input, ext);
-		} else {
-			struct spy_buf b = SPY_BUF_INIT;
-			spy_buf_addf(&b, "spy-report%s", ext);
-			path = spy_buf_detach(&b, NULL);
-		}
-	}
-	const char *dest = path ? path : output ? output : "-";
-	w.gzip = fg_format_gzip(r.format, dest);
-	rc = cmd_output_file(dest, fn, ctx, &err);
-	if (rc == 0 && path) {
+	char *path = output_path(input, output, r.format);
+	w.gzip = fg_format_gzip(r.format, path);
+	rc = cmd_output_file(path, fn, ctx, &err);
+	if (rc == 0 && !output && strcmp(path, "-")) {
 		fprintf(stderr, "spy report: wrote %s\n", path);
 	}
 	free(path);

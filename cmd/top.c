@@ -35,8 +35,6 @@
 #include "common/util.h"
 #include "flamegraph/flamegraph.h"
 
-/* Rates above this are a busy loop, not sampling (as for record). */
-#define TOP_MAX_RATE_HZ 100000.0
 /* Redrawing faster than this only burns the CPU the target wants. */
 #define TOP_MIN_REFRESH_S 0.05
 /* Rows of a snapshot written to a pipe, where no terminal says how many fit. */
@@ -355,8 +353,8 @@ static int check_args(struct top_args *a, struct eng_opts *o, enum top_sort *sor
 		return cmd_usage_error("top", a->pid ? "--pid and a program to run are exclusive"
 					       : "--pid PID or -- PROGRAM [ARGS...] is required");
 	}
-	if (!(a->rate > 0) || a->rate > TOP_MAX_RATE_HZ) {
-		return cmd_usage_error("top", "--rate must be above 0 and at most %g", TOP_MAX_RATE_HZ);
+	if (!(a->rate > 0) || a->rate > CMD_MAX_RATE_HZ) {
+		return cmd_usage_error("top", "--rate must be above 0 and at most %.0f", CMD_MAX_RATE_HZ);
 	}
 	if (a->duration == 0) {
 		return cmd_usage_error("top", "--duration must be above 0");
@@ -380,17 +378,6 @@ static int check_args(struct top_args *a, struct eng_opts *o, enum top_sort *sor
 }
 
 /* Everything after the first "--" is the program, whatever it looks like. */
-static int split_program(int argc, char **argv, struct top_args *a)
-{
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--")) {
-			a->program = &argv[i + 1];
-			return i;
-		}
-	}
-	return argc;
-}
-
 static int run(struct top *t, const struct eng_opts *o, struct top_args *a)
 {
 	struct spy_err err = SPY_ERR_INIT;
@@ -450,7 +437,7 @@ int cmd_top(int argc, char **argv)
 	const struct opt opts[] = {
 		{ 'p', "pid", OPT_PID, &a.pid, "PID", "attach to a running process" },
 		{ 'r', "rate", OPT_DOUBLE, &a.rate, "HZ",
-		  "samples per second (default 100, at most 100000; above 20000 spy spins between samples: a core kept busy)" },
+		  "samples per second (default 100, at most 1000000; above 20000 spy spins between samples: a core kept busy)" },
 		{ 'd', "duration", OPT_DOUBLE, &a.duration, "S", "stop after S seconds (default: until Ctrl-C or the target exits)" },
 		{ 0, "refresh", OPT_DOUBLE, &a.refresh, "S", "redraw every S seconds (default 1); %Own and %Total cover that interval" },
 		{ 0, "sort", OPT_STRING, &a.sort, "KEY", "own (default) or total" },
@@ -464,12 +451,12 @@ int cmd_top(int argc, char **argv)
 		{ 0, "native-all", OPT_BOOL, &a.native_all, NULL, "with --native, keep the interpreter's own frames" },
 		{ 0, "nonblocking", OPT_BOOL, &o.nonblocking, NULL, "never pause the target (torn stacks are counted as errors)" },
 		{ 's', "subprocesses", OPT_BOOL, &o.subprocesses, NULL, "also profile child processes, present and future" },
+		{ 0, NULL, OPT_PROGRAM, &a.program, NULL, NULL },
 		{ 0 },
 	};
-	int ac = split_program(argc, argv, &a);
 	char **rest = spy_xcalloc((size_t)argc + 1, sizeof(*rest));
 	int nrest = 0, exit_code;
-	int rc = cmd_parse_options("top", top_usage, opts, ac, argv, rest, &nrest);
+	int rc = cmd_parse_options("top", top_usage, opts, argc, argv, rest, &nrest);
 	if (rc >= 0) {
 		exit_code = rc;
 	} else if (nrest > 0) {

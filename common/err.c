@@ -90,29 +90,3 @@ int spy_err_exit_code(int code)
 		return 1;
 	}
 }
-
-const char *spy_err_name(int code)
-{
-	static const char *names[SPY_ECODE_MAX] = {
-		[SPY_OK] = "ok",
-		[SPY_EUSAGE] = "usage",
-		[SPY_ENOPROC] = "no-process",
-		[SPY_EPERM] = "permission",
-		[SPY_ENOPY] = "no-python",
-		[SPY_EVERSION] = "unsupported-version",
-		[SPY_EIO] = "io",
-		[SPY_EFORMAT] = "format",
-		[SPY_EMEM] = "read",
-		[SPY_ECORRUPT] = "corrupt",
-		[SPY_EBOUND] = "bound",
-		[SPY_EGONE] = "gone",
-		[SPY_EINTR] = "interrupted",
-	};
-	if (code < 0) {
-		code = -code;
-	}
-	if (code >= SPY_ECODE_MAX || !names[code]) {
-		return "unknown";
-	}
-	return names[code];
-}

@@ -29,7 +29,6 @@ enum spy_errcode {
 	SPY_EBOUND,     /* a bound (bounds.h) was hit */
 	SPY_EGONE,      /* the process or thread went away */
 	SPY_EINTR,      /* interrupted by SIGINT/SIGTERM */
-	SPY_ECODE_MAX
 };
 
 struct spy_err {
@@ -52,6 +51,5 @@ void spy_err_prefix(struct spy_err *err, const char *fmt, ...)
 void spy_err_clear(struct spy_err *err);
 /* Exit code of the CLI contract for a (positive or negative) code. */
 int spy_err_exit_code(int code);
-const char *spy_err_name(int code);
 
 #endif

@@ -41,7 +41,12 @@ void spy_hmap_reserve(struct spy_hmap *m, size_t n)
 	}
 }
 
-void spy_hmap_add(struct spy_hmap *m, uint64_t key, uint64_t val)
+/*
+ * Store key -> val in one probe: with replace, over the first entry with
+ * key if there is one (returning false); otherwise in the empty slot that
+ * ends the run, growing first if that is past SPY_HMAP_PROBE_MAX.
+ */
+static bool insert(struct spy_hmap *m, uint64_t key, uint64_t val, bool replace)
 {
 	if (val == SPY_HMAP_NONE) {
 		SPY_BUG("hash map value SPY_HMAP_NONE");
@@ -50,6 +55,10 @@ void spy_hmap_add(struct spy_hmap *m, uint64_t key, uint64_t val)
 	for (;;) {
 		size_t mask = m->cap - 1, j = spy_hmap_home(m, key), dist = 0;
 		while (m->slots[j].val1) {
+			if (replace && m->slots[j].key == key) {
+				m->slots[j].val1 = val + 1;
+				return false;
+			}
 			j = (j + 1) & mask;
 			dist++;
 		}
@@ -59,22 +68,18 @@ void spy_hmap_add(struct spy_hmap *m, uint64_t key, uint64_t val)
 		}
 		m->slots[j] = (struct spy_hmap_slot){ key, val + 1 };
 		m->count++;
-		return;
+		return true;
 	}
 }
 
-bool spy_hmap_put(struct spy_hmap *m, uint64_t key, uint64_t val)
+void spy_hmap_add(struct spy_hmap *m, uint64_t key, uint64_t val)
 {
-	struct spy_hmap_it it;
-	if (spy_hmap_find(m, key, &it) != SPY_HMAP_NONE) {
-		if (val == SPY_HMAP_NONE) {
-			SPY_BUG("hash map value SPY_HMAP_NONE");
-		}
-		m->slots[it.i].val1 = val + 1;
-		return false;
-	}
-	spy_hmap_add(m, key, val);
-	return true;
+	insert(m, key, val, false);
+}
+
+bool spy_hmap_put_slow_(struct spy_hmap *m, uint64_t key, uint64_t val)
+{
+	return insert(m, key, val, true);
 }
 
 void spy_hmap_del_at(struct spy_hmap *m, struct spy_hmap_it *it)

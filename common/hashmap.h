@@ -6,10 +6,11 @@
  *  - a map: the key is the thing itself (an address, a pointer, a tid) and
  *    spy_hmap_get/spy_hmap_put/spy_hmap_del treat keys as unique;
  *  - an index over the caller's own array: the key is a hash of an entry
- *    (a string, a stack), the value its index, and the caller compares
- *    entries itself, walking every slot that holds the key with
- *    spy_hmap_find/spy_hmap_next and inserting with spy_hmap_add, which
- *    allows a key to repeat (two entries whose hashes collide).
+ *    (a string, a stack; spy_hmap_pair combines words), the value its
+ *    index, and the caller compares entries itself, walking every slot
+ *    that holds the key with SPY_HMAP_FOR_KEY and inserting with
+ *    spy_hmap_add, which allows a key to repeat (two entries whose hashes
+ *    collide).
  *
  * Invariants, true between calls:
  *  - cap is 0 or a power of two >= SPY_HMAP_MIN_CAP, and count <= cap / 2:
@@ -63,6 +64,13 @@ struct spy_hmap_it {
 	size_t i;
 };
 
+/* A key made of two words, order mattering ((a, b) is not (b, a)); nest
+ * it for more. Cheap, because the map mixes every key anyway. */
+static inline uint64_t spy_hmap_pair(uint64_t a, uint64_t b)
+{
+	return (a * 0x9e3779b97f4a7c15ULL) ^ b;
+}
+
 static inline size_t spy_hmap_count(const struct spy_hmap *m)
 {
 	return m->count;
@@ -113,6 +121,14 @@ static inline uint64_t spy_hmap_next(const struct spy_hmap *m, uint64_t key, str
 	return spy_hmap_scan_(m, key, it);
 }
 
+/*
+ * Every value stored under key, in v (a uint64_t declared here), it the
+ * cursor (for spy_hmap_del_at): the loop of an index's look-up.
+ */
+#define SPY_HMAP_FOR_KEY(m, key, it, v)                                         \
+	for (uint64_t v = spy_hmap_find((m), (key), &(it)); v != SPY_HMAP_NONE; \
+	     v = spy_hmap_next((m), (key), &(it)))
+
 static inline uint64_t spy_hmap_get(const struct spy_hmap *m, uint64_t key)
 {
 	struct spy_hmap_it it;
@@ -126,8 +142,33 @@ static inline bool spy_hmap_has(const struct spy_hmap *m, uint64_t key)
 
 /* Insert key -> val even if key is there (an index's colliding hashes). */
 void spy_hmap_add(struct spy_hmap *m, uint64_t key, uint64_t val);
-/* Set key's value, adding it if absent. Returns whether it was added. */
-bool spy_hmap_put(struct spy_hmap *m, uint64_t key, uint64_t val);
+bool spy_hmap_put_slow_(struct spy_hmap *m, uint64_t key, uint64_t val);
+
+/*
+ * Set key's value, adding it if absent. Returns whether it was added.
+ * Inline for a set the walk asks per frame: the common case (room, a
+ * short run) probes once here, the rest (growing) is spy_hmap_put_slow_.
+ */
+static inline bool spy_hmap_put(struct spy_hmap *m, uint64_t key, uint64_t val)
+{
+	if ((m->count + 1) * 2 > m->cap || val == SPY_HMAP_NONE) {
+		return spy_hmap_put_slow_(m, key, val);
+	}
+	size_t mask = m->cap - 1, j = spy_hmap_home(m, key);
+	for (size_t dist = 0; dist <= SPY_HMAP_PROBE_MAX; dist++, j = (j + 1) & mask) {
+		struct spy_hmap_slot *s = &m->slots[j];
+		if (!s->val1) {
+			*s = (struct spy_hmap_slot){ key, val + 1 };
+			m->count++;
+			return true;
+		}
+		if (s->key == key) {
+			s->val1 = val + 1;
+			return false;
+		}
+	}
+	return spy_hmap_put_slow_(m, key, val);
+}
 /* Remove the first entry with key. Returns whether there was one. */
 bool spy_hmap_del(struct spy_hmap *m, uint64_t key);
 /* Remove the entry find/next last returned; it then stands so that

@@ -7,17 +7,20 @@
 #include "common/buf.h"
 #include "common/log.h"
 #include "common/term.h"
+#include "common/util.h"
 
 int spy_log_level = SPY_LOG_WARN;
 
+/* SPY_LOG's values, and each line's tag, by level. */
+static const char *const names[] = { "error", "warn", "info", "debug", "trace" };
+
 void spy_log_init_from_env(void)
 {
-	static const char *names[] = { "error", "warn", "info", "debug", "trace" };
 	const char *v = getenv("SPY_LOG");
 	if (!v) {
 		return;
 	}
-	for (int i = 0; i < (int)(sizeof(names) / sizeof(names[0])); i++) {
+	for (int i = 0; i < (int)SPY_ARRAY_SIZE(names); i++) {
 		if (!strcmp(v, names[i])) {
 			spy_log_level = i;
 			return;
@@ -27,15 +30,12 @@ void spy_log_init_from_env(void)
 
 void spy_log_write(int level, const char *fmt, ...)
 {
-	static const char *tags[] = { "error", "warn", "info", "debug", "trace" };
 	va_list ap;
-	struct spy_buf msg = SPY_BUF_INIT, b = SPY_BUF_INIT;
-	va_start(ap, fmt);
-	spy_buf_vaddf(&msg, fmt, ap);
-	va_end(ap);
+	struct spy_buf b = SPY_BUF_INIT;
 	/* Log lines quote target strings too. */
-	spy_term_escape(&b, msg.buf, msg.len, (size_t)-1, NULL);
-	fprintf(stderr, "spy[%s]: %s\n", tags[level < 0 ? 0 : level > 4 ? 4 : level], b.buf);
-	spy_buf_release(&msg);
+	va_start(ap, fmt);
+	spy_term_vaddf(&b, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "spy[%s]: %s\n", names[level < 0 ? 0 : level > 4 ? 4 : level], b.buf);
 	spy_buf_release(&b);
 }

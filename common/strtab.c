@@ -55,8 +55,7 @@ const char *spy_strtab_intern(struct spy_strtab *t, const char *s, size_t len)
 {
 	uint64_t h = hash_bytes(s, len);
 	struct spy_hmap_it it;
-	for (uint64_t v = spy_hmap_find(&t->index, h, &it); v != SPY_HMAP_NONE;
-	     v = spy_hmap_next(&t->index, h, &it)) {
+	SPY_HMAP_FOR_KEY(&t->index, h, it, v) {
 		const struct spy_strtab_ent *e = (const struct spy_strtab_ent *)(uintptr_t)v;
 		if (e->len == len && !memcmp(e->s, s, len)) {
 			return e->s;

@@ -96,6 +96,14 @@ void spy_term_adds(struct spy_buf *out, const char *s)
 	}
 }
 
+void spy_term_vaddf(struct spy_buf *out, const char *fmt, va_list ap)
+{
+	struct spy_buf msg = SPY_BUF_INIT;
+	spy_buf_vaddf(&msg, fmt, ap);
+	spy_term_escape(out, msg.buf, msg.len, (size_t)-1, NULL);
+	spy_buf_release(&msg);
+}
+
 /* ---- giving the terminal back on a crash ---- */
 
 static const int fatal_signals[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGQUIT };

@@ -22,6 +22,7 @@
 #ifndef SPY_COMMON_TERM_H
 #define SPY_COMMON_TERM_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,6 +31,9 @@
 
 void spy_term_escape(struct spy_buf *out, const char *s, size_t n, size_t max, const char *also);
 void spy_term_adds(struct spy_buf *out, const char *s);
+/* printf's fmt with ap, escaped as spy_term_adds does: a message that quotes names. */
+void spy_term_vaddf(struct spy_buf *out, const char *fmt, va_list ap)
+	__attribute__((format(printf, 2, 0)));
 /* True for a code point spy_term_escape shows as \uNNNN or \xNN. */
 bool spy_term_is_control(uint32_t cp);
 

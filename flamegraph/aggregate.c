@@ -33,9 +33,8 @@
  * cheaply, and so that order matters. */
 static inline uint64_t frame_hash(const char *func, const char *file, uint32_t line, uint8_t kind)
 {
-	uint64_t h = (uint64_t)(uintptr_t)func * 0x9e3779b97f4a7c15ULL;
-	h = (h ^ (uint64_t)(uintptr_t)file) * 0xff51afd7ed558ccdULL;
-	return h ^ ((uint64_t)line << 8) ^ kind;
+	uint64_t h = spy_hmap_pair((uint64_t)(uintptr_t)func, (uint64_t)(uintptr_t)file);
+	return spy_hmap_pair(h, (uint64_t)line << 8 | kind);
 }
 
 static inline uint64_t path_hash(const uint32_t *ids, size_t n)
@@ -120,8 +119,7 @@ uint32_t fg_intern_frame(struct fg_profile *p, const char *func, const char *fil
 	}
 	uint64_t h = frame_hash(func, file, line, kind);
 	struct spy_hmap_it it;
-	for (uint64_t v = spy_hmap_find(&p->frame_index, h, &it); v != SPY_HMAP_NONE;
-	     v = spy_hmap_next(&p->frame_index, h, &it)) {
+	SPY_HMAP_FOR_KEY(&p->frame_index, h, it, v) {
 		const struct fg_frame *f = &p->frames[v];
 		if (f->func == func && f->file == file && f->line == line && f->kind == kind) {
 			return (uint32_t)v;
@@ -149,8 +147,7 @@ int fg_add_path(struct fg_profile *p, const uint32_t *ids, size_t n, uint64_t co
 	}
 	uint64_t h = path_hash(ids, n);
 	struct spy_hmap_it it;
-	for (uint64_t v = spy_hmap_find(&p->stack_index, h, &it); v != SPY_HMAP_NONE;
-	     v = spy_hmap_next(&p->stack_index, h, &it)) {
+	SPY_HMAP_FOR_KEY(&p->stack_index, h, it, v) {
 		struct fg_stack_ent *e = &p->stacks[v];
 		if (e->depth == n && !memcmp(p->pool + e->off, ids, n * sizeof(*ids))) {
 			e->count += count;

@@ -83,10 +83,9 @@ static uint64_t string_id(struct pp *pp, const char *s)
 /* The function id of a frame, writing the Function message when new. */
 static uint64_t function_id(struct pp *pp, const struct fg_frame *fr)
 {
-	uint64_t k = ((uint64_t)(uintptr_t)fr->func * 0x9e3779b97f4a7c15ULL) ^ (uint64_t)(uintptr_t)fr->file;
+	uint64_t k = spy_hmap_pair((uint64_t)(uintptr_t)fr->func, (uint64_t)(uintptr_t)fr->file);
 	struct spy_hmap_it it;
-	for (uint64_t v = spy_hmap_find(&pp->funcmap, k, &it); v != SPY_HMAP_NONE;
-	     v = spy_hmap_next(&pp->funcmap, k, &it)) {
+	SPY_HMAP_FOR_KEY(&pp->funcmap, k, it, v) {
 		if (pp->funcs[v].func == fr->func && pp->funcs[v].file == fr->file) {
 			return v + 1;
 		}

@@ -46,7 +46,7 @@ struct fg_source {
 
 static uint64_t ent_key(const char *file, uint32_t line)
 {
-	return ((uint64_t)(uintptr_t)file * 0x9e3779b97f4a7c15ULL) ^ line;
+	return spy_hmap_pair((uint64_t)(uintptr_t)file, line);
 }
 
 void fg_source_free(struct fg_source *s)
@@ -67,8 +67,7 @@ static struct src_ent *find_ent(const struct fg_source *s, const char *file, uin
 {
 	uint64_t k = ent_key(file, line);
 	struct spy_hmap_it it;
-	for (uint64_t v = spy_hmap_find(&s->index, k, &it); v != SPY_HMAP_NONE;
-	     v = spy_hmap_next(&s->index, k, &it)) {
+	SPY_HMAP_FOR_KEY(&s->index, k, it, v) {
 		if (s->v[v].file == file && s->v[v].line == line) {
 			return &s->v[v];
 		}

@@ -34,8 +34,7 @@ struct func_index {
 
 static uint64_t func_key(const char *func, const char *file, uint32_t line)
 {
-	uint64_t h = (uint64_t)(uintptr_t)func * 0x9e3779b97f4a7c15ULL;
-	return ((h ^ (uint64_t)(uintptr_t)file) * 0xff51afd7ed558ccdULL) ^ line;
+	return spy_hmap_pair(spy_hmap_pair((uint64_t)(uintptr_t)func, (uint64_t)(uintptr_t)file), line);
 }
 
 /* Function id of (func, file, line); both interned, so pointers identify them. line is 0 unless by line. */
@@ -43,8 +42,7 @@ static uint32_t func_id(struct func_index *fi, const char *func, const char *fil
 {
 	uint64_t k = func_key(func, file, line);
 	struct spy_hmap_it it;
-	for (uint64_t v = spy_hmap_find(&fi->index, k, &it); v != SPY_HMAP_NONE;
-	     v = spy_hmap_next(&fi->index, k, &it)) {
+	SPY_HMAP_FOR_KEY(&fi->index, k, it, v) {
 		if (fi->v[v].func == func && fi->v[v].file == file && fi->v[v].line == line) {
 			return (uint32_t)v;
 		}

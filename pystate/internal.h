@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/bounds.h"
+#include "common/hashmap.h"
 #include "common/mem.h"
 #include "common/sample.h"
 #include "common/strtab.h"
@@ -27,11 +29,13 @@
  * frames show no line). Real tables are a few hundred bytes. */
 #define PYCODE_TAB_BUDGET ((size_t)64 << 20)
 
-/* Threads whose names are remembered (more than SPY_MAX_THREADS: slots of
- * ended threads stay until the next full scan). Power of two. The table is
- * sized to twice the threads at hand (at least PYRT_NAME_MIN), up to this. */
-#define PYRT_NAME_SLOTS 4096
-#define PYRT_NAME_MIN 64
+/* Threads whose names are remembered: twice SPY_MAX_THREADS, because
+ * ended threads stay until the next full scan, which comes early when the
+ * threads at hand might not fit beside them. */
+#define PYRT_NAME_MAX (2 * SPY_MAX_THREADS)
+/* Addresses one linked walk remembers (pyrt_seen): more than a stack's
+ * SPY_MAX_PY_DEPTH frames or a list's SPY_MAX_THREADS thread states. */
+#define PYRT_SEEN_MAX 8192
 
 /* Largest fixed part of a struct we copy in one read (PyCodeObject,
  * _PyInterpreterFrame, the PyThreadState fields we use, PyFrameObject). */
@@ -101,9 +105,9 @@ struct pyrt {
 	uint64_t walks;             /* stacks walked so far: the memo's clock */
 	uint64_t memo_hits, memo_misses;
 
-	struct pyrt_seen_ent *seen; /* seen_slots entries, see pyrt_seen() */
-	size_t seen_slots, seen_n;  /* size; addresses in the current walk */
-	uint32_t seen_gen;
+	struct spy_hmap seen;       /* the current walk's addresses, see pyrt_seen() */
+	spy_addr_t seen_log[PYRT_SEEN_MAX]; /* the same, in the order seen */
+	size_t seen_n;
 
 	/* Frame addresses of the last pyrt_stack(), parallel to its frames
 	 * (SPY_MAX_PY_DEPTH entries, allocated on first use), for locals. */
@@ -131,10 +135,9 @@ struct pyrt {
 		uint64_t ident;
 		spy_addr_t tstate;
 		const char *name;
-		uint32_t gen;       /* names_gen of the scan that set it; 0 = empty */
-	} *names;               /* name_slots entries, allocated on first use */
-	size_t name_slots;
-	uint32_t names_gen;
+	} *names;
+	size_t nnames, names_alloc;
+	struct spy_hmap name_index; /* hash of (ident, tstate) -> index into names */
 	uint64_t names_scanned_ns;  /* when the last full scan ran */
 	uint64_t names_scans;       /* scans of threading._active so far (debug log, tests) */
 
@@ -288,23 +291,10 @@ static inline uint32_t pyrt_u32(const unsigned char *buf, uint32_t off)
 }
 
 /*
- * Exact cycle detection for linked walks (frames, thread states): a
- * generation-stamped open-addressing set, so starting a new walk costs an
- * increment, not a clear. The count caps (SPY_MAX_PY_DEPTH,
- * SPY_MAX_THREADS) bound insertions per walk to under half the slots, so
- * probing always finds a free slot.
+ * Exact cycle detection for linked walks (frames, thread states): a set
+ * of the walk's addresses. The count caps (SPY_MAX_PY_DEPTH,
+ * SPY_MAX_THREADS) bound insertions per walk below PYRT_SEEN_MAX.
  */
-#define PYRT_SEEN_SLOTS 16384
-/* The set starts this small and doubles while a walk fills half of it:
- * most walks see a few dozen addresses, and a fresh pyrt (dump, a fuzz
- * input) should not clear 256 KiB it never uses. */
-#define PYRT_SEEN_MIN 256
-
-struct pyrt_seen_ent {
-	spy_addr_t addr;
-	uint32_t gen;
-};
-
 /* Start a new walk: forget every address seen so far. */
 void pyrt_seen_reset(struct pyrt *rt);
 /* true when addr was already seen on this walk; otherwise remember it. */

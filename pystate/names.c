@@ -366,75 +366,66 @@ int pyrt_thread_names(struct pyrt *rt, const struct py_thread *th, size_t n, con
 
 /* ---- the cache ---- */
 
-static size_t name_slot(const struct pyrt *rt, uint64_t ident, spy_addr_t tstate, bool *hit)
+static uint64_t name_key(uint64_t ident, spy_addr_t tstate)
 {
-	uint64_t h = (ident ^ (tstate * 0x9e3779b97f4a7c15ull)) * 0xff51afd7ed558ccdull;
-	size_t i = (size_t)(h >> 40) & (rt->name_slots - 1);
-	for (size_t probes = 0; probes < rt->name_slots; probes++) {
-		const struct pyname_ent *e = &rt->names[i];
-		if (!e->gen || (e->ident == ident && e->tstate == tstate)) {
-			*hit = e->gen != 0;
-			return i;
+	return spy_hmap_pair(tstate, ident);
+}
+
+/* The remembered name of (ident, tstate), or NULL when none is. */
+static struct pyname_ent *name_find(const struct pyrt *rt, uint64_t ident, spy_addr_t tstate)
+{
+	uint64_t k = name_key(ident, tstate);
+	struct spy_hmap_it it;
+	SPY_HMAP_FOR_KEY(&rt->name_index, k, it, v) {
+		if (rt->names[v].ident == ident && rt->names[v].tstate == tstate) {
+			return &rt->names[v];
 		}
-		i = (i + 1) & (rt->name_slots - 1);
 	}
-	*hit = false;
-	return SIZE_MAX; /* full */
+	return NULL;
 }
 
 const char *pyrt_thread_name(const struct pyrt *rt, const struct py_thread *t)
 {
-	bool hit;
-	if (!rt->names) {
-		return NULL;
-	}
-	size_t i = name_slot(rt, t->thread_id, t->tstate, &hit);
-	return hit ? rt->names[i].name : NULL;
+	const struct pyname_ent *e = name_find(rt, t->thread_id, t->tstate);
+	return e ? e->name : NULL;
 }
 
 void pyrt_names_update(struct pyrt *rt, const struct py_thread *th, size_t n, uint64_t now_ns,
 		       uint64_t refresh_ns)
 {
-	bool full = !rt->names || now_ns - rt->names_scanned_ns >= refresh_ns;
+	/* Ended threads stay until a full scan forgets them; one is due too
+	 * when the threads at hand might not fit beside them. */
+	bool full = !rt->names_scans || now_ns - rt->names_scanned_ns >= refresh_ns ||
+		    rt->nnames + n > PYRT_NAME_MAX;
 	bool missing = false;
-	/* Room for twice the threads: a table that has become too small for
-	 * them is made anew, which forgets every name, as a full scan does. */
-	size_t need = PYRT_NAME_MIN;
-	while (need < 2 * n && need < PYRT_NAME_SLOTS) {
-		need *= 2;
-	}
-	if (!rt->names || rt->name_slots < need) {
-		free(rt->names);
-		rt->names = spy_xcalloc(need, sizeof(*rt->names));
-		rt->name_slots = need;
-		full = true;
-	}
 	for (size_t i = 0; i < n && !full && !missing; i++) {
-		bool hit;
-		(void)name_slot(rt, th[i].thread_id, th[i].tstate, &hit);
-		missing = !hit;
+		missing = !name_find(rt, th[i].thread_id, th[i].tstate);
 	}
 	if (!full && !missing) {
 		return;
 	}
 	if (full) {
-		/* Forget ended threads: their slots would fill the table. */
-		memset(rt->names, 0, rt->name_slots * sizeof(*rt->names));
+		rt->nnames = 0;
+		spy_hmap_clear(&rt->name_index);
 		rt->names_scanned_ns = now_ns;
-	}
-	if (++rt->names_gen == 0) {
-		rt->names_gen = 1;
 	}
 	const char **names = spy_xcalloc(n ? n : 1, sizeof(*names));
 	rt->names_scans++;
 	(void)pyrt_thread_names(rt, th, n, names, NULL);
 	for (size_t i = 0; i < n; i++) {
-		bool hit;
-		size_t s = name_slot(rt, th[i].thread_id, th[i].tstate, &hit);
-		if (s == SIZE_MAX || (hit && !full && !names[i])) {
-			continue; /* keep what an earlier scan found */
+		struct pyname_ent *e = name_find(rt, th[i].thread_id, th[i].tstate);
+		if (e) {
+			if (names[i]) {
+				e->name = names[i]; /* else keep what an earlier scan found */
+			}
+			continue;
 		}
-		rt->names[s] = (struct pyname_ent){ th[i].thread_id, th[i].tstate, names[i], rt->names_gen };
+		if (rt->nnames == PYRT_NAME_MAX) {
+			continue;
+		}
+		SPY_GROW(rt->names, rt->names_alloc, rt->nnames + 1);
+		rt->names[rt->nnames] = (struct pyname_ent){ th[i].thread_id, th[i].tstate, names[i] };
+		spy_hmap_add(&rt->name_index, name_key(th[i].thread_id, th[i].tstate), rt->nnames++);
 	}
 	free(names);
 }

@@ -377,7 +377,7 @@ int pyrt_new(struct pyrt **out, const struct spy_mem *mem, const struct pyrt_hin
 	return 0;
 fail:
 	pycode_cache_release(rt);
-	free(rt->seen);
+	spy_hmap_release(&rt->seen);
 	free(rt);
 	return rc;
 }
@@ -389,11 +389,12 @@ void pyrt_free(struct pyrt *rt)
 	}
 	pycode_cache_release(rt);
 	free(rt->names);
+	spy_hmap_release(&rt->name_index);
 	free(rt->async);
 	free(rt->tmp);
 	free(rt->frames);
 	free(rt->anchors);
-	free(rt->seen);
+	spy_hmap_release(&rt->seen);
 	free(rt);
 }
 

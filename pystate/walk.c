@@ -29,66 +29,34 @@
 #include "common/util.h"
 #include "pystate/internal.h"
 
+_Static_assert(PYRT_SEEN_MAX > SPY_MAX_PY_DEPTH && PYRT_SEEN_MAX > SPY_MAX_THREADS,
+	       "a walk can add more addresses than pyrt_seen keeps");
+
 void pyrt_seen_reset(struct pyrt *rt)
 {
-	rt->seen_n = 0;
-	if (++rt->seen_gen == 0 && rt->seen) {
-		memset(rt->seen, 0, rt->seen_slots * sizeof(*rt->seen));
-		rt->seen_gen = 1;
-	}
-}
-
-static size_t seen_slot(const struct pyrt *rt, spy_addr_t addr)
-{
-	uint64_t h = (addr >> 3) * 0x9e3779b97f4a7c15ull;
-	return (size_t)(h >> 40) & (rt->seen_slots - 1);
-}
-
-static void seen_insert(struct pyrt *rt, spy_addr_t addr)
-{
-	size_t i = seen_slot(rt, addr);
-	while (rt->seen[i].gen == rt->seen_gen) {
-		i = (i + 1) & (rt->seen_slots - 1);
-	}
-	rt->seen[i].gen = rt->seen_gen;
-	rt->seen[i].addr = addr;
-}
-
-/* Double the set (or make its first), keeping the current walk's addresses. */
-static void seen_grow(struct pyrt *rt)
-{
-	struct pyrt_seen_ent *was = rt->seen;
-	size_t old = rt->seen_slots;
-	rt->seen_slots = old ? old * 2 : PYRT_SEEN_MIN;
-	rt->seen = spy_xcalloc(rt->seen_slots, sizeof(*rt->seen));
-	for (size_t i = 0; i < old; i++) {
-		if (was[i].gen == rt->seen_gen) {
-			seen_insert(rt, was[i].addr);
+	/* Clearing costs the table's size, which the deepest walk so far
+	 * set; deleting what this walk added costs what adding it did. The
+	 * cheaper of the two, so a walk is never slower for a deep one before. */
+	if (spy_hmap_bytes(&rt->seen) <= 64 * rt->seen_n) {
+		spy_hmap_clear(&rt->seen);
+	} else {
+		for (size_t i = 0; i < rt->seen_n; i++) {
+			spy_hmap_del(&rt->seen, rt->seen_log[i]);
 		}
 	}
-	free(was);
+	rt->seen_n = 0;
 }
 
 bool pyrt_seen(struct pyrt *rt, spy_addr_t addr)
 {
-	if (!rt->seen || (rt->seen_n >= rt->seen_slots / 2 && rt->seen_slots < PYRT_SEEN_SLOTS)) {
-		seen_grow(rt);
+	if (rt->seen_n == PYRT_SEEN_MAX) {
+		return true; /* cannot happen under the callers' caps; treat as a loop */
 	}
-	size_t i = seen_slot(rt, addr);
-	for (size_t probes = 0; probes < rt->seen_slots; probes++) {
-		struct pyrt_seen_ent *e = &rt->seen[i];
-		if (e->gen != rt->seen_gen) {
-			e->gen = rt->seen_gen;
-			e->addr = addr;
-			rt->seen_n++;
-			return false;
-		}
-		if (e->addr == addr) {
-			return true;
-		}
-		i = (i + 1) & (rt->seen_slots - 1);
+	if (!spy_hmap_put(&rt->seen, addr, 0)) {
+		return true;
 	}
-	return true; /* full: cannot happen under the caps; treat as a loop */
+	rt->seen_log[rt->seen_n++] = addr;
+	return false;
 }
 
 static void truncate_stack(struct spy_stack *out)

@@ -237,8 +237,6 @@ void tracer_forget(struct proc *p);
 #define SAMPLER_REMEDY_PERM \
 	"run as root, or set kernel.yama.ptrace_scope=0 / grant CAP_SYS_PTRACE"
 
-/* Map an errno from a /proc access to a spy code (negative). */
-int procfs_errno_code(int e);
 
 /*
  * RLIMIT_NOFILE (tasks.c): raise the soft limit to the hard one (once; at

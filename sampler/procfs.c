@@ -30,7 +30,8 @@
 #include "common/util.h"
 #include "sampler/internal.h"
 
-int procfs_errno_code(int e)
+/* Map an errno from a /proc access to a spy code (negative). */
+static int procfs_errno_code(int e)
 {
 	switch (e) {
 	case ENOENT:
@@ -728,9 +729,4 @@ const struct proc_thread *proc_threads(const struct proc *p, size_t *n)
 {
 	*n = p->nthreads;
 	return p->threads;
-}
-
-int proc_thread_refresh(struct proc *p, struct proc_thread *t)
-{
-	return read_thread(p, t);
 }

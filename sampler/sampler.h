@@ -75,8 +75,6 @@ int proc_read_maps(struct proc *p, struct spy_err *err);
 int proc_list_threads(struct proc *p, struct spy_err *err);
 /* The list read by the last proc_list_threads(); valid until the next call. */
 const struct proc_thread *proc_threads(const struct proc *p, size_t *n);
-/* Re-read one thread's state letter and comm; -SPY_EGONE if it exited. */
-int proc_thread_refresh(struct proc *p, struct proc_thread *t);
 
 /*
  * A thread watched across samples (tasks.c): its files stay open, so a
@@ -393,21 +391,6 @@ struct spawn {
 };
 
 int spawn_start(struct spawn *s, char *const argv[], struct spy_err *err);
-/*
- * Who the launched program runs as (spawn.c): spy run as root by sudo
- * (getuid() 0, SUDO_UID set and not 0) drops the child to SUDO_UID,
- * SUDO_GID and the user's supplementary groups; otherwise drop is false.
- * -SPY_EUSAGE when SUDO_UID/SUDO_GID are malformed. spawn_start calls it.
- */
-#define SPAWN_MAX_GROUPS 65536
-struct spawn_creds {
-	bool drop;
-	uid_t uid;
-	gid_t gid;
-	int ngroups;
-	gid_t groups[SPAWN_MAX_GROUPS];
-};
-int spawn_sudo_creds(struct spawn_creds *c, struct spy_err *err);
 /*
  * A launch that failed after the program started (no interpreter found,
  * cannot attach): the program must not run on unsupervised. SIGTERM, up to

@@ -67,7 +67,22 @@ static bool parse_id(const char *s, unsigned long *out)
 	return *out < 0xffffffffu;
 }
 
-int spawn_sudo_creds(struct spawn_creds *c, struct spy_err *err)
+/*
+ * Who the launched program runs as (spawn.c): spy run as root by sudo
+ * (getuid() 0, SUDO_UID set and not 0) drops the child to SUDO_UID,
+ * SUDO_GID and the user's supplementary groups; otherwise drop is false.
+ * -SPY_EUSAGE when SUDO_UID/SUDO_GID are malformed. spawn_start calls it.
+ */
+#define SPAWN_MAX_GROUPS 65536
+struct spawn_creds {
+	bool drop;
+	uid_t uid;
+	gid_t gid;
+	int ngroups;
+	gid_t groups[SPAWN_MAX_GROUPS];
+};
+
+static int spawn_sudo_creds(struct spawn_creds *c, struct spy_err *err)
 {
 	memset(c, 0, sizeof(*c));
 	const char *su = getenv("SUDO_UID"), *sg = getenv("SUDO_GID");

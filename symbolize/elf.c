@@ -137,11 +137,6 @@ bool sym_elf_section(const struct sym_elf *e, const char *name, uint64_t *addr, 
 	return false;
 }
 
-bool sym_elf_has_symtab(const struct sym_elf *e)
-{
-	return e->symtab != NULL;
-}
-
 bool sym_elf_bias(const struct sym_elf *e, const struct spy_map *maps, size_t nmaps,
 		  const char *path, uint64_t *bias)
 {

@@ -495,15 +495,14 @@ static bool file_vaddr(const struct nfile *f, uint64_t off, uint64_t *vaddr)
 
 static uint64_t centry_key(const struct nfile *f, uint64_t vaddr)
 {
-	return (uint64_t)(uintptr_t)f * 0x9e3779b97f4a7c15ull ^ vaddr;
+	return spy_hmap_pair((uint64_t)(uintptr_t)f, vaddr);
 }
 
 static const struct centry *cache_find(const struct sym_native *s, const struct nfile *f, uint64_t vaddr)
 {
 	uint64_t k = centry_key(f, vaddr);
 	struct spy_hmap_it it;
-	for (uint64_t v = spy_hmap_find(&s->cache_index, k, &it); v != SPY_HMAP_NONE;
-	     v = spy_hmap_next(&s->cache_index, k, &it)) {
+	SPY_HMAP_FOR_KEY(&s->cache_index, k, it, v) {
 		if (s->cache[v].file == f && s->cache[v].vaddr == vaddr) {
 			return &s->cache[v];
 		}

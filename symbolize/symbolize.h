@@ -33,8 +33,6 @@ void sym_elf_free(struct sym_elf *e);
 bool sym_elf_lookup(const struct sym_elf *e, const char *name, uint64_t *value);
 /* sh_addr and sh_size of the named section. */
 bool sym_elf_section(const struct sym_elf *e, const char *name, uint64_t *addr, uint64_t *size);
-/* True if the file has a .symtab (not stripped). */
-bool sym_elf_has_symtab(const struct sym_elf *e);
 
 /*
  * The load bias of e in a process: the start of the mapping of path at file

@@ -43,6 +43,9 @@ static const char *type_name(enum opt_type t)
 	case OPT_UINT: return "uint";
 	case OPT_DOUBLE: return "double";
 	case OPT_STRING: return "string";
+	case OPT_STRINGS: return "string";
+	case OPT_OPTCOUNT: return "string";
+	case OPT_PROGRAM: break;
 	case OPT_END: break;
 	}
 	fprintf(stderr, "options-dump: unknown option type %d\n", (int)t);
@@ -62,7 +65,9 @@ static void catch_help(const char *cmd, const char *const *usage, const struct o
 		printf("usage\t%s\t%s\n", cmd, field(usage[i]));
 	}
 	for (const struct opt *o = opts; o->type != OPT_END; o++) {
-		print_option(cmd, o);
+		if (o->type != OPT_PROGRAM) {
+			print_option(cmd, o);
+		}
 	}
 	print_option(cmd, &opts_help);
 	caught++;

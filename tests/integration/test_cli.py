@@ -83,6 +83,15 @@ def main():
                                        out=["--pid", "--refresh", "--sort"]))
 
     pid = free_pid()
+    # One ceiling for --rate (cli.md: at most 1,000,000): past it a usage
+    # error, at it the options pass and the missing process is the error.
+    for cmd in ("record", "top"):
+        rep.check("spy %s --rate 1000001" % cmd,
+                  expect(spy(cmd, "--rate", "1000001", "--pid", str(pid)), 2,
+                         err=["at most 1000000"], one_err_line=True))
+        rep.check("spy %s --rate 1000000" % cmd,
+                  expect(spy(cmd, "--rate", "1000000", "--pid", str(pid)), 3,
+                         err=[str(pid)]))
     rep.check("spy dump --pid <no such process>",
               expect(spy("dump", "--pid", str(pid)), 3, err=[str(pid)],
                      one_err_line=True))

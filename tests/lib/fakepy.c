@@ -352,11 +352,6 @@ spy_addr_t fakepy_type(struct fakepy *fp, const char *tp_name)
 	return t;
 }
 
-spy_addr_t fakepy_type_type(struct fakepy *fp)
-{
-	return fp->type_type;
-}
-
 spy_addr_t fakepy_sys_version(struct fakepy *fp)
 {
 	return fp->sys_version;
@@ -388,6 +383,17 @@ const struct spy_mem *fakepy_mem(struct fakepy *fp)
 struct pyrt_hints *fakepy_hints(struct fakepy *fp)
 {
 	return &fp->hints;
+}
+
+struct pyrt *fakepy_open(struct fakepy *fp, struct spy_strtab *strs)
+{
+	struct pyrt *rt = NULL;
+	struct spy_err err = SPY_ERR_INIT;
+	if (pyrt_new(&rt, &fp->smem, &fp->hints, strs, &err) < 0) {
+		fprintf(stderr, "pyrt_new(%x): %s\n", fp->version, err.msg);
+		return NULL;
+	}
+	return rt;
 }
 
 const struct pyoffsets *fakepy_row(struct fakepy *fp)

@@ -60,6 +60,8 @@ const struct spy_mem *fakepy_mem(struct fakepy *fp);
 /* The anchors. Tests may edit the returned struct before pyrt_new. */
 struct pyrt_hints *fakepy_hints(struct fakepy *fp);
 const struct pyoffsets *fakepy_row(struct fakepy *fp);
+/* pyrt_new on the image with its anchors; NULL, the error on stderr, if it fails. */
+struct pyrt *fakepy_open(struct fakepy *fp, struct spy_strtab *strs);
 
 /* Raw memory: zeroed, 16-aligned allocations inside the image. */
 spy_addr_t fakepy_alloc(struct fakepy *fp, size_t size);
@@ -78,7 +80,6 @@ spy_addr_t fakepy_bytes(struct fakepy *fp, const void *data, size_t len);
 spy_addr_t fakepy_type(struct fakepy *fp, const char *tp_name);
 spy_addr_t fakepy_code_type(struct fakepy *fp);
 /* `type`, the type of every type object, itself included. */
-spy_addr_t fakepy_type_type(struct fakepy *fp);
 spy_addr_t fakepy_dict_type(struct fakepy *fp);
 /* A heap object of size bytes (at least a header) whose ob_type is type. */
 spy_addr_t fakepy_object(struct fakepy *fp, spy_addr_t type, size_t size);

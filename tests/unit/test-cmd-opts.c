@@ -1,5 +1,7 @@
 /* Unit tests for cmd/: the option parser and the interpreter-path helpers. */
 #include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cmd/opts.h"
 #include "cmd/target.h"
@@ -92,6 +94,89 @@ static void test_errors(void)
 	CHECK_INT(PARSE("-o"), -SPY_EUSAGE);
 }
 
+/* A table like record's: a repeatable option, an optional count and a program after "--". */
+struct rvals {
+	struct opt_strings labels;
+	const char *table, *out;
+	bool quiet;
+	char **program;
+};
+
+static int rparse(struct rvals *v, int argc, char **argv, char **rest, int *nrest, struct spy_err *err)
+{
+	const struct opt opts[] = {
+		{ 0, "label", OPT_STRINGS, &v->labels, "K=V", "label" },
+		{ 0, "table", OPT_OPTCOUNT, &v->table, "[N]", "table" },
+		{ 'o', "output", OPT_STRING, &v->out, "FILE", "out" },
+		{ 'q', "quiet", OPT_BOOL, &v->quiet, NULL, "quiet" },
+		{ 0, NULL, OPT_PROGRAM, &v->program, NULL, NULL },
+		{ 0 },
+	};
+	free(v->labels.v);
+	*v = (struct rvals){ 0 };
+	return opts_parse(opts, argc, argv, rest, nrest, err);
+}
+
+#define RPARSE(...) rparse(&r, ARGC(__VA_ARGS__), ARGV(__VA_ARGS__), rest, &nrest, &err)
+
+static void test_program_and_lists(void)
+{
+	struct rvals r = { 0 };
+	struct spy_err err = SPY_ERR_INIT;
+	char *rest[16];
+	int nrest;
+
+	/* Repeated, in both forms, in order. */
+	CHECK_INT(RPARSE("--label", "a=1", "-q", "--label=b=2", "--label", "c"), OPTS_OK);
+	CHECK_INT(r.labels.n, 3);
+	CHECK_STR(r.labels.v[0], "a=1");
+	CHECK_STR(r.labels.v[1], "b=2");
+	CHECK_STR(r.labels.v[2], "c");
+	CHECK(r.quiet);
+	CHECK(r.program == NULL);
+	CHECK_INT(RPARSE("--label"), -SPY_EUSAGE);
+
+	/* Everything after "--" is the program, options of ours included;
+	 * a positional before it stays in rest for the caller to refuse. */
+	CHECK_INT(RPARSE("x", "-q", "--", "python", "-q", "--label", "--", "-h"), OPTS_OK);
+	CHECK_INT(nrest, 1);
+	CHECK_STR(rest[0], "x");
+	CHECK(r.quiet);
+	CHECK_INT(r.labels.n, 0);
+	CHECK(r.program != NULL);
+	if (r.program) {
+		CHECK_STR(r.program[0], "python");
+		CHECK_STR(r.program[1], "-q");
+		CHECK_STR(r.program[3], "--");
+		CHECK_STR(r.program[4], "-h");
+		CHECK(r.program[5] == NULL);
+	}
+	CHECK_INT(RPARSE("-q", "--"), OPTS_OK);
+	CHECK(r.program != NULL && r.program[0] == NULL);
+	CHECK_INT(RPARSE("--program"), -SPY_EUSAGE); /* the row has no name to use */
+
+	/* The optional count: taken apart only when it is a number. */
+	CHECK_INT(RPARSE("--table"), OPTS_OK);
+	CHECK_STR(r.table, "");
+	CHECK_INT(RPARSE("--table", "7", "-q"), OPTS_OK);
+	CHECK_STR(r.table, "7");
+	CHECK(r.quiet);
+	CHECK_INT(RPARSE("--table=abc"), OPTS_OK);
+	CHECK_STR(r.table, "abc");
+	CHECK_INT(RPARSE("--table", "abc"), OPTS_OK);
+	CHECK_STR(r.table, "");
+	CHECK_INT(nrest, 1);
+	CHECK_STR(rest[0], "abc");
+	CHECK_INT(RPARSE("--table", "-o", "f", "--", "p"), OPTS_OK);
+	CHECK_STR(r.table, "");
+	CHECK_STR(r.out, "f");
+	CHECK(r.program && !strcmp(r.program[0], "p"));
+	CHECK_INT(RPARSE("--table", "--", "9"), OPTS_OK);
+	CHECK_STR(r.table, "");
+	CHECK(r.program && !strcmp(r.program[0], "9"));
+	free(r.labels.v);
+}
+
 static void test_paths(void)
 {
 	CHECK_INT(target_version_from_path("/x/lib/libpython3.11.so.1.0"), 0x030b0000);
@@ -113,6 +198,7 @@ int main(void)
 {
 	test_forms();
 	test_errors();
+	test_program_and_lists();
 	test_paths();
 	return check_done();
 }

@@ -79,20 +79,20 @@ static void test_repeated_keys(void)
 	}
 	struct spy_hmap_it it;
 	unsigned mask = 0;
-	for (uint64_t v = spy_hmap_find(&m, 42, &it); v != SPY_HMAP_NONE; v = spy_hmap_next(&m, 42, &it)) {
+	SPY_HMAP_FOR_KEY(&m, 42, it, v) {
 		CHECK(v < 5);
 		mask |= 1u << v;
 	}
 	CHECK_INT(mask, 0x1f);
 
 	/* Delete the odd values while walking. */
-	for (uint64_t v = spy_hmap_find(&m, 42, &it); v != SPY_HMAP_NONE; v = spy_hmap_next(&m, 42, &it)) {
+	SPY_HMAP_FOR_KEY(&m, 42, it, v) {
 		if (v & 1) {
 			spy_hmap_del_at(&m, &it);
 		}
 	}
 	mask = 0;
-	for (uint64_t v = spy_hmap_find(&m, 42, &it); v != SPY_HMAP_NONE; v = spy_hmap_next(&m, 42, &it)) {
+	SPY_HMAP_FOR_KEY(&m, 42, it, v) {
 		mask |= 1u << v;
 	}
 	CHECK_INT(mask, 0x15);

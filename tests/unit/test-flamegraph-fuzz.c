@@ -15,6 +15,7 @@
 
 #include "flamegraph/internal.h"
 #include "tests/lib/check.h"
+#include "tests/lib/gzip-mem.h"
 
 static uint64_t rng_state;
 
@@ -133,27 +134,6 @@ static void mutate(struct spy_buf *b)
 			break;
 		}
 	}
-}
-
-static void *gzip_mem(const void *data, size_t len, size_t *outlen)
-{
-	z_stream zs;
-	memset(&zs, 0, sizeof(zs));
-	if (deflateInit2(&zs, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
-		abort();
-	}
-	size_t cap = deflateBound(&zs, (uLong)len) + 64;
-	unsigned char *out = malloc(cap);
-	zs.next_in = (unsigned char *)data;
-	zs.avail_in = (uInt)len;
-	zs.next_out = out;
-	zs.avail_out = (uInt)cap;
-	if (deflate(&zs, Z_FINISH) != Z_STREAM_END) {
-		abort();
-	}
-	*outlen = cap - zs.avail_out;
-	deflateEnd(&zs);
-	return out;
 }
 
 static int accepted, rejected;

@@ -48,14 +48,9 @@ static void img_init(struct img *m, const struct pyoffsets *row, enum where wher
 
 static struct pyrt *img_open(struct img *m)
 {
-	struct pyrt *rt = NULL;
-	struct spy_err err = SPY_ERR_INIT;
-	int rc = pyrt_new(&rt, fakepy_mem(m->fp), fakepy_hints(m->fp), &m->strs, &err);
-	if (rc < 0) {
-		fprintf(stderr, "pyrt_new(%x): %s\n", m->o->version, err.msg);
-	}
-	CHECK_INT(rc, 0);
-	return rc < 0 ? NULL : rt;
+	struct pyrt *rt = fakepy_open(m->fp, &m->strs);
+	CHECK(rt != NULL);
+	return rt;
 }
 
 static void img_release(struct img *m)

@@ -142,14 +142,9 @@ static void scene_release(struct scene *s)
 
 static struct pyrt *open_rt(struct scene *s)
 {
-	struct pyrt *rt = NULL;
-	struct spy_err err = SPY_ERR_INIT;
-	int rc = pyrt_new(&rt, fakepy_mem(s->fp), fakepy_hints(s->fp), &s->strs, &err);
-	if (rc < 0) {
-		fprintf(stderr, "pyrt_new(%x): %s\n", s->version, err.msg);
-	}
-	CHECK_INT(rc, 0);
-	return rc < 0 ? NULL : rt;
+	struct pyrt *rt = fakepy_open(s->fp, &s->strs);
+	CHECK(rt != NULL);
+	return rt;
 }
 
 /* scene_init and open_rt; on failure the scene is released and NULL returned. */
@@ -501,11 +496,10 @@ static void walk_t1(struct scene *s, struct pyrt *rt, struct spy_stack *st, int 
 	*rc = pyrt_stack(rt, &t, st, NULL);
 }
 
+/* Frame cycles, bad caller, top, tstate and code pointers. */
 static void test_corrupt(const struct pyoffsets *row)
 {
 	struct spy_stack st = SPY_STACK_INIT;
-	struct py_thread th[16];
-	size_t n;
 	int rc;
 	struct scene s;
 	struct pyrt *rt;
@@ -588,6 +582,19 @@ static void test_corrupt(const struct pyoffsets *row)
 	CHECK(st.n < s.n1);
 	pyrt_free(rt);
 	scene_release(&s);
+
+	spy_stack_release(&st);
+}
+
+/* Hostile sizes, looping thread and interpreter lists, the depth bound. */
+static void test_corrupt_bounds(const struct pyoffsets *row)
+{
+	struct spy_stack st = SPY_STACK_INIT;
+	struct py_thread th[16];
+	size_t n;
+	int rc;
+	struct scene s;
+	struct pyrt *rt;
 
 	/* A 2^40-character name, and an oversized line table. */
 	scene_init(&s, row);
@@ -902,6 +909,7 @@ int main(void)
 		const struct pyoffsets *row = &pyoffsets_table[i];
 		test_row(row);
 		test_corrupt(row);
+		test_corrupt_bounds(row);
 		test_errors(row);
 		if (row->build & PYBUILD_FT) {
 			test_free_threaded(row);
