@@ -118,7 +118,7 @@ static int walker_list(void *ctx, void *py, struct eng_thread *th, size_t max, s
 	n = n > max ? max : n;
 	/* threading's names: looked up for new threads, all again each second. */
 	uint64_t now = ticker_now_ns();
-	pyrt_names_update(d->t.rt, w->py, n, now, WALKER_NAMES_REFRESH_NS);
+	pyrt_names_update(d->t.rt, w->py, n, now, WALKER_NAMES_REFRESH_NS, PYRT_NAMES_TICK_READS);
 	if (w->async && !d->ah.debug_offsets && now - d->ah_looked_ns >= WALKER_ASYNC_LOOK_NS &&
 	    pyrt_version(d->t.rt) >= 0x030e0000) {
 		d->ah_looked_ns = now;

@@ -141,15 +141,30 @@ int pyrt_thread_names(struct pyrt *rt, const struct py_thread *th, size_t n, con
 		      struct spy_err *err);
 
 /*
- * For samplers: the same names, cached. pyrt_names_update() looks up the
- * threads of th[0..n) not seen before (one scan for all of them), and every
- * thread again once refresh_ns have passed since the last scan (a thread
- * renamed later is seen then); a lookup that found nothing is remembered
- * until that refresh, never retried every sample. pyrt_thread_name() is then
- * a table lookup: threading's name, or NULL (use the kernel's).
+ * For samplers: the same names, cached, found a budget at a time.
+ * pyrt_names_update() starts a pass over threading's threads when a thread
+ * of th[0..n) was not seen before, or refresh_ns after the last pass
+ * started (a thread renamed later is seen then), and goes on with the pass
+ * under way, making at most about budget remote reads per call
+ * (PYRT_NAMES_TICK_READS for a sampler's tick): a target whose Thread
+ * objects are huge is named over several calls, never at the cost of one.
+ * A name is used as soon as it is found; a lookup that found nothing is
+ * remembered until the next pass. pyrt_thread_name() is then a table
+ * lookup: threading's name, or NULL (use the kernel's).
+ * pyrt_thread_names() is one whole pass, bounded by PYRT_NAMES_CALL_READS
+ * in all (err says when it stopped short).
  */
+#define PYRT_NAMES_TICK_READS 256
+#define PYRT_NAMES_CALL_READS (1 << 16)
+/* threading._active entries, and one Thread's attributes, read at most. */
+#define PYRT_NAMES_ACTIVE_MAX (1 << 20)
+#define PYRT_NAMES_ATTR_MAX (1 << 16)
+/* Keys of one Thread read as strings once the "_name" key object is known (namescan.c). */
+#define PYRT_NAMES_KEY_READS 64
 void pyrt_names_update(struct pyrt *rt, const struct py_thread *th, size_t n, uint64_t now_ns,
-		       uint64_t refresh_ns);
+		       uint64_t refresh_ns, size_t budget);
+/* Whether a list was past its bound (above): names were given for those found. */
+bool pyrt_names_cut(const struct pyrt *rt);
 const char *pyrt_thread_name(const struct pyrt *rt, const struct py_thread *t);
 
 /*

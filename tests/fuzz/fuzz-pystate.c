@@ -632,8 +632,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (s.with & WITH_NAMES) {
 				const char *names[32];
 				(void)pyrt_thread_names(rt, th, n < 32 ? n : 32, names, NULL);
-				/* The sampler's cached path: a scan, then lookups. */
-				pyrt_names_update(rt, th, n < 32 ? n : 32, 1, 0);
+				/* The sampler's cached path: a pass a few reads at a time, resumed
+				 * where it stopped, then lookups. */
+				for (uint64_t call = 1; call <= 16; call++) {
+					pyrt_names_update(rt, th, n < 32 ? n : 32, call, 1000, 1 + data[2] % 8);
+				}
 				for (size_t i = 0; i < n && i < 32; i++) {
 					(void)pyrt_thread_name(rt, &th[i]);
 				}

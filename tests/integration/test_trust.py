@@ -16,8 +16,19 @@ files  -- per interpreter (the root's in a container): as root, a target
 sudo   -- the same target launched by `record -- /usr/bin/python3 ...` as
           root with SUDO_UID/SUDO_GID of nobody (sudo's way): the same.
           Once, with the system's interpreter (the only one nobody can run).
+gather -- per interpreter from 3.8: targets/selfgather.py awaits a gather
+          whose 4096 _children are a task and the gather itself 4095 times.
+          `dump --tasks` ends within 2 s (wall time, timeout 20 s), lists
+          the tasks, and leaves the target running (not stopped).
 
-Needs root (SKIP otherwise): only root can read what its target cannot.
+names  -- per interpreter: targets/wide_names.py, 200 threads whose Thread
+          objects carry 16,000 attributes each, _name last. `record -r 100
+          -d 4 -i -t` keeps its rate: samples / duration-s of the profile's
+          own metadata is at least 95 Hz, and at least 100 of the 200
+          threads are named in it (the rest come over the next seconds:
+          2.7's tables of 32,768 slots per Thread take about a tick each).
+
+files and sudo need root (SKIP otherwise): only root can read what its target cannot.
 """
 
 import json
@@ -128,12 +139,15 @@ def helper_problems(pid, d):
     sp = harness.start_spy(["record", "-q", "-d", "3", "--pid", str(pid), "-o", os.path.join(d, "h.folded")],
                            env=harness.spy_env(keep_log=False))
     try:
-        seen = []
+        kids = []
         deadline = harness.time.time() + 2.5
-        while not seen and harness.time.time() < deadline:
+        while not kids and harness.time.time() < deadline:
             harness.time.sleep(0.2)
-            seen = [status(c) for c in children(sp.pid)]
-        if not seen:
+            kids = children(sp.pid)
+        # Seen at once, it may still be setting itself up (a fork's copy of spy).
+        harness.time.sleep(0.3)
+        seen = [status(c) for c in kids]
+        if not seen or not seen[0]:
             return ["no helper process under spy while it recorded"]
         st = seen[0]
         p = []
@@ -197,15 +211,90 @@ def run_sudo(rep):
         shutil.rmtree(d, ignore_errors=True)
 
 
+def run_gather(interp):
+    if interp.version < (3, 8):
+        raise harness.SkipInterp("dump --tasks reads asyncio from 3.8 on")
+    with harness.Target(interp, harness.target_path("selfgather.py"), args=["4096"]) as t:
+        t0 = harness.time.time()
+        r = spy(["dump", "--tasks", "--pid", str(t.pid)], timeout=20)
+        took = harness.time.time() - t0
+        p = []
+        if r.timed_out:
+            p.append("dump --tasks still running after 20 s (killed)")
+        elif r.rc != 0:
+            p.append("dump --tasks: %s" % r.describe())
+        elif "sleeper" not in r.out:
+            p.append("dump --tasks lists no sleeper task: %r" % r.out[:300])
+        if took > 2.0:
+            p.append("dump --tasks took %.2f s (limit 2 s)" % took)
+        harness.time.sleep(0.2)
+        st = harness.proc_state(t.pid)
+        if st in ("t", "T"):
+            p.append("target left stopped (state %s)" % st)
+        return p
+
+
+def folded_meta(path):
+    meta = {}
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for l in f:
+            if not l.startswith("# "):
+                break
+            k, _, v = l[2:].rstrip("\n").partition(": ")
+            meta[k] = v
+    return meta
+
+
+def run_names(interp):
+    with harness.Target(interp, harness.target_path("wide_names.py"), args=["200", "16000"],
+                        ready_timeout=120) as t:
+        d = harness.shared_dir("spy-trust-")
+        try:
+            out = os.path.join(d, "names.folded")
+            r = spy(["record", "-q", "-r", "100", "-d", "4", "-i", "-t", "--pid", str(t.pid), "-o", out])
+            if r.rc != 0 or r.timed_out:
+                return ["record: %s" % r.describe()]
+            meta = folded_meta(out)
+            rate = int(meta["samples"]) / float(meta["duration-s"])
+            with open(out, encoding="utf-8", errors="replace") as f:
+                named = set(harness.re.findall(r"wide-\d+", f.read()))
+            p = []
+            if rate < 95:
+                p.append("sampled at %.1f Hz of 100 (%s samples in %s s, %s missed ticks)"
+                         % (rate, meta["samples"], meta["duration-s"], meta.get("missed-ticks")))
+            if len(named) < 100:
+                p.append("%d of the 200 threads named" % len(named))
+            sys.stdout.write("(%s names: %.1f Hz, %d of 200 threads named)\n" % (interp.label, rate, len(named)))
+            return p
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+
 def main():
     rep = harness.reporter("trust")
-    what = sys.argv[1:] or ["files", "sudo"]
+    what = sys.argv[1:] or ["files", "sudo", "gather", "names"]
     if "sudo" in what:
         run_sudo(rep)
+    runs = []
     if "files" in what:
-        harness.for_each_interp(rep, run_files,
-                                expect=("2.7", "3.8", "3.11", "3.12", "3.13", "3.14", "3.15"))
-    rep.finish()
+        runs.append(("files", run_files))
+    if "gather" in what:
+        runs.append(("gather", run_gather))
+    if "names" in what:
+        runs.append(("names", run_names))
+
+    def run_one(interp):
+        p = []
+        for name, fn in runs:
+            try:
+                p += ["%s: %s" % (name, x) for x in fn(interp)]
+            except harness.SkipInterp as e:
+                if len(runs) == 1:
+                    raise
+                sys.stdout.write("(%s %s skipped: %s)\n" % (interp.label, name, e))
+        return p
+    harness.for_each_interp(rep, run_one,
+                            expect=("2.7", "3.8", "3.11", "3.12", "3.13", "3.14", "3.15"))
 
 
 if __name__ == "__main__":
