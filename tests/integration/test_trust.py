@@ -27,6 +27,8 @@ names  -- per interpreter: targets/wide_names.py, 200 threads whose Thread
           own metadata is at least 95 Hz, and at least 100 of the 200
           threads are named in it (the rest come over the next seconds:
           2.7's tables of 32,768 slots per Thread take about a tick each).
+          Then 20,000 fake entries in threading._active ahead of 4 real
+          threads: the real threads are named all the same.
 
 files and sudo need root (SKIP otherwise): only root can read what its target cannot.
 """
@@ -265,7 +267,25 @@ def run_names(interp):
             if len(named) < 100:
                 p.append("%d of the 200 threads named" % len(named))
             sys.stdout.write("(%s names: %.1f Hz, %d of 200 threads named)\n" % (interp.label, rate, len(named)))
-            return p
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+    return p + long_active_problems(interp)
+
+
+def long_active_problems(interp):
+    """Real threads behind 20,000 fake entries of threading._active are named."""
+    with harness.Target(interp, harness.target_path("wide_names.py"), args=["4", "0", "20000"]) as t:
+        d = harness.shared_dir("spy-trust-")
+        try:
+            out = os.path.join(d, "long.folded")
+            r = spy(["record", "-q", "-d", "2", "-i", "-t", "--pid", str(t.pid), "-o", out])
+            if r.rc != 0 or r.timed_out:
+                return ["record (long _active): %s" % r.describe()]
+            with open(out, encoding="utf-8", errors="replace") as f:
+                named = set(harness.re.findall(r"wide-\d+", f.read()))
+            if len(named) != 4:
+                return ["behind 20,000 entries of threading._active, %d of 4 threads named" % len(named)]
+            return []
         finally:
             shutil.rmtree(d, ignore_errors=True)
 
