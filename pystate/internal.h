@@ -155,6 +155,9 @@ struct pyrt {
 		size_t nknown;
 	} names_pass;
 
+	/* dump --locals (locals.c): remote reads allowed in all (0: no bound), and made. */
+	size_t locals_budget, locals_reads;
+
 	struct pyrt_async *async;   /* asyncio (tasks.c), allocated on first use */
 
 	/* asyncio before 3.14 (tasks-legacy.c): types learned by tp_name, and
@@ -326,6 +329,19 @@ struct pyrt_seen_ent {
 void pyrt_seen_reset(struct pyrt *rt);
 /* true when addr was already seen on this walk; otherwise remember it. */
 bool pyrt_seen(struct pyrt *rt, spy_addr_t addr);
+
+/*
+ * Counting the remote reads of a piece of work, for its budget (namescan.c,
+ * locals.c): between begin and end, rt->mem is c->m, which counts each
+ * read into c->reads and passes it on.
+ */
+struct pyrt_counted {
+	struct spy_mem m;
+	const struct spy_mem *in;
+	size_t reads;
+};
+void pyrt_count_begin(struct pyrt *rt, struct pyrt_counted *c);
+void pyrt_count_end(struct pyrt *rt, struct pyrt_counted *c);
 
 /*
  * names.c: dicts and instance attributes of every layout (offsets.h enum

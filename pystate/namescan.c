@@ -8,7 +8,7 @@
  * each cost 3.2 million remote string reads a second and dropped a 100 Hz
  * recording to under 40 Hz. So the lookup is a pass that can stop anywhere
  * and resume on the next call: each call does at most its budget of remote
- * reads (counted by wrapping rt->mem), and remembers where it was (the
+ * reads (pyrt_count_begin), and remembers where it was (the
  * entry of _active, and of the Thread object's attributes). A name is used
  * as soon as it is found; the names of a finished pass replace the last
  * pass's, so a thread that ended or lost its name is forgotten then.
@@ -39,25 +39,17 @@
 /* What fn of pyrt_dict_each_from returns to stop where it is. */
 enum { SCAN_FOUND = 1, SCAN_BUDGET = 2, SCAN_OBJECT = 3 };
 
-/* rt->mem for the time of a pass's step, counting the reads. */
+/* The reads of a pass's step, against its budget. */
 struct counted {
-	struct spy_mem m;
-	const struct spy_mem *in;
-	size_t reads, budget;
+	struct pyrt_counted pc;
+	size_t budget;
 	bool moved;     /* an entry was looked at: the call made progress */
 };
-
-static int counted_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
-{
-	struct counted *c = ctx;
-	c->reads++;
-	return c->in->read(c->in->ctx, addr, dst, len);
-}
 
 /* Every call looks at one entry at least, whatever the budget: a pass always ends. */
 static bool spent(const struct counted *c)
 {
-	return c->moved && c->reads >= c->budget;
+	return c->moved && c->pc.reads >= c->budget;
 }
 
 /* ---- the table of names, by (ident, tstate) ---- */
@@ -350,14 +342,12 @@ static void pass_end(struct pyrt *rt, const struct py_thread *th, size_t n)
 /* Run the pass on with at most budget remote reads; true when it ended. */
 static bool pass_run(struct pyrt *rt, const struct py_thread *th, size_t n, size_t budget)
 {
-	struct counted c = { { counted_read, NULL, rt->mem->maps, rt->mem->nmaps }, rt->mem, 0, budget, false };
-	c.m.ctx = &c;
-	const struct spy_mem *saved = rt->mem;
-	rt->mem = &c.m;
+	struct counted c = { .budget = budget };
+	pyrt_count_begin(rt, &c.pc);
 	struct step s = { rt, th, n, &c, rt->off.str_model == PYSTR_BYTES27 ? "_Thread__name" : "_name" };
 	bool done = step_pass(&s);
-	rt->mem = saved;
-	rt->names_reads += c.reads;
+	pyrt_count_end(rt, &c.pc);
+	rt->names_reads += c.pc.reads;
 	return done;
 }
 

@@ -228,6 +228,16 @@ struct py_local {
  */
 int pyrt_frame_locals(struct pyrt *rt, size_t i, struct py_local *out, size_t max, size_t *n);
 
+/*
+ * The remote reads pyrt_frame_locals may make from now on, in all its calls
+ * (0: no bound, the default). Past it, a call returns -SPY_EBOUND with what
+ * it read of its frame, and later calls read nothing: a target of thousands
+ * of frames of hundreds of locals each cannot hold a dump for long.
+ * PYRT_LOCALS_READS is dump's (a few hundred ms of reads).
+ */
+#define PYRT_LOCALS_READS ((size_t)1 << 18)
+void pyrt_locals_budget(struct pyrt *rt, size_t reads);
+
 /* A short repr of v, Python-like: None, True, 42, 1.5, 'text', b'..', <list len=3>, <Foo>. */
 struct spy_buf;
 void pyrt_value_repr(const struct py_value *v, struct spy_buf *out);
