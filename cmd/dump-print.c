@@ -1,6 +1,6 @@
 /*
- * spy dump's output: the text of the CLI contract (README "spy dump
- * output"), the same information as one JSON document (doc/dump-json.md),
+ * spy dump's output: the text of the CLI contract (doc/spy-dump.md,
+ * "Output"), the same information as one JSON document (doc/dump-json.md),
  * and the deadlock hint both print.
  *
  * Both printers walk the same struct dump_result in the same order, so a

@@ -533,7 +533,10 @@ static int check_args(struct rec *r, const char *format, const char *sort, const
 	r->table_opts.top = table ? (unsigned)strtoul(table, NULL, 10) : 20;
 	/* A table (or the lines view) with no file named goes to stdout, once. */
 	r->table_to_stdout = (r->fmt == FG_FORMAT_TABLE || r->fmt == FG_FORMAT_LINES) && !r->output;
-	r->want_table = table || (r->table_to_stdout ? r->fmt == FG_FORMAT_TABLE : isatty(STDOUT_FILENO));
+	/* With -o -, stdout is the profile's: the table only when asked for. */
+	bool profile_on_stdout = r->output && !strcmp(r->output, "-");
+	r->want_table = table || (r->table_to_stdout ? r->fmt == FG_FORMAT_TABLE
+						     : isatty(STDOUT_FILENO) && !profile_on_stdout);
 	r->sort_given = sort != NULL;
 	/* -F has no lines to show the text of. */
 	r->keep_source = !r->no_source && !r->function;
@@ -554,7 +557,7 @@ static int parse_args(struct rec *r, int argc, char **argv)
 	const char *format = NULL, *sort = NULL, *table = NULL, *label_help = NULL;
 	const struct opt opts[] = {
 		{ 'p', "pid", OPT_PID, &r->pid, "PID", "attach to a running process" },
-		{ 'o', "output", OPT_STRING, &r->output, "FILE", "where to write (default spy-<pid>.svg; with -f, that format's extension)" },
+		{ 'o', "output", OPT_STRING, &r->output, "FILE", "where to write (default spy-<pid>.svg; with -f, that format's extension; - for stdout)" },
 		{ 'f', "format", OPT_STRING, &format, "F",
 		  "svg, folded, table, lines, speedscope, chrome, pprof, json" },
 		{ 'r', "rate", OPT_DOUBLE, &r->o.rate, "HZ",

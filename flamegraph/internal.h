@@ -8,6 +8,7 @@
 #ifndef SPY_FLAMEGRAPH_INTERNAL_H
 #define SPY_FLAMEGRAPH_INTERNAL_H
 
+#include "common/hashmap.h"
 #include "common/json.h"
 #include "flamegraph/flamegraph.h"
 
@@ -552,7 +553,6 @@ struct fg_meta_ent {
 
 /* One distinct stack: depth frame ids at pool[off], root first. */
 struct fg_stack_ent {
-	uint64_t hash;
 	uint64_t count;
 	size_t off;
 	uint32_t depth;
@@ -566,18 +566,16 @@ struct fg_profile {
 	struct fg_meta_ent *meta;
 	size_t nmeta, meta_alloc;
 
-	/* Frames by id, and an open-addressing hash of id + 1 (0 = empty). */
+	/* Frames by id, and their index by frame_hash. */
 	struct fg_frame *frames;
 	size_t nframes, frames_alloc;
-	uint32_t *fslots;
-	size_t nfslots;
+	struct spy_hmap frame_index;
 
-	/* Distinct stacks, a hash of index + 1 over them, and their frames. */
+	/* Distinct stacks, their index by path_hash, and their frames. */
 	struct fg_stack_ent *stacks;
 	size_t nstacks, stacks_alloc, max_stacks;
 	size_t max_read;       /* fg_profile_limit_read */
-	uint32_t *sslots;
-	size_t nsslots;
+	struct spy_hmap stack_index; /* path_hash -> index into stacks */
 	uint32_t *pool;
 	size_t npool, pool_alloc;
 

@@ -65,13 +65,6 @@ enum svg_class {
 #define SVG_NODE_ALL (-1)
 #define SVG_NODE_MERGED (-2)
 
-/* An open-addressing map from an interned string's pointer to its index. */
-struct strmap {
-	const char **keys;
-	uint32_t *vals;
-	size_t nslots, n;
-};
-
 struct svg {
 	FILE *f;
 	const struct fg_profile *p;
@@ -84,7 +77,7 @@ struct svg {
 	uint32_t *fmap;
 	uint32_t *frames;    /* emitted frame table: profile frame ids */
 	size_t nframes;
-	struct strmap strs;
+	struct spy_hmap strs;  /* interned string -> its index in strv */
 	const char **strv;   /* the string table, in index order */
 	size_t nstrs, strs_alloc;
 
@@ -339,51 +332,15 @@ static int64_t caller_style(struct svg *g, const struct fg_frame *fr, uint32_t *
 
 /* ---- the emitted tables -------------------------------------------------- */
 
-static uint64_t ptr_hash(const void *ptr)
-{
-	uint64_t x = (uint64_t)(uintptr_t)ptr;
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ULL;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebULL;
-	x ^= x >> 31;
-	return x;
-}
-
 /* Index of interned string s in the emitted string table, adding it if new. */
 static uint32_t str_index(struct svg *g, const char *s)
 {
-	struct strmap *m = &g->strs;
-	if (2 * (m->n + 1) > m->nslots) {
-		size_t nslots = m->nslots ? 2 * m->nslots : 1024;
-		const char **keys = spy_xcalloc(nslots, sizeof(*keys));
-		uint32_t *vals = spy_xmalloc(nslots * sizeof(*vals));
-		for (size_t i = 0; i < m->nslots; i++) {
-			if (m->keys[i]) {
-				size_t j = ptr_hash(m->keys[i]) & (nslots - 1);
-				while (keys[j]) {
-					j = (j + 1) & (nslots - 1);
-				}
-				keys[j] = m->keys[i];
-				vals[j] = m->vals[i];
-			}
-		}
-		free(m->keys);
-		free(m->vals);
-		m->keys = keys;
-		m->vals = vals;
-		m->nslots = nslots;
+	uint64_t k = (uint64_t)(uintptr_t)s;
+	uint64_t v = spy_hmap_get(&g->strs, k);
+	if (v != SPY_HMAP_NONE) {
+		return (uint32_t)v;
 	}
-	size_t j = ptr_hash(s) & (m->nslots - 1);
-	while (m->keys[j]) {
-		if (m->keys[j] == s) {
-			return m->vals[j];
-		}
-		j = (j + 1) & (m->nslots - 1);
-	}
-	m->keys[j] = s;
-	m->vals[j] = (uint32_t)g->nstrs;
-	m->n++;
+	spy_hmap_add(&g->strs, k, g->nstrs);
 	SPY_GROW(g->strv, g->strs_alloc, g->nstrs + 1);
 	g->strv[g->nstrs] = s;
 	return (uint32_t)g->nstrs++;
@@ -467,12 +424,7 @@ static void emit_tables(struct svg *g)
 	 * files, not frames, and the script then never builds a colour string.
 	 */
 	struct spy_buf ft = SPY_BUF_INIT, pal = SPY_BUF_INIT, notes = SPY_BUF_INIT, src = SPY_BUF_INIT;
-	size_t nslots = 16, npal = 0;
-	while (nslots < 2 * g->nframes + 2) {
-		nslots *= 2;
-	}
-	uint32_t *pkeys = spy_xcalloc(nslots, sizeof(*pkeys));  /* rgb + 1, 0 = empty */
-	uint32_t *pvals = spy_xmalloc(nslots * sizeof(*pvals));
+	struct spy_hmap palette = SPY_HMAP_INIT; /* rgb -> index in P */
 	for (size_t i = 0; i < g->nframes; i++) {
 		const struct fg_frame *fr = fg_profile_frame(g->p, g->frames[i]);
 		enum svg_class cls = frame_class(fr);
@@ -485,21 +437,16 @@ static void emit_tables(struct svg *g)
 		const char *text = fr->kind == SPY_FRAME_PYTHON ? fg_profile_source(g->p, fr->file, fr->line) : NULL;
 		spy_buf_addf(&src, "%s%" PRId64, i ? (i % 16 ? "," : ",\n") : "",
 			     text ? (int64_t)str_index(g, text) : -1);
-		size_t j = (size_t)(rgb * 2654435761u) & (nslots - 1);
-		while (pkeys[j] && pkeys[j] != rgb + 1) {
-			j = (j + 1) & (nslots - 1);
+		uint64_t colour = spy_hmap_get(&palette, rgb);
+		if (colour == SPY_HMAP_NONE) {
+			colour = spy_hmap_count(&palette);
+			spy_hmap_add(&palette, rgb, colour);
+			spy_buf_addf(&pal, "%s\"#%06" PRIx32 "\"", colour ? (colour % 8 ? "," : ",\n") : "", rgb);
 		}
-		if (!pkeys[j]) {
-			pkeys[j] = rgb + 1;
-			pvals[j] = (uint32_t)npal;
-			spy_buf_addf(&pal, "%s\"#%06" PRIx32 "\"", npal ? (npal % 8 ? "," : ",\n") : "", rgb);
-			npal++;
-		}
-		spy_buf_addf(&ft, "%s%" PRIu32 ",%" PRId64 ",%" PRIu32 ",%d,%" PRIu32,
-			     i ? (i % 8 ? "," : ",\n") : "", func, file, fr->line, (int)cls, pvals[j]);
+		spy_buf_addf(&ft, "%s%" PRIu32 ",%" PRId64 ",%" PRIu32 ",%d,%" PRIu64,
+			     i ? (i % 8 ? "," : ",\n") : "", func, file, fr->line, (int)cls, colour);
 	}
-	free(pkeys);
-	free(pvals);
+	spy_hmap_release(&palette);
 	spy_buf_adds(&g->out, "var S=[");
 	for (size_t i = 0; i < g->nstrs; i++) {
 		if (i) {
@@ -870,8 +817,7 @@ int fg_profile_write_svg_styled(const struct fg_profile *p, FILE *f, const struc
 	spy_strtab_release(&g.notes);
 	free(g.fmap);
 	free(g.frames);
-	free(g.strs.keys);
-	free(g.strs.vals);
+	spy_hmap_release(&g.strs);
 	free(g.strv);
 	fg_tree_release(&g.t);
 	return rc;

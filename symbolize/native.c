@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "common/buf.h"
+#include "common/hashmap.h"
 #include "common/log.h"
 #include "common/mapfile.h"
 #include "common/util.h"
@@ -82,7 +83,7 @@ struct nfile {
 };
 
 struct centry {
-	const struct nfile *file;   /* NULL: empty slot */
+	const struct nfile *file;
 	uint64_t vaddr;
 	uint32_t first, count;      /* into names[] */
 };
@@ -104,8 +105,9 @@ struct sym_native {
 	Dwfl_Callbacks cb;
 	struct nfile *files;
 	size_t nfiles, afiles;
-	struct centry *slots;
-	size_t nslots, nused;
+	struct centry *cache;       /* resolved (file, vaddr)s */
+	size_t ncache, acache;
+	struct spy_hmap cache_index; /* centry_key -> index into cache */
 	const char **names;
 	size_t nnames, anames;
 	const char *unknown;
@@ -292,7 +294,8 @@ void sym_native_free(struct sym_native *s)
 		free(s->files[i].loads);
 	}
 	free(s->files);
-	free(s->slots);
+	free(s->cache);
+	spy_hmap_release(&s->cache_index);
 	free(s->names);
 	if (s->rootfd >= 0) {
 		close(s->rootfd);
@@ -426,38 +429,22 @@ static bool file_vaddr(const struct nfile *f, uint64_t off, uint64_t *vaddr)
 
 /* ---- the cache ---- */
 
-static size_t slot_of(const struct nfile *f, uint64_t vaddr, size_t mask)
+static uint64_t centry_key(const struct nfile *f, uint64_t vaddr)
 {
-	uint64_t h = (uint64_t)(uintptr_t)f * 0x9e3779b97f4a7c15ull ^ vaddr * 0xff51afd7ed558ccdull;
-	return (size_t)(h ^ (h >> 29)) & mask;
+	return (uint64_t)(uintptr_t)f * 0x9e3779b97f4a7c15ull ^ vaddr;
 }
 
-static struct centry *cache_find(struct sym_native *s, const struct nfile *f, uint64_t vaddr)
+static const struct centry *cache_find(const struct sym_native *s, const struct nfile *f, uint64_t vaddr)
 {
-	if (!s->nslots) {
-		return NULL;
-	}
-	size_t mask = s->nslots - 1;
-	for (size_t i = slot_of(f, vaddr, mask);; i = (i + 1) & mask) {
-		struct centry *e = &s->slots[i];
-		if (!e->file || (e->file == f && e->vaddr == vaddr)) {
-			return e;
+	uint64_t k = centry_key(f, vaddr);
+	struct spy_hmap_it it;
+	for (uint64_t v = spy_hmap_find(&s->cache_index, k, &it); v != SPY_HMAP_NONE;
+	     v = spy_hmap_next(&s->cache_index, k, &it)) {
+		if (s->cache[v].file == f && s->cache[v].vaddr == vaddr) {
+			return &s->cache[v];
 		}
 	}
-}
-
-static void cache_grow(struct sym_native *s)
-{
-	struct centry *old = s->slots;
-	size_t nold = s->nslots;
-	s->nslots = nold ? nold * 2 : 1024;
-	s->slots = spy_xcalloc(s->nslots, sizeof(*s->slots));
-	for (size_t i = 0; i < nold; i++) {
-		if (old[i].file) {
-			*cache_find(s, old[i].file, old[i].vaddr) = old[i];
-		}
-	}
-	free(old);
+	return NULL;
 }
 
 /* ---- names ---- */
@@ -542,8 +529,8 @@ static bool lookup(struct sym_native *s, const struct nfile *f, uint64_t vaddr, 
 		   uint32_t *count)
 {
 	s->st.lookups++;
-	struct centry *e = cache_find(s, f, vaddr);
-	if (e && e->file) {
+	const struct centry *e = cache_find(s, f, vaddr);
+	if (e) {
 		s->st.hits++;
 		*first = e->first;
 		*count = e->count;
@@ -551,15 +538,12 @@ static bool lookup(struct sym_native *s, const struct nfile *f, uint64_t vaddr, 
 	}
 	*first = resolve_into(s, f, vaddr);
 	*count = (uint32_t)(s->nnames - *first);
-	if (s->nused >= MAX_CACHED) {
+	if (s->ncache >= MAX_CACHED) {
 		return false;
 	}
-	if (!e || (s->nused + 1) * 2 > s->nslots) {
-		cache_grow(s);
-		e = cache_find(s, f, vaddr);
-	}
-	*e = (struct centry){ f, vaddr, *first, *count };
-	s->nused++;
+	SPY_GROW(s->cache, s->acache, s->ncache + 1);
+	s->cache[s->ncache] = (struct centry){ f, vaddr, *first, *count };
+	spy_hmap_add(&s->cache_index, centry_key(f, vaddr), s->ncache++);
 	return true;
 }
 

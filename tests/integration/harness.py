@@ -750,7 +750,7 @@ def parse_frame(body):
 
 
 def parse_dump(text):
-    """Parse `spy dump` text output (README "Output"); DumpParseError if bad."""
+    """Parse `spy dump` text output (doc/spy-dump.md, "Output"); DumpParseError if bad."""
     d = Dump()
     lines = text.split("\n")
     while lines and lines[-1] == "":

@@ -234,7 +234,7 @@ def matrix_wants(interp, target):
     main = [Frame("<module>", MATRIX, m["main_sleep"])]
 
     def names(tid, threading_name):
-        # The name threading gave the thread, not the kernel's (README).
+        # The name threading gave the thread, not the kernel's (doc/spy-dump.md).
         return (threading_name,)
 
     spin_tid, sleep_tid = info["spinner_native_id"], info["sleeper_native_id"]

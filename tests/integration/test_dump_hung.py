@@ -233,7 +233,7 @@ def check_core(interp, target, live):
         if r.returncode != 0 or not os.path.exists(core):
             return ["gcore failed: %s" % err.decode(errors="replace")[-200:]]
         # A container's core names paths of its root, which spy reads only
-        # when told where that is (README); a chroot's names ours.
+        # when told where that is (doc/spy-dump.md); a chroot's names ours.
         root = ["--root", interp.root] if interp.mode == "container" else []
         res = harness.run_spy(["dump", "--core", core] + root, timeout=60)
         if res.rc != 0:

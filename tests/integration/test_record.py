@@ -17,7 +17,8 @@ Per interpreter, one PASS/FAIL line covering:
   - formats: -o f.json, f.speedscope.json, f.pb.gz, f.trace.json write
     documents that parse and hold the loop's functions (the chrome trace
     checked by tests/unit/check-chrome.py, its slices covering the samples'
-    time);
+    time); -f pprof -o - writes the gzip'd pprof to stdout (a pipe) and no
+    file in the working directory;
   - launch: `spy record -- PYTHON target short` (exits after 0.5 s): exit 0,
     a non-empty profile, the program's exit status in the summary;
   - subprocesses: -s on a program with a child started before spy attached and one after: all three processes sampled, each under its own process root;
@@ -253,7 +254,7 @@ THREAD_ROOT = re.compile(r'^thread (\d+) "(.*)"$')
 def check_thread_roots(t, out):
     """-t on the gil target: spin_one runs in the main thread, spin_two in
     the other one ("spinner"); each under its own `thread TID "name"`
-    root, named as threading names the thread (README)."""
+    root, named as threading names the thread (doc/spy-dump.md)."""
     others = [tid for tid in harness.task_states(t.pid) if tid != t.pid]
     if len(others) != 1:
         raise harness.HarnessError("gil target has threads %s, expected "
@@ -329,6 +330,29 @@ def check_formats(interp, d):
                     p.append("formats: f.speedscope.json has no samples")
             except (OSError, ValueError, KeyError, TypeError) as e:
                 p.append("formats: cannot read %s: %s" % (name, e))
+        p += stdout_problems(t, d)
+    return p
+
+
+def stdout_problems(t, d):
+    """-o -: a binary format on stdout, through a pipe; nothing in the cwd."""
+    cwd = os.path.join(d, "dash")
+    os.makedirs(cwd, exist_ok=True)
+    argv = [os.path.abspath(harness.spy_path()), "record", "-q", "--pid", str(t.pid),
+            "-d", "0.5", "-f", "pprof", "-o", "-"]
+    r = subprocess.run(argv, cwd=cwd, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, env=harness.spy_env(keep_log=False), timeout=60)
+    p = []
+    if r.returncode != 0:
+        p.append("-f pprof -o -: exit %d (%s)"
+                 % (r.returncode, r.stderr.decode("utf-8", "replace")[-200:]))
+    try:
+        if b"work_a" not in gzip.decompress(r.stdout):
+            p.append("-f pprof -o -: the pprof on stdout lacks work_a")
+    except (OSError, EOFError) as e:
+        p.append("-f pprof -o -: stdout is not gzip'd pprof (%s): %r" % (e, r.stdout[:40]))
+    if os.listdir(cwd):
+        p.append("-f pprof -o - left %s in the working directory" % os.listdir(cwd))
     return p
 
 
