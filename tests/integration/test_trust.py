@@ -23,10 +23,10 @@ gather -- per interpreter from 3.8: targets/selfgather.py awaits a gather
 
 names  -- per interpreter: targets/wide_names.py, 200 threads whose Thread
           objects carry 16,000 attributes each, _name last. `record -r 100
-          -d 4 -i -t` keeps its rate: samples / duration-s of the profile's
-          own metadata is at least 95 Hz (measured again once if not: a
-          loaded machine takes ticks too), and at least 100 of the 200
-          threads are named in it (the rest come over the next seconds:
+          -d 4` keeps its rate: samples / duration-s of the profile's own
+          metadata is at least 95 Hz (measured again once if not: a loaded
+          machine takes ticks too); then `record -d 4 -i -t` (every thread
+          in the profile) names at least 100 of the 200 threads (the rest come over the next seconds:
           2.7's tables of 32,768 slots per Thread take about a tick each).
           Then 20,000 fake entries in threading._active ahead of 4 real
           threads: the real threads are named all the same (-d 4: a pass
@@ -257,13 +257,17 @@ def run_names(interp):
             out = os.path.join(d, "names.folded")
             # A loaded machine can take a recording's ticks: a rate short of 95 Hz is measured once more.
             for attempt in (1, 2):
-                r = spy(["record", "-q", "-r", "100", "-d", "4", "-i", "-t", "--pid", str(t.pid), "-o", out])
+                r = spy(["record", "-q", "-r", "100", "-d", "4", "--pid", str(t.pid), "-o", out])
                 if r.rc != 0 or r.timed_out:
                     return ["record: %s" % r.describe()]
                 meta = folded_meta(out)
                 rate = int(meta["samples"]) / float(meta["duration-s"])
                 if rate >= 95:
                     break
+            # The names, with every thread in the profile (-i: idle ones too).
+            r = spy(["record", "-q", "-d", "4", "-i", "-t", "--pid", str(t.pid), "-o", out])
+            if r.rc != 0 or r.timed_out:
+                return ["record -i -t: %s" % r.describe()]
             with open(out, encoding="utf-8", errors="replace") as f:
                 named = set(harness.re.findall(r"wide-\d+", f.read()))
             p = []
