@@ -26,8 +26,9 @@ names  -- per interpreter: targets/wide_names.py, 200 threads whose Thread
           -d 4` keeps its rate: samples / duration-s of the profile's own
           metadata is at least 95 Hz (measured again once if not: a loaded
           machine takes ticks too); then `record -d 4 -i -t` (every thread
-          in the profile) names at least 100 of the 200 threads (the rest come over the next seconds:
-          2.7's tables of 32,768 slots per Thread take about a tick each).
+          in the profile) names at least 100 of the 200 threads (the rest
+          come over the next seconds: 2.7's tables of 32,768 slots per
+          Thread take about a tick each).
           Then 20,000 fake entries in threading._active ahead of 4 real
           threads: the real threads are named all the same (-d 4: a pass
           over 20,000 entries takes about 2 s of 256-read ticks).
