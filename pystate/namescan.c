@@ -271,7 +271,10 @@ static bool step_pass(struct step *s)
 			p->entry++;
 			continue;
 		}
+		/* Finding _active is done once per interpreter (then remembered): not the pass's work. */
+		size_t before = s->c->pc.reads;
 		spy_addr_t active = active_of(rt, p->interp[p->at]);
+		s->c->budget += s->c->pc.reads - before;
 		struct dview v;
 		if (!active || pyrt_dict_view_max(rt, active, &v, PYRT_NAMES_ACTIVE_MAX) < 0) {
 			p->at++;

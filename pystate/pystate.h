@@ -146,7 +146,9 @@ int pyrt_thread_names(struct pyrt *rt, const struct py_thread *th, size_t n, con
  * of th[0..n) was not seen before, or refresh_ns after the last pass
  * started (a thread renamed later is seen then), and goes on with the pass
  * under way, making at most about budget remote reads per call
- * (PYRT_NAMES_TICK_READS for a sampler's tick): a target whose Thread
+ * (PYRT_NAMES_TICK_READS for a sampler's tick). Finding threading._active,
+ * once per interpreter, is not counted, so an ordinary program's threads
+ * are named in the tick that first sees them; a target whose Thread
  * objects are huge is named over several calls, never at the cost of one.
  * A name is used as soon as it is found; a lookup that found nothing is
  * remembered until the next pass. pyrt_thread_name() is then a table
@@ -154,7 +156,7 @@ int pyrt_thread_names(struct pyrt *rt, const struct py_thread *th, size_t n, con
  * pyrt_thread_names() is one whole pass, bounded by PYRT_NAMES_CALL_READS
  * in all (err says when it stopped short).
  */
-#define PYRT_NAMES_TICK_READS 256
+#define PYRT_NAMES_TICK_READS 1024
 #define PYRT_NAMES_CALL_READS (1 << 16)
 /* threading._active entries, and one Thread's attributes, read at most. */
 #define PYRT_NAMES_ACTIVE_MAX (1 << 20)

@@ -31,7 +31,8 @@ names  -- per interpreter: targets/wide_names.py, 200 threads whose Thread
           Thread take about a tick each).
           Then 20,000 fake entries in threading._active ahead of 4 real
           threads: the real threads are named all the same (-d 4: a pass
-          over 20,000 entries takes about 2 s of 256-read ticks).
+          over 20,000 entries takes about half a second of 1,024-read
+          ticks).
 
 files and sudo need root (SKIP otherwise): only root can read what its target cannot.
 """
