@@ -216,6 +216,7 @@ static int collect(struct target *t, const struct spy_thread_info *os, size_t no
 		}
 		collect_thread(t->rt, d, o, &r->locals_left);
 		if (o->nat) {
+			native_note_anchors(t, &o->pcs[r->n - 1]);
 			native_unwind(o->nat, t, d->py.native_tid, &o->pcs[r->n - 1]);
 		}
 	}

@@ -17,7 +17,11 @@
 /* The raw pcs of one thread, kept from the pause to the merge. */
 struct native_pcs {
 	spy_addr_t *v;
+	spy_addr_t *sp;   /* each frame's stack pointer, parallel to v */
 	size_t n;
+	/* The Python stack's anchors (pyrt_stack_anchors), noted when it was walked. */
+	spy_addr_t *anchors;
+	size_t nanchors, aanchors;
 	int rc;   /* of sym_unwind: 0, -SPY_EBOUND (cut), or -SPY_EMEM (failed) */
 	uint64_t cpu_ns;   /* spy's CPU time in the walk */
 };
@@ -35,12 +39,15 @@ struct native {
 	 * cache already: the cost of --native once warmed up. */
 	uint64_t warm, warm_unwind_ns, warm_merge_ns;
 	bool fail_for_tests;            /* SPY_TEST_NATIVE_FAIL: every unwind fails */
+	uint64_t maps_read_ns;          /* when a pc in no mapping last had them re-read */
 };
 
 int native_init(struct native *n, struct target *t, bool all, struct spy_err *err);
 void native_release(struct native *n);
 void native_pcs_release(struct native_pcs *pcs);
 
+/* Right after the thread's pyrt_stack(): keep where its groups ran, for the unwind and the merge. */
+void native_note_anchors(struct target *t, struct native_pcs *pcs);
 /* While tid is ptrace-stopped: walk its native stack into pcs. */
 void native_unwind(struct native *n, struct target *t, int32_t tid, struct native_pcs *pcs);
 /*

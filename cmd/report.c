@@ -104,13 +104,13 @@ int cmd_report(int argc, char **argv)
 	bool function = false, inverted = false, trend = false;
 	const struct opt opts[] = {
 		{ 'o', "output", OPT_STRING, &output, "FILE", "where to write (- for stdout); format follows the extension" },
-		{ 'f', "format", OPT_STRING, &format, "F", "svg, folded, table, lines, json, speedscope, chrome or pprof (default: from -o's extension, else svg)" },
+		{ 'f', "format", OPT_STRING, &format, "F", "svg, html, folded, table, lines, json, speedscope, chrome or pprof (default: from -o's extension, else svg)" },
 		{ 'F', "function", OPT_BOOL, &function, NULL, "aggregate by function, dropping line numbers" },
 		{ 0, "sort", OPT_STRING, &sort, "KEY", "table order: cumtime (default), tottime or name; lines: tottime by default" },
 		{ 0, "top", OPT_UINT, &top, "N", "table: keep the first N rows (default: all); lines: N functions (default 5)" },
 		{ 0, "context", OPT_UINT, &context, "N", "lines: show N lines around each sampled line (default 2, at most 3 are kept)" },
-		{ 0, "title", OPT_STRING, &title, "TEXT", "svg: the title (default \"spy flame graph\")" },
-		{ 0, "inverted", OPT_BOOL, &inverted, NULL, "svg: icicle graph, roots at the top" },
+		{ 0, "title", OPT_STRING, &title, "TEXT", "svg, html: the title (default \"spy flame graph\", \"spy profile\")" },
+		{ 0, "inverted", OPT_BOOL, &inverted, NULL, "svg, html: icicle graph, roots at the top" },
 		{ 0, "trend", OPT_BOOL, &trend, NULL, "list functions by how steadily their share rises across the time windows of a profile recorded with --slice" },
 		{ 0 },
 	};
@@ -189,7 +189,7 @@ int cmd_report(int argc, char **argv)
 	/* Binary or graphical formats go to a file, never the terminal. */
 	const char *ext = NULL;
 	if (r.format == FG_FORMAT_SVG || r.format == FG_FORMAT_SPEEDSCOPE || r.format == FG_FORMAT_PPROF ||
-	    r.format == FG_FORMAT_CHROME) {
+	    r.format == FG_FORMAT_CHROME || r.format == FG_FORMAT_HTML) {
 		ext = fg_format_ext(r.format);
 	}
 	/* Without -o: text to stdout, the rest to a file named after the profile. */

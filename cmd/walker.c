@@ -132,6 +132,7 @@ static int walker_list(void *ctx, void *py, struct eng_thread *th, size_t max, s
 	for (size_t i = 0; i < n; i++) {
 		th[i].tid = w->py[i].native_tid;
 		th[i].holds_gil = w->py[i].holds_gil;
+		th[i].attached = w->py[i].attached;
 		th[i].gc = false;
 		th[i].name = pyrt_thread_name(d->t.rt, &w->py[i]);
 		th[i].rc = 0;
@@ -162,16 +163,23 @@ static void walker_walk_thread(void *ctx, void *py, size_t i, struct eng_thread 
 	/* One holder per GIL a tick: the one listed, if it still holds it (see the engine). */
 	w->py[i].holds_gil = w->py[i].holds_gil && listed;
 	t->holds_gil = w->py[i].holds_gil;
+	t->attached = w->py[i].attached;
 	/*
 	 * The collector runs in the thread that holds the GIL (it is
 	 * entered from an allocation or gc.collect()), so only that
 	 * thread's interpreter is asked: one 4-byte read a tick, on a
-	 * page the walk has usually cached.
+	 * page the walk has usually cached. Without a GIL, in a thread
+	 * attached to it, which the collector keeps while the others are
+	 * stopped.
 	 */
-	int gc = w->gc && w->py[i].holds_gil ? pyrt_gc_collecting(d->t.rt, w->py[i].interp) : -1;
+	int gc = w->gc && (w->py[i].holds_gil || w->py[i].attached) ?
+			 pyrt_gc_collecting(d->t.rt, w->py[i].interp) : -1;
 	t->gc = gc == 1;
 	w->gc_known |= gc >= 0;
 	t->rc = pyrt_stack(d->t.rt, &w->py[i], &t->stack, NULL);
+	if (d->nat) {
+		native_note_anchors(&d->t, &w->pcs[i]);
+	}
 	if (w->async && t->rc == 0) {
 		attribute_task(w, d, i, &t->stack);
 	}

@@ -306,6 +306,13 @@ static uint32_t frame_colour(const struct fg_frame *fr, enum svg_class cls)
 	return hsl_rgb(0, 0, 78 + (h >> 16) % 6);
 }
 
+uint32_t fg_svg_frame_colour(const struct fg_frame *fr, int *cls)
+{
+	enum svg_class c = frame_class(fr);
+	*cls = (int)c;
+	return frame_colour(fr, c);
+}
+
 /*
  * The caller's colour for fr, if it gives one, and the index in S of its
  * tooltip line, or -1 (fg_svg_style.frame_style).
@@ -561,7 +568,7 @@ static const char svg_js[] =
 	" $('reset').setAttribute('opacity',zoom?1:0.35);}\n"
 	"function pos(ev){var box=root.getBoundingClientRect(),s=W/(box.width||W);\n"
 	" return [(ev.clientX-box.left)*s,(ev.clientY-box.top)*s];}\n"
-	"function at(p){if(p[1]<Y0){return -1;}var r=Math.floor((p[1]-Y0)/FH),d=INV?r:MAXD-r;\n"
+	"function at(p){if(p[1]<Y0+(window.pageYOffset||0)){return -1;}var r=Math.floor((p[1]-Y0)/FH),d=INV?r:MAXD-r;\n"
 	" if(d<0||d>MAXD||!rows[d]){return -1;}\n"
 	" var xs=rx[d],lo=0,hi=xs.length-1,k=-1,m;\n"
 	" while(lo<=hi){m=(lo+hi)>>1;if(xs[m]<=p[0]){k=m;lo=m+1;}else{hi=m-1;}}\n"
@@ -610,7 +617,14 @@ static const char svg_js[] =
 	"document.addEventListener('keydown',function(e){\n"
 	" if((e.ctrlKey||e.metaKey)&&(e.key==='f'||e.key==='F')){e.preventDefault();search();}\n"
 	" else if(e.key==='Escape'){if(zoom){unzoom();}else if(term!==null){clear();}}});\n"
-	"draw();\n";
+	"draw();\n"
+	/* The root at the bottom of the first screen: a deep graph opens on its widest frames. */
+	/* Drawn over the frames it passes (after them in the document), under the tooltip. */
+	"var head=$('head');head.parentNode.insertBefore(head,tip);\n"
+	"function follow(){var y=window.pageYOffset||0;head.setAttribute('transform',y?'translate(0,'+y+')':'');}\n"
+	"window.addEventListener('scroll',follow);\n"
+	"if(!INV&&window.innerHeight&&HEIGHT>window.innerHeight){window.scrollTo(0,HEIGHT-window.innerHeight);}\n"
+	"follow();\n";
 
 /* One "key value" item of the header, skipped when the key is unset. */
 static bool meta_item(struct svg *g, bool first, const char *label, const char *key, const char *unit)
@@ -648,10 +662,30 @@ static void emit_resources(struct svg *g)
 	fg_resources_free(r);
 }
 
+/* The errors in words, and launch mode's start-up folded by record (FG_META_STARTUP). */
+static void emit_errors(struct svg *g, bool first)
+{
+	struct spy_buf words = SPY_BUF_INIT;
+	fg_errors_words(g->p, &words);
+	if (words.len) {
+		spy_buf_adds(&g->out, first ? "errors: " : " | errors: ");
+		xml_escape(&g->out, words.buf);
+	}
+	spy_buf_release(&words);
+	unsigned long long n = 0, cut = 0;
+	const char *v = fg_profile_meta_get(g->p, FG_META_STARTUP);
+	if (v && sscanf(v, "%llu %llu", &n, &cut) == 2 && n) {
+			spy_buf_addf(&g->out, " | start-up: %llu sample%s, folded", n, n == 1 ? "" : "s");
+	}
+}
+
 static void emit_header(struct svg *g, const char *title, int height)
 {
 	struct spy_buf *o = &g->out;
 	const char *cmd = fg_profile_meta_get(g->p, FG_META_COMMAND);
+	/* The header follows the view down (the script moves it), so the controls stay at hand. */
+	spy_buf_addf(o, "<g id=\"head\"><rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#fbfbf6\"/>\n",
+		     FG_SVG_WIDTH, FG_SVG_TOP - 8);
 	spy_buf_addf(o, "<text id=\"title\" x=\"%d\" y=\"24\">", FG_SVG_PAD);
 	xml_escape(o, title);
 	spy_buf_adds(o, "</text>\n");
@@ -686,7 +720,7 @@ static void emit_header(struct svg *g, const char *title, int height)
 	}
 	first = false;
 	first = meta_item(g, first, "rate ", FG_META_RATE_HZ, " Hz");
-	first = meta_item(g, first, "errors: ", FG_META_ERRORS, "");
+	emit_errors(g, first);
 	emit_resources(g);
 	first = meta_item(g, first, "pid ", FG_META_PID, "");
 	(void)meta_item(g, first, "spy ", FG_META_SPY_VERSION, "");
@@ -721,6 +755,7 @@ static void emit_header(struct svg *g, const char *title, int height)
 		spy_buf_adds(o, "</text>\n");
 		x += 20 + 7 * (int)strlen(legend[i].label) + 16;
 	}
+	spy_buf_adds(o, "</g>\n");
 	spy_buf_addf(o, "<text id=\"status\" x=\"%d\" y=\"%d\"> </text>\n", FG_SVG_PAD, height - 12);
 }
 

@@ -324,7 +324,7 @@ static int walk_with_retry(struct engine *e, struct eng_process *p, size_t *n, u
 static bool is_active(struct eng_process *p, const struct eng_thread *t, struct eng_os_thread *th,
 		      bool fresh, uint64_t *failed)
 {
-	if (t->holds_gil) {
+	if (t->holds_gil || t->attached) {
 		return true;
 	}
 	if (!th) {
@@ -451,7 +451,7 @@ static long sample_paused(struct engine *e, struct eng_process *p, uint64_t now)
  */
 static bool wanted(struct engine *e, const struct eng_thread *t, const struct eng_os_thread *th)
 {
-	return e->o.idle || t->holds_gil || !th || proc_task_active(&th->task);
+	return e->o.idle || t->holds_gil || t->attached || !th || proc_task_active(&th->task);
 }
 
 /*
@@ -497,7 +497,7 @@ static bool still_stack(struct engine *e, struct eng_process *p, size_t i, struc
 	if (th->kept_valid) {
 		spy_stack_copy(&t->stack, &th->kept);
 		t->rc = 0;
-		t->holds_gil = false;
+		t->holds_gil = t->attached = false;
 		t->gc = false;
 		e->still.kept++;
 		return true;
@@ -506,7 +506,7 @@ static bool still_stack(struct engine *e, struct eng_process *p, size_t i, struc
 	if (t->rc != 0 || t->stack.truncated || !ops->task_still(&th->task)) {
 		return false;
 	}
-	t->holds_gil = false;
+	t->holds_gil = t->attached = false;
 	spy_stack_copy(&th->kept, &t->stack);
 	th->kept_valid = true;
 	th->walked = true;

@@ -136,6 +136,8 @@ int eng_look(struct spy_process *p, int (*fn)(void *ctx, struct spy_err *err), v
 struct eng_thread {
 	pid_t tid;            /* kernel thread id; 0 if unknown */
 	bool holds_gil;
+	bool attached;        /* free-threaded without a GIL: attached to the
+				 interpreter, so running as a GIL holder is */
 	bool gc;              /* the runtime was collecting garbage in this thread (walker's gc) */
 	int rc;               /* < 0: the stack could not be read (the thread exited) */
 	const char *name;     /* the interpreter's name for it (interned in the engine's
