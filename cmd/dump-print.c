@@ -141,8 +141,8 @@ static void print_frame_locals(const struct dump_thread *d, const struct dump_fr
 {
 	struct spy_buf b = SPY_BUF_INIT;
 	if (fl->over_budget) {
-		spy_buf_addf(out, "        (locals left out: --locals read its budget of %zu MiB)\n",
-			     DUMP_LOCALS_BUDGET >> 20);
+		spy_buf_addf(out, "        (locals left out: --locals read its budget of %zu MiB or %zu reads)\n",
+			     DUMP_LOCALS_BUDGET >> 20, PYRT_LOCALS_READS);
 	} else if (fl->unreadable) {
 		spy_buf_adds(out, "        (locals unreadable)\n");
 	}

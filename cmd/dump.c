@@ -150,8 +150,9 @@ static void collect_locals(struct pyrt *rt, struct dump_thread *d, size_t *left)
 		size_t grown = (d->alloc_locals - had) * sizeof(*d->locals);
 		*left -= grown < *left ? grown : *left;
 		fl->first = d->nlocals;
-		fl->unreadable = pyrt_frame_locals(rt, j, d->locals + d->nlocals, PYRT_MAX_LOCALS,
-						   &fl->n) < 0;
+		int rc = pyrt_frame_locals(rt, j, d->locals + d->nlocals, PYRT_MAX_LOCALS, &fl->n);
+		fl->unreadable = rc < 0;
+		fl->over_budget = rc == -SPY_EBOUND;
 		d->nlocals += fl->n;
 	}
 	d->nframe_locals = d->stack.n;
@@ -200,6 +201,9 @@ static int collect(struct target *t, const struct spy_thread_info *os, size_t no
 		if (pyrt_thread_names(t->rt, py, n, names, &nerr) < 0) {
 			spy_log(SPY_LOG_DEBUG, "dump: no thread names: %s", nerr.msg);
 		}
+	}
+	if (o->locals) {
+		pyrt_locals_budget(t->rt, PYRT_LOCALS_READS);
 	}
 	for (size_t i = 0; rc == 0 && i < n && !proc_stop_requested; i++) {
 		struct dump_thread *d = &r->threads[r->n++];

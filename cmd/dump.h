@@ -29,7 +29,7 @@ enum dump_state {
 struct dump_frame_locals {
 	size_t first, n;
 	bool unreadable;
-	bool over_budget;     /* not read: DUMP_LOCALS_BUDGET was spent (unreadable too) */
+	bool over_budget;     /* not (all) read: DUMP_LOCALS_BUDGET or PYRT_LOCALS_READS was spent */
 };
 
 /*

@@ -27,6 +27,8 @@
 #include <unistd.h>
 
 #include "cmd/sources.h"
+#include "common/credopen.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "common/mapfile.h"
 #include "common/util.h"
@@ -35,6 +37,7 @@ struct cmd_source_file {
 	const char *name;   /* interned */
 	char *data;         /* NULL: could not be read */
 	size_t len;
+	bool withheld;      /* the program itself could not open it */
 };
 
 void cmd_sources_init(struct cmd_sources *s)
@@ -62,11 +65,17 @@ void cmd_sources_release(struct cmd_sources *s)
 	free(s->v);
 	spy_hmap_release(&s->index);
 	close_dirs(s);
+	spy_credopen_free(s->co);
 	cmd_sources_init(s);
 }
 
-/* Whole file on fd, at most max bytes; NULL when larger, unreadable or binary. */
-static char *read_bounded(int fd, size_t max, size_t *len)
+/*
+ * Whole file on fd, at most max bytes; NULL when larger, unreadable or
+ * binary. *nread counts every byte read, kept or not: the budget is of
+ * work done, so a file refused for a NUL byte costs what was read of it,
+ * and reading stops at the first NUL.
+ */
+static char *read_bounded(int fd, size_t max, size_t *len, size_t *nread)
 {
 	struct stat st;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size < 0 || (size_t)st.st_size > max) {
@@ -88,7 +97,11 @@ static char *read_bounded(int fd, size_t max, size_t *len)
 		if (r < 0 && errno == EINTR) {
 			continue;
 		}
-		if (r < 0) {
+		if (r > 0) {
+			*nread += (size_t)r;
+		}
+		/* A NUL byte: not Python source (a .pyc, a binary renamed .py). */
+		if (r < 0 || (r > 0 && memchr(buf + n, '\0', (size_t)r))) {
 			free(buf);
 			return NULL;
 		}
@@ -96,11 +109,6 @@ static char *read_bounded(int fd, size_t max, size_t *len)
 			break;
 		}
 		n += (size_t)r;
-	}
-	/* A NUL byte: not Python source (a .pyc, a binary renamed .py). */
-	if (memchr(buf, '\0', n)) {
-		free(buf);
-		return NULL;
 	}
 	buf[n] = '\0';
 	*len = n;
@@ -128,18 +136,28 @@ static int dir_for(struct cmd_sources *s, pid_t pid, bool relative)
 	return *fd;
 }
 
-static char *read_source(struct cmd_sources *s, pid_t pid, const char *name, size_t max, size_t *len)
+/*
+ * The file name of process pid, opened with the process's own rights
+ * (common/credopen.h): a name is the program's claim, and a file it could
+ * not open itself is not read (*withheld is then set).
+ */
+static char *read_source(struct cmd_sources *s, pid_t pid, const char *name, size_t max, size_t *len,
+			 bool *withheld)
 {
 	int dirfd = dir_for(s, pid, name[0] != '/');
 	if (dirfd < 0) {
 		return NULL;
 	}
-	int fd = spy_open_path(dirfd, name, SPY_OPEN_IN_ROOT, NULL);
+	if (!s->co) {
+		s->co = spy_credopen_new();
+	}
+	int fd = spy_credopen(s->co, pid, dirfd, name);
 	if (fd < 0) {
+		*withheld = spy_credopen_denied(fd);
 		spy_log(SPY_LOG_DEBUG, "source %s of process %d: %s", name, (int)pid, strerror(-fd));
 		return NULL;
 	}
-	char *data = read_bounded(fd, max, len);
+	char *data = read_bounded(fd, max, len, &s->read_bytes);
 	close(fd);
 	return data;
 }
@@ -163,17 +181,19 @@ void cmd_sources_note(struct cmd_sources *s, const struct spy_stack *st, pid_t p
 		/* Known from now on, read or not: each file is tried once. */
 		SPY_GROW(s->v, s->alloc, s->n + 1);
 		struct cmd_source_file *e = &s->v[s->n];
-		*e = (struct cmd_source_file){ f->file, NULL, 0 };
+		*e = (struct cmd_source_file){ f->file, NULL, 0, false };
 		spy_hmap_add(&s->index, (uint64_t)(uintptr_t)f->file, s->n++);
-		size_t room = s->bytes < CMD_SOURCE_MAX_TOTAL ? CMD_SOURCE_MAX_TOTAL - s->bytes : 0;
+		size_t room = s->read_bytes < CMD_SOURCE_MAX_TOTAL ? CMD_SOURCE_MAX_TOTAL - s->read_bytes : 0;
 		if (s->n <= CMD_SOURCE_MAX_FILES && room) {
 			uint64_t t0 = spy_thread_cpu_ns();
 			e->data = read_source(s, pid, f->file, room < CMD_SOURCE_MAX_FILE ? room : CMD_SOURCE_MAX_FILE,
-					      &e->len);
+					      &e->len, &e->withheld);
 			s->read_ns += spy_thread_cpu_ns() - t0;
 		}
 		if (e->data) {
 			s->bytes += e->len;
+		} else if (e->withheld) {
+			s->withheld++;
 		} else {
 			s->unreadable++;
 		}
@@ -190,4 +210,17 @@ int cmd_sources_get(void *ctx, const char *file, const char **data, size_t *len)
 	*data = s->v[k].data;
 	*len = s->v[k].len;
 	return 0;
+}
+
+void cmd_sources_withheld(const struct cmd_sources *s, struct spy_buf *out)
+{
+	spy_buf_addf(out, "%zu file%s the program could not read:", s->withheld, s->withheld == 1 ? "" : "s");
+	const char *sep = " ";
+	for (size_t i = 0; i < s->n; i++) {
+		if (s->v[i].withheld) {
+			spy_buf_adds(out, sep);
+			spy_json_string(out, s->v[i].name);
+			sep = ", ";
+		}
+	}
 }

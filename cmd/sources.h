@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "common/buf.h"
 #include "common/hashmap.h"
 #include "common/sample.h"
 
@@ -19,6 +20,7 @@
 #define CMD_SOURCE_MAX_FILES 4096
 
 struct cmd_source_file;
+struct spy_credopen;
 
 struct cmd_sources {
 	struct cmd_source_file *v;
@@ -27,6 +29,9 @@ struct cmd_sources {
 	size_t bytes;        /* read and kept */
 	pid_t dir_pid;       /* whose /proc/PID/root and cwd are open: */
 	int rootfd, cwdfd;   /* -1 when not open */
+	size_t read_bytes;   /* read, kept or not (what CMD_SOURCE_MAX_TOTAL bounds) */
+	struct spy_credopen *co; /* opens them with the program's rights; NULL until needed */
+	size_t withheld;     /* files the program itself could not open: not read */
 	size_t unreadable;   /* files named but not kept (missing, not regular, too big, a bound) */
 	uint64_t read_ns;    /* spy's CPU time opening and reading them */
 };
@@ -41,6 +46,12 @@ void cmd_sources_release(struct cmd_sources *s);
  * Called with the target running.
  */
 void cmd_sources_note(struct cmd_sources *s, const struct spy_stack *st, pid_t pid);
+
+/*
+ * The files withheld, for the profile's "withheld" metadata: their count
+ * and names (JSON strings), never any content.
+ */
+void cmd_sources_withheld(const struct cmd_sources *s, struct spy_buf *out);
 
 /* The fg_source_fn of fg_profile_source_capture: ctx is a struct cmd_sources *. */
 int cmd_sources_get(void *ctx, const char *file, const char **data, size_t *len);

@@ -118,7 +118,12 @@ static int walker_list(void *ctx, void *py, struct eng_thread *th, size_t max, s
 	n = n > max ? max : n;
 	/* threading's names: looked up for new threads, all again each second. */
 	uint64_t now = ticker_now_ns();
-	pyrt_names_update(d->t.rt, w->py, n, now, WALKER_NAMES_REFRESH_NS);
+	pyrt_names_update(d->t.rt, w->py, n, now, WALKER_NAMES_REFRESH_NS, PYRT_NAMES_TICK_READS);
+	if (!d->names_cut_told && pyrt_names_cut(d->t.rt)) {
+		d->names_cut_told = true;
+		spy_log(SPY_LOG_WARN, "process %d: threading's thread list or a Thread object is past spy's bound; "
+			"the threads not reached keep the kernel's name", (int)target_pid(&d->t));
+	}
 	if (w->async && !d->ah.debug_offsets && now - d->ah_looked_ns >= WALKER_ASYNC_LOOK_NS &&
 	    pyrt_version(d->t.rt) >= 0x030e0000) {
 		d->ah_looked_ns = now;

@@ -42,6 +42,7 @@ struct walked {
 	struct native *nat;          /* --native; NULL without */
 	struct pyrt_async_hints ah;  /* --async: found when asyncio is loaded */
 	uint64_t ah_looked_ns;       /* when the maps were last searched for it */
+	bool names_cut_told;         /* the warning that thread names are incomplete, given */
 };
 
 void walker_init(struct walker *w, struct spy_strtab *strs, bool native, bool native_all, bool async);

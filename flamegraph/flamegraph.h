@@ -41,6 +41,8 @@
 #define FG_META_COMMAND "command"
 /* Set by record --slice or -f chrome: "sampled", or "unknown" where the Python does not say (2.7, 3.6). */
 #define FG_META_GC "gc"
+/* Source files the program could not read, so spy did not (names, no content). */
+#define FG_META_WITHHELD "withheld"
 /* The synthetic frame record puts innermost on a sample taken while the garbage collector ran. */
 #define FG_GC_FRAME "<GC>"
 /* Launch mode: the interpreter's start-up (imports before the program's code) folded into one frame. */

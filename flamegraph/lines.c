@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/json.h"
 #include "common/term.h"
 #include "common/util.h"
 #include "flamegraph/internal.h"
@@ -70,6 +71,20 @@ static void add_count(struct spy_buf *out, uint64_t n, int width)
 		return;
 	}
 	spy_buf_addf(out, "%*" PRIu64, width, n);
+}
+
+/* Whether the profile's "withheld" metadata names file (as a JSON string). */
+static bool withheld(const struct fg_profile *p, const char *file)
+{
+	const char *w = fg_profile_meta_get(p, FG_META_WITHHELD);
+	if (!w) {
+		return false;
+	}
+	struct spy_buf q = SPY_BUF_INIT;
+	spy_json_string(&q, file);
+	bool found = strstr(w, q.buf) != NULL;
+	spy_buf_release(&q);
+	return found;
 }
 
 static void render_line(struct spy_buf *out, const struct fg_table *t, uint32_t line,
@@ -138,6 +153,8 @@ static void render_func(struct spy_buf *out, const struct fg_profile *p, const s
 	spy_buf_addch(out, '\n');
 	if (fr->file[0] == '<') {
 		spy_buf_adds(out, "  (no source: the code is not from a file)\n");
+	} else if (!known && withheld(p, fr->file)) {
+		spy_buf_adds(out, "  (source withheld: the program could not read this file)\n");
 	} else if (!known) {
 		spy_buf_adds(out, "  (source unavailable: not kept in the profile)\n");
 	} else if (known < n) {
@@ -214,6 +231,10 @@ void fg_lines_render(const struct fg_profile *p, const struct fg_lines_opts *o, 
 			     o->sort == FG_SORT_NAME ? "name" : "self samples (tottime)",
 			     fg_profile_source_count(p) ? "kept at record time" : "not in this profile");
 		spy_buf_addch(out, '\n');
+	}
+	const char *w = fg_profile_meta_get(p, FG_META_WITHHELD);
+	if (w) {
+		spy_buf_addf(out, "withheld: %s\n\n", w);
 	}
 	for (size_t i = 0; i < ft.n && shown < top; i++) {
 		if (!ft.rows[i].line) {

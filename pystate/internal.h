@@ -135,11 +135,36 @@ struct pyrt {
 		uint64_t ident;
 		spy_addr_t tstate;
 		const char *name;
+		uint32_t gen;       /* names_gen of the pass that set it */
 	} *names;
 	size_t nnames, names_alloc;
-	struct spy_hmap name_index; /* hash of (ident, tstate) -> index into names */
-	uint64_t names_scanned_ns;  /* when the last full scan ran */
-	uint64_t names_scans;       /* scans of threading._active so far (debug log, tests) */
+	struct spy_hmap name_index; /* name_key(ident, tstate) -> index into names */
+	uint32_t names_gen;
+	uint64_t names_scanned_ns;  /* when the last finished pass started */
+	uint64_t names_scans;       /* passes over threading._active started (debug log, tests) */
+	uint64_t names_reads;       /* remote reads they made (tests) */
+	spy_addr_t names_key;       /* the str "_name" last matched, compared by address; 0 = read keys */
+	bool names_cut;             /* a list was longer than its bound: some names may be missing */
+	/* The pass under way (namescan.c): where it stopped, to go on from there. */
+	struct pyname_pass {
+		bool on;
+		uint32_t gen;               /* names_gen of its names */
+		uint64_t started_ns;
+		spy_addr_t interp[8];       /* the interpreters whose threading it reads */
+		size_t ninterp, at;         /* ... and the one it is at */
+		size_t entry;               /* the next entry of that one's _active */
+		spy_addr_t obj;             /* that entry's Thread, when its attributes are being read */
+		uint64_t ident;             /* ... its ident */
+		size_t obj_entry;           /* ... the next attribute */
+		size_t key_reads;           /* ... keys read as strings so far */
+		uint32_t found;
+		spy_addr_t known_interp[8]; /* threading._active found, by interpreter */
+		spy_addr_t known_active[8];
+		size_t nknown;
+	} names_pass;
+
+	/* dump --locals (locals.c): remote reads allowed in all (0: no bound), and made. */
+	size_t locals_budget, locals_reads;
 
 	struct pyrt_async *async;   /* asyncio (tasks.c), allocated on first use */
 
@@ -301,6 +326,19 @@ void pyrt_seen_reset(struct pyrt *rt);
 bool pyrt_seen(struct pyrt *rt, spy_addr_t addr);
 
 /*
+ * Counting the remote reads of a piece of work, for its budget (namescan.c,
+ * locals.c): between begin and end, rt->mem is c->m, which counts each
+ * read into c->reads and passes it on.
+ */
+struct pyrt_counted {
+	struct spy_mem m;
+	const struct spy_mem *in;
+	size_t reads;
+};
+void pyrt_count_begin(struct pyrt *rt, struct pyrt_counted *c);
+void pyrt_count_end(struct pyrt *rt, struct pyrt_counted *c);
+
+/*
  * names.c: dicts and instance attributes of every layout (offsets.h enum
  * pydict_model, enum pyidict_model), read from copies with every count and
  * pointer checked; scanned, never hashed into. Shared with tasks-legacy.c.
@@ -314,8 +352,15 @@ struct dview {
 	uint32_t stride;      /* bytes per entry */
 	uint32_t key_off, value_off;
 	spy_addr_t values;    /* split table: value i at values + 8 * i, else 0 */
+	bool cut;             /* the dict has more entries than the view's max */
 };
+/* -SPY_ECORRUPT for a dict of more than PYRT_DICT_MAX_ENTRIES entries. */
 int pyrt_dict_view(struct pyrt *rt, spy_addr_t dict, struct dview *v);
+/* The first max entries of the dict (v->cut says whether there are more). */
+int pyrt_dict_view_max(struct pyrt *rt, spy_addr_t dict, struct dview *v, size_t max);
+/* The attributes of an ordinary instance, as a view of at most max entries;
+ * -SPY_ENOPY when it has none. */
+int pyrt_attr_view(struct pyrt *rt, spy_addr_t obj, struct dview *v, size_t max);
 /*
  * Call fn(ctx, key, value) for every live entry of v, in order, until it
  * returns nonzero (which is returned). Deleted and empty slots (NULL key or
@@ -323,6 +368,9 @@ int pyrt_dict_view(struct pyrt *rt, spy_addr_t dict, struct dview *v);
  */
 typedef int (*pyrt_entry_fn)(struct pyrt *rt, void *ctx, spy_addr_t key, spy_addr_t value);
 int pyrt_dict_each(struct pyrt *rt, const struct dview *v, pyrt_entry_fn fn, void *ctx);
+/* The same from entry from on; *stopped (if not NULL) is the entry at which fn returned nonzero. */
+int pyrt_dict_each_from(struct pyrt *rt, const struct dview *v, size_t from, pyrt_entry_fn fn, void *ctx,
+			size_t *stopped);
 /* The value of str key want in the dict at dict, or 0. */
 spy_addr_t pyrt_dict_get(struct pyrt *rt, spy_addr_t dict, const char *want);
 /* Attribute want of an ordinary instance (a Thread, a WeakSet), or 0. */

@@ -428,7 +428,7 @@ static bool has_name(const struct py_local *l, size_t n, const char *name)
  * is a duplicate and skipped).
  */
 static int read_run(struct pyrt *rt, const struct run *r, size_t nargs, const char **argnames,
-		    struct py_local *out, size_t max, size_t *n)
+		    struct py_local *out, size_t max, size_t *n, const struct pyrt_counted *c)
 {
 	const struct pyoffsets *o = &rt->off;
 	spy_addr_t ptrs[PYRT_MAX_LOCALS], names[PYRT_MAX_LOCALS];
@@ -447,6 +447,9 @@ static int read_run(struct pyrt *rt, const struct run *r, size_t nargs, const ch
 		ptrs[k] = pyrt_ref(o, ptrs[k]); /* 3.14+: a tagged int is no local's value */
 	}
 	for (size_t k = 0; k < count && *n < max; k++) {
+		if (rt->locals_budget && rt->locals_reads + c->reads >= rt->locals_budget) {
+			return -SPY_EBOUND;
+		}
 		char name[PYSTR_BUF];
 		size_t len;
 		int trunc;
@@ -506,6 +509,12 @@ static void order_args_first(struct py_local *l, size_t n, const char **argnames
 	}
 }
 
+void pyrt_locals_budget(struct pyrt *rt, size_t reads)
+{
+	rt->locals_budget = reads;
+	rt->locals_reads = 0;
+}
+
 int pyrt_frame_locals(struct pyrt *rt, size_t i, struct py_local *out, size_t max, size_t *n)
 {
 	struct frame_slots s;
@@ -514,14 +523,18 @@ int pyrt_frame_locals(struct pyrt *rt, size_t i, struct py_local *out, size_t ma
 	if (i >= rt->nframes) {
 		return -SPY_EMEM;
 	}
+	if (rt->locals_budget && rt->locals_reads >= rt->locals_budget) {
+		return -SPY_EBOUND;
+	}
+	struct pyrt_counted c;
+	pyrt_count_begin(rt, &c);
 	int rc = frame_slots(rt, rt->frames[i], &s);
-	if (rc < 0) {
-		return rc;
+	size_t nargs = rc < 0 ? 0 : s.nargs < PYRT_MAX_LOCALS ? s.nargs : PYRT_MAX_LOCALS;
+	for (size_t k = 0; rc == 0 && k < s.nruns; k++) {
+		rc = read_run(rt, &s.run[k], nargs, argnames, out, max, n, &c);
 	}
-	size_t nargs = s.nargs < PYRT_MAX_LOCALS ? s.nargs : PYRT_MAX_LOCALS;
-	for (size_t k = 0; k < s.nruns && rc == 0; k++) {
-		rc = read_run(rt, &s.run[k], nargs, argnames, out, max, n);
-	}
+	pyrt_count_end(rt, &c);
+	rt->locals_reads += c.reads;
 	order_args_first(out, *n, argnames, nargs);
 	return rc;
 }

@@ -55,7 +55,7 @@ static int read_ptr(struct pyrt *rt, spy_addr_t at, spy_addr_t *p)
  * The entries of a PyDictKeysObject (3.6+), values apart: values is the
  * split table's array (an instance's or a split dict's), else 0.
  */
-static int keys_view(struct pyrt *rt, spy_addr_t keys, spy_addr_t values, struct dview *v)
+static int keys_view(struct pyrt *rt, spy_addr_t keys, spy_addr_t values, struct dview *v, size_t max)
 {
 	const struct pyoffsets *o = &rt->off;
 	/* The header before the indices, in one read (samplers call this). */
@@ -65,15 +65,17 @@ static int keys_view(struct pyrt *rt, spy_addr_t keys, spy_addr_t values, struct
 		return -SPY_ECORRUPT;
 	}
 	int64_t n = (int64_t)pyrt_u64(hdr, o->dk_nentries);
-	if (n < 0 || n > PYRT_DICT_MAX_ENTRIES) {
+	if (n < 0) {
 		return -SPY_ECORRUPT;
 	}
 	memset(v, 0, sizeof(*v));
-	v->n = (size_t)n;
+	/* Past max, the first max entries: what a caller may read of it. */
+	v->cut = (uint64_t)n > max;
+	v->n = v->cut ? max : (size_t)n;
 	v->values = values;
 	if (o->dict_model == PYDICT_COMPACT36) {
 		int64_t size = (int64_t)pyrt_u64(hdr, o->dk_size);
-		if (size <= 0 || size > 4 * PYRT_DICT_MAX_ENTRIES || (size & (size - 1))) {
+		if (size <= 0 || size > ((int64_t)1 << 32) || (size & (size - 1))) {
 			return -SPY_ECORRUPT;
 		}
 		/* DK_IXSIZE: the width of one index grows with the table. */
@@ -85,7 +87,7 @@ static int keys_view(struct pyrt *rt, spy_addr_t keys, spy_addr_t values, struct
 		return 0;
 	}
 	uint8_t log2_index_bytes = hdr[o->dk_log2_index_bytes], kind = hdr[o->dk_kind];
-	if (log2_index_bytes > 20) {
+	if (log2_index_bytes > 34) {
 		return -SPY_ECORRUPT;
 	}
 	v->entries = keys + o->dk_indices + ((uint64_t)1 << log2_index_bytes);
@@ -101,7 +103,7 @@ static int keys_view(struct pyrt *rt, spy_addr_t keys, spy_addr_t values, struct
 	return 0;
 }
 
-int pyrt_dict_view(struct pyrt *rt, spy_addr_t dict, struct dview *v)
+int pyrt_dict_view_max(struct pyrt *rt, spy_addr_t dict, struct dview *v, size_t max)
 {
 	const struct pyoffsets *o = &rt->off;
 	if (!spy_mem_plausible(rt->mem, dict, 8)) {
@@ -111,12 +113,14 @@ int pyrt_dict_view(struct pyrt *rt, spy_addr_t dict, struct dview *v)
 		int64_t mask;
 		spy_addr_t table;
 		if (read_i64(rt, dict + o->dict_mask, &mask) < 0 || mask < 0 ||
-		    mask >= 4 * PYRT_DICT_MAX_ENTRIES || read_ptr(rt, dict + o->dict_table, &table) < 0) {
+		    read_ptr(rt, dict + o->dict_table, &table) < 0) {
 			return -SPY_ECORRUPT;
 		}
 		memset(v, 0, sizeof(*v));
 		v->entries = table;
-		v->n = (size_t)mask + 1;
+		/* 2.7's slots: a table of more than 4 x max slots is cut to that. */
+		v->cut = (uint64_t)mask >= 4 * (uint64_t)max;
+		v->n = v->cut ? 4 * max : (size_t)mask + 1;
 		v->stride = o->dict_entry_size;
 		v->key_off = 8;
 		v->value_off = 16;
@@ -131,19 +135,30 @@ int pyrt_dict_view(struct pyrt *rt, spy_addr_t dict, struct dview *v)
 	if (values && o->dictvalues_values != PYOFF_NONE) {
 		values += o->dictvalues_values;
 	}
-	return keys_view(rt, keys, values, v);
+	return keys_view(rt, keys, values, v, max);
+}
+
+int pyrt_dict_view(struct pyrt *rt, spy_addr_t dict, struct dview *v)
+{
+	int rc = pyrt_dict_view_max(rt, dict, v, PYRT_DICT_MAX_ENTRIES);
+	return rc == 0 && v->cut ? -SPY_ECORRUPT : rc;
 }
 
 /* Reads NAMES_CHUNK entries at a time. */
 int pyrt_dict_each(struct pyrt *rt, const struct dview *v, pyrt_entry_fn fn, void *ctx)
 {
+	return pyrt_dict_each_from(rt, v, 0, fn, ctx, NULL);
+}
+
+int pyrt_dict_each_from(struct pyrt *rt, const struct dview *v, size_t from, pyrt_entry_fn fn, void *ctx,
+			size_t *stopped)
+{
 	unsigned char buf[NAMES_CHUNK * 24];
 	spy_addr_t vals[NAMES_CHUNK];
-	if (v->stride == 0 || v->stride > 24 || v->n > 4 * PYRT_DICT_MAX_ENTRIES ||
-	    !spy_mem_plausible(rt->mem, v->entries, 8)) {
+	if (v->stride == 0 || v->stride > 24 || !spy_mem_plausible(rt->mem, v->entries, 8)) {
 		return -SPY_ECORRUPT;
 	}
-	for (size_t i = 0; i < v->n; i += NAMES_CHUNK) {
+	for (size_t i = from; i < v->n; i += NAMES_CHUNK) {
 		size_t k = v->n - i < NAMES_CHUNK ? v->n - i : NAMES_CHUNK;
 		if (spy_mem_read(rt->mem, v->entries + (uint64_t)i * v->stride, buf, k * v->stride) < 0 ||
 		    (v->values && spy_mem_read(rt->mem, v->values + 8 * (uint64_t)i, vals, k * 8) < 0)) {
@@ -155,6 +170,9 @@ int pyrt_dict_each(struct pyrt *rt, const struct dview *v, pyrt_entry_fn fn, voi
 						       pyrt_u64(buf, (uint32_t)(j * v->stride + v->value_off));
 			int rc;
 			if (key && value && (rc = fn(rt, ctx, key, value)) != 0) {
+				if (stopped) {
+					*stopped = i + j;
+				}
 				return rc;
 			}
 		}
@@ -194,7 +212,7 @@ spy_addr_t pyrt_dict_get(struct pyrt *rt, spy_addr_t dict, const char *want)
 	return pyrt_dict_view(rt, dict, &v) < 0 ? 0 : view_get(rt, &v, want);
 }
 
-spy_addr_t pyrt_attr_get(struct pyrt *rt, spy_addr_t obj, const char *want)
+int pyrt_attr_view(struct pyrt *rt, spy_addr_t obj, struct dview *v, size_t max)
 {
 	const struct pyoffsets *o = &rt->off;
 	spy_addr_t type, dict = 0, values = 0, keys = 0;
@@ -206,7 +224,7 @@ spy_addr_t pyrt_attr_get(struct pyrt *rt, spy_addr_t obj, const char *want)
 	    read_i64(rt, type + o->type_basicsize, &basicsize) < 0 ||
 	    read_i64(rt, type + o->type_dictoffset, &dictoffset) < 0 || basicsize <= 0 ||
 	    basicsize > (1 << 20)) {
-		return 0;
+		return -SPY_ECORRUPT;
 	}
 	bool managed = o->tpflags_managed_dict != PYOFF_NONE && (flags & o->tpflags_managed_dict);
 	switch (o->idict_model) {
@@ -255,177 +273,17 @@ spy_addr_t pyrt_attr_get(struct pyrt *rt, spy_addr_t obj, const char *want)
 	}
 	if (values) {
 		/* Split: the keys are shared by every instance of the class. */
-		struct dview v;
-		if (read_ptr(rt, type + o->heaptype_cached_keys, &keys) < 0 || !keys ||
-		    keys_view(rt, keys, values + (o->dictvalues_values != PYOFF_NONE ?
-							  o->dictvalues_values : 0), &v) < 0) {
-			return 0;
+		if (read_ptr(rt, type + o->heaptype_cached_keys, &keys) < 0 || !keys) {
+			return -SPY_ECORRUPT;
 		}
-		return view_get(rt, &v, want);
+		return keys_view(rt, keys, values + (o->dictvalues_values != PYOFF_NONE ? o->dictvalues_values : 0),
+				 v, max);
 	}
-	return dict ? pyrt_dict_get(rt, dict, want) : 0;
+	return dict ? pyrt_dict_view_max(rt, dict, v, max) : -SPY_ENOPY;
 }
 
-struct by_ident {
-	const struct py_thread *th;
-	size_t n;
-	spy_addr_t interp;
-	const char **names;
-	const char *attr;
-	size_t found;
-};
-
-static int name_one(struct pyrt *rt, void *ctx, spy_addr_t key, spy_addr_t thread)
+spy_addr_t pyrt_attr_get(struct pyrt *rt, spy_addr_t obj, const char *want)
 {
-	struct by_ident *b = ctx;
-	struct py_value k;
-	pyrt_read_value(rt, key, &k);
-	if (k.kind != PYV_INT || k.ndigits) {
-		return 0;
-	}
-	for (size_t i = 0; i < b->n; i++) {
-		if (b->th[i].interp != b->interp || b->th[i].thread_id != (uint64_t)k.ival || b->names[i]) {
-			continue;
-		}
-		spy_addr_t obj = pyrt_attr_get(rt, thread, b->attr);
-		struct py_value name;
-		pyrt_read_value(rt, obj, &name);
-		if (name.kind == PYV_BYTES) {
-			/* 2.7 str: its raw bytes, as function names are kept. */
-			char buf[PYSTR_BUF];
-			size_t len;
-			int trunc;
-			if (pystr_read(rt->mem, &rt->off, obj, buf, sizeof(buf), &len, &trunc, NULL) == 0) {
-				name.kind = PYV_STR;
-				name.text = spy_strtab_intern(rt->strs, buf, len);
-			}
-		}
-		if (name.kind == PYV_STR && name.text && *name.text) {
-			b->names[i] = name.text;
-			b->found++;
-		}
-	}
-	return 0;
-}
-
-/* The names of the threads th[0..n) that run in interp (names of others untouched). */
-static int names_of_interp(struct pyrt *rt, spy_addr_t interp, const struct py_thread *th, size_t n,
-			   const char **names, struct spy_err *err)
-{
-	const struct pyoffsets *o = &rt->off;
-	spy_addr_t modules, threading, md, active;
-	if (read_ptr(rt, interp + o->interp_modules, &modules) < 0 ||
-	    !(threading = pyrt_dict_get(rt, modules, "threading"))) {
-		return spy_err_set(err, SPY_ECORRUPT, "threading module not found in sys.modules");
-	}
-	if (read_ptr(rt, threading + o->module_dict, &md) < 0 || !(active = pyrt_dict_get(rt, md, "_active"))) {
-		return spy_err_set(err, SPY_ECORRUPT, "threading._active not found");
-	}
-	struct by_ident b = { th, n, interp, names,
-			      o->str_model == PYSTR_BYTES27 ? "_Thread__name" : "_name", 0 };
 	struct dview v;
-	int rc = pyrt_dict_view(rt, active, &v);
-	if (rc == 0) {
-		rc = pyrt_dict_each(rt, &v, name_one, &b);
-	}
-	if (rc < 0) {
-		return spy_err_set(err, -rc, "threading._active cannot be read");
-	}
-	return (int)b.found;
-}
-
-int pyrt_thread_names(struct pyrt *rt, const struct py_thread *th, size_t n, const char **names,
-		      struct spy_err *err)
-{
-	const struct pyoffsets *o = &rt->off;
-	int found = 0, rc = 0;
-	for (size_t i = 0; i < n; i++) {
-		names[i] = NULL;
-	}
-	if (o->interp_modules == PYOFF_NONE || o->module_dict == PYOFF_NONE) {
-		return 0;
-	}
-	/* Each interpreter has its own sys.modules, so its own threading. */
-	for (size_t i = 0; i < n; i++) {
-		bool seen = false;
-		for (size_t j = 0; j < i && !seen; j++) {
-			seen = th[j].interp == th[i].interp;
-		}
-		if (seen) {
-			continue;
-		}
-		int r = names_of_interp(rt, th[i].interp, th, n, names, err);
-		if (r < 0) {
-			rc = r;
-		} else {
-			found += r;
-		}
-	}
-	return found ? found : rc;
-}
-
-/* ---- the cache ---- */
-
-static uint64_t name_key(uint64_t ident, spy_addr_t tstate)
-{
-	return spy_hmap_pair(tstate, ident);
-}
-
-/* The remembered name of (ident, tstate), or NULL when none is. */
-static struct pyname_ent *name_find(const struct pyrt *rt, uint64_t ident, spy_addr_t tstate)
-{
-	uint64_t k = name_key(ident, tstate);
-	struct spy_hmap_it it;
-	SPY_HMAP_FOR_KEY(&rt->name_index, k, it, v) {
-		if (rt->names[v].ident == ident && rt->names[v].tstate == tstate) {
-			return &rt->names[v];
-		}
-	}
-	return NULL;
-}
-
-const char *pyrt_thread_name(const struct pyrt *rt, const struct py_thread *t)
-{
-	const struct pyname_ent *e = name_find(rt, t->thread_id, t->tstate);
-	return e ? e->name : NULL;
-}
-
-void pyrt_names_update(struct pyrt *rt, const struct py_thread *th, size_t n, uint64_t now_ns,
-		       uint64_t refresh_ns)
-{
-	/* Ended threads stay until a full scan forgets them; one is due too
-	 * when the threads at hand might not fit beside them. */
-	bool full = !rt->names_scans || now_ns - rt->names_scanned_ns >= refresh_ns ||
-		    rt->nnames + n > PYRT_NAME_MAX;
-	bool missing = false;
-	for (size_t i = 0; i < n && !full && !missing; i++) {
-		missing = !name_find(rt, th[i].thread_id, th[i].tstate);
-	}
-	if (!full && !missing) {
-		return;
-	}
-	if (full) {
-		rt->nnames = 0;
-		spy_hmap_clear(&rt->name_index);
-		rt->names_scanned_ns = now_ns;
-	}
-	const char **names = spy_xcalloc(n ? n : 1, sizeof(*names));
-	rt->names_scans++;
-	(void)pyrt_thread_names(rt, th, n, names, NULL);
-	for (size_t i = 0; i < n; i++) {
-		struct pyname_ent *e = name_find(rt, th[i].thread_id, th[i].tstate);
-		if (e) {
-			if (names[i]) {
-				e->name = names[i]; /* else keep what an earlier scan found */
-			}
-			continue;
-		}
-		if (rt->nnames == PYRT_NAME_MAX) {
-			continue;
-		}
-		SPY_GROW(rt->names, rt->names_alloc, rt->nnames + 1);
-		rt->names[rt->nnames] = (struct pyname_ent){ th[i].thread_id, th[i].tstate, names[i] };
-		spy_hmap_add(&rt->name_index, name_key(th[i].thread_id, th[i].tstate), rt->nnames++);
-	}
-	free(names);
+	return pyrt_attr_view(rt, obj, &v, PYRT_DICT_MAX_ENTRIES) < 0 || v.cut ? 0 : view_get(rt, &v, want);
 }

@@ -156,15 +156,32 @@ int pyrt_thread_names(struct pyrt *rt, const struct py_thread *th, size_t n, con
 		      struct spy_err *err);
 
 /*
- * For samplers: the same names, cached. pyrt_names_update() looks up the
- * threads of th[0..n) not seen before (one scan for all of them), and every
- * thread again once refresh_ns have passed since the last scan (a thread
- * renamed later is seen then); a lookup that found nothing is remembered
- * until that refresh, never retried every sample. pyrt_thread_name() is then
- * a table lookup: threading's name, or NULL (use the kernel's).
+ * For samplers: the same names, cached, found a budget at a time.
+ * pyrt_names_update() starts a pass over threading's threads when a thread
+ * of th[0..n) was not seen before, or refresh_ns after the last pass
+ * started (a thread renamed later is seen then), and goes on with the pass
+ * under way, making at most about budget remote reads per call
+ * (PYRT_NAMES_TICK_READS for a sampler's tick). Finding threading._active,
+ * once per interpreter, is not counted, so an ordinary program's threads
+ * are named in the tick that first sees them; a target whose Thread
+ * objects are huge is named over several calls, never at the cost of one.
+ * A name is used as soon as it is found; a lookup that found nothing is
+ * remembered until the next pass. pyrt_thread_name() is then a table
+ * lookup: threading's name, or NULL (use the kernel's).
+ * pyrt_thread_names() is one whole pass, bounded by PYRT_NAMES_CALL_READS
+ * in all (err says when it stopped short).
  */
+#define PYRT_NAMES_TICK_READS 1024
+#define PYRT_NAMES_CALL_READS (1 << 16)
+/* threading._active entries, and one Thread's attributes, read at most. */
+#define PYRT_NAMES_ACTIVE_MAX (1 << 20)
+#define PYRT_NAMES_ATTR_MAX (1 << 16)
+/* Keys of one Thread read as strings once the "_name" key object is known (namescan.c). */
+#define PYRT_NAMES_KEY_READS 64
 void pyrt_names_update(struct pyrt *rt, const struct py_thread *th, size_t n, uint64_t now_ns,
-		       uint64_t refresh_ns);
+		       uint64_t refresh_ns, size_t budget);
+/* Whether a list was past its bound (above): names were given for those found. */
+bool pyrt_names_cut(const struct pyrt *rt);
 const char *pyrt_thread_name(const struct pyrt *rt, const struct py_thread *t);
 
 /*
@@ -227,6 +244,16 @@ struct py_local {
  * -SPY_ECORRUPT when the frame or its code cannot be read.
  */
 int pyrt_frame_locals(struct pyrt *rt, size_t i, struct py_local *out, size_t max, size_t *n);
+
+/*
+ * The remote reads pyrt_frame_locals may make from now on, in all its calls
+ * (0: no bound, the default). Past it, a call returns -SPY_EBOUND with what
+ * it read of its frame, and later calls read nothing: a target of thousands
+ * of frames of hundreds of locals each cannot hold a dump for long.
+ * PYRT_LOCALS_READS is dump's (a few hundred ms of reads).
+ */
+#define PYRT_LOCALS_READS ((size_t)1 << 18)
+void pyrt_locals_budget(struct pyrt *rt, size_t reads);
 
 /* A short repr of v, Python-like: None, True, 42, 1.5, 'text', b'..', <list len=3>, <Foo>. */
 struct spy_buf;

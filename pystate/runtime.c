@@ -382,6 +382,24 @@ fail:
 	return rc;
 }
 
+static int counted_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
+{
+	struct pyrt_counted *c = ctx;
+	c->reads++;
+	return c->in->read(c->in->ctx, addr, dst, len);
+}
+
+void pyrt_count_begin(struct pyrt *rt, struct pyrt_counted *c)
+{
+	*c = (struct pyrt_counted){ { counted_read, c, rt->mem->maps, rt->mem->nmaps }, rt->mem, 0 };
+	rt->mem = &c->m;
+}
+
+void pyrt_count_end(struct pyrt *rt, struct pyrt_counted *c)
+{
+	rt->mem = c->in;
+}
+
 void pyrt_free(struct pyrt *rt)
 {
 	if (!rt) {

@@ -31,7 +31,10 @@
  *
  * Everything read is hostile: task totals are bounded by PYRT_MAX_TASKS,
  * sets by TASKS_MAX_SLOTS slots, chains by PYRT_TASK_MAX_CHAIN with a cycle
- * check, gathers by GATHER_MAX_CHILDREN children and GATHER_MAX_DEPTH.
+ * check, gathers by GATHER_MAX_CHILDREN children and GATHER_MAX_DEPTH. A
+ * gather is expanded once per awaiting task (a list may hold the gather
+ * itself, thousands of times), and the children read in one dump are
+ * GATHER_MAX_NODES at most: past it, the edges not yet found are missing.
  * pyrt_tasks_legacy() walks the threads' stacks (pyrt_stack), so the frames
  * pyrt_frame_locals() sees afterwards are those of its last walk.
  */
@@ -53,6 +56,8 @@
 #define TASKS_CHUNK 256
 #define GATHER_MAX_CHILDREN 4096
 #define GATHER_MAX_DEPTH 8
+/* Gather children read in one dump, all tasks together. */
+#define GATHER_MAX_NODES (1u << 16)
 /* Base classes followed from a task's type to _asyncio.Task. */
 #define TASKS_MAX_BASES 8
 /* A frame's value stack deeper than this is not believed. */
@@ -422,9 +427,15 @@ static void add_awaiter(struct pyrt_task *t, spy_addr_t by)
 	}
 }
 
+/* The gather walk of one dump: what it may still read, and what it expanded for one awaiter. */
+struct gwalk {
+	size_t nodes_left;
+	struct taskset seen;   /* gathers expanded for the current awaiter */
+};
+
 /* Record that task `by` awaits fut: a task, or the children of a gather. */
 static void awaits(struct pyrt *rt, const struct taskset *s, struct pyrt_task *out, size_t nout,
-		   spy_addr_t by, spy_addr_t fut, int depth)
+		   spy_addr_t by, spy_addr_t fut, int depth, struct gwalk *w)
 {
 	long i = ts_find(s, fut);
 	if (i >= 0) {
@@ -433,9 +444,11 @@ static void awaits(struct pyrt *rt, const struct taskset *s, struct pyrt_task *o
 		}
 		return;
 	}
-	if (depth >= GATHER_MAX_DEPTH || !is_gather(rt, fut)) {
+	if (depth >= GATHER_MAX_DEPTH || !w->nodes_left || ts_find(&w->seen, fut) >= 0 ||
+	    !is_gather(rt, fut)) {
 		return;
 	}
+	ts_add(&w->seen, fut);
 	spy_addr_t children = pyrt_attr_get(rt, fut, "_children"), items;
 	int64_t len;
 	if (!children || !spy_mem_plausible(rt->mem, children, 8) ||
@@ -443,12 +456,13 @@ static void awaits(struct pyrt *rt, const struct taskset *s, struct pyrt_task *o
 	    len > GATHER_MAX_CHILDREN || read_ptr(rt, children + rt->off.list_item, &items) < 0) {
 		return;
 	}
-	for (int64_t k = 0; k < len; k++) {
+	for (int64_t k = 0; k < len && w->nodes_left; k++) {
 		spy_addr_t child;
+		w->nodes_left--;
 		if (read_ptr(rt, items + 8 * (uint64_t)k, &child) < 0) {
 			return;
 		}
-		awaits(rt, s, out, nout, by, child, depth + 1);
+		awaits(rt, s, out, nout, by, child, depth + 1, w);
 	}
 }
 
@@ -785,10 +799,17 @@ int pyrt_tasks_legacy(struct pyrt *rt, struct pyrt_task *out, size_t max, size_t
 	for (size_t i = 0; i < k; i++) {
 		ts_add(&kept, out[i].addr);
 	}
+	struct gwalk gw = { GATHER_MAX_NODES, { 0 } };
 	for (size_t i = 0; i < k; i++) {
 		if (waiter[i]) {
-			awaits(rt, &kept, out, k, out[i].addr, waiter[i], 0);
+			awaits(rt, &kept, out, k, out[i].addr, waiter[i], 0, &gw);
+			ts_free(&gw.seen);
+			gw.seen = (struct taskset){ 0 };
 		}
+	}
+	if (!gw.nodes_left) {
+		spy_log(SPY_LOG_DEBUG, "tasks: %u gather children read; the other edges are left out",
+			GATHER_MAX_NODES);
 	}
 	loop_threads(rt, out, k);
 	running_chains(rt, &run, &kept, th, nth, out);

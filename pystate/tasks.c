@@ -29,7 +29,9 @@
  * stack, caching its name) is shared here.
  *
  * Everything read is hostile: lists are bounded by PYRT_MAX_TASKS and
- * cycle-checked (Brent), chains by PYRT_TASK_MAX_CHAIN, sets by their mask,
+ * cycle-checked (Brent), chains by PYRT_TASK_MAX_CHAIN, sets by their mask
+ * and, all tasks together, by AWAITED_SLOTS_TOTAL slots (the task graph is
+ * read as edges, never followed, so a cycle in it costs nothing more),
  * and a cut list still yields what was read.
  */
 #include <stdio.h>
@@ -60,8 +62,11 @@ enum {
 
 /* Largest Task struct we copy (3.14: 168 bytes). */
 #define TASK_SPAN_MAX 0x400
-/* Set slots read per task's awaited_by (a task awaited by more is unusual). */
+/* Set slots read per task's awaited_by (a task awaited by more is unusual),
+ * and for all tasks of one dump together: past it, a task awaited by a set
+ * has its awaiters left out (a task awaited by one object keeps it). */
 #define AWAITED_SET_MAX 4096
+#define AWAITED_SLOTS_TOTAL (1u << 18)
 /* A suspended frame's value stack: how far past localsplus its top may be. */
 #define STACK_SPAN_MAX (1u << 16)
 /* Task types remembered (Task and a few subclasses). */
@@ -318,7 +323,7 @@ static void add_awaiter(struct pyrt_task *t, spy_addr_t obj)
 }
 
 /* The members of the set at set (Task.awaited_by when it holds several). */
-static void awaiter_set(struct pyrt *rt, spy_addr_t set, struct pyrt_task *t)
+static void awaiter_set(struct pyrt *rt, spy_addr_t set, struct pyrt_task *t, size_t *slots_left)
 {
 	const struct pyoffsets *o = &rt->off;
 	int64_t mask, used;
@@ -327,9 +332,11 @@ static void awaiter_set(struct pyrt *rt, spy_addr_t set, struct pyrt_task *t)
 	    spy_mem_read(rt->mem, set + o->set_mask, &mask, sizeof(mask)) < 0 ||
 	    spy_mem_read(rt->mem, set + o->set_used, &used, sizeof(used)) < 0 ||
 	    spy_mem_read_addr(rt->mem, set + o->set_table, &table) < 0 || mask < 0 ||
-	    mask >= AWAITED_SET_MAX || ((mask + 1) & mask) || used < 0 || used > mask + 1) {
+	    mask >= AWAITED_SET_MAX || ((mask + 1) & mask) || used < 0 || used > mask + 1 ||
+	    (uint64_t)mask + 1 > *slots_left) {
 		return;
 	}
+	*slots_left -= (size_t)mask + 1;
 	uint64_t ent[2 * 64];
 	for (int64_t i = 0; i <= mask; i += 64) {
 		int64_t k = mask + 1 - i < 64 ? mask + 1 - i : 64;
@@ -352,6 +359,7 @@ struct walk {
 	const struct py_thread *th;
 	size_t nth;
 	spy_addr_t *run_task, *run_loop; /* per thread */
+	size_t set_slots_left;           /* of AWAITED_SLOTS_TOTAL */
 };
 
 static void remember_type(struct pyrt_async *a, spy_addr_t type)
@@ -416,7 +424,7 @@ static void read_task(struct walk *w, spy_addr_t task)
 	}
 	spy_addr_t ab = pyrt_u64(buf, a->task_awaited_by);
 	if (ab && buf[a->task_awaited_by_is_set]) {
-		awaiter_set(rt, ab, t);
+		awaiter_set(rt, ab, t, &w->set_slots_left);
 	} else if (ab) {
 		add_awaiter(t, ab);
 	}
@@ -494,7 +502,7 @@ static int tasks_new(struct pyrt *rt, const struct pyrt_async_hints *h, struct p
 	}
 	nth = nth < SPY_MAX_THREADS ? nth : SPY_MAX_THREADS;
 	struct walk w = { rt, out, max, 0, false, th, nth, spy_xcalloc(nth + 1, sizeof(spy_addr_t)),
-			  spy_xcalloc(nth + 1, sizeof(spy_addr_t)) };
+			  spy_xcalloc(nth + 1, sizeof(spy_addr_t)), AWAITED_SLOTS_TOTAL };
 	for (size_t i = 0; i < nth; i++) {
 		(void)spy_mem_read_addr(rt->mem, th[i].tstate + a->ts_running_task, &w.run_task[i]);
 		(void)spy_mem_read_addr(rt->mem, th[i].tstate + a->ts_running_loop, &w.run_loop[i]);

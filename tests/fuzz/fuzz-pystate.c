@@ -10,6 +10,10 @@
  * crash, hang or read out of bounds (build with
  * -Db_sanitize=address,undefined to make the last one loud).
  *
+ * The scenes carry what a hostile target bends: asyncio gathers whose
+ * children fan out and hold the gathers themselves (cycles), locals read
+ * under a total budget of reads, thread names found a few reads per call.
+ *
  * Input: byte 0 picks the layout (every row, plus a version after the
  * newest read from its _Py_DebugOffsets), byte 1 hides hints (the HIDE_* bits), byte 2 is the
  * micro version (low 5 bits; its lowest also keeps Thread names in split
@@ -373,14 +377,29 @@ static void tasks_legacy(struct scene *s, const struct pyaio_offsets *a, spy_add
 	fakepy_w64(fp, task[1] + a->task_coro, coro(s, ct, "inner_fn", 30, 0));
 	fakepy_w64(fp, task[0] + a->task_coro, coro(s, ct, "child_fn", 40, 0));
 	fakepy_w64(fp, task[3] + a->task_coro, coro(s, ct, "eager_fn", 60, 0));
-	spy_addr_t kids = add(s, fakepy_object(fp, fakepy_type(fp, "list"), 0x40));
-	spy_addr_t items = fakepy_alloc(fp, 8);
-	fakepy_w64(fp, items, task[0]);
-	fakepy_w64(fp, kids + o->ob_size, 1);
-	fakepy_w64(fp, kids + o->list_item, items);
+	/*
+	 * The gather inner waits on: fan-out and cycles. Its children are
+	 * child, itself, a second gather whose children are the first gather
+	 * and eager, then child and both gathers again: the walk must expand
+	 * each gather once per awaiting task and end.
+	 */
+	spy_addr_t lt = fakepy_type(fp, "list"), k = fakepy_str(fp, "_children");
 	spy_addr_t gather = add(s, fakepy_object(fp, gt, a->fut_size));
-	spy_addr_t k = fakepy_str(fp, "_children");
-	fakepy_w64(fp, gather + 0x68, fakepy_dict(fp, &k, &kids, 1, true));
+	spy_addr_t gather2 = add(s, fakepy_object(fp, gt, a->fut_size));
+	spy_addr_t fan[7] = { task[0], gather, gather2, gather, task[0], gather2, gather };
+	spy_addr_t back[2] = { gather, task[3] };
+	spy_addr_t lists[2] = { add(s, fakepy_object(fp, lt, 0x40)), add(s, fakepy_object(fp, lt, 0x40)) };
+	spy_addr_t items[2] = { add(s, fakepy_alloc(fp, sizeof(fan))), add(s, fakepy_alloc(fp, sizeof(back))) };
+	for (size_t i = 0; i < 7; i++) {
+		fakepy_w64(fp, items[0] + 8 * i, fan[i]);
+	}
+	fakepy_w64(fp, items[1], back[0]);
+	fakepy_w64(fp, items[1] + 8, back[1]);
+	for (size_t i = 0; i < 2; i++) {
+		fakepy_w64(fp, lists[i] + o->ob_size, i == 0 ? 7 : 2);
+		fakepy_w64(fp, lists[i] + o->list_item, items[i]);
+		fakepy_w64(fp, (i == 0 ? gather : gather2) + 0x68, add(s, fakepy_dict(fp, &k, &lists[i], 1, true)));
+	}
 	fakepy_w64(fp, task[1] + a->task_fut_waiter, gather);
 
 	spy_addr_t reft = fakepy_type(fp, "weakref.ReferenceType");
@@ -614,6 +633,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				spy_stack_reset(&st);
 				int rc = pyrt_stack(rt, &th[i], &st, NULL);
 				if (rc == 0 && (s.with & WITH_LOCALS)) {
+					/* Half the time under a total budget of a few reads, as dump sets one. */
+					pyrt_locals_budget(rt, data[1] & 1 ? 1 + data[1] % 64 : 0);
 					frame_locals(rt, st.n);
 				}
 				if (rc == 0 && s.tasks) {
@@ -632,8 +653,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (s.with & WITH_NAMES) {
 				const char *names[32];
 				(void)pyrt_thread_names(rt, th, n < 32 ? n : 32, names, NULL);
-				/* The sampler's cached path: a scan, then lookups. */
-				pyrt_names_update(rt, th, n < 32 ? n : 32, 1, 0);
+				/* The sampler's cached path: a pass a few reads at a time, resumed
+				 * where it stopped, then lookups. */
+				for (uint64_t call = 1; call <= 16; call++) {
+					pyrt_names_update(rt, th, n < 32 ? n : 32, call, 1000, 1 + data[2] % 8);
+				}
 				for (size_t i = 0; i < n && i < 32; i++) {
 					(void)pyrt_thread_name(rt, &th[i]);
 				}

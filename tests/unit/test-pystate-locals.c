@@ -13,6 +13,7 @@
 
 #include "common/buf.h"
 #include "common/strtab.h"
+#include "pystate/internal.h"
 #include "pystate/pystate.h"
 #include "tests/lib/check.h"
 #include "tests/lib/fakepy.h"
@@ -219,6 +220,17 @@ static void test_read_row(const struct pyoffsets *row)
 		}
 		/* Out of range: the stack had one frame. */
 		CHECK(pyrt_frame_locals(rt, 1, l, PYRT_MAX_LOCALS, &n) < 0);
+		/* A total budget of reads: cut inside the frame, then nothing more is read. */
+		size_t all = sizeof(wants) / sizeof(wants[0]);
+		pyrt_locals_budget(rt, 8);
+		CHECK_INT(pyrt_frame_locals(rt, 0, l, PYRT_MAX_LOCALS, &n), -SPY_EBOUND);
+		CHECK(n < all);
+		CHECK(rt->locals_reads < 8 + 16); /* one local past the budget at most */
+		CHECK_INT(pyrt_frame_locals(rt, 0, l, PYRT_MAX_LOCALS, &n), -SPY_EBOUND);
+		CHECK_INT(n, 0);
+		pyrt_locals_budget(rt, 0);
+		CHECK_INT(pyrt_frame_locals(rt, 0, l, PYRT_MAX_LOCALS, &n), 0);
+		CHECK_INT(n, all);
 	} else {
 		CHECK(!"no stack to read locals from");
 		fprintf(stderr, "  row %x: %s\n", row->version, err.msg);

@@ -96,8 +96,9 @@ static void test_row(const struct pyoffsets *row, enum where where)
 		fprintf(stderr, "  row %x build %u where %d\n", row->version, row->build, where);
 	}
 
-	/* Hostile: a dict that claims 2^40 entries, then one whose table
-	 * points at itself: no name, no crash, quickly. */
+	/* Hostile: a dict that claims 2^40 entries: the names of the entries
+	 * read within the bound, and the cut said; then one whose table points
+	 * at itself: no name, no crash, quickly. */
 	spy_addr_t saved, at;
 	if (row->dict_model == PYDICT_OPEN27) {
 		at = m.active + row->dict_mask;
@@ -106,8 +107,10 @@ static void test_row(const struct pyoffsets *row, enum where where)
 	}
 	saved = fakepy_r64(m.fp, at);
 	fakepy_w64(m.fp, at, 1ull << 40);
+	CHECK(!pyrt_names_cut(rt));
 	names_of(&m, rt, names);
-	CHECK(!names[0] && !names[1] && !names[2]);
+	CHECK(pyrt_names_cut(rt));
+	CHECK(!names[2]);
 	fakepy_w64(m.fp, at, saved);
 	if (row->dict_model != PYDICT_OPEN27) {
 		spy_addr_t kp = m.active + row->dict_keys, keys = fakepy_r64(m.fp, kp);
@@ -125,11 +128,61 @@ static void test_row(const struct pyoffsets *row, enum where where)
 	img_release(&m);
 }
 
+/*
+ * The sampler's path with a budget of a few reads a call: the pass stops
+ * and goes on where it was, no call reads much past its budget, and the
+ * names are all found in the end.
+ */
+static void test_budget(const struct pyoffsets *row)
+{
+	struct img m;
+	img_init(&m, row, IN_DICT);
+	struct pyrt *rt = img_open(&m);
+	if (!rt) {
+		img_release(&m);
+		return;
+	}
+	struct py_thread th[8];
+	size_t n = 0;
+	CHECK_INT(pyrt_threads(rt, th, 8, &n, NULL), 0);
+	const size_t budget = 3;
+	uint64_t most = 0, calls = 0;
+	bool named = false;
+	for (calls = 1; calls <= 2000 && !named; calls++) {
+		uint64_t before = rt->names_reads;
+		pyrt_names_update(rt, th, n, calls, 1000000000ull, budget);
+		/* The first call also finds threading._active, once for the process. */
+		if (calls > 1) {
+			most = rt->names_reads - before > most ? rt->names_reads - before : most;
+		}
+		named = !rt->names_pass.on;
+	}
+	CHECK(named);
+	CHECK_INT(rt->names_scans, 1);
+	/* One step past the budget at most: _active's header and a chunk, an entry's int, the
+	 * Thread's type and attribute header, a chunk, a key and the name (about 20 reads). */
+	CHECK(most <= budget + 24);
+	CHECK(calls > 2); /* it did take several calls */
+	size_t found = 0;
+	for (size_t i = 0; i < n; i++) {
+		const char *name = pyrt_thread_name(rt, &th[i]);
+		found += name && (!strcmp(name, "MainThread") || !strcmp(name, "kafka-consumer"));
+	}
+	CHECK_INT(found, 2);
+	if (found != 2 || most > budget + 24) {
+		fprintf(stderr, "  row %x: %zu named, at most %llu reads a call\n", row->version, found,
+			(unsigned long long)most);
+	}
+	pyrt_free(rt);
+	img_release(&m);
+}
+
 int main(void)
 {
 	for (unsigned i = 0; i < pyoffsets_count; i++) {
 		const struct pyoffsets *row = &pyoffsets_table[i];
 		test_row(row, IN_DICT);
+		test_budget(row);
 		if (row->idict_model != PYIDICT_OFFSET) {
 			test_row(row, IN_VALUES);
 		}

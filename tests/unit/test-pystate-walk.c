@@ -401,15 +401,15 @@ static void test_name_cache(const struct pyoffsets *row)
 	CHECK_INT(pyrt_threads(rt, th, 8, &n, NULL), 0);
 	CHECK_INT(n, 2);
 	CHECK(pyrt_thread_name(rt, &th[0]) == NULL);
-	pyrt_names_update(rt, th, 1, 5 * sec, sec);
+	pyrt_names_update(rt, th, 1, 5 * sec, sec, PYRT_NAMES_TICK_READS);
 	CHECK_INT(rt->names_scans, 1);
-	pyrt_names_update(rt, th, 1, 5 * sec + sec / 2, sec);
+	pyrt_names_update(rt, th, 1, 5 * sec + sec / 2, sec, PYRT_NAMES_TICK_READS);
 	CHECK_INT(rt->names_scans, 1); /* the miss is remembered */
-	pyrt_names_update(rt, th, 2, 5 * sec + sec / 2, sec);
+	pyrt_names_update(rt, th, 2, 5 * sec + sec / 2, sec, PYRT_NAMES_TICK_READS);
 	CHECK_INT(rt->names_scans, 2); /* a thread not seen before */
-	pyrt_names_update(rt, th, 2, 5 * sec + sec - 1, sec);
+	pyrt_names_update(rt, th, 2, 5 * sec + sec - 1, sec, PYRT_NAMES_TICK_READS);
 	CHECK_INT(rt->names_scans, 2);
-	pyrt_names_update(rt, th, 2, 6 * sec + sec / 2, sec);
+	pyrt_names_update(rt, th, 2, 6 * sec + sec / 2, sec, PYRT_NAMES_TICK_READS);
 	CHECK_INT(rt->names_scans, 3); /* the refresh */
 	CHECK(pyrt_thread_name(rt, &th[0]) == NULL && pyrt_thread_name(rt, &th[1]) == NULL);
 	pyrt_free(rt);

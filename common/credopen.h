@@ -1,0 +1,75 @@
+/*
+ * Opening a file a program named with the program's own rights.
+ *
+ * spy runs as root against programs it does not trust, and reads files
+ * their memory names (a code object's co_filename, for source lines). A
+ * name is only a claim: a program running as nobody can compile code whose
+ * file name is /etc/shadow, or plant a link to it in its own directory.
+ * So such a file is opened by a helper process holding the program's file
+ * system uid, gid and supplementary groups (from /proc/PID/status) and no
+ * capability, under common/mapfile.h's rules (inside the program's root, a
+ * regular file only), and the descriptor is passed back over a socket
+ * (SCM_RIGHTS). What the program could not open, spy does not read.
+ *
+ * One helper per set of credentials, forked the first time a file is
+ * needed for them. A helper that stops answering within CREDOPEN_WAIT_MS
+ * is killed and not replaced: the files it would have opened are not read.
+ *
+ * When no helper is needed: spy is not root (it then has no rights beyond
+ * its user's, and cannot take another's), or the program itself could read
+ * any file of its root (file system uid 0 in spy's user namespace, with
+ * CAP_DAC_OVERRIDE or CAP_DAC_READ_SEARCH in effect). Then spy opens the
+ * file itself, under the same rules.
+ */
+#ifndef SPY_COMMON_CREDOPEN_H
+#define SPY_COMMON_CREDOPEN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define CREDOPEN_WAIT_MS 1000
+/* Helpers alive at once; a program with more credential sets than this
+ * (it changes uid as it runs) replaces the oldest. */
+#define CREDOPEN_HELPERS 4
+/* Supplementary groups taken from /proc/PID/status (the kernel's NGROUPS_MAX). */
+#define CREDOPEN_MAX_GROUPS 65536
+
+/* A program's credentials for opening files, as /proc/PID/status gives them. */
+struct spy_creds {
+	uid_t fsuid;
+	gid_t fsgid;
+	gid_t *groups;      /* malloc'ed, ngroups of them */
+	size_t ngroups;
+	uint64_t cap_eff;
+};
+
+/*
+ * Parse the text of /proc/PID/status (len bytes) into c. 0, or -EINVAL
+ * when a field is missing or malformed (c is then released).
+ */
+int spy_creds_parse(const char *text, size_t len, struct spy_creds *c);
+void spy_creds_release(struct spy_creds *c);
+
+struct spy_credopen;
+
+struct spy_credopen *spy_credopen_new(void);
+/* Ends every helper (and waits for it). NULL is allowed. */
+void spy_credopen_free(struct spy_credopen *co);
+
+/*
+ * Open path, relative to dirfd (the program's root or working directory,
+ * opened by the caller), as process pid could: SPY_OPEN_IN_ROOT rules,
+ * read-only. The descriptor, or -errno. -EACCES or -EPERM: the program
+ * could not open it, and it was not opened.
+ */
+int spy_credopen(struct spy_credopen *co, pid_t pid, int dirfd, const char *path);
+
+/* Whether -errno e means "the program has no right to this file". */
+static inline bool spy_credopen_denied(int e)
+{
+	return e == -13 /* EACCES */ || e == -1 /* EPERM */;
+}
+
+#endif
