@@ -359,7 +359,7 @@ static void set_metadata(struct rec *r, uint64_t now)
 				     st.lines, st.files, r->sources.unreadable + st.unreadable,
 				     st.budget_hit ? "; budget full" : "");
 		if (r->sources.withheld) {
-			/* Names only: which files spy did not read for the program (doc/permissions-files.md). */
+			/* Names only: which files spy did not read for the program (doc/permissions.md). */
 			struct spy_buf w = SPY_BUF_INIT;
 			cmd_sources_withheld(&r->sources, &w);
 			fg_profile_meta_set(p, FG_META_WITHHELD, w.buf);
