@@ -13,7 +13,6 @@
 
 #include "common/buf.h"
 #include "common/sample.h"
-#include "pystate/pystate.h"
 #include "profiler/profiler.h"
 
 struct dump_result {

@@ -267,6 +267,15 @@ static int find_runtime(struct prof_process *t, struct spy_err *err)
 int (*prof_test_open)(pid_t pid, struct spy_process *h, struct pyrt_hints *hints);
 #endif
 
+/* The root frame of pp's samples. */
+static void name_root(struct prof_process *pp)
+{
+	struct spy_buf b = SPY_BUF_INIT;
+	spy_buf_addf(&b, "process %d \"%s\"", (int)pp->pid, pp->h.ops->cmdline(&pp->h));
+	pp->root = spy_strtab_interns(pp->strs, b.buf);
+	spy_buf_release(&b);
+}
+
 /* The handle is open: its runtime, and the root frame. */
 static int opened(struct prof_process **out, struct prof_process *pp, struct spy_err *err)
 {
@@ -276,10 +285,7 @@ static int opened(struct prof_process **out, struct prof_process *pp, struct spy
 		prof_process_free(pp);
 		return rc;
 	}
-	struct spy_buf b = SPY_BUF_INIT;
-	spy_buf_addf(&b, "process %d \"%s\"", (int)pp->pid, pp->h.ops->cmdline(&pp->h));
-	pp->root = spy_strtab_interns(pp->strs, b.buf);
-	spy_buf_release(&b);
+	name_root(pp);
 	*out = pp;
 	return 0;
 }
@@ -302,7 +308,7 @@ int prof_process_open(struct prof_process **out, pid_t pid, bool prefetch, struc
 			prof_process_free(pp);
 			return rc;
 		}
-		pp->root = spy_strtab_interns(strs, "process");
+		name_root(pp);
 		*out = pp;
 		return 0;
 	}

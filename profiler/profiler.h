@@ -183,8 +183,6 @@ int prof_stop_signal(void);
 /* The handlers that set it, for a command that opens nothing through prof_open (dump). */
 void prof_install_stop_handlers(void);
 
-#endif
-
 /* ---- one look (dump) ---- */
 
 /* What a thread waits on, read before any stop (a live process) or from a core's registers. */
@@ -284,3 +282,5 @@ struct prof_look {
  */
 int prof_look(struct prof_look *out, const struct prof_look_opts *o, struct spy_err *err);
 void prof_look_release(struct prof_look *l);
+
+#endif
