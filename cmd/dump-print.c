@@ -191,6 +191,10 @@ void dump_print_text(const struct dump_result *r, FILE *f)
 		fwrite(b.buf, 1, b.len, f);
 		spy_buf_reset(&b);
 	}
+	if (r->incomplete) {
+		fprintf(f, "\nIncomplete: the target was let go after %.0f ms stopped (the limit); "
+			"%zu thread(s) shown%s\n", r->stopped_ms, r->n, r->tasks ? ", tasks not read" : "");
+	}
 	dump_hint(r, &b);
 	if (b.len) {
 		fprintf(f, "\nHint: %s\n", b.buf);
@@ -292,6 +296,7 @@ void dump_print_json(const struct dump_result *r, FILE *f)
 	dump_print_tasks_json(r, &b);
 	spy_buf_adds(&b, ",\n ");
 	json_key_str(&b, "hint", hint.len ? hint.buf : NULL);
+	spy_buf_addf(&b, ", \"incomplete\": %s", r->incomplete ? "true" : "false");
 	spy_buf_adds(&b, "}\n");
 	fwrite(b.buf, 1, b.len, f);
 	fflush(f);

@@ -116,8 +116,8 @@ int prof_is_libpython(const char *path);
 struct prof_walk_opts {
 	bool async, gc, native;
 };
-/* List every thread into pp->w (tid, name, GIL as listed; empty stacks), the process running. */
-int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o);
+/* List every thread into pp->py and pp->w (tid, name, GIL as listed; empty stacks); err may be NULL. */
+int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, struct spy_err *err);
 /* Walk listed thread i; held: it alone is stopped (see walk.c). */
 void prof_walk_thread(struct prof_process *pp, const struct prof_walk_opts *o, size_t i, bool held,
 		      bool *gc_known);

@@ -62,30 +62,25 @@ static void wait_of(struct prof_wait *out, const struct proc_wait *w)
 
 /*
  * Tests need to signal spy while it holds the target stopped, to prove the
- * target is released on every exit path; a real dump's stopped window is a
- * few milliseconds, far too short to hit. SPY_TEST_HOLD_PAUSED_MS widens it,
- * and SPY_DUMP_STOP_MS shortens the limit, in test builds only
- * (-Dtest_hooks=true): a knob that holds a production target stopped has no
- * business in an installed spy.
+ * target is released on every exit path, and a walk slow enough to meet
+ * the stop's limit; a real dump's stopped window is a few milliseconds,
+ * far too short to hit. SPY_TEST_HOLD_PAUSED_MS widens it (as a slow walk
+ * would: up to the limit), in test builds only (-Dtest_hooks=true): a knob
+ * that holds a production target stopped has no business in an installed
+ * spy.
  */
-static long test_env_ms(const char *name)
+static void hold_paused_for_tests(uint64_t deadline)
 {
 #ifdef SPY_TEST_HOOKS
-	const char *v = getenv(name);
-	return v ? strtol(v, NULL, 10) : -1;
-#else
-	(void)name;
-	return -1;
-#endif
-}
-
-static void hold_paused_for_tests(void)
-{
-	long ms = test_env_ms("SPY_TEST_HOLD_PAUSED_MS");
-	for (long waited = 0; waited < ms && !proc_stop_requested; waited += 10) {
+	const char *v = getenv("SPY_TEST_HOLD_PAUSED_MS");
+	uint64_t until = ticker_now_ns() + (v ? (uint64_t)strtoul(v, NULL, 10) * 1000000ull : 0);
+	while (ticker_now_ns() < until && ticker_now_ns() < deadline && !proc_stop_requested) {
 		struct timespec ts = { 0, 10 * 1000 * 1000 };
 		nanosleep(&ts, NULL);
 	}
+#else
+	(void)deadline;
+#endif
 }
 
 static bool look_again(const struct proc_wait *w)
@@ -204,10 +199,10 @@ static int collect(struct look_ctx *c, struct spy_err *err)
 {
 	struct prof_look *l = c->l;
 	static const struct prof_walk_opts wo = { 0 };
-	hold_paused_for_tests();
-	int rc = prof_walk_list(l->pp, &wo);
+	hold_paused_for_tests(c->deadline);
+	int rc = prof_walk_list(l->pp, &wo, err);
 	if (rc < 0) {
-		return spy_err_set(err, SPY_EMEM, "cannot read the threads of process %d", l->pid);
+		return rc;
 	}
 	for (size_t i = 0; i < l->pp->nw && !over_time(c); i++) {
 		collect_thread(c, i);
@@ -234,8 +229,7 @@ static int look_stopped(struct look_ctx *c, struct spy_err *err)
 		rc = t->pause(h, err);
 	}
 	uint64_t t0 = ticker_now_ns();
-	long limit_ms = test_env_ms("SPY_DUMP_STOP_MS");
-	c->deadline = t0 + (limit_ms >= 0 ? (uint64_t)limit_ms * 1000000ull : PROF_LOOK_STOP_NS);
+	c->deadline = t0 + PROF_LOOK_STOP_NS;
 	if (rc == 0 && !proc_stop_requested) {
 		rc = collect(c, err);
 	}

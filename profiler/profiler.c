@@ -534,15 +534,25 @@ void prof_describe_exit(struct spy_buf *out, int status)
 	}
 }
 
+/*
+ * How long a program told to stop is waited for. A program that ignores
+ * the signal (nohup, a handler of its own) goes on running: spy ends
+ * anyway, within a second of the signal, and says so.
+ */
+#define PROGRAM_WAIT_NS (800 * 1000 * 1000ull)
+
 /* Wait for a program that was told to stop (already forwarded); a second signal gives up on it. */
 static bool wait_program(struct profiler *e)
 {
 	int signals = proc_stop_requested ? 1 : 0;
-	while (!e->sp.reaped) {
-		proc_stop_requested = 0;
-		if (spawn_reap(&e->sp, true)) {
-			break;
+	uint64_t deadline = ticker_now_ns() + PROGRAM_WAIT_NS;
+	while (!spawn_reap(&e->sp, false)) {
+		if (ticker_now_ns() >= deadline) {
+			return false;
 		}
+		proc_stop_requested = 0;
+		struct timespec ts = { 0, 10 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
 		if (proc_stop_requested && ++signals < 2) {
 			spawn_forward(&e->sp);
 		} else if (proc_stop_requested) {

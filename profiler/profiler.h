@@ -226,7 +226,7 @@ struct prof_frame_locals {
 #define PROF_LOCALS_BUDGET ((size_t)32 << 20)
 /* Tasks a look reads at most (each carries its chain: ~3 KiB). */
 #define PROF_MAX_TASKS 4096
-/* How long a look keeps a live target stopped at most (SPY_DUMP_STOP_MS in test builds). */
+/* How long a look keeps a live target stopped at most: past it, it lets go with what it has. */
 #define PROF_LOOK_STOP_NS (2000 * 1000 * 1000ull)
 
 /* One thread as a look read it. */

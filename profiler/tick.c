@@ -115,7 +115,7 @@ static int walk(struct prof_tick_state *e, struct prof_process *p, size_t *n_out
 	if (!p->attached && p->h.tracer->fresh_view) {
 		p->h.tracer->fresh_view(&p->h);
 	}
-	int rc = prof_walk_list(p, &e->wo);
+	int rc = prof_walk_list(p, &e->wo, NULL);
 	n = rc < 0 ? 0 : p->nw;
 	for (size_t i = 0; i < n; i++) {
 		prof_walk_thread(p, &e->wo, i, false, &e->gc_known);
@@ -496,11 +496,11 @@ static long sample_held(struct prof_tick_state *e, struct prof_process *p, uint6
 	if (p->h.tracer->fresh_view) {
 		p->h.tracer->fresh_view(&p->h);
 	}
-	rc = prof_walk_list(p, &e->wo);
+	rc = prof_walk_list(p, &e->wo, NULL);
 	if (rc < 0 && now - p->last_maps_ns >= p->maps_retry_ns) {
 		ops->read_maps(&p->h);
 		p->last_maps_ns = now;
-		rc = prof_walk_list(p, &e->wo);
+		rc = prof_walk_list(p, &e->wo, NULL);
 	}
 	n = rc < 0 ? 0 : p->nw;
 	if (rc < 0) {

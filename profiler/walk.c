@@ -73,7 +73,7 @@ static void attribute_task(struct prof_process *pp, size_t i, bool native)
 	}
 }
 
-int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o)
+int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, struct spy_err *err)
 {
 	if (!pp->w) {
 		pp->w = spy_xcalloc(SPY_MAX_THREADS, sizeof(*pp->w));
@@ -81,7 +81,7 @@ int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o)
 	}
 	struct py_thread *py = pp->py;
 	size_t n = 0;
-	int rc = pyrt_threads(pp->rt, py, SPY_MAX_THREADS, &n, NULL);
+	int rc = pyrt_threads(pp->rt, py, SPY_MAX_THREADS, &n, err);
 	pp->nw = 0;
 	if (rc < 0) {
 		return rc;
