@@ -153,6 +153,8 @@ void dump_print_text(const struct dump_result *r, FILE *f)
 	spy_buf_adds(&b, " (");
 	spy_term_adds(&b, r->binary);
 	spy_buf_adds(&b, ")\n");
+	fwrite(b.buf, 1, b.len, f);
+	spy_buf_reset(&b);
 	for (size_t i = 0; i < r->n; i++) {
 		const struct prof_look_thread *d = &r->threads[i];
 		spy_buf_addf(&b, "\nThread %d (python 0x%llx) \"", (int)d->py.native_tid,

@@ -15,6 +15,9 @@ one), five scenarios, each on a fresh target:
            within a second of the signal the target must be running again,
            still alive, using CPU, and no task of it traced (TracerPid 0
            in /proc/PID/task/*/status).
+A dump held past its limit (SPY_TEST_HOLD_PAUSED_MS=5000, a walk slower
+than the 2 s a dump may keep its target stopped) lets the target go at the
+limit, prints what it has marked "Incomplete", and exits 0.
 And one launch: `spy top -- targets/nohup.py`, a program that ignores
 SIGHUP: a SIGHUP to spy (its terminal closed) ends spy within
 HANGUP_TIMEOUT, the program running on, untraced, and the summary says so.
@@ -35,6 +38,7 @@ import harness
 
 TARGET = harness.target_path("nested.py")
 NOHUP = harness.target_path("nohup.py")
+DUMP_LIMIT = 2.0        # how long a dump keeps its target stopped at most
 HANGUP_TIMEOUT = 1.5     # from a SIGHUP to spy's exit, the launched program ignoring it
 HOLD_MS = 20000
 PAUSE_TIMEOUT = 15.0     # for spy to stop every task of the target
@@ -121,6 +125,22 @@ def hold_then_signal(interp, sig, want_rc):
             harness.kill(spy)
 
 
+def dump_bounded(interp):
+    with harness.Target(interp, TARGET) as target:
+        env = harness.spy_env({"SPY_TEST_HOLD_PAUSED_MS": "5000"}, keep_log=False)
+        start = time.time()
+        r = harness.run_spy(["dump", "--pid", str(target.pid)], env=env)
+        took = time.time() - start
+        problems = [] if r.rc == 0 else ["bounded dump: " + r.describe()]
+        if took > DUMP_LIMIT + 1.5:
+            problems.append("bounded dump: took %.1f s, the limit is %.0f s" % (took, DUMP_LIMIT))
+        if "Incomplete:" not in r.out:
+            problems.append("bounded dump: not marked incomplete: %r" % r.out[-300:])
+        if not r.out.startswith("Process %d:" % target.pid):
+            problems.append("bounded dump: no header: %r" % r.out[:200])
+        return problems + runs_again(target, 0.5, "bounded dump")
+
+
 def launch_hangup(interp):
     # Files, not pipes: the program inherits them and outlives spy.
     with tempfile.TemporaryFile() as errf:
@@ -176,7 +196,7 @@ def run_one(interp):
                     (signal.SIGABRT, -signal.SIGABRT)):
         problems += hold_then_signal(interp, sig, rc)
         harness.cleanup()
-    return problems + launch_hangup(interp)
+    return problems + dump_bounded(interp) + launch_hangup(interp)
 
 
 def main():
