@@ -89,7 +89,7 @@ static bool look_again(const struct proc_wait *w)
 }
 
 /* Every thread and what it waits on, before pausing; a core's never changes. */
-static long read_os_threads(struct spy_process *p, struct spy_os_thread *out, size_t max, struct spy_err *err)
+static long read_os_threads(struct spy_process *p, struct proc_thread *out, size_t max, struct spy_err *err)
 {
 	long n = p->ops->threads(p, out, max, err);
 	for (int look = 1; look < WAIT_LOOKS && n > 0 && p->tracer; look++) {
@@ -111,7 +111,7 @@ static long read_os_threads(struct spy_process *p, struct spy_os_thread *out, si
 	return n;
 }
 
-static const struct spy_os_thread *find_os_thread(const struct spy_os_thread *os, size_t n, pid_t tid)
+static const struct proc_thread *find_os_thread(const struct proc_thread *os, size_t n, pid_t tid)
 {
 	for (size_t i = 0; i < n; i++) {
 		if (os[i].tid == tid) {
@@ -148,7 +148,7 @@ static void collect_locals(struct pyrt *rt, struct prof_look_thread *d, size_t *
 struct look_ctx {
 	struct prof_look *l;
 	const struct prof_look_opts *o;
-	const struct spy_os_thread *os;
+	const struct proc_thread *os;
 	size_t nos;
 	uint64_t deadline;
 };
@@ -170,7 +170,7 @@ static void collect_thread(struct look_ctx *c, size_t i)
 	bool gc_known = false;
 	d->py = pp->py[i];
 	d->name = pp->w[i].name;
-	const struct spy_os_thread *ot = find_os_thread(c->os, c->nos, d->py.native_tid);
+	const struct proc_thread *ot = find_os_thread(c->os, c->nos, d->py.native_tid);
 	if (ot) {
 		memcpy(d->comm, ot->comm, sizeof(d->comm));
 		wait_of(&d->wait, &ot->wait);
@@ -276,7 +276,7 @@ int prof_look(struct prof_look *l, const struct prof_look_opts *o, struct spy_er
 		return rc;
 	}
 	l->threads = spy_xcalloc(SPY_MAX_THREADS, sizeof(*l->threads));
-	struct spy_os_thread *os = spy_xcalloc(SPY_MAX_THREADS, sizeof(*os));
+	struct proc_thread *os = spy_xcalloc(SPY_MAX_THREADS, sizeof(*os));
 	long nos = read_os_threads(&l->pp->h, os, SPY_MAX_THREADS, err);
 	struct look_ctx c = { l, o, os, nos > 0 ? (size_t)nos : 0, 0 };
 	rc = nos < 0 ? (int)nos : look_stopped(&c, err);

@@ -51,7 +51,7 @@ static int live_open_mapped(const struct spy_process *p, const char *path)
 	return fd;
 }
 
-static long live_threads(struct spy_process *p, struct spy_os_thread *out, size_t max,
+static long live_threads(struct spy_process *p, struct proc_thread *out, size_t max,
 			 struct spy_err *err)
 {
 	int rc = proc_list_threads(live(p), err);
@@ -62,8 +62,7 @@ static long live_threads(struct spy_process *p, struct spy_os_thread *out, size_
 	const struct proc_thread *t = proc_threads(live(p), &n);
 	n = n < max ? n : max;
 	for (size_t i = 0; i < n; i++) {
-		out[i].tid = t[i].tid;
-		memcpy(out[i].comm, t[i].comm, sizeof(out[i].comm));
+		out[i] = t[i];
 		proc_task_wait(live(p), t[i].tid, &out[i].wait);
 	}
 	return (long)n;
@@ -228,17 +227,13 @@ static int core_open_mapped(const struct spy_process *p, const char *path)
 }
 
 /* Its notes: NT_PRSTATUS per thread, with what each waited on from its registers. */
-static long core_threads_op(struct spy_process *p, struct spy_os_thread *out, size_t max,
+static long core_threads_op(struct spy_process *p, struct proc_thread *out, size_t max,
 			    struct spy_err *err)
 {
 	size_t n = 0;
-	const struct core_thread *t = core_threads(p->impl, &n);
+	const struct proc_thread *t = core_threads(p->impl, &n);
 	n = n < max ? n : max;
-	for (size_t i = 0; i < n; i++) {
-		memset(&out[i], 0, sizeof(out[i]));
-		out[i].tid = t[i].tid;
-		out[i].wait = t[i].wait;
-	}
+	memcpy(out, t, n * sizeof(*out));
 	return (long)n;
 }
 

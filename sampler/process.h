@@ -20,13 +20,6 @@
 
 struct spy_process;
 
-/* One OS thread as a backend reports it, with what it waits on. */
-struct spy_os_thread {
-	pid_t tid;
-	char comm[17];          /* "" if unknown (a core) */
-	struct proc_wait wait;
-};
-
 /* What every backend implements; no member is NULL. */
 struct spy_process_ops {
 	const char *kind;   /* "process", "core file": for messages */
@@ -41,7 +34,7 @@ struct spy_process_ops {
 	/* A file it maps at offset 0, opened the one safe way for the backend (common/mapfile.h, core_open_file): an fd, or -errno. */
 	int (*open_mapped)(const struct spy_process *p, const char *path);
 	/* Every thread, at most max, with its wait (a live one's read now: before any stop); < 0 if unreadable. */
-	long (*threads)(struct spy_process *p, struct spy_os_thread *out, size_t max, struct spy_err *err);
+	long (*threads)(struct spy_process *p, struct proc_thread *out, size_t max, struct spy_err *err);
 };
 
 /*

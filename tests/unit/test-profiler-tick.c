@@ -111,7 +111,7 @@ static int f_open_mapped(const struct spy_process *p, const char *path)
 	return -1;
 }
 
-static long f_threads(struct spy_process *p, struct spy_os_thread *out, size_t max, struct spy_err *err)
+static long f_threads(struct spy_process *p, struct proc_thread *out, size_t max, struct spy_err *err)
 {
 	return 0;
 }
