@@ -114,7 +114,8 @@ int prof_is_libpython(const char *path);
 /* ---- walk.c ---- */
 
 struct prof_walk_opts {
-	bool async, gc, native;
+	bool async;   /* cut at the running task (see prof_cut_at_task) */
+	bool gc;      /* ask the holder's interpreter whether it collects */
 };
 /* List every thread into pp->py and pp->w (tid, name, GIL as listed; empty stacks); err may be NULL. */
 int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, struct spy_err *err);

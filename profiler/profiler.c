@@ -195,7 +195,7 @@ int prof_open(struct profiler **out, const struct prof_opts *o, struct spy_strta
 	*out = e;
 	e->ts.o = *o;
 	e->ts.o.native |= o->native_all;
-	e->ts.wo = (struct prof_walk_opts){ .async = o->async, .gc = o->gc, .native = e->ts.o.native };
+	e->ts.wo = (struct prof_walk_opts){ .async = o->async, .gc = o->gc };
 	e->ts.strs = strs;
 	int rc;
 	if (program) {
@@ -523,7 +523,8 @@ void prof_detach(struct profiler *e)
 	}
 }
 
-void prof_describe_exit(struct spy_buf *out, int status)
+/* "exited with status N", "was killed by signal N (name)" or "exited", for a wait status. */
+static void describe_exit(struct spy_buf *out, int status)
 {
 	if (WIFEXITED(status)) {
 		spy_buf_addf(out, "exited with status %d", WEXITSTATUS(status));
@@ -582,7 +583,7 @@ void prof_program_fate(struct profiler *e, struct spy_buf *out)
 	}
 	if (known) {
 		spy_buf_addf(out, "; %s ", e->program);
-		prof_describe_exit(out, status);
+		describe_exit(out, status);
 	} else {
 		spy_buf_addf(out, "; %s (process %d) is still running", e->program, (int)e->sp.pid);
 	}

@@ -173,8 +173,6 @@ void prof_resources(struct profiler *p, struct prof_resources *out);
 /* "N" or "N (reason n, reason n)". */
 void prof_format_errors(const struct prof_stats *s, struct spy_buf *out);
 uint64_t prof_errors(const struct prof_stats *s);
-/* "exited with status N", "was killed by signal N (name)" or "exited", for a wait status. */
-void prof_describe_exit(struct spy_buf *out, int status);
 
 /* The clock ticks are on (monotonic ns). */
 uint64_t prof_now_ns(void);

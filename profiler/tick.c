@@ -31,7 +31,7 @@
 
 /* ---- the thread table ---- */
 
-/* The thread's root frame, named by the walker's name or else the kernel's. */
+/* The thread's root frame, named by the interpreter's name or else the kernel's. */
 static void thread_root(struct prof_tick_state *e, struct prof_thread *th, const char *name)
 {
 	struct spy_buf b = SPY_BUF_INIT;
@@ -237,7 +237,7 @@ static void hold_account(struct prof_tick_state *e, uint64_t longest, uint64_t t
 		(double)total / 1e3);
 }
 
-/* The stopped window: pause, walk (and what the walker reads paused), resume. n, or < 0 for nothing. */
+/* The stopped window: pause, walk (and --native's unwinds), resume. n, or < 0 for nothing. */
 static long sample_paused(struct prof_tick_state *e, struct prof_process *p, uint64_t now)
 {
 	const struct spy_tracer_ops *ops = p->h.tracer;
@@ -427,7 +427,7 @@ static void hold_one(struct prof_tick_state *e, struct prof_process *p, size_t i
 		return;
 	}
 	/*
-	 * A thread walked for the first time has code objects the walker has
+	 * A thread walked for the first time has code objects pystate has
 	 * not decoded yet, which would triple its first hold: walk it once
 	 * running first, as --nonblocking would (the walk tolerates a torn
 	 * read), so that the walk while held finds them decoded.
@@ -515,7 +515,7 @@ static long sample_held(struct prof_tick_state *e, struct prof_process *p, uint6
 	}
 	/*
 	 * A GIL has one holder a tick, as in a whole-process pause: the thread
-	 * the listing saw holding it, if it still does once held (the walker
+	 * the listing saw holding it, if it still does once held (prof_walk_thread
 	 * sees to that). It is held first, before it can let go; a thread
 	 * that takes the GIL after the listing is not a second holder.
 	 */
