@@ -8,29 +8,29 @@
 #include <string.h>
 #include <time.h>
 
-#include "cmd/native.h"
 #include "common/bounds.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "sampler/sampler.h"
+#include "profiler/native.h"
 
 /* Maps re-read for pcs in no mapping at most this often. */
 #define NATIVE_MAPS_NS (100 * 1000 * 1000ull)
 
-int native_init(struct native *n, struct target *t, bool all, struct spy_err *err)
+int native_init(struct native *n, const struct spy_process *h, const char *binary, struct spy_strtab *strs,
+		bool all, struct spy_err *err)
 {
 	memset(n, 0, sizeof(*n));
 	int rc = sym_unwinder_new(&n->uw, err);
 	if (rc < 0) {
 		return rc;
 	}
-	n->syms = sym_native_new(proc_pid(t->proc), t->strs);
+	n->syms = sym_native_new(h->ops->pid(h), strs);
 	n->opts.all = all;
-	n->opts.marker = spy_strtab_interns(t->strs, "[native stack incomplete]");
+	n->opts.marker = spy_strtab_interns(strs, "[native stack incomplete]");
 	/* The interpreter's own files: everything in them is the interpreter's business. */
-	n->opts.hide_libs[0] = spy_strtab_interns(t->strs, spy_basename(t->binary));
-	if (proc_exe(t->proc)[0]) {
-		n->opts.hide_libs[1] = spy_strtab_interns(t->strs, spy_basename(proc_exe(t->proc)));
+	n->opts.hide_libs[0] = spy_strtab_interns(strs, spy_basename(binary));
+	if (h->ops->exe(h)[0]) {
+		n->opts.hide_libs[1] = spy_strtab_interns(strs, spy_basename(h->ops->exe(h)));
 	}
 #ifdef SPY_TEST_HOOKS
 	n->fail_for_tests = getenv("SPY_TEST_NATIVE_FAIL") != NULL;
@@ -55,10 +55,10 @@ void native_pcs_release(struct native_pcs *pcs)
 	memset(pcs, 0, sizeof(*pcs));
 }
 
-void native_note_anchors(struct target *t, struct native_pcs *pcs)
+void native_note_anchors(struct pyrt *rt, struct native_pcs *pcs)
 {
 	const spy_addr_t *a;
-	size_t n = pyrt_stack_anchors(t->rt, &a);
+	size_t n = pyrt_stack_anchors(rt, &a);
 	SPY_GROW(pcs->anchors, pcs->aanchors, n);
 	pcs->nanchors = n;
 	if (n) {
@@ -66,7 +66,7 @@ void native_note_anchors(struct target *t, struct native_pcs *pcs)
 	}
 }
 
-void native_unwind(struct native *n, struct target *t, int32_t tid, struct native_pcs *pcs)
+void native_unwind(struct native *n, const struct spy_process *h, int32_t tid, struct native_pcs *pcs)
 {
 	if (!pcs->v) {
 		pcs->v = spy_xcalloc(SPY_MAX_NATIVE_DEPTH, sizeof(*pcs->v));
@@ -78,7 +78,7 @@ void native_unwind(struct native *n, struct target *t, int32_t tid, struct nativ
 		return;
 	}
 	uint64_t t0 = spy_thread_cpu_ns();
-	pcs->rc = sym_unwind(n->uw, proc_mem(t->proc), tid, pcs->anchors, pcs->nanchors, pcs->v,
+	pcs->rc = sym_unwind(n->uw, h->ops->mem(h), tid, pcs->anchors, pcs->nanchors, pcs->v,
 			     pcs->sp, SPY_MAX_NATIVE_DEPTH, &pcs->n);
 	pcs->cpu_ns = spy_thread_cpu_ns() - t0;
 	n->unwind_ns += pcs->cpu_ns;
@@ -90,22 +90,22 @@ void native_unwind(struct native *n, struct target *t, int32_t tid, struct nativ
  * JIT has just written): read them again, at most every NATIVE_MAPS_NS, so
  * that its frame is named for what it is.
  */
-static void refresh_maps_for(struct native *n, struct target *t, const struct native_pcs *pcs)
+static void refresh_maps_for(struct native *n, struct spy_process *h, const struct native_pcs *pcs)
 {
-	const struct spy_mem *mem = proc_mem(t->proc);
+	const struct spy_mem *mem = h->ops->mem(h);
 	for (size_t i = 0; i < pcs->n; i++) {
 		if (!spy_mem_find_map(mem, pcs->v[i])) {
 			uint64_t now = ticker_now_ns();
-			if (now - n->maps_read_ns >= NATIVE_MAPS_NS) {
+			if (now - n->maps_read_ns >= NATIVE_MAPS_NS && h->tracer) {
 				n->maps_read_ns = now;
-				(void)proc_read_maps(t->proc, NULL);
+				h->tracer->read_maps(h);
 			}
 			return;
 		}
 	}
 }
 
-int native_merge(struct native *n, struct target *t, const struct native_pcs *pcs,
+int native_merge(struct native *n, struct spy_process *h, const struct native_pcs *pcs,
 		 struct spy_stack *py)
 {
 	if (pcs->rc == -SPY_EMEM || pcs->n == 0) {
@@ -113,11 +113,11 @@ int native_merge(struct native *n, struct target *t, const struct native_pcs *pc
 		return -SPY_EMEM;
 	}
 	uint64_t t0 = spy_thread_cpu_ns();
-	refresh_maps_for(n, t, pcs);
+	refresh_maps_for(n, h, pcs);
 	struct sym_native_stats before, after;
 	sym_native_stats(n->syms, &before);
 	spy_stack_reset(&n->nat);
-	sym_native_resolve(n->syms, proc_mem(t->proc), pcs->v, pcs->n, &n->nat);
+	sym_native_resolve(n->syms, h->ops->mem(h), pcs->v, pcs->n, &n->nat);
 	struct sym_merge_where where = { pcs->sp, pcs->n, pcs->anchors, pcs->nanchors };
 	sym_merge(&n->nat, &where, py, &n->opts, &n->merged, &n->mismatch);
 	if (pcs->rc == -SPY_EBOUND) {
