@@ -70,3 +70,8 @@ int spy_arch_stopped_syscall(const struct spy_regs *r, spy_arch_read_fn read, vo
 	args[1] = r->g[X1];
 	return 1;
 }
+
+void spy_arch_cpu_relax(void)
+{
+	__asm__ __volatile__("yield");
+}

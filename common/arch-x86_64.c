@@ -55,3 +55,8 @@ int spy_arch_stopped_syscall(const struct spy_regs *r, spy_arch_read_fn read, vo
 	args[1] = r->g[RSI];
 	return *nr < 0 ? 0 : 1;
 }
+
+void spy_arch_cpu_relax(void)
+{
+	__builtin_ia32_pause();
+}

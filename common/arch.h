@@ -11,7 +11,8 @@
  *     the kernel's elf_gregset_t layout either way, and each register in
  *     libunwind's numbering for that architecture,
  *   - the syscall a thread stopped in, from those registers (a core has no
- *     /proc/PID/task/TID/syscall to ask).
+ *     /proc/PID/task/TID/syscall to ask),
+ *   - the spin-loop hint of the ticker's busy wait.
  */
 #ifndef SPY_COMMON_ARCH_H
 #define SPY_COMMON_ARCH_H
@@ -55,5 +56,8 @@ typedef bool (*spy_arch_read_fn)(void *ctx, spy_addr_t addr, void *dst, size_t l
  */
 int spy_arch_stopped_syscall(const struct spy_regs *r, spy_arch_read_fn read, void *ctx,
 			     long *nr, uint64_t args[2]);
+
+/* Tell the CPU this is a spin loop (it yields to a sibling hyperthread). */
+void spy_arch_cpu_relax(void);
 
 #endif
