@@ -1,4 +1,5 @@
 /* Helpers over struct spy_mem (see mem.h). */
+#include "common/arch.h"
 #include "common/err.h"
 #include "common/mem.h"
 
@@ -35,8 +36,8 @@ bool spy_mem_plausible(const struct spy_mem *m, spy_addr_t addr, size_t align)
 	if (addr == 0 || (addr & (align - 1))) {
 		return false;
 	}
-	/* x86-64 user space ends at 2^47; anything above is garbage. */
-	if (addr >= (1ULL << 47)) {
+	/* Nothing is mapped above user space; such a pointer is garbage. */
+	if (addr >= spy_arch_user_end()) {
 		return false;
 	}
 	if (m->nmaps == 0) {

@@ -24,9 +24,12 @@
  * read either: it is some other build, and its bytes would be wrong.
  *
  * Why a thread's wait comes from its registers: there is no /proc for a
- * core, but a thread stopped inside a syscall keeps the syscall number in
- * orig_rax and its arguments in rdi, rsi..., which is what task/TID/syscall
- * would have shown (x86-64 only; elsewhere the state is unknown).
+ * core, but a thread stopped inside a syscall keeps the syscall number and
+ * its arguments in its registers (common/arch.h says where), which is what
+ * task/TID/syscall would have shown. They are read once the segments are
+ * known, since an architecture may need the instruction at the pc to tell.
+ * The registers are the host's layout, so a core of another architecture
+ * is refused.
  */
 #include <elf.h>
 #include <errno.h>
@@ -40,6 +43,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/arch.h"
 #include "common/bounds.h"
 #include "common/log.h"
 #include "common/mapfile.h"
@@ -86,6 +90,8 @@ struct core {
 	size_t nmaps;
 	struct proc_thread *threads;
 	size_t nthreads, alloc_threads;
+	struct spy_regs *regs;  /* of threads[i], until classify_threads() */
+	size_t alloc_regs;
 	struct core_file {
 		const char *path;
 		int fd;            /* -2 until first needed, -1 if it cannot be opened */
@@ -386,21 +392,39 @@ static void add_thread(struct core *c, const unsigned char *desc, size_t len)
 	}
 	memcpy(&st, desc, sizeof(st));
 	SPY_GROW(c->threads, c->alloc_threads, c->nthreads + 1);
+	SPY_GROW(c->regs, c->alloc_regs, c->nthreads + 1);
+	memcpy(c->regs[c->nthreads].g, st.pr_reg, sizeof(st.pr_reg));
 	struct proc_thread *t = &c->threads[c->nthreads++];
 	memset(t, 0, sizeof(*t));
 	t->tid = st.pr_pid;
-#if defined(__x86_64__)
-	/* Offsets of user_regs_struct (sys/reg.h): ORIG_RAX 15, RDI 14, RSI 13. */
-	long nr = (long)st.pr_reg[15];
-	char text[96];
-	snprintf(text, sizeof(text), "%ld 0x%llx 0x%llx", nr, (unsigned long long)st.pr_reg[14],
-		 (unsigned long long)st.pr_reg[13]);
-	/* orig_rax is -1 when the thread was stopped in user code: it was running. */
-	proc_classify_wait(nr < 0 ? 'R' : 'S', nr < 0 ? "running" : text, &t->wait);
-#else
-	proc_classify_wait(0, NULL, &t->wait);
-#endif
-	t->state = t->wait.state;
+}
+
+static bool read_insn(void *ctx, spy_addr_t addr, void *dst, size_t len)
+{
+	return read_at(ctx, addr, dst, len, true) == 0;
+}
+
+/* What each thread was blocked in, as task/TID/syscall would have said. */
+static void classify_threads(struct core *c)
+{
+	for (size_t i = 0; i < c->nthreads; i++) {
+		long nr;
+		uint64_t args[2];
+		int in = spy_arch_stopped_syscall(&c->regs[i], read_insn, c, &nr, args);
+		char text[96];
+		if (in > 0) {
+			snprintf(text, sizeof(text), "%ld 0x%llx 0x%llx", nr, (unsigned long long)args[0],
+				 (unsigned long long)args[1]);
+			proc_classify_wait('S', text, &c->threads[i].wait);
+		} else if (in == 0) {
+			proc_classify_wait('R', "running", &c->threads[i].wait);
+		} else {
+			proc_classify_wait(0, NULL, &c->threads[i].wait);
+		}
+		c->threads[i].state = c->threads[i].wait.state;
+	}
+	free(c->regs);
+	c->regs = NULL;
 }
 
 static void set_psinfo(struct core *c, const unsigned char *desc, size_t len)
@@ -619,6 +643,12 @@ int core_open(struct core **out, const char *path, const char *exe, const char *
 		rc = spy_err_set(err, SPY_EFORMAT, "%s is not a core file", path);
 		goto fail;
 	}
+	if (eh.e_machine != spy_arch_elf_machine() || gelf_getclass(c->elf) != ELFCLASS64) {
+		rc = spy_err_set(err, SPY_EFORMAT,
+				 "%s is a core of another architecture (ELF machine %u); this spy reads %s cores",
+				 path, (unsigned)eh.e_machine, spy_arch_name());
+		goto fail;
+	}
 	rc = read_phdrs(c, path, err);
 	if (rc < 0) {
 		goto fail;
@@ -638,6 +668,7 @@ int core_open(struct core **out, const char *path, const char *exe, const char *
 	c->mem.ctx = c;
 	c->mem.maps = c->maps;
 	c->mem.nmaps = c->nmaps;
+	classify_threads(c);
 	*out = c;
 	return 0;
 fail:
@@ -666,6 +697,7 @@ void core_free(struct core *c)
 	free(c->maps);
 	free(c->map_paths);
 	free(c->threads);
+	free(c->regs);
 	free(c->cmdline);
 	free(c->exe);
 	free(c->user_exe);

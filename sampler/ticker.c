@@ -16,18 +16,9 @@
 #include <errno.h>
 #include <time.h>
 
+#include "common/arch.h"
 #include "common/util.h"
 #include "sampler/sampler.h"
-
-/* A hint to the CPU that this is a spin loop (it yields to a sibling hyperthread). */
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield");
-#endif
-}
 
 uint64_t ticker_now_ns(void)
 {
@@ -93,7 +84,7 @@ int ticker_wait(struct ticker *t, uint64_t max_ns)
 			if (proc_stop_requested) {
 				return -SPY_EINTR;
 			}
-			cpu_relax();
+			spy_arch_cpu_relax();
 		}
 		return reached;
 	}

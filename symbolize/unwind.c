@@ -15,8 +15,8 @@
  * sees two kinds of argument: ours starts with a magic word that no
  * _UPT_info can start with (its first field is a pid), and anything else is
  * handed back to _UPT_access_mem. That path runs only on cache misses.
- * Registers likewise: on x86_64 one PTRACE_GETREGS per walk serves them
- * all, where _UPT would issue a PTRACE_PEEKUSER per register read.
+ * Registers likewise: one PTRACE_GETREGSET per walk serves them all
+ * (common/arch.h), where _UPT would issue a ptrace call per register read.
  *
  * The unwind tables are found in the target's memory, not in files.
  * _UPT_find_proc_info opens the path /proc/PID/maps gives under
@@ -37,10 +37,9 @@
 #include <libunwind-ptrace.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ptrace.h>
 #include <sys/types.h>
-#include <sys/user.h>
 
+#include "common/arch.h"
 #include "common/bounds.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -84,10 +83,8 @@ struct walk {
 	const spy_addr_t *anchors;   /* the Python stack's entry frames (sym_unwind) */
 	size_t nanchors;
 	int jit_steps;               /* JIT frames stepped past so far */
-#if defined(__x86_64__)
-	int regs_state;   /* 0: not read yet, 1: read, -1: PTRACE_GETREGS failed */
-	struct user_regs_struct regs;
-#endif
+	int regs_state;   /* 0: not read yet, 1: read, -1: PTRACE_GETREGSET failed */
+	struct spy_regs regs;
 };
 
 static struct walk *as_walk(void *arg)
@@ -280,29 +277,19 @@ static int acc_access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val,
 	return spy_mem_read(w->mem, addr, val, sizeof(*val)) == 0 ? 0 : -UNW_EINVAL;
 }
 
-#if defined(__x86_64__)
-/* The general registers from one GETREGS snapshot; false for others or if it failed. */
+/* The general registers from one GETREGSET snapshot; false for others or if it failed. */
 static bool snapshot_reg(struct walk *w, unw_regnum_t reg, unw_word_t *val)
 {
 	if (w->regs_state == 0) {
-		w->regs_state = ptrace(PTRACE_GETREGS, w->tid, NULL, &w->regs) == 0 ? 1 : -1;
+		w->regs_state = spy_arch_get_regs(w->tid, &w->regs) == 0 ? 1 : -1;
 	}
-	if (w->regs_state < 0) {
+	uint64_t v;
+	if (w->regs_state < 0 || !spy_arch_unwind_reg(&w->regs, reg, &v)) {
 		return false;
 	}
-	const struct user_regs_struct *r = &w->regs;
-	/* In libunwind's x86_64 numbering (libunwind-x86_64.h). */
-	const unsigned long long by_num[] = {
-		r->rax, r->rdx, r->rcx, r->rbx, r->rsi, r->rdi, r->rbp, r->rsp, r->r8,
-		r->r9,  r->r10, r->r11, r->r12, r->r13, r->r14, r->r15, r->rip,
-	};
-	if (reg < 0 || (size_t)reg >= sizeof(by_num) / sizeof(by_num[0])) {
-		return false;
-	}
-	*val = by_num[reg];
+	*val = v;
 	return true;
 }
-#endif
 
 static int acc_access_reg(unw_addr_space_t as, unw_regnum_t reg, unw_word_t *val, int write,
 			  void *arg)
@@ -310,12 +297,10 @@ static int acc_access_reg(unw_addr_space_t as, unw_regnum_t reg, unw_word_t *val
 	if (write) {
 		return -UNW_EINVAL;
 	}
-#if defined(__x86_64__)
 	struct walk *w = as_walk(arg);
 	if (w && snapshot_reg(w, reg, val)) {
 		return 0;
 	}
-#endif
 	return _UPT_access_reg(as, reg, val, write, upt_of(arg));
 }
 
@@ -452,10 +437,13 @@ static bool try_caller(struct walk *w, unw_cursor_t *cur, const struct user_regs
 		return false;
 	}
 	(*tries)++;
-	w->regs = *base;
-	w->regs.rip = ip;
-	w->regs.rsp = sp;
-	w->regs.rbp = bp;
+	struct user_regs_struct r = *base;
+	r.rip = ip;
+	r.rsp = sp;
+	r.rbp = bp;
+	/* On x86-64 the kernel's elf_gregset_t is user_regs_struct, word for word. */
+	_Static_assert(sizeof(r) == sizeof(w->regs.g), "elf_gregset_t is not user_regs_struct");
+	memcpy(w->regs.g, &r, sizeof(r));
 	w->regs_state = 1;
 	if (unw_init_remote(cur, w->u->as, w) < 0) {
 		return false;

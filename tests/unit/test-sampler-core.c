@@ -3,6 +3,8 @@
  * (sampler/tstate.c): a core is crafted byte by byte here -- two threads,
  * the command, one dumped segment and one file-backed segment the core
  * leaves out -- then opened, read, truncated and corrupted. No gdb needed.
+ * The threads' registers are in the host's layout (common/arch.h), the one
+ * thing here written per architecture.
  */
 #include <elf.h>
 #include <fcntl.h>
@@ -17,6 +19,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/arch.h"
 #include "common/buf.h"
 #include "common/err.h"
 #include "common/log.h"
@@ -27,6 +30,8 @@
 #define ANON_AT 0x10000
 #define FILE_AT 0x20000
 #define FILE0_AT 0x30000
+/* Where the dumped page holds an `svc #0` (what an aarch64 pc in a syscall points at). */
+#define SVC_AT (ANON_AT + 0x800)
 #define PAGE 4096
 
 static char dir[] = "/tmp/spy-core-test.XXXXXX";
@@ -51,6 +56,11 @@ static void prstatus(struct spy_buf *b, pid_t tid, long nr, uint64_t arg0, uint6
 	st.pr_reg[15] = (unsigned long)nr; /* orig_rax */
 	st.pr_reg[14] = arg0;              /* rdi */
 	st.pr_reg[13] = arg1;              /* rsi */
+#elif defined(__aarch64__)
+	st.pr_reg[8] = (unsigned long)nr;          /* x8 */
+	st.pr_reg[0] = arg0;                       /* x0 */
+	st.pr_reg[1] = arg1;                       /* x1 */
+	st.pr_reg[32] = nr < 0 ? ANON_AT : SVC_AT; /* pc */
 #endif
 	note(b, NT_PRSTATUS, "CORE", &st, sizeof(st));
 }
@@ -129,7 +139,7 @@ static void make_core_with(struct spy_buf *out, const char *mapped, uint16_t ety
 	eh.e_ident[EI_DATA] = ELFDATA2LSB;
 	eh.e_ident[EI_VERSION] = EV_CURRENT;
 	eh.e_type = etype;
-	eh.e_machine = EM_X86_64;
+	eh.e_machine = spy_arch_elf_machine();
 	eh.e_version = EV_CURRENT;
 	eh.e_phoff = sizeof(eh);
 	eh.e_ehsize = sizeof(eh);
@@ -157,6 +167,8 @@ static void make_core_with(struct spy_buf *out, const char *mapped, uint16_t ety
 	for (int i = 0; i < PAGE; i++) {
 		spy_buf_addch(out, (char)(i & 0xff));
 	}
+	static const unsigned char svc0[4] = { 0x01, 0x00, 0x00, 0xd4 };
+	memcpy(out->buf + anon_at + (SVC_AT - ANON_AT), svc0, sizeof(svc0));
 	if (first) {
 		spy_buf_add(out, first, PAGE);
 	}
@@ -267,11 +279,9 @@ static void test_open_and_read(const char *core, const char *mapped)
 	CHECK_INT(n, 2);
 	CHECK_INT(t[0].tid, 1234);
 	CHECK_INT(t[1].tid, 1235);
-#if defined(__x86_64__)
 	CHECK_INT(t[0].wait.kind, PROC_WAIT_FUTEX);
 	CHECK_INT(t[0].wait.futex, ANON_AT + 0x40);
 	CHECK_INT(t[1].wait.kind, PROC_WAIT_RUNNING);
-#endif
 	const struct spy_mem *m = core_mem(c);
 	unsigned char buf[16];
 	CHECK_INT(spy_mem_read(m, ANON_AT + 0x10, buf, 4), 0);
@@ -322,6 +332,12 @@ static void test_bad_files(const struct spy_buf *good, const char *mapped)
 	make_core(&b, mapped, ET_EXEC);
 	write_file(path, b.buf, b.len);
 	expect_error(path, SPY_EFORMAT, "not a core file");
+	/* A core of another CPU: its registers are not in this layout. */
+	Elf64_Ehdr *eh = (Elf64_Ehdr *)b.buf;
+	eh->e_type = ET_CORE;
+	eh->e_machine = EM_RISCV;
+	write_file(path, b.buf, b.len);
+	expect_error(path, SPY_EFORMAT, "another architecture");
 	expect_error("/nonexistent/core", SPY_EIO, "cannot open");
 	spy_buf_release(&b);
 }

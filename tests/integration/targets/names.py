@@ -14,6 +14,7 @@ import ctypes
 import ctypes.util
 import json
 import os
+import platform
 import signal
 import sys
 import threading
@@ -30,7 +31,8 @@ def native_id():
     if hasattr(threading, "get_native_id"):
         return threading.get_native_id()
     libc = ctypes.CDLL(None, use_errno=True)
-    return libc.syscall(186)  # SYS_gettid on x86-64
+    # SYS_gettid: Pythons before 3.8 have no get_native_id().
+    return libc.syscall({"aarch64": 178}.get(platform.machine(), 186))
 
 
 def worker(expect):

@@ -1,0 +1,77 @@
+/*
+ * AArch64 (arm64). elf_gregset_t is struct user_pt_regs: x0..x30, sp, pc,
+ * pstate.
+ */
+#include <elf.h>
+#include <sys/ptrace.h>
+#include <sys/uio.h>
+
+#include "common/arch.h"
+
+enum { X0 = 0, X1 = 1, X8 = 8, PC = 32, PSTATE = 33 };
+
+/* `svc #0`, the one instruction Linux syscalls enter by. */
+#define INSN_SVC0 0xd4000001u
+
+uint16_t spy_arch_elf_machine(void)
+{
+	return EM_AARCH64;
+}
+
+const char *spy_arch_name(void)
+{
+	return "aarch64";
+}
+
+spy_addr_t spy_arch_user_end(void)
+{
+	/* 48-bit virtual addresses (Debian's arm64 kernels); a 52-bit kernel
+	 * maps nothing above this unless a program asks with an mmap hint. */
+	return 1ULL << 48;
+}
+
+int spy_arch_get_regs(pid_t tid, struct spy_regs *r)
+{
+	struct iovec io = { .iov_base = r->g, .iov_len = sizeof(r->g) };
+	return ptrace(PTRACE_GETREGSET, tid, (void *)(uintptr_t)NT_PRSTATUS, &io) == 0 ? 0 : -1;
+}
+
+bool spy_arch_unwind_reg(const struct spy_regs *r, int reg, uint64_t *val)
+{
+	/* UNW_AARCH64_X0..X30, SP, PC, PSTATE (libunwind-aarch64.h) are
+	 * numbered as user_pt_regs lays them out. */
+	if (reg < X0 || reg > PSTATE) {
+		return false;
+	}
+	*val = r->g[reg];
+	return true;
+}
+
+int spy_arch_stopped_syscall(const struct spy_regs *r, spy_arch_read_fn read, void *ctx,
+			     long *nr, uint64_t args[2])
+{
+	/*
+	 * There is no orig_x0/syscallno in NT_PRSTATUS, and the signal that
+	 * stopped the thread (gcore's SIGSTOP, the kernel's dump) cleared the
+	 * kernel's own record. But that signal delivery rewound an interrupted
+	 * syscall for its restart: pc is back on the `svc`, x0 holds the first
+	 * argument again, and x8 still the number. So a thread whose pc is on
+	 * an `svc` was in that syscall, any other was running user code.
+	 */
+	uint32_t insn;
+	if (!read || !read(ctx, (spy_addr_t)r->g[PC], &insn, sizeof(insn))) {
+		return -1;
+	}
+	if (insn != INSN_SVC0) {
+		return 0;
+	}
+	*nr = (long)r->g[X8];
+	args[0] = r->g[X0];
+	args[1] = r->g[X1];
+	return 1;
+}
+
+void spy_arch_cpu_relax(void)
+{
+	__asm__ __volatile__("yield");
+}

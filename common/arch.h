@@ -1,0 +1,63 @@
+/*
+ * What differs between the CPUs spy runs on, behind one small interface:
+ * one file per architecture (common/arch-<cpu_family>.c, the one meson
+ * picks for the host), nothing else in the tree tests the architecture.
+ *
+ *   - which ELF machine a core must be (spy reads cores of its own
+ *     architecture: prstatus_t and its registers are the host's),
+ *   - where user space ends (a bound for pointers read from a target),
+ *   - a thread's general registers: from a stopped thread
+ *     (PTRACE_GETREGSET NT_PRSTATUS) or from a core's NT_PRSTATUS note, in
+ *     the kernel's elf_gregset_t layout either way, and each register in
+ *     libunwind's numbering for that architecture,
+ *   - the syscall a thread stopped in, from those registers (a core has no
+ *     /proc/PID/task/TID/syscall to ask),
+ *   - the spin-loop hint of the ticker's busy wait.
+ */
+#ifndef SPY_COMMON_ARCH_H
+#define SPY_COMMON_ARCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/procfs.h>
+#include <sys/types.h>
+
+#include "common/mem.h"
+
+/* The registers of one thread, as NT_PRSTATUS carries them. */
+struct spy_regs {
+	elf_gregset_t g;
+};
+
+/* e_machine of this architecture's cores (EM_X86_64, EM_AARCH64). */
+uint16_t spy_arch_elf_machine(void);
+
+/* The name Debian and the kernel give it (uname -m), for messages. */
+const char *spy_arch_name(void);
+
+/* The first address above user space: nothing a target points at is there. */
+spy_addr_t spy_arch_user_end(void);
+
+/* Read a ptrace-stopped thread's registers; -1 with errno set on failure. */
+int spy_arch_get_regs(pid_t tid, struct spy_regs *r);
+
+/* Register reg in libunwind's numbering (UNW_X86_64_*, UNW_AARCH64_*);
+ * false for one the general registers do not hold (libunwind asks ptrace). */
+bool spy_arch_unwind_reg(const struct spy_regs *r, int reg, uint64_t *val);
+
+/* Reads len bytes of the thread's memory at addr; false if it cannot. */
+typedef bool (*spy_arch_read_fn)(void *ctx, spy_addr_t addr, void *dst, size_t len);
+
+/*
+ * The syscall a stopped thread (a core's) was in: 1 with its number and
+ * first two arguments, 0 if it was running user code, -1 if its registers
+ * do not say (read, used where the registers alone cannot tell, may be
+ * NULL: then -1 for such threads).
+ */
+int spy_arch_stopped_syscall(const struct spy_regs *r, spy_arch_read_fn read, void *ctx,
+			     long *nr, uint64_t args[2]);
+
+/* Tell the CPU this is a spin loop (it yields to a sibling hyperthread). */
+void spy_arch_cpu_relax(void);
+
+#endif
