@@ -147,17 +147,33 @@ def launch_hangup(interp):
         spy = harness.spawn([harness.spy_path(), "top", "--"] + interp.command([NOHUP]),
                             stdout=subprocess.DEVNULL, stderr=errf,
                             env=harness.spy_env(keep_log=False))
+        programs = []
         try:
-            return hangup(spy, errf)
+            return hangup(spy, errf, programs)
         finally:
             harness.kill(spy)
+            # The program ignores the signals spy forwards: on a failure
+            # path nothing else would end it.
+            for pid in programs:
+                kill_nohup(pid)
 
 
-def hangup(spy, errf):
+def kill_nohup(pid):
+    """SIGKILL pid if it still runs nohup.py (the launched program, ours)."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            if b"nohup.py" in f.read():
+                os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def hangup(spy, errf, programs):
     def err_text():
         errf.seek(0)
         return errf.read().decode("utf-8", "replace")
     time.sleep(2.0)
+    programs.extend(harness.children(spy.pid))
     if spy.poll() is not None:
         return ["hangup: spy exited %s before the signal: %s" % (spy.returncode, err_text()[-300:])]
     start = time.time()
