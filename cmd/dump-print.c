@@ -16,41 +16,23 @@
 #include "common/term.h"
 #include "common/util.h"
 
-const char *dump_state_name(enum dump_state s)
+const char *dump_state_name(enum prof_state s)
 {
 	switch (s) {
-	case DUMP_RUNNING:
+	case PROF_STATE_RUNNING:
 		return "running";
-	case DUMP_IDLE:
+	case PROF_STATE_IDLE:
 		return "idle";
-	case DUMP_LOCK:
+	case PROF_STATE_LOCK:
 		return "waiting on a lock";
-	case DUMP_GIL:
+	case PROF_STATE_GIL:
 		return "waiting for the GIL";
 	default:
 		return "unknown";
 	}
 }
 
-enum dump_state dump_classify(const struct proc_wait *w, bool gil_known, bool futex_is_gil)
-{
-	switch (w->kind) {
-	case PROC_WAIT_RUNNING:
-		return DUMP_RUNNING;
-	case PROC_WAIT_OTHER:
-		return DUMP_IDLE;
-	case PROC_WAIT_FUTEX:
-		if (futex_is_gil) {
-			return DUMP_GIL;
-		}
-		/* Without the GIL's address a futex could be either: say only what is sure. */
-		return gil_known ? DUMP_LOCK : DUMP_IDLE;
-	default:
-		return DUMP_UNKNOWN;
-	}
-}
-
-static const struct dump_thread *gil_holder(const struct dump_result *r)
+static const struct prof_look_thread *gil_holder(const struct dump_result *r)
 {
 	for (size_t i = 0; i < r->n; i++) {
 		if (r->threads[i].py.holds_gil) {
@@ -67,7 +49,7 @@ static const struct dump_thread *gil_holder(const struct dump_result *r)
  * waits are left out of the hint. A lock acquired in the program's own code
  * still counts.
  */
-static bool waits_for_work(const struct dump_thread *d)
+static bool waits_for_work(const struct prof_look_thread *d)
 {
 	for (size_t i = 0; i < d->stack.n; i++) {
 		const struct spy_frame *f = &d->stack.v[i];
@@ -86,15 +68,15 @@ static bool waits_for_work(const struct dump_thread *d)
 void dump_hint(const struct dump_result *r, struct spy_buf *out)
 {
 	size_t locked = 0, running = 0;
-	const struct dump_thread *gil_waiter = NULL;
+	const struct prof_look_thread *gil_waiter = NULL;
 	for (size_t i = 0; i < r->n; i++) {
-		enum dump_state s = r->threads[i].state;
-		if (s == DUMP_LOCK && waits_for_work(&r->threads[i])) {
+		enum prof_state s = r->threads[i].state;
+		if (s == PROF_STATE_LOCK && waits_for_work(&r->threads[i])) {
 			continue;
 		}
-		locked += s == DUMP_LOCK;
-		running += s == DUMP_RUNNING;
-		if (s == DUMP_GIL && !gil_waiter) {
+		locked += s == PROF_STATE_LOCK;
+		running += s == PROF_STATE_RUNNING;
+		if (s == PROF_STATE_GIL && !gil_waiter) {
 			gil_waiter = &r->threads[i];
 		}
 	}
@@ -102,7 +84,7 @@ void dump_hint(const struct dump_result *r, struct spy_buf *out)
 		spy_buf_addf(out, "possible deadlock: %zu threads wait on locks and none is running (", locked);
 		const char *sep = "";
 		for (size_t i = 0; i < r->n; i++) {
-			if (r->threads[i].state == DUMP_LOCK && !waits_for_work(&r->threads[i])) {
+			if (r->threads[i].state == PROF_STATE_LOCK && !waits_for_work(&r->threads[i])) {
 				spy_buf_addf(out, "%s%d", sep, (int)r->threads[i].py.native_tid);
 				sep = ", ";
 			}
@@ -110,8 +92,8 @@ void dump_hint(const struct dump_result *r, struct spy_buf *out)
 		spy_buf_addch(out, ')');
 		return;
 	}
-	const struct dump_thread *h = gil_holder(r);
-	if (gil_waiter && h && h->state != DUMP_RUNNING && h->state != DUMP_UNKNOWN) {
+	const struct prof_look_thread *h = gil_holder(r);
+	if (gil_waiter && h && h->state != PROF_STATE_RUNNING && h->state != PROF_STATE_UNKNOWN) {
 		spy_buf_addf(out, "possible deadlock: thread %d waits for the GIL, held by thread %d, which is %s",
 			     (int)gil_waiter->py.native_tid, (int)h->py.native_tid,
 			     dump_state_name(h->state));
@@ -122,7 +104,7 @@ void dump_hint(const struct dump_result *r, struct spy_buf *out)
  * The locals of the frame at fr, whose index among the Python frames is
  * *pj (advanced here): native frames merged into the stack have none.
  */
-static const struct dump_frame_locals *frame_locals(const struct dump_thread *d,
+static const struct prof_frame_locals *frame_locals(const struct prof_look_thread *d,
 						    const struct spy_frame *fr, size_t *pj)
 {
 	if (fr->kind != SPY_FRAME_PYTHON || !d->frame_locals || *pj >= d->nframe_locals) {
@@ -136,13 +118,13 @@ static const struct dump_frame_locals *frame_locals(const struct dump_thread *d,
  * line, the version) and goes through the terminal escaper: a "\n" in a
  * function name must not forge a frame, nor an escape reach the terminal.
  */
-static void print_frame_locals(const struct dump_thread *d, const struct dump_frame_locals *fl,
+static void print_frame_locals(const struct prof_look_thread *d, const struct prof_frame_locals *fl,
 			       struct spy_buf *out)
 {
 	struct spy_buf b = SPY_BUF_INIT;
 	if (fl->over_budget) {
 		spy_buf_addf(out, "        (locals left out: --locals read its budget of %zu MiB)\n",
-			     DUMP_LOCALS_BUDGET >> 20);
+			     PROF_LOCALS_BUDGET >> 20);
 	} else if (fl->unreadable) {
 		spy_buf_adds(out, "        (locals unreadable)\n");
 	}
@@ -171,8 +153,10 @@ void dump_print_text(const struct dump_result *r, FILE *f)
 	spy_buf_adds(&b, " (");
 	spy_term_adds(&b, r->binary);
 	spy_buf_adds(&b, ")\n");
+	fwrite(b.buf, 1, b.len, f);
+	spy_buf_reset(&b);
 	for (size_t i = 0; i < r->n; i++) {
-		const struct dump_thread *d = &r->threads[i];
+		const struct prof_look_thread *d = &r->threads[i];
 		spy_buf_addf(&b, "\nThread %d (python 0x%llx) \"", (int)d->py.native_tid,
 			     (unsigned long long)d->py.thread_id);
 		spy_term_adds(&b, d->name ? d->name : d->comm);
@@ -192,7 +176,7 @@ void dump_print_text(const struct dump_result *r, FILE *f)
 				spy_buf_addf(&b, ":%u", fr->line);
 			}
 			spy_buf_adds(&b, ")\n");
-			const struct dump_frame_locals *fl = frame_locals(d, fr, &pj);
+			const struct prof_frame_locals *fl = frame_locals(d, fr, &pj);
 			if (r->locals && fl) {
 				print_frame_locals(d, fl, &b);
 			}
@@ -208,6 +192,10 @@ void dump_print_text(const struct dump_result *r, FILE *f)
 		dump_print_tasks_text(r, &b);
 		fwrite(b.buf, 1, b.len, f);
 		spy_buf_reset(&b);
+	}
+	if (r->incomplete) {
+		fprintf(f, "\nIncomplete: the target was let go after %.0f ms stopped (the limit); "
+			"%zu thread(s) shown%s\n", r->stopped_ms, r->n, r->tasks ? ", tasks not read" : "");
 	}
 	dump_hint(r, &b);
 	if (b.len) {
@@ -227,8 +215,8 @@ static void json_key_str(struct spy_buf *b, const char *key, const char *val)
 	}
 }
 
-static void json_locals(struct spy_buf *b, const struct dump_thread *d,
-			const struct dump_frame_locals *fl)
+static void json_locals(struct spy_buf *b, const struct prof_look_thread *d,
+			const struct prof_frame_locals *fl)
 {
 	struct spy_buf repr = SPY_BUF_INIT;
 	spy_buf_addf(b, ", \"locals_unreadable\": %s, \"locals\": [", fl->unreadable ? "true" : "false");
@@ -248,7 +236,7 @@ static void json_locals(struct spy_buf *b, const struct dump_thread *d,
 	spy_buf_release(&repr);
 }
 
-static void json_thread(struct spy_buf *b, const struct dump_result *r, const struct dump_thread *d)
+static void json_thread(struct spy_buf *b, const struct dump_result *r, const struct prof_look_thread *d)
 {
 	spy_buf_addf(b, "{\"tid\": %d, \"thread_id\": \"0x%llx\", ", (int)d->py.native_tid,
 		     (unsigned long long)d->py.thread_id);
@@ -259,7 +247,7 @@ static void json_thread(struct spy_buf *b, const struct dump_result *r, const st
 	json_key_str(b, "state", dump_state_name(d->state));
 	spy_buf_addf(b, ", \"holds_gil\": %s, ", d->py.holds_gil ? "true" : "false");
 	json_key_str(b, "wchan", d->wait.wchan[0] ? d->wait.wchan : NULL);
-	if (d->wait.kind == PROC_WAIT_FUTEX && d->wait.futex) {
+	if (d->wait.kind == PROF_WAIT_FUTEX && d->wait.futex) {
 		spy_buf_addf(b, ", \"futex\": \"0x%llx\"", (unsigned long long)d->wait.futex);
 	} else {
 		spy_buf_adds(b, ", \"futex\": null");
@@ -279,7 +267,7 @@ static void json_thread(struct spy_buf *b, const struct dump_result *r, const st
 		} else {
 			spy_buf_adds(b, ", \"line\": null");
 		}
-		const struct dump_frame_locals *fl = frame_locals(d, fr, &pj);
+		const struct prof_frame_locals *fl = frame_locals(d, fr, &pj);
 		if (r->locals && fl) {
 			json_locals(b, d, fl);
 		}
@@ -310,6 +298,7 @@ void dump_print_json(const struct dump_result *r, FILE *f)
 	dump_print_tasks_json(r, &b);
 	spy_buf_adds(&b, ",\n ");
 	json_key_str(&b, "hint", hint.len ? hint.buf : NULL);
+	spy_buf_addf(&b, ", \"incomplete\": %s", r->incomplete ? "true" : "false");
 	spy_buf_adds(&b, "}\n");
 	fwrite(b.buf, 1, b.len, f);
 	fflush(f);

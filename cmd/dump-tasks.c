@@ -24,7 +24,7 @@ static const char *state_name(uint8_t s)
 	return s == PYRT_TASK_DONE ? "done" : s == PYRT_TASK_CANCELLED ? "cancelled" : "pending";
 }
 
-static const struct dump_thread *thread_of(const struct dump_result *r, uint64_t thread_id)
+static const struct prof_look_thread *thread_of(const struct dump_result *r, uint64_t thread_id)
 {
 	for (size_t i = 0; thread_id && i < r->n; i++) {
 		if (r->threads[i].py.thread_id == thread_id) {
@@ -35,7 +35,7 @@ static const struct dump_thread *thread_of(const struct dump_result *r, uint64_t
 }
 
 /*
- * Who awaits whom, indexed once: up to DUMP_MAX_TASKS tasks with up to
+ * Who awaits whom, indexed once: up to PROF_MAX_TASKS tasks with up to
  * PYRT_TASK_MAX_AWAITERS edges each must not take a scan per edge.
  */
 struct tree {
@@ -142,7 +142,7 @@ static size_t loops_of(const struct dump_result *r, spy_addr_t *loops)
 	return n;
 }
 
-static void add_thread_label(struct spy_buf *b, const struct dump_thread *d)
+static void add_thread_label(struct spy_buf *b, const struct prof_look_thread *d)
 {
 	spy_buf_addf(b, "thread %d \"", (int)d->py.native_tid);
 	spy_term_adds(b, d->name ? d->name : d->comm);
@@ -211,7 +211,7 @@ static void print_loop(const struct tree *tr, spy_addr_t loop, struct spy_buf *b
 {
 	const struct dump_result *r = tr->r;
 	size_t n = 0;
-	const struct dump_thread *d = NULL;
+	const struct prof_look_thread *d = NULL;
 	for (size_t i = 0; i < r->ntasks; i++) {
 		if (r->task_v[i].loop == loop) {
 			n++;
@@ -251,7 +251,7 @@ static void print_loop(const struct tree *tr, spy_addr_t loop, struct spy_buf *b
 		if (t->chain_truncated) {
 			spy_buf_adds(b, "        ... (chain truncated)\n");
 		}
-		const struct dump_thread *rd = t->running ? thread_of(r, t->thread_id) : NULL;
+		const struct prof_look_thread *rd = t->running ? thread_of(r, t->thread_id) : NULL;
 		if (rd) {
 			spy_buf_adds(b, "      its stack, on ");
 			add_thread_label(b, rd);
@@ -302,7 +302,7 @@ void dump_print_tasks_text(const struct dump_result *r, struct spy_buf *b)
 	}
 	if (r->tasks_total > r->ntasks) {
 		spy_buf_addf(b, "\n... %zu more tasks not shown (at most %d)\n", r->tasks_total - r->ntasks,
-			     DUMP_MAX_TASKS);
+			     PROF_MAX_TASKS);
 	}
 	tree_release(&tr);
 	free(loops);
@@ -337,7 +337,7 @@ void dump_print_tasks_json(const struct dump_result *r, struct spy_buf *b)
 	size_t nl = loops_of(r, loops);
 	spy_buf_addf(b, "{\"error\": null, \"total\": %zu, \"loops\": [", r->tasks_total);
 	for (size_t l = 0; l < nl; l++) {
-		const struct dump_thread *d = NULL;
+		const struct prof_look_thread *d = NULL;
 		for (size_t i = 0; i < r->ntasks && !d; i++) {
 			if (r->task_v[i].loop == loops[l]) {
 				d = thread_of(r, r->task_v[i].loop_thread_id);
@@ -376,7 +376,7 @@ void dump_print_tasks_json(const struct dump_result *r, struct spy_buf *b)
 					     (unsigned long long)t->awaited_by[k]);
 			}
 			spy_buf_adds(b, "], \"stack\": ");
-			const struct dump_thread *rd = t->running ? thread_of(r, t->thread_id) : NULL;
+			const struct prof_look_thread *rd = t->running ? thread_of(r, t->thread_id) : NULL;
 			if (rd) {
 				spy_buf_addf(b, "{\"tid\": %d, \"frames\": [", (int)rd->py.native_tid);
 				for (size_t k = 0; k < rd->stack.n; k++) {

@@ -1,18 +1,19 @@
 /*
  * spy record: sample a process at a fixed rate and write a profile.
  *
- * Sampling is the engine's (sampler/engine.h): the pause, the walk, idle
- * detection, -s's descendants, every way out of the loop. This file turns
- * its options into the engine's, each kept stack into a profile sample
+ * Sampling is the profiler's (profiler/profiler.h): the pause, the walk,
+ * idle detection, -s's descendants. This file owns the loop: it turns its
+ * options into the profiler's, pulls each tick's kept stacks, turns each
+ * into a profile sample
  * (under a `process PID "cmdline"` root, with -t a `thread TID "name"`
  * one, with -i an `idle` leaf on idle samples), and the profile into the
  * output file through cmd/output.c, the one place that touches the file
  * system. The output is opened before anything is started or attached, so
  * a minute of sampling never ends in "cannot write".
  *
- * Continuous mode (--push URL) is the engine's windows (eng_opts.window_s):
- * each kept stack also goes into the open window's profile, and when the
- * engine closes a window it is written as pprof and handed to the pusher
+ * Continuous mode (--push URL) is cmd/session.h's windows: each kept stack
+ * also goes into the open window's profile, and when a window closes it
+ * is written as pprof and handed to the pusher
  * (cmd/push.h), whose thread does the network. Without -o (or --table)
  * no whole-run profile is kept, so memory follows the window, not the run.
  */
@@ -28,7 +29,7 @@
 #include "cmd/output.h"
 #include "cmd/push.h"
 #include "cmd/sources.h"
-#include "cmd/walker.h"
+#include "cmd/session.h"
 #include "common/buf.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -47,7 +48,8 @@
 
 struct rec {
 	/* options */
-	struct eng_opts o;
+	struct prof_opts o;
+	unsigned window_s;                 /* --push: a window every this many seconds */
 	int pid;
 	char **program;
 	const char *output;
@@ -59,8 +61,8 @@ struct rec {
 	struct fg_table_opts table_opts;   /* --table N, --sort */
 
 	struct spy_strtab strs;            /* the invocation's one string table */
-	struct walker w;
-	struct engine e;
+	struct profiler *p;
+	struct cmd_windows win;
 	struct cmd_output out;
 	struct spy_buf default_out;
 
@@ -100,7 +102,7 @@ static const char *const record_usage[] = {
 	NULL,
 };
 
-/* ---- the engine's callbacks ---- */
+/* ---- the loop ---- */
 
 static void push_synthetic(struct spy_stack *s, const char *name)
 {
@@ -135,10 +137,9 @@ static bool startup_stack(const struct spy_stack *s)
 	return true;
 }
 
-static int record_stack(void *ctx, struct engine *e, const struct spy_stack *s,
-			const struct eng_sample *info)
+static int record_stack(struct rec *r, const struct prof_sample *info, double t_s)
 {
-	struct rec *r = ctx;
+	const struct spy_stack *s = info->stack;
 	spy_stack_reset(&r->stack);
 	/*
 	 * Launch mode: the start-up is not what the user asked about, and its
@@ -168,19 +169,18 @@ static int record_stack(void *ctx, struct engine *e, const struct spy_stack *s,
 	for (size_t i = 0; i < s->n; i++) {
 		*spy_stack_push(&r->stack) = s->v[i];
 	}
-	const char *thread_root = info->thread ? info->thread->root : NULL;
+	const char *thread_root = info->thread_root;
 	if (r->threads && thread_root) {
 		push_synthetic(&r->stack, thread_root);
 	}
-	push_synthetic(&r->stack, info->proc->root);
-	struct fg_track track = { (int32_t)info->proc->pid, (int32_t)info->tid, info->proc->root,
-				  thread_root };
+	push_synthetic(&r->stack, info->proc_root);
+	struct fg_track track = { (int32_t)info->pid, (int32_t)info->tid, info->proc_root, thread_root };
 	int rc = 0;
 	if (r->window) {
 		rc = fg_profile_add(r->window, &r->stack, 1);
 	}
 	if (r->keep_run) {
-		int rrc = fg_profile_add_at(r->profile, &r->stack, (double)(info->now_ns - e->start_ns) / 1e9,
+		int rrc = fg_profile_add_at(r->profile, &r->stack, t_s,
 					    r->slices, r->timeline, &track);
 		rc = rc < 0 ? rc : rrc;
 	}
@@ -190,14 +190,14 @@ static int record_stack(void *ctx, struct engine *e, const struct spy_stack *s,
 		fg_profile_stats(r->profile, &st);
 		if (st.frames != r->frames_seen) {
 			r->frames_seen = st.frames;
-			cmd_sources_note(&r->sources, s, info->proc->pid);
+			cmd_sources_note(&r->sources, s, info->pid);
 		}
 	}
 	return rc;
 }
 
 /* The closed window, as pprof, to the pusher; a new one opens. */
-static void record_window(void *ctx, struct engine *e, const struct eng_window *w)
+static void record_window(void *ctx, const struct cmd_window *w)
 {
 	struct rec *r = ctx;
 	struct fg_stats st;
@@ -206,14 +206,14 @@ static void record_window(void *ctx, struct engine *e, const struct eng_window *
 		pusher_skip(r->pusher);
 	} else {
 		struct fg_profile *p = r->window;
-		const struct target *t = walker_target(eng_root(e));
+		const struct prof_process *t = prof_root(r->p);
 		fg_profile_meta_set(p, FG_META_SPY_VERSION, SPY_VERSION);
-		fg_profile_meta_setf(p, FG_META_PID, "%d", target_pid(t));
-		fg_profile_meta_set(p, FG_META_PYTHON, pyrt_version_string(t->rt));
+		fg_profile_meta_setf(p, FG_META_PID, "%d", (int)prof_process_pid(t));
+		fg_profile_meta_set(p, FG_META_PYTHON, prof_process_python(t));
 		fg_profile_meta_setf(p, FG_META_RATE_HZ, "%g", r->o.rate);
 		fg_profile_meta_setf(p, FG_META_DURATION_S, "%lld", (long long)(w->until_s - w->from_s));
 		fg_profile_meta_setf(p, FG_META_SAMPLES, "%llu", (unsigned long long)w->ticks);
-		fg_profile_meta_set(p, FG_META_COMMAND, target_cmdline(t));
+		fg_profile_meta_set(p, FG_META_COMMAND, prof_process_cmdline(t));
 		fg_profile_meta_setf(p, "missed-ticks", "%llu", (unsigned long long)w->missed);
 		fg_profile_meta_setf(p, "window", "%llu %lld %lld", (unsigned long long)w->seq,
 				     (long long)w->from_s, (long long)w->until_s);
@@ -265,10 +265,12 @@ static void push_lines(struct rec *r, uint64_t now)
 
 static void show_progress(struct rec *r, uint64_t now)
 {
-	double el = eng_elapsed(&r->e, now);
+	double el = prof_elapsed(r->p, now);
+	struct prof_stats s;
+	prof_stats(r->p, &s);
 	fprintf(stderr, "\rspy: %.1f s, %llu samples (%.1f Hz), %llu errors, %zu threads",
-		el, (unsigned long long)r->e.samples, el > 0 ? (double)r->e.samples / el : 0.0,
-		(unsigned long long)eng_errors(&r->e), r->e.threads_seen);
+		el, (unsigned long long)s.samples, el > 0 ? (double)s.samples / el : 0.0,
+		(unsigned long long)prof_errors(&s), s.threads_seen);
 	if (r->pusher) {
 		struct push_status st;
 		pusher_status(r->pusher, &st);
@@ -282,17 +284,17 @@ static void show_progress(struct rec *r, uint64_t now)
 static void read_resources(struct rec *r, uint64_t now)
 {
 	uint64_t t0 = spy_thread_cpu_ns();
-	struct proc_resources pr;
-	eng_resources(&r->e, &pr);
+	struct prof_resources pr;
+	prof_resources(r->p, &pr);
 	struct fg_res_point pt = {
-		.t = eng_elapsed(&r->e, now),
-		.user_ns = pr.known & PROC_RES_CPU ? pr.utime : FG_RES_UNKNOWN,
-		.sys_ns = pr.known & PROC_RES_CPU ? pr.stime : FG_RES_UNKNOWN,
-		.rss = pr.known & PROC_RES_RSS ? pr.rss : FG_RES_UNKNOWN,
-		.threads = pr.known & PROC_RES_THREADS ? pr.threads : FG_RES_UNKNOWN,
-		.ctxsw = pr.known & PROC_RES_CTXSW ? pr.ctxsw : FG_RES_UNKNOWN,
-		.read_bytes = pr.known & PROC_RES_IO ? pr.read_bytes : FG_RES_UNKNOWN,
-		.write_bytes = pr.known & PROC_RES_IO ? pr.write_bytes : FG_RES_UNKNOWN,
+		.t = prof_elapsed(r->p, now),
+		.user_ns = pr.known & PROF_RES_CPU ? pr.utime : FG_RES_UNKNOWN,
+		.sys_ns = pr.known & PROF_RES_CPU ? pr.stime : FG_RES_UNKNOWN,
+		.rss = pr.known & PROF_RES_RSS ? pr.rss : FG_RES_UNKNOWN,
+		.threads = pr.known & PROF_RES_THREADS ? pr.threads : FG_RES_UNKNOWN,
+		.ctxsw = pr.known & PROF_RES_CTXSW ? pr.ctxsw : FG_RES_UNKNOWN,
+		.read_bytes = pr.known & PROF_RES_IO ? pr.read_bytes : FG_RES_UNKNOWN,
+		.write_bytes = pr.known & PROF_RES_IO ? pr.write_bytes : FG_RES_UNKNOWN,
 	};
 	/* A process gone reads nothing: no reading rather than one of unknowns. */
 	if (pr.known) {
@@ -301,21 +303,47 @@ static void read_resources(struct rec *r, uint64_t now)
 	r->res_cpu_ns += spy_thread_cpu_ns() - t0;
 }
 
-static bool between_ticks(void *ctx, struct engine *e, uint64_t now)
+/* Between ticks: the command's own chores. */
+static void between_ticks(struct rec *r, uint64_t now)
 {
-	struct rec *r = ctx;
+	struct prof_stats st;
+	prof_stats(r->p, &st);
+	cmd_windows_check(&r->win, &st, now);
 	push_lines(r, now);
-	if (r->res && now >= r->res_next_ns) {
+	if (r->res && st.start_ns && now >= r->res_next_ns) {
 		/* On the window's grid (from the start), not from the last reading: no drift. */
 		read_resources(r, now);
-		uint64_t since = now - r->e.start_ns;
-		r->res_next_ns = r->e.start_ns + (since / r->res_every_ns + 1) * r->res_every_ns;
+		uint64_t since = now - st.start_ns;
+		r->res_next_ns = st.start_ns + (since / r->res_every_ns + 1) * r->res_every_ns;
 	}
 	if (r->progress && now - r->last_progress_ns >= PROGRESS_NS) {
 		r->last_progress_ns = now;
 		show_progress(r, now);
 	}
-	return true;
+}
+
+/* Sample until the duration, a stop signal or the process's exit. */
+static void run(struct rec *r)
+{
+	cmd_windows_start(&r->win, r->window_s, prof_now_ns(), record_window, r);
+	struct prof_tick tk;
+	enum prof_event ev;
+	while ((ev = prof_next(r->p, &tk)) != PROF_END) {
+		if (ev == PROF_TICK) {
+			struct prof_stats st;
+			prof_stats(r->p, &st);
+			cmd_windows_tick(&r->win, &st, tk.start_ns);
+			for (size_t i = 0; i < tk.n; i++) {
+				if (record_stack(r, &tk.v[i], tk.t_s) < 0) {
+					prof_dropped(r->p);
+				}
+			}
+		}
+		between_ticks(r, prof_now_ns());
+	}
+	struct prof_stats st;
+	prof_stats(r->p, &st);
+	cmd_windows_end(&r->win, &st, st.stop_ns);
 }
 
 /* ---- output ---- */
@@ -323,26 +351,28 @@ static bool between_ticks(void *ctx, struct engine *e, uint64_t now)
 static void set_metadata(struct rec *r, uint64_t now)
 {
 	struct fg_profile *p = r->profile;
-	const struct target *t = walker_target(eng_root(&r->e));
+	const struct prof_process *t = prof_root(r->p);
+	struct prof_stats st;
+	prof_stats(r->p, &st);
 	struct spy_buf b = SPY_BUF_INIT;
 	fg_profile_meta_set(p, FG_META_SPY_VERSION, SPY_VERSION);
-	fg_profile_meta_setf(p, FG_META_PID, "%d", target_pid(t));
-	fg_profile_meta_set(p, FG_META_PYTHON, pyrt_version_string(t->rt));
+	fg_profile_meta_setf(p, FG_META_PID, "%d", (int)prof_process_pid(t));
+	fg_profile_meta_set(p, FG_META_PYTHON, prof_process_python(t));
 	fg_profile_meta_setf(p, FG_META_RATE_HZ, "%g", r->o.rate);
-	fg_profile_meta_setf(p, FG_META_DURATION_S, "%.3f", eng_elapsed(&r->e, now));
-	fg_profile_meta_setf(p, FG_META_SAMPLES, "%llu", (unsigned long long)r->e.samples);
-	eng_format_errors(&r->e, &b);
+	fg_profile_meta_setf(p, FG_META_DURATION_S, "%.3f", prof_elapsed(r->p, now));
+	fg_profile_meta_setf(p, FG_META_SAMPLES, "%llu", (unsigned long long)st.samples);
+	prof_format_errors(&st, &b);
 	fg_profile_meta_set(p, FG_META_ERRORS, b.buf);
-	fg_profile_meta_set(p, FG_META_COMMAND, target_cmdline(t));
-	fg_profile_meta_setf(p, "missed-ticks", "%llu", (unsigned long long)r->e.tk.missed);
+	fg_profile_meta_set(p, FG_META_COMMAND, prof_process_cmdline(t));
+	fg_profile_meta_setf(p, "missed-ticks", "%llu", (unsigned long long)st.missed);
 	fg_profile_meta_set(p, "mode", r->o.nonblocking ? "nonblocking" : "blocking");
 	if (r->startup_samples) {
 		fg_profile_meta_setf(p, FG_META_STARTUP, "%llu %llu", (unsigned long long)r->startup_samples,
 				     (unsigned long long)r->startup_truncated);
 	}
-	if (r->w.gc) {
+	if (r->o.gc) {
 		/* Whether a missing <GC> means no collection or a Python that does not say (2.7, 3.6). */
-		fg_profile_meta_set(p, FG_META_GC, r->w.gc_known ? "sampled" : "unknown");
+		fg_profile_meta_set(p, FG_META_GC, prof_gc_known(r->p) ? "sampled" : "unknown");
 	}
 	if (r->slices) {
 		fg_slices_store(r->slices, p);
@@ -354,17 +384,17 @@ static void set_metadata(struct rec *r, uint64_t now)
 			(double)r->res_cpu_ns / 1e6);
 	}
 	if (r->keep_source) {
-		struct fg_source_stats st;
+		struct fg_source_stats sst;
 		uint64_t t0 = spy_thread_cpu_ns();
-		fg_profile_source_capture(p, cmd_sources_get, &r->sources, &st);
+		fg_profile_source_capture(p, cmd_sources_get, &r->sources, &sst);
 		/* What the source lines cost, for bench/source-overhead. */
 		spy_log(SPY_LOG_DEBUG, "sources: %zu files read (%.1f MiB) in %.2f ms CPU, %zu lines kept in %.2f ms CPU",
 			r->sources.n - r->sources.unreadable, (double)r->sources.bytes / (1 << 20),
-			(double)r->sources.read_ns / 1e6, st.lines, (double)(spy_thread_cpu_ns() - t0) / 1e6);
+			(double)r->sources.read_ns / 1e6, sst.lines, (double)(spy_thread_cpu_ns() - t0) / 1e6);
 		/* Why a line has no text, for whoever views the profile elsewhere. */
 		fg_profile_meta_setf(p, "sources", "%zu lines of %zu files kept; %zu files unreadable%s",
-				     st.lines, st.files, r->sources.unreadable + st.unreadable,
-				     st.budget_hit ? "; budget full" : "");
+				     sst.lines, sst.files, r->sources.unreadable + sst.unreadable,
+				     sst.budget_hit ? "; budget full" : "");
 	}
 	spy_buf_release(&b);
 }
@@ -466,7 +496,7 @@ static int check_push_args(struct rec *r, const char *table)
 				       "no blanks, quotes or { } , =", r->tenant);
 	}
 	snprintf(c->tenant, sizeof(c->tenant), "%s", r->tenant ? r->tenant : "");
-	r->o.window_s = r->push_every;
+	r->window_s = r->push_every;
 	/* Continuous: a file only with -o, a table only when asked for. */
 	r->no_file = !r->output && !r->table_to_stdout;
 	r->want_table = table || (r->table_to_stdout && r->fmt == FG_FORMAT_TABLE);
@@ -505,19 +535,19 @@ static void default_app(const char *cmdline, char *out, size_t size)
 static int start_push(struct rec *r)
 {
 	struct push_config *c = r->push;
-	const struct target *t = walker_target(eng_root(&r->e));
+	const struct prof_process *t = prof_root(r->p);
 	char host[256] = "";
 	snprintf(c->app, sizeof(c->app), "%s", r->app ? r->app : "");
 	if (!r->app) {
-		default_app(target_cmdline(t), c->app, sizeof(c->app));
+		default_app(prof_process_cmdline(t), c->app, sizeof(c->app));
 	}
 	if (gethostname(host, sizeof(host) - 1) != 0 || !host[0]) {
 		snprintf(host, sizeof(host), "unknown");
 	}
 	push_sanitize(host, false);
 	char pid[16], python[64];
-	snprintf(pid, sizeof(pid), "%d", target_pid(t));
-	snprintf(python, sizeof(python), "%s", pyrt_version_string(t->rt));
+	snprintf(pid, sizeof(pid), "%d", (int)prof_process_pid(t));
+	snprintf(python, sizeof(python), "%s", prof_process_python(t));
 	push_sanitize(python, false);
 	push_config_label(c, "host", host);
 	push_config_label(c, "pid", pid);
@@ -695,23 +725,18 @@ static int start(struct rec *r)
 	if (r->program && r->output && open_output(r, 0, &err) < 0) {
 		return cmd_fail(&err);
 	}
-	walker_init(&r->w, &r->strs, r->native, r->native_all, r->async);
+	r->o.native = r->native;
+	r->o.native_all = r->native_all;
+	r->o.async = r->async;
 	/* The collector's state goes with the views over time (issue 17's scope). */
-	r->w.gc = r->slice > 0 || r->fmt == FG_FORMAT_CHROME;
-	struct eng_walker ops = walker_ops(&r->w);
-	int rc = eng_open(&r->e, &r->o, &ops, &r->strs, r->pid, r->program, &err);
-	if (rc == 0) {
-		rc = walker_check_gil(&r->e, r->o.gil, &err);
-	}
-	if (rc == 0 && r->async) {
-		rc = walker_check_async(&r->e, &err);
-	}
+	r->o.gc = r->slice > 0 || r->fmt == FG_FORMAT_CHROME;
+	int rc = prof_open(&r->p, &r->o, &r->strs, r->pid, r->program, &err);
 	if (rc == 0 && r->program) {
-		rc = open_output(r, eng_root(&r->e)->pid, &err);
+		rc = open_output(r, prof_process_pid(prof_root(r->p)), &err);
 	}
 	if (rc < 0) {
 		cmd_output_abandon(&r->out);
-		return rc == -SPY_EINTR ? 128 + (int)proc_stop_requested : cmd_fail(&err);
+		return rc == -SPY_EINTR ? 128 + prof_stop_signal() : cmd_fail(&err);
 	}
 	return r->push ? start_push(r) : 0;
 }
@@ -719,8 +744,7 @@ static int start(struct rec *r)
 static void rec_release(struct rec *r)
 {
 	cmd_output_abandon(&r->out);
-	eng_release(&r->e);
-	walker_release(&r->w);
+	prof_close(r->p);
 	spy_buf_release(&r->default_out);
 	spy_stack_release(&r->stack);
 	cmd_sources_release(&r->sources);
@@ -767,14 +791,13 @@ int cmd_record(int argc, char **argv)
 	r->startup_frame = spy_strtab_interns(&r->strs, FG_STARTUP_FRAME);
 
 	r->keep_run = !r->no_file || r->want_table;
-	const struct eng_callbacks cb = { r, record_stack, between_ticks, record_window };
-	eng_run(&r->e, &cb);
-	uint64_t end = ticker_now_ns();
+	run(r);
+	uint64_t end = prof_now_ns();
 	if (r->res) {
 		/* The run's end is a reading too, while the process is still open. */
 		read_resources(r, end);
 	}
-	eng_detach(&r->e);
+	prof_detach(r->p);
 	if (r->progress) {
 		fputs("\r\033[K", stderr);
 	}
@@ -789,7 +812,7 @@ int cmd_record(int argc, char **argv)
 	struct spy_err werr = SPY_ERR_INIT;
 	int wrc = r->keep_run ? write_outputs(r, end, &werr) : 0;
 	struct spy_buf sum = SPY_BUF_INIT;
-	eng_summary(&r->e, end, &sum);
+	cmd_summary(r->p, end, &sum);
 	if (r->push) {
 		spy_buf_addf(&sum, "; pushed %llu window%s to %s", (unsigned long long)pst.sent,
 			     pst.sent == 1 ? "" : "s", r->push->url_text);
@@ -805,7 +828,7 @@ int cmd_record(int argc, char **argv)
 	if (wrc == 0 && r->out.path) {
 		spy_buf_addf(&sum, "; wrote %s", r->out.path);
 	}
-	eng_finish(&r->e, &sum);
+	prof_program_fate(r->p, &sum);
 	fprintf(stderr, "%s\n", sum.buf);
 	spy_buf_release(&sum);
 	if (wrc < 0) {

@@ -2,8 +2,9 @@
  * spy top: a live view of the functions a Python process spends its time
  * in, redrawn every --refresh seconds, like py-spy top.
  *
- * Sampling is the engine's loop (sampler/engine.h), with -s over the
- * process's Python descendants too; this file aggregates and draws. Two
+ * Sampling is the profiler's (profiler/profiler.h), with -s over the
+ * process's Python descendants too; this file runs the loop, aggregates
+ * and draws. Two
  * profiles are kept: one for the current refresh interval (the %Own and
  * %Total columns, what is hot now) and one since the start (the OwnTime
  * and TotalTime columns), and flamegraph's per-function table does the
@@ -30,7 +31,7 @@
 #include "cmd/cmd.h"
 #include "cmd/opts.h"
 #include "cmd/top.h"
-#include "cmd/walker.h"
+#include "cmd/session.h"
 #include "common/term.h"
 #include "common/util.h"
 #include "flamegraph/flamegraph.h"
@@ -51,8 +52,9 @@
 
 struct top {
 	struct spy_strtab strs;   /* the invocation's one string table */
-	struct walker w;
-	struct engine e;
+	struct profiler *p;
+	struct prof_opts o;
+	bool launched;    /* the program was launched: stdin is its */
 	enum top_sort sort;
 	bool by_line;     /* --lines: one row per line */
 	bool threads;     /* -t: a `thread TID "name"` row per thread */
@@ -79,11 +81,10 @@ static const char *const top_usage[] = {
 
 /* ---- aggregation ---- */
 
-static int add_stack(void *ctx, struct engine *e, const struct spy_stack *stack,
-		     const struct eng_sample *info)
+static int add_stack(struct top *t, const struct prof_sample *info)
 {
-	struct top *t = ctx;
-	if (t->threads && info->thread) {
+	const struct spy_stack *stack = info->stack;
+	if (t->threads && info->thread_root) {
 		/* The thread's root frame makes a row of its own, whose %Total
 		 * is that thread's share, named as threading named it. */
 		spy_stack_reset(&t->stack);
@@ -92,7 +93,7 @@ static int add_stack(void *ctx, struct engine *e, const struct spy_stack *stack,
 		}
 		struct spy_frame *f = spy_stack_push(&t->stack);
 		memset(f, 0, sizeof(*f));
-		f->func = info->thread->root;
+		f->func = info->thread_root;
 		/* Not synthetic: the table leaves those (process roots, idle
 		 * marks) out, and this one is meant to be a row. */
 		f->kind = SPY_FRAME_PYTHON;
@@ -147,7 +148,7 @@ static struct top_row *build_rows(struct top *t, size_t *n)
 {
 	struct fg_table cum, cur;
 	struct fg_table_opts o = FG_TABLE_OPTS_INIT;
-	o.rate_hz = t->e.o.rate;
+	o.rate_hz = t->o.rate;
 	o.by_line = t->by_line;
 	fg_table_init(&cum, t->cum, &o);
 	fg_table_init(&cur, t->cur, &o);
@@ -173,24 +174,25 @@ static double pct(uint64_t part, uint64_t whole)
 
 static void format_header(struct top *t, uint64_t now, struct spy_buf *h)
 {
-	struct engine *e = &t->e;
-	const struct target *tg = walker_target(eng_root(e));
-	uint64_t samples = e->samples - t->mark_samples;
+	struct prof_stats st;
+	prof_stats(t->p, &st);
+	const struct prof_process *tg = prof_root(t->p);
+	uint64_t samples = st.samples - t->mark_samples;
 	double span = (double)(now - t->mark_ns) / 1e9;
 	/* The command line last: a narrow terminal cuts it, not the numbers. */
-	spy_buf_addf(h, "spy top: process %d, Python ", target_pid(tg));
-	spy_term_adds(h, pyrt_version_string(tg->rt));
-	spy_buf_addf(h, ", %.1f s elapsed: ", eng_elapsed(e, now));
-	spy_term_adds(h, target_cmdline(tg));
+	spy_buf_addf(h, "spy top: process %d, Python ", (int)prof_process_pid(tg));
+	spy_term_adds(h, prof_process_python(tg));
+	spy_buf_addf(h, ", %.1f s elapsed: ", prof_elapsed(t->p, now));
+	spy_term_adds(h, prof_process_cmdline(tg));
 	spy_buf_addch(h, '\n');
 	spy_buf_addf(h, "samples: %llu (%.1f Hz of %g), threads: %zu, ", (unsigned long long)samples,
-		     span > 0 ? (double)samples / span : 0.0, e->o.rate, e->live_threads);
-	if (e->o.subprocesses) {
-		spy_buf_addf(h, "processes: %zu, ", e->nprocs);
+		     span > 0 ? (double)samples / span : 0.0, t->o.rate, st.live_threads);
+	if (t->o.subprocesses) {
+		spy_buf_addf(h, "processes: %zu, ", st.processes);
 	}
-	spy_buf_addf(h, "GIL: %.1f%%, active: %.1f%%, errors: ", pct(e->gil_ticks - t->mark_gil, samples),
-		     pct(e->active_samples - t->mark_active, e->thread_samples - t->mark_threads));
-	eng_format_errors(e, h);
+	spy_buf_addf(h, "GIL: %.1f%%, active: %.1f%%, errors: ", pct(st.gil_ticks - t->mark_gil, samples),
+		     pct(st.active_samples - t->mark_active, st.thread_samples - t->mark_threads));
+	prof_format_errors(&st, h);
 	spy_buf_addf(h, "\nsorted by %s; %%Own and %%Total over the last %.1f s, times since the start\n",
 		     t->sort == TOP_SORT_TOTAL ? "%Total" : "%Own", span);
 }
@@ -231,12 +233,13 @@ static void show(struct top *t, const char *header, const struct top_row *rows, 
 /* Start a new interval at now: the sampler's counters as they are, an empty profile. */
 static void start_interval(struct top *t, uint64_t now)
 {
-	struct engine *e = &t->e;
+	struct prof_stats st;
+	prof_stats(t->p, &st);
 	t->mark_ns = now;
-	t->mark_samples = e->samples;
-	t->mark_gil = e->gil_ticks;
-	t->mark_threads = e->thread_samples;
-	t->mark_active = e->active_samples;
+	t->mark_samples = st.samples;
+	t->mark_gil = st.gil_ticks;
+	t->mark_threads = st.thread_samples;
+	t->mark_active = st.active_samples;
 	fg_profile_free(t->cur);
 	t->cur = fg_profile_new(&t->strs, 0);
 }
@@ -276,9 +279,9 @@ static bool read_keys(struct top *t, uint64_t now)
 	return true;
 }
 
-static bool between_ticks(void *ctx, struct engine *e, uint64_t now)
+/* Between ticks: keys and redraws; false to stop. */
+static bool between_ticks(struct top *t, uint64_t now)
 {
-	struct top *t = ctx;
 	if (!read_keys(t, now)) {
 		return false;
 	}
@@ -301,7 +304,7 @@ static bool between_ticks(void *ctx, struct engine *e, uint64_t now)
 static void keys_enter(struct top *t)
 {
 	struct termios tio;
-	if (!t->tty || t->e.launched || !isatty(STDIN_FILENO) ||
+	if (!t->tty || t->launched || !isatty(STDIN_FILENO) ||
 	    tcgetattr(STDIN_FILENO, &t->saved_tio) != 0) {
 		return;
 	}
@@ -349,7 +352,7 @@ struct top_args {
 	char **program;
 };
 
-static int check_args(struct top_args *a, struct eng_opts *o, enum top_sort *sort)
+static int check_args(struct top_args *a, struct prof_opts *o, enum top_sort *sort)
 {
 	if (!a->pid == !a->program) {
 		return cmd_usage_error("top", a->pid ? "--pid and a program to run are exclusive"
@@ -376,6 +379,8 @@ static int check_args(struct top_args *a, struct eng_opts *o, enum top_sort *sor
 	}
 	o->rate = a->rate;
 	o->duration = a->duration;
+	o->native = a->native;
+	o->native_all = a->native_all;
 	return 0;
 }
 
@@ -391,18 +396,32 @@ static int split_program(int argc, char **argv, struct top_args *a)
 	return argc;
 }
 
-static int run(struct top *t, const struct eng_opts *o, struct top_args *a)
+/* Sample until the duration, a stop signal, the process's exit, q or a closed stdout. */
+static void loop(struct top *t)
+{
+	struct prof_tick tk;
+	enum prof_event ev;
+	while ((ev = prof_next(t->p, &tk)) != PROF_END) {
+		for (size_t i = 0; i < tk.n; i++) {
+			if (add_stack(t, &tk.v[i]) < 0) {
+				prof_dropped(t->p);
+			}
+		}
+		if (!between_ticks(t, prof_now_ns())) {
+			break;
+		}
+	}
+	prof_stop(t->p);
+}
+
+static int run(struct top *t, struct top_args *a)
 {
 	struct spy_err err = SPY_ERR_INIT;
-	walker_init(&t->w, &t->strs, a->native, a->native_all, false);
-	struct eng_walker ops = walker_ops(&t->w);
-	int rc = eng_open(&t->e, o, &ops, &t->strs, a->pid, a->program, &err);
-	if (rc == 0) {
-		rc = walker_check_gil(&t->e, o->gil, &err);
-	}
+	t->launched = a->program != NULL;
+	int rc = prof_open(&t->p, &t->o, &t->strs, a->pid, a->program, &err);
 	if (rc < 0) {
 		/* Stopped while waiting for a launched program's interpreter: as record does. */
-		return rc == -SPY_EINTR ? 128 + (int)proc_stop_requested : cmd_fail(&err);
+		return rc == -SPY_EINTR ? 128 + prof_stop_signal() : cmd_fail(&err);
 	}
 	t->cum = fg_profile_new(&t->strs, 0);
 	fg_profile_limit_stacks(t->cum, TOP_MAX_STACKS);
@@ -416,18 +435,19 @@ static int run(struct top *t, const struct eng_opts *o, struct top_args *a)
 		spy_term_crash_arm(STDIN_FILENO, t->keys ? &t->saved_tio : NULL, STDOUT_FILENO,
 				   "\033[?25h\033[?1049l");
 	}
-	start_interval(t, ticker_now_ns());
+	start_interval(t, prof_now_ns());
 	t->next_ns = t->mark_ns + spy_s_to_ns(t->refresh_s);
 	if (t->tty) {
 		/* the frame of the view at once, rather than a blank screen for a whole interval */
 		snapshot(t, t->mark_ns);
 	}
-	const struct eng_callbacks cb = { t, add_stack, between_ticks, NULL };
-	eng_run(&t->e, &cb);
-	eng_detach(&t->e);
-	uint64_t end = ticker_now_ns();
+	loop(t);
+	prof_detach(t->p);
+	uint64_t end = prof_now_ns();
+	struct prof_stats st;
+	prof_stats(t->p, &st);
 	/* The last, partial interval is worth showing if it saw anything. */
-	if (!t->out_broken && (t->e.samples > t->mark_samples || !t->snapshots)) {
+	if (!t->out_broken && (st.samples > t->mark_samples || !t->snapshots)) {
 		snapshot(t, end);
 	}
 	spy_term_crash_disarm();
@@ -435,8 +455,8 @@ static int run(struct top *t, const struct eng_opts *o, struct top_args *a)
 	keys_leave(t);
 
 	struct spy_buf sum = SPY_BUF_INIT;
-	eng_summary(&t->e, end, &sum);
-	eng_finish(&t->e, &sum);
+	cmd_summary(t->p, end, &sum);
+	prof_program_fate(t->p, &sum);
 	fprintf(stderr, "%s\n", sum.buf);
 	spy_buf_release(&sum);
 	return 0;
@@ -445,7 +465,6 @@ static int run(struct top *t, const struct eng_opts *o, struct top_args *a)
 int cmd_top(int argc, char **argv)
 {
 	struct top_args a = { .rate = 100, .duration = -1, .refresh = 1 };
-	struct eng_opts o = { 0 };
 	struct top *t = spy_xcalloc(1, sizeof(*t));
 	const struct opt opts[] = {
 		{ 'p', "pid", OPT_PID, &a.pid, "PID", "attach to a running process" },
@@ -456,14 +475,14 @@ int cmd_top(int argc, char **argv)
 		{ 0, "sort", OPT_STRING, &a.sort, "KEY", "own (default) or total" },
 		{ 'F', "function", OPT_BOOL, &a.function, NULL, "one row per function (the default; its lowest line shown)" },
 		{ 'l', "lines", OPT_BOOL, &a.lines, NULL, "one row per line of code instead of per function" },
-		{ 'i', "idle", OPT_BOOL, &o.idle, NULL, "count idle threads too (sleeping, blocked)" },
-		{ 'g', "gil", OPT_BOOL, &o.gil, NULL, "count only the thread holding the GIL" },
+		{ 'i', "idle", OPT_BOOL, &t->o.idle, NULL, "count idle threads too (sleeping, blocked)" },
+		{ 'g', "gil", OPT_BOOL, &t->o.gil, NULL, "count only the thread holding the GIL" },
 		{ 't', "threads", OPT_BOOL, &t->threads, NULL,
 		  "a row per thread too: thread TID \"name\", its share in %Total" },
 		{ 'n', "native", OPT_BOOL, &a.native, NULL, "merge native (C/C++) frames with the Python frames" },
 		{ 0, "native-all", OPT_BOOL, &a.native_all, NULL, "with --native, keep the interpreter's own frames" },
-		{ 0, "nonblocking", OPT_BOOL, &o.nonblocking, NULL, "never pause the target (torn stacks are counted as errors)" },
-		{ 's', "subprocesses", OPT_BOOL, &o.subprocesses, NULL, "also profile child processes, present and future" },
+		{ 0, "nonblocking", OPT_BOOL, &t->o.nonblocking, NULL, "never pause the target (torn stacks are counted as errors)" },
+		{ 's', "subprocesses", OPT_BOOL, &t->o.subprocesses, NULL, "also profile child processes, present and future" },
 		{ 0 },
 	};
 	int ac = split_program(argc, argv, &a);
@@ -476,17 +495,16 @@ int cmd_top(int argc, char **argv)
 		exit_code = cmd_usage_error("top", "unexpected argument '%s' (a program to run goes after '--')", rest[0]);
 	} else if (a.program && !a.program[0]) {
 		exit_code = cmd_usage_error("top", "no program after '--'");
-	} else if (!(exit_code = check_args(&a, &o, &t->sort))) {
+	} else if (!(exit_code = check_args(&a, &t->o, &t->sort))) {
 		t->refresh_s = a.refresh;
 		t->by_line = a.lines;
-		exit_code = run(t, &o, &a);
+		exit_code = run(t, &a);
 	}
 	free(rest);
 	fg_profile_free(t->cur);
 	fg_profile_free(t->cum);
 	spy_stack_release(&t->stack);
-	eng_release(&t->e);
-	walker_release(&t->w);
+	prof_close(t->p);
 	spy_strtab_release(&t->strs);
 	spy_buf_release(&t->screen);
 	free(t);

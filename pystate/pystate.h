@@ -2,7 +2,7 @@
  * pystate: finding and walking a CPython runtime in someone else's memory.
  *
  * pystate reads the target only through a const struct spy_mem *: it never
- * sees a pid, a file or an ELF. cmd/target.c finds the anchors (symbol
+ * sees a pid, a file or an ELF. profiler/open.c finds the anchors (symbol
  * addresses from symbolize/) and passes them in as struct pyrt_hints; unit
  * tests and fuzzers hand it synthetic memory the same way.
  *
@@ -244,7 +244,7 @@ struct pyrt_task {
 	spy_addr_t awaited_by[PYRT_TASK_MAX_AWAITERS];
 };
 
-/* Anchors found outside pystate (cmd/target.c, via symbolize/): 0 = unknown. */
+/* Anchors found outside pystate (profiler/open.c, via symbolize/): 0 = unknown. */
 struct pyrt_async_hints {
 	spy_addr_t debug_offsets; /* the _asyncio module's .AsyncioDebug section, 3.14+ */
 };

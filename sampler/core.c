@@ -84,7 +84,7 @@ struct core {
 	struct spy_map *maps;
 	char *map_paths;        /* NT_FILE names, NUL-separated (the maps point in) */
 	size_t nmaps;
-	struct core_thread *threads;
+	struct proc_thread *threads;
 	size_t nthreads, alloc_threads;
 	struct core_file {
 		const char *path;
@@ -386,7 +386,7 @@ static void add_thread(struct core *c, const unsigned char *desc, size_t len)
 	}
 	memcpy(&st, desc, sizeof(st));
 	SPY_GROW(c->threads, c->alloc_threads, c->nthreads + 1);
-	struct core_thread *t = &c->threads[c->nthreads++];
+	struct proc_thread *t = &c->threads[c->nthreads++];
 	memset(t, 0, sizeof(*t));
 	t->tid = st.pr_pid;
 #if defined(__x86_64__)
@@ -400,6 +400,7 @@ static void add_thread(struct core *c, const unsigned char *desc, size_t len)
 #else
 	proc_classify_wait(0, NULL, &t->wait);
 #endif
+	t->state = t->wait.state;
 }
 
 static void set_psinfo(struct core *c, const unsigned char *desc, size_t len)
@@ -695,7 +696,7 @@ const char *core_exe(const struct core *c)
 	return c->exe;
 }
 
-const struct core_thread *core_threads(const struct core *c, size_t *n)
+const struct proc_thread *core_threads(const struct core *c, size_t *n)
 {
 	*n = c->nthreads;
 	return c->threads;

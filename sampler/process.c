@@ -1,13 +1,15 @@
 /*
- * The process handle's backends (see engine.h): a live process, reached
+ * The process handle's backends (see process.h): a live process, reached
  * through ptrace and /proc, and a core file, which has nothing to pause and
- * no thread that runs, so most of its table is empty and spy_process_can()
- * says so instead of a rule in each command.
+ * no thread that runs, so it has no tracer table at all.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "sampler/engine.h"
+#include "common/log.h"
+#include "common/mapfile.h"
+#include "sampler/process.h"
 
 /* ---- live ---- */
 
@@ -24,6 +26,46 @@ static pid_t live_pid(const struct spy_process *p)
 static const char *live_cmdline(const struct spy_process *p)
 {
 	return proc_cmdline(live(p));
+}
+
+static const char *live_exe(const struct spy_process *p)
+{
+	return proc_exe(live(p));
+}
+
+static const struct spy_mem *live_mem(const struct spy_process *p)
+{
+	return proc_mem(live(p));
+}
+
+/* As the process has it mapped (common/mapfile.h): never a file of the same name elsewhere. */
+static int live_open_mapped(const struct spy_process *p, const char *path)
+{
+	const struct spy_mem *mem = proc_mem(live(p));
+	int fd = -ENOENT;
+	for (size_t i = 0; i < mem->nmaps && fd < 0; i++) {
+		if (mem->maps[i].offset == 0 && !strcmp(mem->maps[i].path, path)) {
+			fd = spy_open_mapped(proc_pid(live(p)), &mem->maps[i]);
+		}
+	}
+	return fd;
+}
+
+static long live_threads(struct spy_process *p, struct proc_thread *out, size_t max,
+			 struct spy_err *err)
+{
+	int rc = proc_list_threads(live(p), err);
+	if (rc < 0) {
+		return rc;
+	}
+	size_t n = 0;
+	const struct proc_thread *t = proc_threads(live(p), &n);
+	n = n < max ? n : max;
+	for (size_t i = 0; i < n; i++) {
+		out[i] = t[i];
+		proc_task_wait(live(p), t[i].tid, &out[i].wait);
+	}
+	return (long)n;
 }
 
 static int live_attach(struct spy_process *p, struct spy_err *err)
@@ -77,6 +119,11 @@ static bool live_exit_status(const struct spy_process *p, int *status)
 	return proc_exit_status(live(p), status);
 }
 
+static bool live_execed(const struct spy_process *p)
+{
+	return proc_execed(live(p));
+}
+
 static void live_fresh_view(struct spy_process *p)
 {
 	proc_mem_invalidate(live(p));
@@ -85,6 +132,11 @@ static void live_fresh_view(struct spy_process *p)
 static void live_read_maps(struct spy_process *p)
 {
 	proc_read_maps(live(p), NULL);
+}
+
+static void live_resources(struct spy_process *p, struct proc_resources *out)
+{
+	proc_read_resources(live(p), out);
 }
 
 static void live_task_open(const struct spy_process *p, struct proc_task *t, pid_t tid)
@@ -107,50 +159,29 @@ static void live_exe_of(const struct spy_process *p, pid_t pid, char *buf, size_
 	proc_exe_of(pid, buf, size);
 }
 
-static long live_threads(struct spy_process *p, struct spy_thread_info *out, size_t max,
-			 struct spy_err *err)
-{
-	int rc = proc_list_threads(live(p), err);
-	if (rc < 0) {
-		return rc;
-	}
-	size_t n = 0;
-	const struct proc_thread *t = proc_threads(live(p), &n);
-	n = n < max ? n : max;
-	for (size_t i = 0; i < n; i++) {
-		out[i].tid = t[i].tid;
-		memcpy(out[i].comm, t[i].comm, sizeof(out[i].comm));
-		proc_task_wait(live(p), t[i].tid, &out[i].wait);
-	}
-	return (long)n;
-}
-
 static void live_thread_wait(const struct spy_process *p, pid_t tid, struct proc_wait *out)
 {
 	proc_task_wait(live(p), tid, out);
-}
-
-static bool live_execed(const struct spy_process *p)
-{
-	return proc_execed(live(p));
-}
-
-static void live_resources(struct spy_process *p, struct proc_resources *out)
-{
-	proc_read_resources(live(p), out);
 }
 
 static const struct spy_process_ops live_ops = {
 	.kind = "process",
 	.pid = live_pid,
 	.cmdline = live_cmdline,
+	.exe = live_exe,
+	.mem = live_mem,
+	.open_mapped = live_open_mapped,
+	.threads = live_threads,
+};
+
+static const struct spy_tracer_ops live_tracer = {
 	.attach = live_attach,
 	.pause = live_pause,
 	.resume = live_resume,
-	.poll = live_poll,
 	.track = live_track,
 	.stop_thread = live_stop_thread,
 	.resume_thread = live_resume_thread,
+	.poll = live_poll,
 	.detach = live_detach,
 	.alive = live_alive,
 	.exit_status = live_exit_status,
@@ -165,14 +196,8 @@ static const struct spy_process_ops live_ops = {
 	.task_name = live_task_name,
 	.descendants = live_descendants,
 	.exe_of = live_exe_of,
-	.threads = live_threads,
 	.thread_wait = live_thread_wait,
 };
-
-struct spy_process spy_process_live(struct proc *p)
-{
-	return (struct spy_process){ &live_ops, p };
-}
 
 /* ---- core ---- */
 
@@ -186,51 +211,89 @@ static const char *core_cmdline_op(const struct spy_process *p)
 	return core_cmdline(p->impl);
 }
 
+static const char *core_exe_op(const struct spy_process *p)
+{
+	return core_exe(p->impl);
+}
+
+static const struct spy_mem *core_mem_op(const struct spy_process *p)
+{
+	return core_mem(p->impl);
+}
+
+static int core_open_mapped(const struct spy_process *p, const char *path)
+{
+	return core_open_file(p->impl, path);
+}
+
 /* Its notes: NT_PRSTATUS per thread, with what each waited on from its registers. */
-static long core_threads_op(struct spy_process *p, struct spy_thread_info *out, size_t max,
+static long core_threads_op(struct spy_process *p, struct proc_thread *out, size_t max,
 			    struct spy_err *err)
 {
 	size_t n = 0;
-	const struct core_thread *t = core_threads(p->impl, &n);
+	const struct proc_thread *t = core_threads(p->impl, &n);
 	n = n < max ? n : max;
-	for (size_t i = 0; i < n; i++) {
-		memset(&out[i], 0, sizeof(out[i]));
-		out[i].tid = t[i].tid;
-		out[i].wait = t[i].wait;
-	}
+	memcpy(out, t, n * sizeof(*out));
 	return (long)n;
 }
 
-/* A core never changes: nothing to pause, watch or re-read; its threads are in its notes. */
 static const struct spy_process_ops core_ops = {
 	.kind = "core file",
 	.pid = core_pid_op,
 	.cmdline = core_cmdline_op,
+	.exe = core_exe_op,
+	.mem = core_mem_op,
+	.open_mapped = core_open_mapped,
 	.threads = core_threads_op,
 };
 
-struct spy_process spy_process_core(struct core *c)
+/* ---- opening ---- */
+
+int spy_process_open_pid(struct spy_process *out, pid_t pid, bool prefetch, struct spy_err *err)
 {
-	return (struct spy_process){ &core_ops, c };
+	struct proc *p = NULL;
+	int rc = proc_open(&p, pid, err);
+	if (rc < 0) {
+		return rc;
+	}
+	proc_mem_prefetch(p, prefetch);
+	*out = (struct spy_process){ &live_ops, &live_tracer, p };
+	return 0;
 }
 
-bool spy_process_can(const struct spy_process *p, enum spy_process_cap cap, const char *what,
-		     struct spy_err *err)
+int spy_process_open_core(struct spy_process *out, const char *path, const char *exe, const char *root,
+			  struct spy_err *err)
 {
-	const struct spy_process_ops *o = p->ops;
-	bool can = false;
-	switch (cap) {
-	case SPY_CAP_PAUSE:
-	case SPY_CAP_UNWIND:
-		/* Unwinding reads the registers of stopped threads. */
-		can = o->attach && o->pause && o->resume;
-		break;
-	case SPY_CAP_WATCH:
-		can = o->task_open && o->task_refresh && o->alive;
-		break;
+	struct core *c = NULL;
+	int rc = core_open(&c, path, exe, root, err);
+	if (rc < 0) {
+		return rc;
 	}
-	if (!can && err) {
-		spy_err_set(err, SPY_EUSAGE, "%s needs a live process, and this is a %s", what, o->kind);
+	*out = (struct spy_process){ &core_ops, NULL, c };
+	return 0;
+}
+
+void spy_process_close(struct spy_process *p)
+{
+	if (p->ops == &live_ops) {
+		proc_free(p->impl);
+	} else if (p->ops == &core_ops) {
+		core_free(p->impl);
 	}
-	return can;
+	memset(p, 0, sizeof(*p));
+}
+
+void spy_process_log_stats(const struct spy_process *p)
+{
+	if (p->ops != &live_ops) {
+		return;
+	}
+	struct proc_mem_stats ms;
+	proc_mem_stats(live(p), &ms);
+	spy_log(SPY_LOG_DEBUG,
+		"process %d memory: %llu reads, %llu hits, %llu misses, "
+		"%llu uncached, %llu lines prefetched, %llu syscalls",
+		(int)proc_pid(live(p)), (unsigned long long)ms.reads, (unsigned long long)ms.hits,
+		(unsigned long long)ms.misses, (unsigned long long)ms.uncached,
+		(unsigned long long)ms.prefetched, (unsigned long long)ms.syscalls);
 }

@@ -30,10 +30,29 @@
 
 struct proc;
 
+enum proc_wait_kind {
+	PROC_WAIT_UNKNOWN = 0, /* stat unreadable (thread gone, core file) */
+	PROC_WAIT_RUNNING,     /* R */
+	PROC_WAIT_FUTEX,       /* blocked in a futex wait on futex */
+	PROC_WAIT_OTHER,       /* blocked elsewhere: sleep, I/O, select/poll/epoll */
+};
+struct proc_wait {
+	uint8_t kind;          /* enum proc_wait_kind */
+	char state;            /* the stat letter; 0 if unknown */
+	long nr;               /* syscall number; -1 if not in one or unknown */
+	spy_addr_t futex;      /* 0 if unknown (a restarted wait) */
+	char wchan[32];        /* kernel function it sleeps in; "" if unknown */
+};
+/*
+ * One thread as sampler knows it: listed from /proc (tid, state, comm;
+ * wait unknown until proc_task_wait reads it), or from a core's notes
+ * (tid and wait; state from the wait, comm empty).
+ */
 struct proc_thread {
 	pid_t tid;
 	char state;      /* the state letter of /proc/PID/task/TID/stat: R, S, D, t, ... */
 	char comm[17];   /* /proc/PID/task/TID/comm, without the newline */
+	struct proc_wait wait;
 };
 
 /*
@@ -263,19 +282,6 @@ int proc_parse_maps(const char *text, size_t len, struct spy_map **maps_out, siz
  * for a moment, so a caller that must tell looks again at those a little
  * later.
  */
-enum proc_wait_kind {
-	PROC_WAIT_UNKNOWN = 0, /* stat unreadable (thread gone, core file) */
-	PROC_WAIT_RUNNING,     /* R */
-	PROC_WAIT_FUTEX,       /* blocked in a futex wait on futex */
-	PROC_WAIT_OTHER,       /* blocked elsewhere: sleep, I/O, select/poll/epoll */
-};
-struct proc_wait {
-	uint8_t kind;          /* enum proc_wait_kind */
-	char state;            /* the stat letter; 0 if unknown */
-	long nr;               /* syscall number; -1 if not in one or unknown */
-	spy_addr_t futex;      /* 0 if unknown (a restarted wait) */
-	char wchan[32];        /* kernel function it sleeps in; "" if unknown */
-};
 void proc_task_wait(const struct proc *p, pid_t tid, struct proc_wait *out);
 /* The pure part, for unit tests: classify a state letter and syscall text. */
 void proc_classify_wait(char state, const char *syscall_text, struct proc_wait *out);
@@ -292,10 +298,6 @@ void proc_wait_note_wchan(struct proc_wait *w, const char *wchan);
  * -SPY_EFORMAT if not a core or truncated.
  */
 struct core;
-struct core_thread {
-	pid_t tid;
-	struct proc_wait wait;
-};
 int core_open(struct core **out, const char *path, const char *exe, const char *root,
 	      struct spy_err *err);
 void core_free(struct core *c);
@@ -314,7 +316,7 @@ const char *core_exe(const struct core *c);
  * another build; -EPERM: nothing vouches for it).
  */
 int core_open_file(struct core *c, const char *path);
-const struct core_thread *core_threads(const struct core *c, size_t *n);
+const struct proc_thread *core_threads(const struct core *c, size_t *n);
 /*
  * Parse an NT_FILE note's descriptor into maps (lo, hi, offset, path; paths
  * point into *paths). Exposed for unit tests; -SPY_EFORMAT if malformed.

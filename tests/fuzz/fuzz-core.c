@@ -36,7 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct spy_err err = SPY_ERR_INIT;
 	if (core_open(&c, path, NULL, NULL, &err) == 0) {
 		size_t n;
-		const struct core_thread *t = core_threads(c, &n);
+		const struct proc_thread *t = core_threads(c, &n);
 		for (size_t i = 0; i < n; i++) {
 			(void)strnlen(t[i].wait.wchan, sizeof(t[i].wait.wchan));
 		}

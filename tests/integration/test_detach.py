@@ -15,19 +15,31 @@ one), five scenarios, each on a fresh target:
            within a second of the signal the target must be running again,
            still alive, using CPU, and no task of it traced (TracerPid 0
            in /proc/PID/task/*/status).
+A dump held past its limit (SPY_TEST_HOLD_PAUSED_MS=5000, a walk slower
+than the 2 s a dump may keep its target stopped) lets the target go at the
+limit, prints what it has marked "Incomplete", and exits 0.
+And one launch: `spy top -- targets/nohup.py`, a program that ignores
+SIGHUP: a SIGHUP to spy (its terminal closed) ends spy within
+HANGUP_TIMEOUT, the program running on, untraced, and the summary says so.
 One line per interpreter; a FAIL names every scenario that went wrong. A
 version of harness.SUPPORTED with no interpreter here prints
 "SKIP X.Y (not installed)".
 """
 
 import os
+import re
 import resource
 import signal
 import subprocess
+import tempfile
+import time
 
 import harness
 
 TARGET = harness.target_path("nested.py")
+NOHUP = harness.target_path("nohup.py")
+DUMP_LIMIT = 2.0        # how long a dump keeps its target stopped at most
+HANGUP_TIMEOUT = 1.5     # from a SIGHUP to spy's exit, the launched program ignoring it
 HOLD_MS = 20000
 PAUSE_TIMEOUT = 15.0     # for spy to stop every task of the target
 RESUME_TIMEOUT = 1.0     # from the signal to the target running again
@@ -113,6 +125,69 @@ def hold_then_signal(interp, sig, want_rc):
             harness.kill(spy)
 
 
+def dump_bounded(interp):
+    with harness.Target(interp, TARGET) as target:
+        env = harness.spy_env({"SPY_TEST_HOLD_PAUSED_MS": "5000"}, keep_log=False)
+        start = time.time()
+        r = harness.run_spy(["dump", "--pid", str(target.pid)], env=env)
+        took = time.time() - start
+        problems = [] if r.rc == 0 else ["bounded dump: " + r.describe()]
+        if took > DUMP_LIMIT + 1.5:
+            problems.append("bounded dump: took %.1f s, the limit is %.0f s" % (took, DUMP_LIMIT))
+        if "Incomplete:" not in r.out:
+            problems.append("bounded dump: not marked incomplete: %r" % r.out[-300:])
+        if not r.out.startswith("Process %d:" % target.pid):
+            problems.append("bounded dump: no header: %r" % r.out[:200])
+        return problems + runs_again(target, 0.5, "bounded dump")
+
+
+def launch_hangup(interp):
+    # Files, not pipes: the program inherits them and outlives spy.
+    with tempfile.TemporaryFile() as errf:
+        spy = harness.spawn([harness.spy_path(), "top", "--"] + interp.command([NOHUP]),
+                            stdout=subprocess.DEVNULL, stderr=errf,
+                            env=harness.spy_env(keep_log=False))
+        try:
+            return hangup(spy, errf)
+        finally:
+            harness.kill(spy)
+
+
+def hangup(spy, errf):
+    def err_text():
+        errf.seek(0)
+        return errf.read().decode("utf-8", "replace")
+    time.sleep(2.0)
+    if spy.poll() is not None:
+        return ["hangup: spy exited %s before the signal: %s" % (spy.returncode, err_text()[-300:])]
+    start = time.time()
+    os.kill(spy.pid, signal.SIGHUP)
+    try:
+        spy.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        return ["hangup: spy still running 10 s after SIGHUP"]
+    took = time.time() - start
+    err = err_text()
+    problems = []
+    if took > HANGUP_TIMEOUT:
+        problems.append("hangup: spy took %.1f s to end" % took)
+    m = re.search(r"\(process (\d+)\) is still running", err)
+    if not m:
+        return problems + ["hangup: the summary does not say the program runs on: %r" % err[-300:]]
+    pid = int(m.group(1))
+    try:
+        if not os.path.exists("/proc/%d" % pid):
+            problems.append("hangup: the program is gone")
+        elif harness.tracers(pid):
+            problems.append("hangup: the program is still traced: %s" % harness.tracers(pid))
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return problems
+
+
 def run_one(interp):
     harness.require_test_hooks("SPY_TEST_HOLD_PAUSED_MS")
     problems = after_dump(interp)
@@ -121,7 +196,7 @@ def run_one(interp):
                     (signal.SIGABRT, -signal.SIGABRT)):
         problems += hold_then_signal(interp, sig, rc)
         harness.cleanup()
-    return problems
+    return problems + dump_bounded(interp) + launch_hangup(interp)
 
 
 def main():

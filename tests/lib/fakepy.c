@@ -795,7 +795,7 @@ struct fakepy *fakepy_new_front(const struct pyoffsets *row, uint32_t version, s
 		fakepy_w32(fp, pv, version);
 		fp->hints.py_version = pv;
 	} else {
-		/* What cmd/target.c gets from a file name: major.minor only. */
+		/* What profiler/open.c gets from a file name: major.minor only. */
 		fp->hints.version_hint = version & 0xffff0000u;
 	}
 	if (o->dbg.size) {

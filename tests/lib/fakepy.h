@@ -6,7 +6,7 @@
  * a struct pyoffsets row: runtime, interpreters, thread states, frames of the
  * row's frame model, code objects with line tables in the row's format, and
  * str/bytes objects in the row's string model. It is served through a
- * struct spy_mem, and fakepy_hints() gives the anchors cmd/target.c would
+ * struct spy_mem, and fakepy_hints() gives the anchors profiler/open.c would
  * find, so pystate runs on it unchanged.
  *
  * Tests corrupt an image with fakepy_w64() and friends: nothing here checks

@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """The module picture, enforced: each module includes only its own headers
-and the modules below it (cmd on top of sampler, pystate, symbolize and
-flamegraph, which are siblings and never include each other; common at the
-bottom). Exits 1 naming every file:line that crosses the picture.
+and the modules below it (doc/architecture.md): cmd on top of profiler and
+flamegraph; profiler, the only module that uses sampler, pystate and
+symbolize together; those three and flamegraph are siblings and never
+include each other; common at the bottom. cmd reaches pystate's value types
+(a thread, a local, a task, as dump prints them) only through
+profiler/profiler.h, and no sampler or symbolize header at all. Exits 1
+naming every file:line that crosses the picture.
 
     check-layering.py ROOT        check the tree at ROOT
     check-layering.py --self-test plant a sibling include in a scratch tree
@@ -19,7 +23,8 @@ ALLOWED = {
     "pystate": {"pystate", "common"},
     "symbolize": {"symbolize", "common"},
     "flamegraph": {"flamegraph", "common"},
-    "cmd": {"cmd", "sampler", "pystate", "symbolize", "flamegraph", "common"},
+    "profiler": {"profiler", "sampler", "pystate", "symbolize", "common"},
+    "cmd": {"cmd", "profiler", "flamegraph", "common"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^/"]+)/[^"]+"')
 
@@ -56,6 +61,12 @@ def self_test():
         got = problems(d)
         if len(got) != 1 or "sampler/bad.c:2" not in got[0]:
             return ["a sibling include was not caught: %r" % got]
+        os.remove(os.path.join(d, "sampler", "bad.c"))
+        with open(os.path.join(d, "cmd", "bad.c"), "w") as f:
+            f.write('#include "profiler/profiler.h"\n#include "sampler/process.h"\n')
+        got = problems(d)
+        if len(got) != 1 or "cmd/bad.c:2" not in got[0]:
+            return ["cmd reaching past profiler was not caught: %r" % got]
     return []
 
 

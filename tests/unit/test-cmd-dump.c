@@ -1,6 +1,6 @@
 /*
  * Unit tests for dump's decisions that need no process: the state a wait
- * gives (dump_classify) and the deadlock hint (dump_hint), on hand-built
+ * gives (prof_classify) and the deadlock hint (dump_hint), on hand-built
  * thread lists.
  */
 #include <stdlib.h>
@@ -12,22 +12,22 @@
 
 static void test_classify(void)
 {
-	struct proc_wait w = { .kind = PROC_WAIT_FUTEX, .state = 'S', .futex = 0x1000 };
-	CHECK_INT(dump_classify(&w, true, true), DUMP_GIL);
-	CHECK_INT(dump_classify(&w, true, false), DUMP_LOCK);
+	struct prof_wait w = { .kind = PROF_WAIT_FUTEX, .state = 'S', .futex = 0x1000 };
+	CHECK_INT(prof_classify(&w, true, true), PROF_STATE_GIL);
+	CHECK_INT(prof_classify(&w, true, false), PROF_STATE_LOCK);
 	/* Where the GIL is unknown, a futex wait could be either: idle, never a guess. */
-	CHECK_INT(dump_classify(&w, false, false), DUMP_IDLE);
-	w.kind = PROC_WAIT_RUNNING;
-	CHECK_INT(dump_classify(&w, true, false), DUMP_RUNNING);
-	w.kind = PROC_WAIT_OTHER;
-	CHECK_INT(dump_classify(&w, true, false), DUMP_IDLE);
-	w.kind = PROC_WAIT_UNKNOWN;
-	CHECK_INT(dump_classify(&w, true, false), DUMP_UNKNOWN);
-	CHECK_STR(dump_state_name(DUMP_LOCK), "waiting on a lock");
-	CHECK_STR(dump_state_name(DUMP_GIL), "waiting for the GIL");
+	CHECK_INT(prof_classify(&w, false, false), PROF_STATE_IDLE);
+	w.kind = PROF_WAIT_RUNNING;
+	CHECK_INT(prof_classify(&w, true, false), PROF_STATE_RUNNING);
+	w.kind = PROF_WAIT_OTHER;
+	CHECK_INT(prof_classify(&w, true, false), PROF_STATE_IDLE);
+	w.kind = PROF_WAIT_UNKNOWN;
+	CHECK_INT(prof_classify(&w, true, false), PROF_STATE_UNKNOWN);
+	CHECK_STR(dump_state_name(PROF_STATE_LOCK), "waiting on a lock");
+	CHECK_STR(dump_state_name(PROF_STATE_GIL), "waiting for the GIL");
 }
 
-static const char *hint_of(struct dump_thread *t, size_t n)
+static const char *hint_of(struct prof_look_thread *t, size_t n)
 {
 	static struct spy_buf b = SPY_BUF_INIT;
 	struct dump_result r = { .threads = t, .n = n };
@@ -36,7 +36,7 @@ static const char *hint_of(struct dump_thread *t, size_t n)
 	return b.buf;
 }
 
-static void set(struct dump_thread *t, int tid, enum dump_state s, bool gil)
+static void set(struct prof_look_thread *t, int tid, enum prof_state s, bool gil)
 {
 	memset(t, 0, sizeof(*t));
 	t->py.native_tid = tid;
@@ -46,18 +46,18 @@ static void set(struct dump_thread *t, int tid, enum dump_state s, bool gil)
 
 static void test_hint(void)
 {
-	struct dump_thread t[3];
-	set(&t[0], 10, DUMP_IDLE, false);
-	set(&t[1], 11, DUMP_LOCK, false);
-	set(&t[2], 12, DUMP_LOCK, false);
+	struct prof_look_thread t[3];
+	set(&t[0], 10, PROF_STATE_IDLE, false);
+	set(&t[1], 11, PROF_STATE_LOCK, false);
+	set(&t[2], 12, PROF_STATE_LOCK, false);
 	CHECK_STR(hint_of(t, 3),
 		  "possible deadlock: 2 threads wait on locks and none is running (11, 12)");
 	/* Somebody runs: it may yet release a lock. */
-	t[0].state = DUMP_RUNNING;
+	t[0].state = PROF_STATE_RUNNING;
 	CHECK_STR(hint_of(t, 3), "");
 	/* One lock waiter alone is an ordinary wait. */
-	set(&t[0], 10, DUMP_IDLE, false);
-	t[2].state = DUMP_IDLE;
+	set(&t[0], 10, PROF_STATE_IDLE, false);
+	t[2].state = PROF_STATE_IDLE;
 	CHECK_STR(hint_of(t, 3), "");
 
 	/* Workers parked in the standard library's waits are an idle pool, not a deadlock. */
@@ -67,9 +67,9 @@ static void test_hint(void)
 				 .line = 168, .kind = SPY_FRAME_PYTHON };
 	struct spy_frame mine = { .func = "transfer", .file = "/srv/app/bank.py",
 				  .line = 12, .kind = SPY_FRAME_PYTHON };
-	set(&t[0], 10, DUMP_LOCK, false);
-	set(&t[1], 11, DUMP_LOCK, false);
-	set(&t[2], 12, DUMP_LOCK, false);
+	set(&t[0], 10, PROF_STATE_LOCK, false);
+	set(&t[1], 11, PROF_STATE_LOCK, false);
+	set(&t[2], 12, PROF_STATE_LOCK, false);
 	t[0].stack = (struct spy_stack){ .v = &wait, .n = 1 };
 	t[1].stack = (struct spy_stack){ .v = &get, .n = 1 };
 	CHECK_STR(hint_of(t, 3), "");
@@ -79,22 +79,22 @@ static void test_hint(void)
 		  "possible deadlock: 2 threads wait on locks and none is running (11, 12)");
 
 	/* A GIL waiter behind a holder that is itself blocked. */
-	set(&t[0], 10, DUMP_IDLE, true);
-	set(&t[1], 11, DUMP_GIL, false);
+	set(&t[0], 10, PROF_STATE_IDLE, true);
+	set(&t[1], 11, PROF_STATE_GIL, false);
 	CHECK_STR(hint_of(t, 2),
 		  "possible deadlock: thread 11 waits for the GIL, held by thread 10, which is idle");
-	t[0].state = DUMP_RUNNING;
+	t[0].state = PROF_STATE_RUNNING;
 	CHECK_STR(hint_of(t, 2), "");
 	/* A holder whose state is unknown (a core without registers) proves nothing. */
-	t[0].state = DUMP_UNKNOWN;
+	t[0].state = PROF_STATE_UNKNOWN;
 	CHECK_STR(hint_of(t, 2), "");
 }
 
 /* The header says what kind of build it is, and whether a GIL exists. */
 static void test_header(void)
 {
-	struct dump_thread t[1];
-	set(&t[0], 10, DUMP_RUNNING, false);
+	struct prof_look_thread t[1];
+	set(&t[0], 10, PROF_STATE_RUNNING, false);
 	struct dump_result r = { .pid = 7, .cmdline = "python3.14t app.py", .version = "3.14.10",
 				 .binary = "/usr/bin/python3.14t", .threads = t, .n = 1 };
 	const bool ft[] = { false, true, true }, nogil[] = { false, true, false };
@@ -191,16 +191,16 @@ static void test_tasks_tree(void)
 	/* The most dump shows, each awaited by the most it keeps: indexed, not
 	 * scanned per edge (that took seconds). */
 	free(t);
-	t = calloc(DUMP_MAX_TASKS, sizeof(*t));
-	for (size_t i = 0; i < DUMP_MAX_TASKS; i++) {
+	t = calloc(PROF_MAX_TASKS, sizeof(*t));
+	for (size_t i = 0; i < PROF_MAX_TASKS; i++) {
 		size_t up[PYRT_TASK_MAX_AWAITERS];
 		for (size_t k = 0; k < PYRT_TASK_MAX_AWAITERS; k++) {
-			up[k] = (i * 7919 + k * 104729) % DUMP_MAX_TASKS;
+			up[k] = (i * 7919 + k * 104729) % PROF_MAX_TASKS;
 		}
 		mk_task(&t[i], i, "many", up, i ? PYRT_TASK_MAX_AWAITERS : 0);
 	}
 	r.task_v = t;
-	r.ntasks = r.tasks_total = DUMP_MAX_TASKS;
+	r.ntasks = r.tasks_total = PROF_MAX_TASKS;
 	spy_buf_reset(&b);
 	dump_print_tasks_text(&r, &b);
 	CHECK(strstr(b.buf, "asyncio: 4096 tasks in 1 event loop\n") != NULL);

@@ -2,7 +2,7 @@
 #include <stdbool.h>
 
 #include "cmd/opts.h"
-#include "cmd/target.h"
+#include "profiler/internal.h"
 #include "tests/lib/check.h"
 
 struct vals {
@@ -94,19 +94,19 @@ static void test_errors(void)
 
 static void test_paths(void)
 {
-	CHECK_INT(target_version_from_path("/x/lib/libpython3.11.so.1.0"), 0x030b0000);
-	CHECK_INT(target_version_from_path("/usr/bin/python3.11"), 0x030b0000);
-	CHECK_INT(target_version_from_path("/x/libpython3.6m.so.1.0"), 0x03060000);
-	CHECK_INT(target_version_from_path("/x/bin/python2.7"), 0x02070000);
-	CHECK_INT(target_version_from_path("/usr/bin/python3"), 0);
-	CHECK_INT(target_version_from_path("/usr/bin/sleep"), 0);
-	CHECK_INT(target_version_from_path("/opt/python3.11/bin/uwsgi"), 0);
-	CHECK(target_is_libpython("/a/b/libpython3.13.so.1.0"));
-	CHECK(target_is_libpython("/a/b/libpython2.7.so.1.0"));
-	CHECK(target_is_libpython("/a/b/libpython3.6m.so.1.0"));
-	CHECK(!target_is_libpython("/a/b/libpython3.so"));
-	CHECK(!target_is_libpython("/a/libpython3.11/python3.11"));
-	CHECK(!target_is_libpython("/a/b/mylibpython3.11.so"));
+	CHECK_INT(prof_version_from_path("/x/lib/libpython3.11.so.1.0"), 0x030b0000);
+	CHECK_INT(prof_version_from_path("/usr/bin/python3.11"), 0x030b0000);
+	CHECK_INT(prof_version_from_path("/x/libpython3.6m.so.1.0"), 0x03060000);
+	CHECK_INT(prof_version_from_path("/x/bin/python2.7"), 0x02070000);
+	CHECK_INT(prof_version_from_path("/usr/bin/python3"), 0);
+	CHECK_INT(prof_version_from_path("/usr/bin/sleep"), 0);
+	CHECK_INT(prof_version_from_path("/opt/python3.11/bin/uwsgi"), 0);
+	CHECK(prof_is_libpython("/a/b/libpython3.13.so.1.0"));
+	CHECK(prof_is_libpython("/a/b/libpython2.7.so.1.0"));
+	CHECK(prof_is_libpython("/a/b/libpython3.6m.so.1.0"));
+	CHECK(!prof_is_libpython("/a/b/libpython3.so"));
+	CHECK(!prof_is_libpython("/a/libpython3.11/python3.11"));
+	CHECK(!prof_is_libpython("/a/b/mylibpython3.11.so"));
 }
 
 int main(void)

@@ -263,7 +263,7 @@ static void test_open_and_read(const char *core, const char *mapped)
 	CHECK_INT(core_pid(c), 1234);
 	CHECK_STR(core_cmdline(c), "python3 x.py");
 	size_t n;
-	const struct core_thread *t = core_threads(c, &n);
+	const struct proc_thread *t = core_threads(c, &n);
 	CHECK_INT(n, 2);
 	CHECK_INT(t[0].tid, 1234);
 	CHECK_INT(t[1].tid, 1235);

@@ -1,5 +1,8 @@
 /*
- * Turning a pid into proc + pyrt (see target.h).
+ * Opening a process or a core and finding its Python runtime (see
+ * internal.h). The handle comes from sampler, CPython's anchors from the
+ * ELF file that holds the interpreter (symbolize), and pystate is handed
+ * those anchors as hints: the three meet here and nowhere else.
  *
  * The interpreter lives either in a shared libpython (pyenv's
  * --enable-shared builds, most distros' "python3-dev" setups) or statically
@@ -14,13 +17,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cmd/target.h"
+#include "common/bounds.h"
 #include "common/log.h"
-#include "common/mapfile.h"
 #include "common/util.h"
+#include "profiler/internal.h"
 #include "symbolize/symbolize.h"
 
-int target_is_libpython(const char *path)
+int prof_is_libpython(const char *path)
 {
 	const char *b = spy_basename(path);
 	const char *p = strstr(b, "libpython");
@@ -35,7 +38,7 @@ int target_is_libpython(const char *path)
 	return strstr(p, ".so") != NULL;
 }
 
-unsigned target_version_from_path(const char *path)
+unsigned prof_version_from_path(const char *path)
 {
 	const char *b = spy_basename(path);
 	const char *p = strstr(b, "python");
@@ -59,7 +62,7 @@ unsigned target_version_from_path(const char *path)
 static const char *pick_binary(const struct spy_mem *mem, const char *exe)
 {
 	for (size_t i = 0; i < mem->nmaps; i++) {
-		if (mem->maps[i].path[0] == '/' && target_is_libpython(mem->maps[i].path)) {
+		if (mem->maps[i].path[0] == '/' && prof_is_libpython(mem->maps[i].path)) {
 			return mem->maps[i].path;
 		}
 	}
@@ -71,36 +74,14 @@ static const char *pick_binary(const struct spy_mem *mem, const char *exe)
 	return NULL;
 }
 
-static const struct spy_mem *target_mem(const struct target *t)
+static const struct spy_mem *pp_mem(const struct prof_process *pp)
 {
-	return t->core ? core_mem(t->core) : proc_mem(t->proc);
+	return pp->h.ops->mem(&pp->h);
 }
 
-int target_pid(const struct target *t)
+static bool is_core(const struct prof_process *pp)
 {
-	return t->core ? (int)core_pid(t->core) : (int)proc_pid(t->proc);
-}
-
-const char *target_cmdline(const struct target *t)
-{
-	return t->core ? core_cmdline(t->core) : proc_cmdline(t->proc);
-}
-
-/* The file mapped at offset 0 as path: a live process's as it has it
- * mapped (common/mapfile.h), a core's under the core's rules. */
-static int open_mapped_path(const struct target *t, const char *path)
-{
-	if (t->core) {
-		return core_open_file(t->core, path);
-	}
-	const struct spy_mem *mem = proc_mem(t->proc);
-	int fd = -ENOENT;
-	for (size_t i = 0; i < mem->nmaps && fd < 0; i++) {
-		if (mem->maps[i].offset == 0 && !strcmp(mem->maps[i].path, path)) {
-			fd = spy_open_mapped(proc_pid(t->proc), &mem->maps[i]);
-		}
-	}
-	return fd;
+	return !pp->h.tracer;
 }
 
 /*
@@ -108,10 +89,10 @@ static int open_mapped_path(const struct target *t, const char *path)
  * as it has it mapped (common/mapfile.h), a core's under the core's rules
  * (core_open_file: named by the user, or its build-id checked).
  */
-static int open_binary(const struct target *t, struct spy_err *err)
+static int open_binary(const struct prof_process *t, struct spy_err *err)
 {
-	int fd = open_mapped_path(t, t->binary);
-	if (t->core && fd < 0) {
+	int fd = t->h.ops->open_mapped(&t->h, t->binary);
+	if (is_core(t) && fd < 0) {
 		return spy_err_set(err, SPY_EIO,
 				   "cannot read %s, which the core's process ran: %s (name the file with "
 				   "--exe, or the root it lives in with --root)", t->binary,
@@ -122,23 +103,23 @@ static int open_binary(const struct target *t, struct spy_err *err)
 	if (fd == -ESTALE) {
 		return spy_err_set(err, SPY_EIO,
 				   "cannot open %s: the file of that name is not the one process %d runs "
-				   "(replaced, or in another root)", t->binary, target_pid(t));
+				   "(replaced, or in another root)", t->binary, (int)t->pid);
 	}
 	if (fd < 0) {
 		return spy_err_set(err, SPY_EIO, "cannot open %s of process %d: %s", t->binary,
-				   target_pid(t), strerror(-fd));
+				   (int)t->pid, strerror(-fd));
 	}
 	return fd;
 }
 
 /* The run-time address of section name of the mapped ELF path, or 0. */
-static spy_addr_t mapped_section(const struct target *t, const char *path, const char *name)
+static spy_addr_t mapped_section(const struct prof_process *t, const char *path, const char *name)
 {
-	const struct spy_mem *mem = target_mem(t);
+	const struct spy_mem *mem = pp_mem(t);
 	struct sym_elf *e = NULL;
 	uint64_t bias, addr = 0, size;
 	spy_addr_t at = 0;
-	int fd = open_mapped_path(t, path);
+	int fd = t->h.ops->open_mapped(&t->h, path);
 	if (fd < 0 || sym_elf_open(&e, fd, path, NULL) < 0) {
 		return 0;
 	}
@@ -150,13 +131,13 @@ static spy_addr_t mapped_section(const struct target *t, const char *path, const
 	return at;
 }
 
-int target_async_hints(struct target *t, bool reread_maps, struct pyrt_async_hints *h)
+int prof_async_hints(struct prof_process *t, bool reread_maps, struct pyrt_async_hints *h)
 {
 	memset(h, 0, sizeof(*h));
-	if (reread_maps && t->proc && proc_read_maps(t->proc, NULL) < 0) {
-		return -SPY_EGONE;
+	if (reread_maps && t->h.tracer) {
+		t->h.tracer->read_maps(&t->h);
 	}
-	const struct spy_mem *mem = target_mem(t);
+	const struct spy_mem *mem = pp_mem(t);
 	for (size_t i = 0; i < mem->nmaps && !h->debug_offsets; i++) {
 		const char *b = spy_basename(mem->maps[i].path);
 		if (mem->maps[i].offset == 0 && mem->maps[i].path[0] == '/' &&
@@ -199,9 +180,9 @@ static void add_gil_symbols(const struct sym_elf *e, uint64_t bias, struct pyrt_
 	h->gil_lock_size = (uint32_t)sizeof(sem_t);
 }
 
-static int fill_hints(struct target *t, struct pyrt_hints *h, struct spy_err *err)
+static int fill_hints(struct prof_process *t, struct pyrt_hints *h, struct spy_err *err)
 {
-	const struct spy_mem *mem = target_mem(t);
+	const struct spy_mem *mem = pp_mem(t);
 	struct sym_elf *e = NULL;
 	int rc = open_binary(t, err);
 	if (rc < 0) {
@@ -214,13 +195,13 @@ static int fill_hints(struct target *t, struct pyrt_hints *h, struct spy_err *er
 	uint64_t bias;
 	if (!sym_elf_bias(e, mem->maps, mem->nmaps, t->binary, &bias)) {
 		rc = spy_err_set(err, SPY_ENOPY, "cannot find where %s is loaded in process %d",
-				 t->binary, target_pid(t));
+				 t->binary, (int)t->pid);
 		goto out;
 	}
 	memset(h, 0, sizeof(*h));
 	h->binary = t->binary;
-	h->pid = (int32_t)target_pid(t);
-	h->version_hint = target_version_from_path(t->binary);
+	h->pid = (int32_t)(int)t->pid;
+	h->version_hint = prof_version_from_path(t->binary);
 	add_symbol(e, bias, "_PyRuntime", &h->runtime);
 	add_symbol(e, bias, "Py_Version", &h->py_version);
 	add_symbol(e, bias, "interp_head", &h->interp_head);
@@ -256,7 +237,7 @@ static int fill_hints(struct target *t, struct pyrt_hints *h, struct spy_err *er
 	if (!h->runtime && !h->py_version && !h->interp_head && !h->interp_head_fn &&
 	    !h->tstate_current && !scannable) {
 		rc = spy_err_set(err, SPY_ENOPY, "no Python interpreter found in process %d (%s)",
-				 target_pid(t), target_cmdline(t));
+				 (int)t->pid, t->h.ops->cmdline(&t->h));
 		goto out;
 	}
 	rc = 0;
@@ -266,62 +247,145 @@ out:
 }
 
 /* Find the runtime of an opened process or core. */
-static int find_runtime(struct target *t, struct spy_err *err)
+static int find_runtime(struct prof_process *t, struct spy_err *err)
 {
 	struct pyrt_hints hints;
-	const char *exe = t->core ? core_exe(t->core) : proc_exe(t->proc);
-	const char *bin = pick_binary(target_mem(t), exe);
+	const char *bin = pick_binary(pp_mem(t), t->h.ops->exe(&t->h));
 	if (!bin) {
 		return spy_err_set(err, SPY_ENOPY, "no Python interpreter found in process %d (%s)",
-				   target_pid(t), target_cmdline(t));
+				   (int)t->pid, t->h.ops->cmdline(&t->h));
 	}
 	t->binary = spy_xstrdup(bin);
 	int rc = fill_hints(t, &hints, err);
 	if (rc < 0) {
 		return rc;
 	}
-	return pyrt_new(&t->rt, target_mem(t), &hints, t->strs, err);
+	return pyrt_new(&t->rt, pp_mem(t), &hints, t->strs, err);
 }
 
-int target_open_pid(struct target *t, pid_t pid, struct spy_strtab *strs, struct spy_err *err)
+#ifdef SPY_TEST_HOOKS
+int (*prof_test_open)(pid_t pid, struct spy_process *h, struct pyrt_hints *hints);
+#endif
+
+/* The root frame of pp's samples. */
+static void name_root(struct prof_process *pp)
 {
-	memset(t, 0, sizeof(*t));
-	t->strs = strs;
-	int rc = proc_open(&t->proc, pid, err);
-	if (rc == 0) {
-		rc = find_runtime(t, err);
-	}
+	struct spy_buf b = SPY_BUF_INIT;
+	spy_buf_addf(&b, "process %d \"%s\"", (int)pp->pid, pp->h.ops->cmdline(&pp->h));
+	pp->root = spy_strtab_interns(pp->strs, b.buf);
+	spy_buf_release(&b);
+}
+
+/* The handle is open: its runtime, and the root frame. */
+static int opened(struct prof_process **out, struct prof_process *pp, struct spy_err *err)
+{
+	pp->pid = pp->h.ops->pid(&pp->h);
+	int rc = find_runtime(pp, err);
 	if (rc < 0) {
-		target_release(t);
+		prof_process_free(pp);
+		return rc;
+	}
+	name_root(pp);
+	*out = pp;
+	return 0;
+}
+
+int prof_process_open(struct prof_process **out, pid_t pid, bool prefetch, struct spy_strtab *strs,
+		      struct spy_err *err)
+{
+	struct prof_process *pp = spy_xcalloc(1, sizeof(*pp));
+	pp->strs = strs;
+#ifdef SPY_TEST_HOOKS
+	if (prof_test_open) {
+		struct pyrt_hints hints;
+		int rc = prof_test_open(pid, &pp->h, &hints);
+		if (rc == 0) {
+			pp->pid = pp->h.ops->pid(&pp->h);
+			pp->binary = spy_xstrdup("python");
+			rc = pyrt_new(&pp->rt, pp_mem(pp), &hints, strs, err);
+		}
+		if (rc < 0) {
+			prof_process_free(pp);
+			return rc;
+		}
+		name_root(pp);
+		*out = pp;
+		return 0;
+	}
+#endif
+	int rc = spy_process_open_pid(&pp->h, pid, prefetch, err);
+	if (rc < 0) {
+		free(pp);
+		return rc;
+	}
+	return opened(out, pp, err);
+}
+
+int prof_process_open_core(struct prof_process **out, const char *path, const char *exe, const char *root,
+			   struct spy_strtab *strs, struct spy_err *err)
+{
+	struct prof_process *pp = spy_xcalloc(1, sizeof(*pp));
+	pp->strs = strs;
+	int rc = spy_process_open_core(&pp->h, path, exe, root, err);
+	if (rc < 0) {
+		free(pp);
+		return rc;
+	}
+	return opened(out, pp, err);
+}
+
+int prof_native_start(struct prof_process *pp, bool all, struct spy_err *err)
+{
+	if (pp->nat) {
+		return 0;
+	}
+	pp->nat = spy_xcalloc(1, sizeof(*pp->nat));
+	int rc = native_init(pp->nat, &pp->h, pp->binary, pp->strs, all, err);
+	if (rc < 0) {
+		free(pp->nat);
+		pp->nat = NULL;
 	}
 	return rc;
 }
 
-int target_open_core(struct target *t, const char *path, const char *exe, const char *root,
-		     struct spy_strtab *strs, struct spy_err *err)
+void prof_process_free(struct prof_process *pp)
 {
-	memset(t, 0, sizeof(*t));
-	t->strs = strs;
-	int rc = core_open(&t->core, path, exe, root, err);
-	if (rc == 0) {
-		rc = find_runtime(t, err);
+	if (!pp) {
+		return;
 	}
-	if (rc < 0) {
-		target_release(t);
+	if (pp->h.ops) {
+		spy_process_log_stats(&pp->h);
 	}
-	return rc;
+	if (pp->nat) {
+		native_log_stats(pp->nat);
+		native_release(pp->nat);
+		free(pp->nat);
+	}
+	prof_threads_clear(pp);
+	free(pp->th);
+	for (size_t i = 0; pp->w && i < SPY_MAX_THREADS; i++) {
+		spy_stack_release(&pp->w[i].stack);
+		native_pcs_release(&pp->w[i].pcs);
+	}
+	free(pp->w);
+	free(pp->py);
+	pyrt_free(pp->rt);
+	spy_process_close(&pp->h);
+	free(pp->binary);
+	free(pp);
 }
 
-struct spy_process target_process(const struct target *t)
+pid_t prof_process_pid(const struct prof_process *pp)
 {
-	return t->core ? spy_process_core(t->core) : spy_process_live(t->proc);
+	return pp->pid;
 }
 
-void target_release(struct target *t)
+const char *prof_process_cmdline(const struct prof_process *pp)
 {
-	pyrt_free(t->rt);
-	proc_free(t->proc);
-	core_free(t->core);
-	free(t->binary);
-	memset(t, 0, sizeof(*t));
+	return pp->h.ops->cmdline(&pp->h);
+}
+
+const char *prof_process_python(const struct prof_process *pp)
+{
+	return pyrt_version_string(pp->rt);
 }

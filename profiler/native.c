@@ -8,25 +8,25 @@
 #include <string.h>
 #include <time.h>
 
-#include "cmd/native.h"
 #include "common/bounds.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "sampler/sampler.h"
+#include "profiler/native.h"
 
-int native_init(struct native *n, struct target *t, bool all, struct spy_err *err)
+int native_init(struct native *n, const struct spy_process *h, const char *binary, struct spy_strtab *strs,
+		bool all, struct spy_err *err)
 {
 	memset(n, 0, sizeof(*n));
 	int rc = sym_unwinder_new(&n->uw, err);
 	if (rc < 0) {
 		return rc;
 	}
-	n->syms = sym_native_new(proc_pid(t->proc), t->strs);
+	n->syms = sym_native_new(h->ops->pid(h), strs);
 	n->opts.all = all;
 	/* The interpreter's own files: everything in them is the interpreter's business. */
-	n->opts.hide_libs[0] = spy_strtab_interns(t->strs, spy_basename(t->binary));
-	if (proc_exe(t->proc)[0]) {
-		n->opts.hide_libs[1] = spy_strtab_interns(t->strs, spy_basename(proc_exe(t->proc)));
+	n->opts.hide_libs[0] = spy_strtab_interns(strs, spy_basename(binary));
+	if (h->ops->exe(h)[0]) {
+		n->opts.hide_libs[1] = spy_strtab_interns(strs, spy_basename(h->ops->exe(h)));
 	}
 #ifdef SPY_TEST_HOOKS
 	n->fail_for_tests = getenv("SPY_TEST_NATIVE_FAIL") != NULL;
@@ -49,7 +49,7 @@ void native_pcs_release(struct native_pcs *pcs)
 	memset(pcs, 0, sizeof(*pcs));
 }
 
-void native_unwind(struct native *n, struct target *t, int32_t tid, struct native_pcs *pcs)
+void native_unwind(struct native *n, const struct spy_process *h, int32_t tid, struct native_pcs *pcs)
 {
 	if (!pcs->v) {
 		pcs->v = spy_xcalloc(SPY_MAX_NATIVE_DEPTH, sizeof(*pcs->v));
@@ -60,13 +60,13 @@ void native_unwind(struct native *n, struct target *t, int32_t tid, struct nativ
 		return;
 	}
 	uint64_t t0 = spy_thread_cpu_ns();
-	pcs->rc = sym_unwind(n->uw, proc_mem(t->proc), tid, pcs->v, SPY_MAX_NATIVE_DEPTH, &pcs->n);
+	pcs->rc = sym_unwind(n->uw, h->ops->mem(h), tid, pcs->v, SPY_MAX_NATIVE_DEPTH, &pcs->n);
 	pcs->cpu_ns = spy_thread_cpu_ns() - t0;
 	n->unwind_ns += pcs->cpu_ns;
 	n->unwinds++;
 }
 
-int native_merge(struct native *n, struct target *t, const struct native_pcs *pcs,
+int native_merge(struct native *n, const struct spy_process *h, const struct native_pcs *pcs,
 		 struct spy_stack *py)
 {
 	if (pcs->rc == -SPY_EMEM || pcs->n == 0) {
@@ -77,7 +77,7 @@ int native_merge(struct native *n, struct target *t, const struct native_pcs *pc
 	struct sym_native_stats before, after;
 	sym_native_stats(n->syms, &before);
 	spy_stack_reset(&n->nat);
-	sym_native_resolve(n->syms, proc_mem(t->proc), pcs->v, pcs->n, &n->nat);
+	sym_native_resolve(n->syms, h->ops->mem(h), pcs->v, pcs->n, &n->nat);
 	sym_merge(&n->nat, py, &n->opts, &n->merged, &n->mismatch);
 	if (pcs->rc == -SPY_EBOUND) {
 		n->merged.truncated = 1;

@@ -2,16 +2,17 @@
  * --native for record and dump: one thread's native stack, unwound while the
  * target is paused, then symbolized and merged with its Python stack once
  * the target runs again. The sampler and symbolize meet here, since neither
- * may include the other.
+ * may include the other (profiler's own: see internal.h).
  */
-#ifndef SPY_CMD_NATIVE_H
-#define SPY_CMD_NATIVE_H
+#ifndef SPY_PROFILER_NATIVE_H
+#define SPY_PROFILER_NATIVE_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "cmd/target.h"
+#include "common/strtab.h"
 #include "common/sample.h"
+#include "sampler/process.h"
 #include "symbolize/symbolize.h"
 
 /* The raw pcs of one thread, kept from the pause to the merge. */
@@ -37,18 +38,20 @@ struct native {
 	bool fail_for_tests;            /* SPY_TEST_NATIVE_FAIL: every unwind fails */
 };
 
-int native_init(struct native *n, struct target *t, bool all, struct spy_err *err);
+/* binary: the interpreter's file (its frames are the interpreter's business). */
+int native_init(struct native *n, const struct spy_process *h, const char *binary, struct spy_strtab *strs,
+		bool all, struct spy_err *err);
 void native_release(struct native *n);
 void native_pcs_release(struct native_pcs *pcs);
 
 /* While tid is ptrace-stopped: walk its native stack into pcs. */
-void native_unwind(struct native *n, struct target *t, int32_t tid, struct native_pcs *pcs);
+void native_unwind(struct native *n, const struct spy_process *h, int32_t tid, struct native_pcs *pcs);
 /*
  * After the target resumed: replace py (the thread's Python stack) with the
  * merged stack. A failed walk leaves py as it is, is counted, and returns
  * -SPY_EMEM; otherwise 0.
  */
-int native_merge(struct native *n, struct target *t, const struct native_pcs *pcs,
+int native_merge(struct native *n, const struct spy_process *h, const struct native_pcs *pcs,
 		  struct spy_stack *py);
 /* Log the counters (SPY_LOG=debug): cache hit rate, mismatches, failures. */
 void native_log_stats(const struct native *n);

@@ -1,0 +1,188 @@
+/*
+ * The profiler's own structures, shared by its files: open.c (a process and
+ * its runtime), walk.c (reading threads), tick.c (one tick's rules: what is
+ * stopped, walked, kept), look.c (dump's one look) and profiler.c (the
+ * session: launching, descendants, waiting for ticks).
+ */
+#ifndef SPY_PROFILER_INTERNAL_H
+#define SPY_PROFILER_INTERNAL_H
+
+#include "profiler/native.h"
+#include "profiler/profiler.h"
+#include "sampler/process.h"
+#include "sampler/sampler.h"
+
+/* One OS thread seen, with its state kept across ticks. */
+struct prof_thread {
+	struct proc_task task;
+	bool seen;          /* found by this tick's walk */
+	bool had_cpu;       /* a CPU-time reading preceded this tick's (see the activity rule) */
+	bool walked;        /* walked before (one thread at a time: no warm-up walk needed) */
+	/*
+	 * -i: the stack last read of a thread asleep, while it stays asleep
+	 * (see still_stack in tick.c); valid is cleared by every refresh that
+	 * finds the thread scheduled since.
+	 */
+	struct spy_stack kept;
+	bool kept_valid;
+	const char *root;   /* interned `thread TID "name"` */
+	const char *name;   /* the interpreter's name the root was made with (NULL: the kernel's) */
+	char comm[17];      /* the kernel's name, when first seen */
+};
+
+/* One thread as this tick's walk found it (index i of the process's listing). */
+struct prof_walked {
+	bool holds_gil;
+	bool gc;              /* the runtime was collecting garbage in this thread */
+	int rc;               /* < 0: the stack could not be read (the thread exited) */
+	const char *name;     /* the interpreter's name for it (interned), or NULL */
+	struct spy_stack stack;
+	/* per tick, the rules' marks */
+	bool fresh;           /* its thread was first seen now */
+	bool listed_gil;      /* it held the GIL when listed */
+	bool frozen;          /* walked behind the GIL holder's hold */
+	struct native_pcs pcs;   /* --native: from the stop to the merge */
+	const char *task;     /* --async --native: its running task (name), cut after the merge */
+	size_t task_keep;
+};
+
+/* One process profiled: the one named or launched, a descendant (-s), or a core. */
+struct prof_process {
+	struct spy_process h;
+	pid_t pid;
+	struct pyrt *rt;
+	struct spy_strtab *strs;     /* the command's */
+	char *binary;                /* path (as the target sees it) of the ELF holding the runtime */
+	bool no_builtin_asyncio;     /* binary has no .AsyncioDebug: not searched again */
+	struct pyrt_async_hints ah;  /* --async: found when asyncio is loaded */
+	uint64_t ah_looked_ns;       /* when the maps were last searched for it */
+	struct native *nat;          /* --native; NULL without */
+	const char *root;            /* interned `process PID "cmdline"` */
+	bool attached, gone;
+	/* the thread table */
+	struct prof_thread *th;
+	size_t nth, th_alloc;
+	/* this tick's walk: w[i] is listed thread py[i] (SPY_MAX_THREADS each, allocated on first use) */
+	struct py_thread *py;
+	struct prof_walked *w;
+	size_t nw;
+	/* --async: the root frame of each task name (names are interned:
+	 * compared by pointer), so a sample interns nothing. */
+	struct {
+		const char *name, *frame;
+	} task_frames[64];
+	uint64_t last_maps_ns;
+	uint64_t maps_retry_ns;   /* how long after the last maps read a failed walk may read them again */
+	uint64_t last_alive_ns;
+};
+
+/* ---- open.c ---- */
+
+/*
+ * Open pid (or the core at path) and find its interpreter: handle and
+ * runtime. On failure nothing is left open.
+ */
+int prof_process_open(struct prof_process **out, pid_t pid, bool prefetch, struct spy_strtab *strs,
+		      struct spy_err *err);
+int prof_process_open_core(struct prof_process **out, const char *path, const char *exe, const char *root,
+			   struct spy_strtab *strs, struct spy_err *err);
+/*
+ * Where the target's _asyncio module says how to read its tasks (3.14+:
+ * .AsyncioDebug of lib-dynload/_asyncio*.so, or of the interpreter where
+ * built in); h->debug_offsets stays 0 while asyncio is not loaded.
+ * reread_maps: it may have been loaded since the maps were read.
+ */
+int prof_async_hints(struct prof_process *pp, bool reread_maps, struct pyrt_async_hints *h);
+/* --native's unwinder and symbols for pp (a live process). */
+int prof_native_start(struct prof_process *pp, bool all, struct spy_err *err);
+void prof_process_free(struct prof_process *pp);
+
+#ifdef SPY_TEST_HOOKS
+/*
+ * Tests: open pid through a fake backend and the anchors of a synthetic
+ * image instead of /proc and ELF files (tests/lib/fakepy.h).
+ */
+extern int (*prof_test_open)(pid_t pid, struct spy_process *h, struct pyrt_hints *hints);
+#endif
+
+/* Exposed for unit tests: PY_VERSION_HEX (major.minor) from a path such as
+ * ".../libpython3.11.so.1.0" or "/usr/bin/python2.7"; 0 if none. */
+unsigned prof_version_from_path(const char *path);
+/* Whether a mapped file's name looks like libpython. */
+int prof_is_libpython(const char *path);
+
+/* ---- walk.c ---- */
+
+struct prof_walk_opts {
+	bool async;   /* cut at the running task (see prof_cut_at_task) */
+	bool gc;      /* ask the holder's interpreter whether it collects */
+};
+/* List every thread into pp->py and pp->w (tid, name, GIL as listed; empty stacks); err may be NULL. */
+int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, struct spy_err *err);
+/* Walk listed thread i; held: it alone is stopped (see walk.c). */
+void prof_walk_thread(struct prof_process *pp, const struct prof_walk_opts *o, size_t i, bool held,
+		      bool *gc_known);
+/* Whether listed thread j cannot run Python while listed thread h is held (h holds its GIL). */
+bool prof_walk_frozen_by(struct prof_process *pp, size_t h, size_t j);
+/* --native, stopped: unwind listed thread i; running again: merge it. < 0: the unwind failed. */
+void prof_walk_unwind(struct prof_process *pp, size_t i);
+int prof_walk_finish(struct prof_process *pp, size_t i);
+/* The `task "NAME"` frame for the running task (--async), interned in strs. */
+void prof_cut_at_task(struct prof_process *pp, struct spy_stack *st, const char *name, size_t keep);
+
+/* ---- tick.c ---- */
+
+/* How long threads were held (stopped) per tick, since the start; logged at the end (debug). */
+#define PROF_HOLD_GOAL_NS (200 * 1000ull)
+/*
+ * A thread interrupted and not stopped within this (or half a period, if
+ * shorter, but at least the floor) is off a CPU: one on a CPU takes the
+ * interrupt within microseconds. It is then held as it is (see hold_one).
+ */
+#define PROF_OFFCPU_WAIT_NS (1000 * 1000ull)
+#define PROF_OFFCPU_WAIT_MIN_NS (100 * 1000ull)
+/*
+ * The GIL holder's hold takes on no more walks of other threads past this
+ * (see walk_frozen): with the one begun last (tens of us at 100 frames),
+ * it stays within PROF_HOLD_GOAL_NS; at half the goal, bench/hold-time saw
+ * 20 threads 100 deep with -i pass it in 8 ticks of 178.
+ */
+#define PROF_FROZEN_BUDGET_NS (PROF_HOLD_GOAL_NS / 4)
+struct prof_holds {
+	uint64_t ticks;            /* ticks that held something (attached walks) */
+	uint64_t whole_ticks;      /* of those, ticks that paused the whole process */
+	uint64_t longest_sum_ns;   /* per tick, the longest one thread was held: summed */
+	uint64_t longest_max_ns;   /* ... and the largest */
+	uint64_t total_sum_ns;     /* per tick, every thread's hold added up: summed */
+	uint64_t total_max_ns;
+	uint64_t over_goal;        /* ticks whose longest hold passed PROF_HOLD_GOAL_NS */
+	uint64_t stops, stop_sum_ns;   /* one thread at a time: from the interrupt to its stop */
+	uint64_t frozen;           /* threads walked behind the GIL holder's hold, not stopped */
+	uint64_t offcpu;           /* threads held off a CPU: interrupted, not yet stopped (stop_thread 1) */
+};
+/* -i: stacks of sleeping threads taken without a stop (still_stack in tick.c): kept, read. */
+struct prof_still {
+	uint64_t kept, read;
+};
+
+/* What a tick needs of the session, and what it counts. */
+struct prof_tick_state {
+	struct prof_opts o;
+	struct prof_walk_opts wo;
+	struct spy_strtab *strs;
+	uint64_t offcpu_wait_ns;    /* how long a hold waits for a thread to stop before holding it as it is */
+	struct prof_holds holds;
+	struct prof_still still;
+	struct prof_stats st;
+	bool gc_known;
+	struct prof_sample *kept;   /* this tick's kept stacks */
+	size_t nkept, kept_alloc;
+};
+
+/* One tick of pp: stop, walk, resume, keep (into ts->kept). */
+void prof_tick_process(struct prof_tick_state *ts, struct prof_process *pp, bool *gil_held);
+/* Forget every thread (closing its state files). */
+void prof_threads_clear(struct prof_process *pp);
+void prof_holds_log(const struct prof_tick_state *ts);
+
+#endif

@@ -1,0 +1,284 @@
+/*
+ * The profiler: one Python-aware object per profiled process, pulled by
+ * each command's own loop. It is the only module that uses sampler
+ * (ptrace, memory, procfs, cores), pystate (the interpreter's structures)
+ * and symbolize (ELF, native unwinding) together; commands see none of
+ * them through it, only what is declared here.
+ *
+ * A profiler is a session over one process (named by pid, or launched),
+ * with -s its Python descendants too, each a struct prof_process: handle,
+ * runtime, caches, thread table and stop state together. prof_next()
+ * waits for the next tick (looking after the processes meanwhile) and
+ * hands back the stacks kept that tick; the command does everything else
+ * (windows, progress, output) between calls. prof_look() is the one-shot
+ * read dump makes, of a live process or a core, through the same thread
+ * walk the ticks use.
+ *
+ * Invariants, kept on every path, the command's included:
+ * - A target is never left stopped: every stop is undone before a call
+ *   returns; prof_detach() (and prof_close) let every process go.
+ * - At most one thread is held at a time (by default), the GIL holder
+ *   first; a thread asleep is not stopped without -i, and with -i not when
+ *   its stack is known to be unchanged. A whole-process pause is taken
+ *   only where one thread cannot be held alone.
+ * - Everything done with a stack besides reading it (native symbols,
+ *   merging, the command's aggregation) happens with the target running.
+ * - Memory read from the target is bounded (pystate's walks, SPY_MAX_*);
+ *   the reads besides the stacks (names, maps, asyncio hints) are spread
+ *   over ticks on their own clocks, not repeated every tick.
+ * - A stop signal (SIGINT, SIGTERM, SIGHUP) ends prof_next() and
+ *   prof_look() at their next check, within a tick or a hold.
+ *
+ * The question a newcomer asks: why does a thread that sleeps count as
+ * active when it holds the GIL? Because a thread waiting for the GIL also
+ * sleeps (a futex), so the state letter cannot tell the holder from the
+ * waiters; holding the GIL is the better witness of running Python code.
+ */
+#ifndef SPY_PROFILER_PROFILER_H
+#define SPY_PROFILER_PROFILER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/buf.h"
+#include "common/err.h"
+#include "common/sample.h"
+#include "common/strtab.h"
+#include "pystate/pystate.h"
+
+struct profiler;
+struct prof_process;
+
+struct prof_opts {
+	double rate;        /* ticks per second, > 0 */
+	double duration;    /* seconds; < 0 until stopped */
+	bool idle;          /* keep idle threads' stacks */
+	bool gil;           /* keep only the GIL holder's */
+	bool nonblocking;   /* never stop the target */
+	bool subprocesses;  /* -s: sample the Python descendants too */
+	bool native, native_all;   /* merge native frames (all: the interpreter's too) */
+	bool async;         /* a `task "NAME"` frame for the running asyncio task */
+	bool gc;            /* mark the stacks taken while the collector ran */
+};
+
+/* Per-sample failures, by reason (their names are prof_error_names). */
+enum prof_error {
+	PROF_ERR_PAUSE,      /* the process could not be paused */
+	PROF_ERR_THREADS,    /* the thread list could not be read */
+	PROF_ERR_GONE,       /* a thread's stack could not be read (it exited) */
+	PROF_ERR_TORN,       /* --nonblocking: a walk did not reach the root */
+	PROF_ERR_TRUNCATED,  /* a walk stopped at a bound or bad memory (kept) */
+	PROF_ERR_DROPPED,    /* the command refused a stack (counted with prof_dropped) */
+	PROF_ERR_NATIVE,     /* --native: a thread could not be unwound (Python stack kept) */
+	PROF_ERR_STATE,      /* a thread's state file would not open (descriptors?): sampled anyway */
+	PROF_ERR_MAX
+};
+extern const char *const prof_error_names[PROF_ERR_MAX];
+
+/* One stack kept in a tick, valid until the next prof_next(). */
+struct prof_sample {
+	const struct spy_stack *stack;   /* innermost first */
+	const char *proc_root;     /* interned `process PID "cmdline"` */
+	const char *thread_root;   /* interned `thread TID "name"`, NULL without a TID */
+	pid_t pid, tid;
+	bool holds_gil;
+	bool gc;            /* the collector was running in this thread */
+	bool idle;          /* only ever true with opts.idle */
+};
+
+/* What prof_next() returns. */
+enum prof_event {
+	PROF_END = 0,    /* the duration ran out, a stop was requested, or the process exited */
+	PROF_TICK = 1,   /* a tick: out holds its kept stacks */
+	PROF_WAIT = 2,   /* nothing yet (at most 10 ms passed): the command's turn */
+};
+
+struct prof_tick {
+	uint64_t start_ns;   /* when the tick began (ticker_now clock) */
+	double t_s;          /* its time since the first tick, in seconds */
+	const struct prof_sample *v;
+	size_t n;
+};
+
+/* Counters since the start. */
+struct prof_stats {
+	uint64_t samples;           /* ticks sampled */
+	uint64_t missed;            /* deadlines missed (the tick came too late) */
+	uint64_t gil_ticks;         /* ticks in which a Python thread held the GIL */
+	uint64_t thread_samples;    /* threads walked, summed over ticks */
+	uint64_t active_samples;    /* of those, the ones running or holding the GIL */
+	uint64_t errors[PROF_ERR_MAX];
+	size_t threads_seen;        /* distinct threads ever seen */
+	size_t live_threads;        /* Python threads in the last tick, over every process */
+	size_t processes;           /* processes sampled now */
+	uint64_t start_ns, stop_ns; /* the first tick; the end (0 while running) */
+};
+
+/*
+ * Open pid, or (pid 0) launch program and wait for its interpreter; then,
+ * unless nonblocking, seize it. Installs the stop signals' handlers
+ * (launch mode: the ones that forward a signal sent to spy alone).
+ * -SPY_EINTR if stopped while waiting for a launched program's
+ * interpreter; -SPY_EUSAGE for -g on a build without a GIL, -SPY_EVERSION
+ * for --async where tasks cannot be read. strs must outlive the
+ * profiler. prof_close() in every case (*out is set even on failure).
+ */
+int prof_open(struct profiler **out, const struct prof_opts *o, struct spy_strtab *strs, pid_t pid,
+	      char **program, struct spy_err *err);
+/* Wait for the next tick (first call: the clock starts), or at most 10 ms; see enum prof_event. */
+enum prof_event prof_next(struct profiler *p, struct prof_tick *out);
+/* Sampling is over (idempotent): spy's priority back to normal; the end is stamped. */
+void prof_stop(struct profiler *p);
+/* Resume and detach every process (idempotent); a stop signal is forwarded to a launched program. */
+void prof_detach(struct profiler *p);
+/*
+ * After prof_detach: a launched program told to stop (or gone) is waited
+ * for, a second signal giving up; its fate ("; python3 exited with status
+ * 0", "; python3 (process 12) is still running") is appended to out.
+ * Nothing for a --pid target.
+ */
+void prof_program_fate(struct profiler *p, struct spy_buf *out);
+/* "; process N replaced its program (exec): sampling stopped there", for each. */
+void prof_exec_notes(const struct profiler *p, struct spy_buf *out);
+void prof_close(struct profiler *p);
+
+void prof_stats(const struct profiler *p, struct prof_stats *out);
+/* A stack the command could not keep: counted as dropped. */
+void prof_dropped(struct profiler *p);
+/* Seconds from the first tick to now_ns (or to the stop, once stopped). */
+double prof_elapsed(const struct profiler *p, uint64_t now_ns);
+/* With opts.gc: whether the runtime said at least once whether it was collecting. */
+bool prof_gc_known(const struct profiler *p);
+
+/* The process named or launched; what is known of a process. */
+const struct prof_process *prof_root(const struct profiler *p);
+pid_t prof_process_pid(const struct prof_process *pp);
+const char *prof_process_cmdline(const struct prof_process *pp);
+const char *prof_process_python(const struct prof_process *pp);
+
+/* The resources of the process named or launched now: known is 0 for one gone. */
+struct prof_resources {
+	unsigned known;   /* PROF_RES_* */
+	uint64_t utime, stime;   /* ns */
+	uint64_t rss;            /* bytes */
+	uint64_t threads, ctxsw;
+	uint64_t read_bytes, write_bytes;
+};
+enum {
+	PROF_RES_CPU = 1, PROF_RES_RSS = 2, PROF_RES_THREADS = 4, PROF_RES_CTXSW = 8, PROF_RES_IO = 16,
+};
+void prof_resources(struct profiler *p, struct prof_resources *out);
+
+/* "N" or "N (reason n, reason n)". */
+void prof_format_errors(const struct prof_stats *s, struct spy_buf *out);
+uint64_t prof_errors(const struct prof_stats *s);
+
+/* The clock ticks are on (monotonic ns). */
+uint64_t prof_now_ns(void);
+/* The stop signal received (SIGINT, SIGTERM, SIGHUP), or 0. */
+int prof_stop_signal(void);
+/* The handlers that set it, for a command that opens nothing through prof_open (dump). */
+void prof_install_stop_handlers(void);
+
+/* ---- one look (dump) ---- */
+
+/* What a thread waits on, read before any stop (a live process) or from a core's registers. */
+enum prof_wait_kind {
+	PROF_WAIT_UNKNOWN = 0, /* unreadable (thread gone) */
+	PROF_WAIT_RUNNING,     /* R */
+	PROF_WAIT_FUTEX,       /* blocked in a futex wait on futex */
+	PROF_WAIT_OTHER,       /* blocked elsewhere: sleep, I/O, select/poll/epoll */
+};
+struct prof_wait {
+	uint8_t kind;          /* enum prof_wait_kind */
+	char state;            /* the stat letter; 0 if unknown */
+	long nr;               /* syscall number; -1 if not in one or unknown */
+	uint64_t futex;        /* 0 if unknown (a restarted wait) */
+	char wchan[32];        /* kernel function it sleeps in; "" if unknown */
+};
+
+/* A thread's state, of the CLI contract, plus unknown (no /proc, no registers). */
+enum prof_state {
+	PROF_STATE_UNKNOWN = 0,
+	PROF_STATE_RUNNING,
+	PROF_STATE_IDLE,
+	PROF_STATE_LOCK,      /* waiting on a lock */
+	PROF_STATE_GIL,       /* waiting for the GIL */
+};
+/* The state a wait gives, knowing whether the GIL's address is known and its futex is the GIL's. */
+enum prof_state prof_classify(const struct prof_wait *w, bool gil_known, bool futex_is_gil);
+
+/* One frame's locals: [first, first + n) of the thread's locals array. */
+struct prof_frame_locals {
+	size_t first, n;
+	bool unreadable;
+	bool over_budget;     /* not read: PROF_LOCALS_BUDGET was spent (unreadable too) */
+};
+
+/*
+ * Memory --locals may take over all threads: a frame holds up to
+ * PYRT_MAX_LOCALS values of a few hundred bytes, and frames x threads of
+ * a hostile (or just deep, wide) target would multiply into gigabytes.
+ */
+#define PROF_LOCALS_BUDGET ((size_t)32 << 20)
+/* Tasks a look reads at most (each carries its chain: ~3 KiB). */
+#define PROF_MAX_TASKS 4096
+/* How long a look keeps a live target stopped at most: past it, it lets go with what it has. */
+#define PROF_LOOK_STOP_NS (2000 * 1000 * 1000ull)
+
+/* One thread as a look read it. */
+struct prof_look_thread {
+	struct py_thread py;
+	struct spy_stack stack;
+	struct prof_wait wait;
+	enum prof_state state;
+	char comm[17];
+	const char *name;                  /* threading's name for it (interned), or NULL */
+	bool in_gil;                       /* the futex waited on is the GIL's */
+	/* --locals: per Python frame of stack, in order, and the values they point into. */
+	struct prof_frame_locals *frame_locals;
+	size_t nframe_locals;
+	struct py_local *locals;
+	size_t nlocals, alloc_locals;
+};
+
+struct prof_look_opts {
+	int pid;                          /* a live process, or */
+	const char *core, *exe, *root;    /* a core file (see core_open) */
+	bool locals, native, native_all, tasks;
+};
+
+struct prof_look {
+	int pid;
+	const char *cmdline, *version, *binary;
+	bool free_threaded;                /* a --disable-gil build */
+	bool no_gil;                       /* ... running with its GIL off: nobody holds it */
+	struct prof_look_thread *threads;  /* in the order listed */
+	size_t n;
+	size_t locals_left;                /* of PROF_LOCALS_BUDGET */
+	/* --tasks: the asyncio tasks (tasks_total may exceed ntasks), or why there are none */
+	struct pyrt_task *task_v;
+	size_t ntasks, tasks_total;
+	const char *tasks_error;
+	struct spy_err tasks_err;
+	/* The target was let go before everything was read: the stop's time limit passed. */
+	bool incomplete;
+	double stopped_ms;                 /* how long it was kept stopped */
+	struct prof_process *pp;           /* the look's own */
+	struct spy_strtab strs;
+};
+
+/*
+ * One look at a process or a core, the same thread walk ticks use: each
+ * thread's wait is read first (a stop interrupts it), then the target is
+ * stopped (a core is read as it is) for the walk, at most
+ * PROF_LOOK_STOP_NS, resumed and detached on every path, and with
+ * --native the stacks are merged once it runs again. -SPY_EVERSION with
+ * --tasks where tasks cannot be read; -SPY_EUSAGE for --native on a core.
+ * prof_look_release() in every case.
+ */
+int prof_look(struct prof_look *out, const struct prof_look_opts *o, struct spy_err *err);
+void prof_look_release(struct prof_look *l);
+
+#endif

@@ -1,0 +1,627 @@
+/*
+ * One tick of one process (see internal.h): what is stopped, what is
+ * walked, what is kept.
+ *
+ * By default one thread is stopped at a time, for its own walk only
+ * (sample_held): thread states are read before anything is stopped (a
+ * ptrace-stopped thread reads 't'), and everything done with the stacks
+ * (native symbols, the command's aggregation) happens after the thread
+ * runs again. The whole-process pause (sample_paused) is left for a thread
+ * whose TID the walk cannot tell. With --nonblocking nothing is stopped; a
+ * walk that does not reach the root may then be torn, and is counted
+ * rather than handed on.
+ */
+#include <string.h>
+
+#include "common/bounds.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "profiler/internal.h"
+
+/*
+ * How often a process's maps are re-read. The walk refuses addresses
+ * outside the maps it knows, and a process that grows its heap (every
+ * interpreter during start-up, any program allocating) puts new frames and
+ * thread states in new mappings: at once when a walk fails (at most every
+ * MAPS_RETRY_NS, backing off while retries do not help), and every few
+ * seconds in any case, so a slowly growing heap is followed too.
+ */
+#define MAPS_RETRY_NS (10 * 1000 * 1000ull)
+#define MAPS_REFRESH_NS (2 * 1000 * 1000 * 1000ull)
+
+/* ---- the thread table ---- */
+
+/* The thread's root frame, named by the interpreter's name or else the kernel's. */
+static void thread_root(struct prof_tick_state *e, struct prof_thread *th, const char *name)
+{
+	struct spy_buf b = SPY_BUF_INIT;
+	spy_buf_addf(&b, "thread %d \"%s\"", (int)th->task.tid, name ? name : th->comm);
+	th->root = spy_strtab_interns(e->strs, b.buf);
+	th->name = name;
+	spy_buf_release(&b);
+}
+
+/*
+ * hint: where tid is likely to be (its place in the thread list: the table
+ * grows in listing order), tried first. Without it, finding every thread
+ * of a 150-thread process twice a tick was a scan of 22,500 entries.
+ */
+static struct prof_thread *thread_find(struct prof_process *p, pid_t tid, size_t hint)
+{
+	if (hint < p->nth && p->th[hint].task.tid == tid) {
+		return &p->th[hint];
+	}
+	for (size_t i = 0; i < p->nth; i++) {
+		if (p->th[i].task.tid == tid) {
+			return &p->th[i];
+		}
+	}
+	return NULL;
+}
+
+static struct prof_thread *thread_get(struct prof_tick_state *e, struct prof_process *p, pid_t tid, size_t hint,
+					bool *fresh)
+{
+	struct prof_thread *found = thread_find(p, tid, hint);
+	if (found) {
+		*fresh = false;
+		return found;
+	}
+	SPY_GROW(p->th, p->th_alloc, p->nth + 1);
+	struct prof_thread *th = &p->th[p->nth++];
+	memset(th, 0, sizeof(*th));
+	const struct spy_tracer_ops *ops = p->h.tracer;
+	if (ops->task_open) {
+		ops->task_open(&p->h, &th->task, tid);
+	} else {
+		th->task.tid = tid;
+		th->task.stat_fd = -1;
+	}
+	if (ops->task_name) {
+		ops->task_name(&p->h, tid, th->comm, sizeof(th->comm));
+	}
+	/* A first CPU reading, so that the next tick can trust an R (see is_active). */
+	if (p->attached && ops->task_refresh) {
+		ops->task_refresh(&th->task, true);
+	}
+	thread_root(e, th, NULL);
+	e->st.threads_seen++;
+	*fresh = true;
+	return th;
+}
+
+/* Close the stat files of threads the last walk did not find (all: every one). */
+static void threads_prune(struct prof_process *p, bool all)
+{
+	size_t kept = 0;
+	for (size_t i = 0; i < p->nth; i++) {
+		if (!all && p->th[i].seen) {
+			p->th[kept++] = p->th[i];
+		} else {
+			if (p->h.tracer->task_close) {
+				p->h.tracer->task_close(&p->th[i].task);
+			}
+			spy_stack_release(&p->th[i].kept);
+		}
+	}
+	p->nth = kept;
+}
+
+/* Walk every thread of p into p->w. pyrt's error, else 1 if some stack is not whole, else 0. */
+static int walk(struct prof_tick_state *e, struct prof_process *p, size_t *n_out)
+{
+	size_t n = 0;
+	/* Paused, the view is fresh already; a running process needs one asked for. */
+	if (!p->attached && p->h.tracer->fresh_view) {
+		p->h.tracer->fresh_view(&p->h);
+	}
+	int rc = prof_walk_list(p, &e->wo, NULL);
+	n = rc < 0 ? 0 : p->nw;
+	for (size_t i = 0; i < n; i++) {
+		prof_walk_thread(p, &e->wo, i, false, &e->gc_known);
+	}
+	*n_out = n;
+	if (rc < 0) {
+		return rc;
+	}
+	bool whole = true;
+	for (size_t i = 0; i < *n_out; i++) {
+		whole = whole && p->w[i].rc == 0 && !p->w[i].stack.truncated;
+	}
+	return whole ? 0 : 1;
+}
+
+/*
+ * A walk that met trouble may only have met memory mapped since the maps
+ * were read: read them again and walk once more before the process moves
+ * on. A retry that does not help makes the next one wait longer, so a
+ * stack truncated for good (deeper than the bound) does not cost a maps
+ * read every tick.
+ */
+static int walk_with_retry(struct prof_tick_state *e, struct prof_process *p, size_t *n, uint64_t now)
+{
+	int rc = walk(e, p, n);
+	if (rc == 0 || !p->h.tracer->read_maps || now - p->last_maps_ns < p->maps_retry_ns) {
+		return rc;
+	}
+	p->h.tracer->read_maps(&p->h);
+	p->last_maps_ns = now;
+	rc = walk(e, p, n);
+	p->maps_retry_ns = rc == 0 ? MAPS_RETRY_NS
+		: p->maps_retry_ns < MAPS_REFRESH_NS / 2 ? 2 * p->maps_retry_ns : MAPS_REFRESH_NS;
+	return rc;
+}
+
+/*
+ * The activity rule: whether walked thread t is active. Not paused, a
+ * thread's state is read now. Paused, it was read before the pause; but a
+ * pause wakes sleepers, which then read R for a moment, and tasks.c can
+ * only tell that from running by the CPU time since its previous R
+ * reading. A thread without one (new this tick, or not seen in R since)
+ * holding no GIL is taken as idle this once; so is one without a TID.
+ */
+static bool is_active(struct prof_process *p, const struct prof_walked *t, struct prof_thread *th,
+		      bool fresh, uint64_t *failed)
+{
+	if (t->holds_gil) {
+		return true;
+	}
+	if (!th) {
+		return false;
+	}
+	if (!p->attached && p->h.tracer->task_refresh) {
+		p->h.tracer->task_refresh(&th->task, false);
+		*failed += th->task.failed;
+	}
+	/* A state that could not be read is no reason to call a thread idle. */
+	bool trusted = !p->attached || (!fresh && th->had_cpu) || th->task.failed;
+	return trusted && proc_task_active(&th->task);
+}
+
+/* Whether walked thread i is handed on; sets *idle. */
+static bool keep(struct prof_tick_state *e, struct prof_process *p, size_t i, struct prof_thread *th,
+		 bool fresh, bool *idle)
+{
+	const struct prof_walked *t = &p->w[i];
+	if (t->rc < 0) {
+		e->st.errors[PROF_ERR_GONE]++;
+		return false;
+	}
+	if (t->stack.truncated) {
+		bool torn = !p->attached;
+		e->st.errors[torn ? PROF_ERR_TORN : PROF_ERR_TRUNCATED]++;
+		if (torn) {
+			return false;
+		}
+	}
+	bool active = is_active(p, t, th, fresh, &e->st.errors[PROF_ERR_STATE]);
+	e->st.thread_samples++;
+	e->st.active_samples += active;
+	*idle = !active;
+	if (e->o.gil && !t->holds_gil) {
+		return false;
+	}
+	return (active || e->o.idle) && t->stack.n > 0;
+}
+
+/* Each thread's state, read before anything is stopped (a ptrace-stopped thread reads 't'). */
+static void threads_refresh(struct prof_tick_state *e, struct prof_process *p)
+{
+	const struct spy_tracer_ops *ops = p->h.tracer;
+	for (size_t i = 0; i < p->nth; i++) {
+		struct prof_thread *th = &p->th[i];
+		th->seen = false;
+		if (p->attached && ops->task_refresh) {
+			th->had_cpu = th->task.read_ns != 0;
+			ops->task_refresh(&th->task, true);
+			e->st.errors[PROF_ERR_STATE] += th->task.failed;
+			/* Scheduled since its stack was kept: it may have changed. */
+			th->kept_valid = th->kept_valid && th->task.slept;
+		}
+	}
+}
+
+/* One tick's holds: the longest any thread was held, and all of them together. */
+static void hold_account(struct prof_tick_state *e, uint64_t longest, uint64_t total, bool whole)
+{
+	struct prof_holds *h = &e->holds;
+	h->ticks++;
+	h->whole_ticks += whole;
+	h->longest_sum_ns += longest;
+	h->total_sum_ns += total;
+	h->longest_max_ns = longest > h->longest_max_ns ? longest : h->longest_max_ns;
+	h->total_max_ns = total > h->total_max_ns ? total : h->total_max_ns;
+	h->over_goal += longest > PROF_HOLD_GOAL_NS;
+	spy_log(SPY_LOG_TRACE, "engine: tick held %s for %.1f us, %.1f us in all",
+		whole ? "the whole process" : "one thread at most", (double)longest / 1e3,
+		(double)total / 1e3);
+}
+
+/* The stopped window: pause, walk (and --native's unwinds), resume. n, or < 0 for nothing. */
+static long sample_paused(struct prof_tick_state *e, struct prof_process *p, uint64_t now)
+{
+	const struct spy_tracer_ops *ops = p->h.tracer;
+	threads_refresh(e, p);
+	uint64_t t0 = ticker_now_ns();
+	if (p->attached) {
+		int rc = ops->pause(&p->h, NULL);
+		if (rc == -SPY_EGONE) {
+			p->gone = true;
+		} else if (rc < 0 && rc != -SPY_EINTR) {
+			e->st.errors[PROF_ERR_PAUSE]++;
+		}
+		if (rc < 0) {
+			return -1;
+		}
+	}
+	size_t n = 0;
+	int rc = walk_with_retry(e, p, &n, now);
+	for (size_t i = 0; rc >= 0 && p->nat && i < n; i++) {
+		prof_walk_unwind(p, i);
+	}
+	if (p->attached) {
+		ops->resume(&p->h);
+		/* Every thread was held from the pause to the resume. */
+		uint64_t held = ticker_now_ns() - t0;
+		hold_account(e, held, held * (n ? n : 1), true);
+	}
+	if (rc < 0) {
+		e->st.errors[PROF_ERR_THREADS]++;
+		return -1;
+	}
+	return (long)n;
+}
+
+/*
+ * Whether listed thread t must be walked this tick: one that can have run
+ * Python since the last tick (running, or holding the GIL as listed), or
+ * any with --idle. The stack of a thread asleep is handed on only with
+ * --idle, so without it a sleeper is neither stopped nor read (stopping
+ * one would only interrupt its sleep).
+ */
+static bool wanted(struct prof_tick_state *e, const struct prof_walked *t, const struct prof_thread *th)
+{
+	return e->o.idle || t->holds_gil || !th || proc_task_active(&th->task);
+}
+
+/*
+ * Walk listed thread i while held. A walk that met trouble may have met
+ * memory mapped since the maps were read: as walk_with_retry, once, with
+ * the same backoff.
+ */
+static void walk_held(struct prof_tick_state *e, struct prof_process *p, size_t i, uint64_t now)
+{
+	struct prof_walked *t = &p->w[i];
+	prof_walk_thread(p, &e->wo, i, true, &e->gc_known);
+	if ((t->rc == 0 && !t->stack.truncated) || !p->h.tracer->read_maps ||
+	    now - p->last_maps_ns < p->maps_retry_ns) {
+		return;
+	}
+	p->h.tracer->read_maps(&p->h);
+	p->last_maps_ns = now;
+	prof_walk_thread(p, &e->wo, i, true, &e->gc_known);
+	bool ok = t->rc == 0 && !t->stack.truncated;
+	p->maps_retry_ns = ok ? MAPS_RETRY_NS
+		: p->maps_retry_ns < MAPS_REFRESH_NS / 2 ? 2 * p->maps_retry_ns : MAPS_REFRESH_NS;
+}
+
+/*
+ * -i: the stack of listed thread i, asleep, without stopping it. A thread
+ * that has not been on a CPU since this tick's refresh read it asleep
+ * cannot have changed its stack, and stopping it would only wake it (and
+ * being woken, it would count as scheduled at the next tick, and be
+ * stopped again): on a pool of 150 idle threads that was 150 stops a tick.
+ * So: its stack kept from a read while it slept, if it has slept since;
+ * else read running and kept if schedstat says it was not scheduled during
+ * the read. Anything else (running, holding the GIL when listed, no
+ * schedstat, a walk that met trouble) is left to the walk while held.
+ */
+static bool still_stack(struct prof_tick_state *e, struct prof_process *p, size_t i, struct prof_thread *th)
+{
+	struct prof_walked *t = &p->w[i];
+	const struct spy_tracer_ops *ops = p->h.tracer;
+	if (!e->o.idle || p->w[i].listed_gil || (p->nat != NULL) || !ops->task_still ||
+	    th->task.failed || !th->task.state || proc_task_active(&th->task)) {
+		return false;
+	}
+	if (th->kept_valid) {
+		spy_stack_copy(&t->stack, &th->kept);
+		t->rc = 0;
+		t->holds_gil = false;
+		t->gc = false;
+		e->still.kept++;
+		return true;
+	}
+	prof_walk_thread(p, &e->wo, i, false, &e->gc_known);
+	if (t->rc != 0 || t->stack.truncated || !ops->task_still(&th->task)) {
+		return false;
+	}
+	t->holds_gil = false;
+	spy_stack_copy(&th->kept, &t->stack);
+	th->kept_valid = true;
+	th->walked = true;
+	e->still.read++;
+	return true;
+}
+
+/* One tick of sample_held so far. */
+struct hold_tick {
+	size_t n;                  /* threads listed */
+	uint64_t longest, total;   /* ns held */
+	bool stop;                 /* a stop was requested while waiting */
+};
+
+/*
+ * Listed thread i's OS thread, looked up for this tick; NULL when nothing
+ * more is to be done for it: not worth walking, or -i's stack taken
+ * without a stop (still_stack).
+ */
+static struct prof_thread *hold_prepare(struct prof_tick_state *e, struct prof_process *p, size_t i)
+{
+	struct prof_walked *t = &p->w[i];
+	bool fresh;
+	struct prof_thread *th = thread_get(e, p, p->py[i].native_tid, i, &fresh);
+	p->w[i].fresh = fresh;
+	if (!wanted(e, t, th)) {
+		t->holds_gil = false;
+		return NULL;
+	}
+	return still_stack(e, p, i, th) ? NULL : th;
+}
+
+/*
+ * While the GIL holder h is held, the threads that run Python under its
+ * GIL cannot: their frames are what they will be until h is restarted, so
+ * they are walked now without stops of their own (a thread busy in C
+ * with the GIL released would otherwise have to get a core to stop, which
+ * on a saturated machine takes milliseconds). Only as many as keep h's
+ * hold within PROF_FROZEN_BUDGET_NS; the rest are held one at a time. On
+ * 3.12+ the holder is read from the GIL itself, which a thread taking it
+ * marks locked a few instructions before naming itself: a walk started
+ * in that window may be torn, bounded and validated like a
+ * --nonblocking one (up to 3.11 the holder is the thread state swapped
+ * in after the GIL is taken, and the question does not arise).
+ */
+static void walk_frozen(struct prof_tick_state *e, struct prof_process *p, size_t h, uint64_t held_from,
+			const struct hold_tick *ht)
+{
+	if (p->nat || !p->w[h].holds_gil) {
+		return;
+	}
+	for (size_t j = 0; j < ht->n && !proc_stop_requested; j++) {
+		if (j == h || p->w[j].listed_gil || p->w[j].frozen) {
+			continue;
+		}
+		if (ticker_now_ns() - held_from >= PROF_FROZEN_BUDGET_NS) {
+			return;
+		}
+		/*
+		 * A thread never walked is left to its own hold: its first walk
+		 * decodes every code object it meets, too long to add to h's.
+		 */
+		const struct prof_thread *known = thread_find(p, p->py[j].native_tid, j);
+		if (!known || !known->walked || !prof_walk_frozen_by(p, h, j)) {
+			continue;
+		}
+		p->w[j].frozen = true;
+		struct prof_thread *th = hold_prepare(e, p, j);
+		if (!th) {
+			continue;
+		}
+		struct prof_walked *t = &p->w[j];
+		prof_walk_thread(p, &e->wo, j, false, &e->gc_known);
+		t->holds_gil = false;
+		th->walked = true;
+		e->holds.frozen++;
+	}
+}
+
+/* Stop listed thread i alone (if worth it), walk it (and what its GIL freezes), restart it. */
+static void hold_one(struct prof_tick_state *e, struct prof_process *p, size_t i, uint64_t now,
+		     struct hold_tick *ht)
+{
+	const struct spy_tracer_ops *ops = p->h.tracer;
+	struct prof_walked *t = &p->w[i];
+	struct prof_thread *th = hold_prepare(e, p, i);
+	if (!th) {
+		return;
+	}
+	/*
+	 * A thread walked for the first time has code objects pystate has
+	 * not decoded yet, which would triple its first hold: walk it once
+	 * running first, as --nonblocking would (the walk tolerates a torn
+	 * read), so that the walk while held finds them decoded.
+	 */
+	if (!th->walked) {
+		prof_walk_thread(p, &e->wo, i, false, &e->gc_known);
+		th->walked = true;
+	}
+	uint64_t t0 = ticker_now_ns();
+	int rc = ops->stop_thread(&p->h, p->py[i].native_tid, p->nat ? 0 : e->offcpu_wait_ns);
+	if (rc == -SPY_EINTR) {
+		ht->stop = true;
+		return;
+	}
+	if (rc < 0) {
+		/*
+		 * Exited; or new since the tick's seizing (it is seized for the
+		 * next; a TID that is not the target's never is): not walked, as
+		 * a whole-process pause would have walked it only if it had
+		 * stopped it; or it would not stop in time.
+		 */
+		t->rc = rc == -SPY_EGONE ? rc : 0;
+		e->st.errors[PROF_ERR_PAUSE] += rc != -SPY_EGONE && rc != -SPY_ENOPROC;
+		t->holds_gil = false;
+		return;
+	}
+	/* Held from its stop, not from the interrupt: until then it ran. */
+	uint64_t t1 = ticker_now_ns();
+	if (rc == 1) {
+		/* Off a CPU, interrupted: it runs nothing until it stops, and then waits for a poll. */
+		e->holds.offcpu++;
+	} else {
+		e->holds.stop_sum_ns += t1 - t0;
+		e->holds.stops++;
+	}
+	walk_held(e, p, i, now);
+	walk_frozen(e, p, i, t1, ht);
+	ops->resume_thread(&p->h);
+	uint64_t held = ticker_now_ns() - t1;
+	ht->longest = held > ht->longest ? held : ht->longest;
+	ht->total += held;
+}
+
+/*
+ * The default: one thread held at a time. The thread list is read with the
+ * process running (a listing torn by a thread starting or ending is
+ * bounded and validated like a --nonblocking one, and each listed thread
+ * is checked again once held, see pyrt_thread_recheck); then each thread
+ * worth walking is stopped, its own stack read (nothing else writes a
+ * thread's frames, and the code objects they reach are kept alive by
+ * them), and restarted before the next is touched. The GIL is read while
+ * the thread is held, when it cannot change hands to or from that thread.
+ * n, -1 for nothing, or -2 to take the whole-process pause instead (a
+ * thread without a known TID cannot be held alone).
+ */
+static long sample_held(struct prof_tick_state *e, struct prof_process *p, uint64_t now)
+{
+	const struct spy_tracer_ops *ops = p->h.tracer;
+	threads_refresh(e, p);
+	int rc = ops->track(&p->h);
+	if (rc == -SPY_EGONE) {
+		p->gone = true;
+		return -1;
+	}
+	size_t n = 0;
+	if (p->h.tracer->fresh_view) {
+		p->h.tracer->fresh_view(&p->h);
+	}
+	rc = prof_walk_list(p, &e->wo, NULL);
+	if (rc < 0 && now - p->last_maps_ns >= p->maps_retry_ns) {
+		ops->read_maps(&p->h);
+		p->last_maps_ns = now;
+		rc = prof_walk_list(p, &e->wo, NULL);
+	}
+	n = rc < 0 ? 0 : p->nw;
+	if (rc < 0) {
+		e->st.errors[PROF_ERR_THREADS]++;
+		return -1;
+	}
+	n = n > SPY_MAX_THREADS ? SPY_MAX_THREADS : n;
+	for (size_t i = 0; i < n; i++) {
+		if (p->py[i].native_tid <= 0) {
+			return -2;
+		}
+	}
+	/*
+	 * A GIL has one holder a tick, as in a whole-process pause: the thread
+	 * the listing saw holding it, if it still does once held (prof_walk_thread
+	 * sees to that). It is held first, before it can let go; a thread
+	 * that takes the GIL after the listing is not a second holder.
+	 */
+	for (size_t i = 0; i < n; i++) {
+		p->w[i].listed_gil = p->w[i].holds_gil;
+		p->w[i].frozen = false;
+	}
+	struct hold_tick ht = { .n = n };
+	for (int pass = 0; pass < 2 && !ht.stop; pass++) {
+		for (size_t i = 0; i < n && !ht.stop && !proc_stop_requested; i++) {
+			if ((pass == 0) == p->w[i].listed_gil && !p->w[i].frozen) {
+				hold_one(e, p, i, now, &ht);
+			}
+		}
+	}
+	hold_account(e, ht.longest, ht.total, false);
+	return (long)n;
+}
+
+/* Listed thread i kept: handed on with the process running. */
+static void keep_sample(struct prof_tick_state *e, struct prof_process *p, size_t i, const struct prof_thread *th,
+			bool idle)
+{
+	struct prof_walked *t = &p->w[i];
+	/* Symbols and merging only for the stacks kept, and with the process running. */
+	if ((p->nat || t->task) && prof_walk_finish(p, i) < 0) {
+		e->st.errors[PROF_ERR_NATIVE]++;
+	}
+	SPY_GROW(e->kept, e->kept_alloc, e->nkept + 1);
+	e->kept[e->nkept++] = (struct prof_sample){
+		.stack = &t->stack,
+		.proc_root = p->root,
+		.thread_root = th ? th->root : NULL,
+		.pid = p->pid,
+		.tid = p->py[i].native_tid,
+		.holds_gil = t->holds_gil,
+		.gc = t->gc,
+		.idle = idle,
+	};
+}
+
+void prof_tick_process(struct prof_tick_state *e, struct prof_process *p, bool *gil_held)
+{
+	uint64_t now = ticker_now_ns();
+	bool one = p->attached;
+	long n = one ? sample_held(e, p, now) : -2;
+	if (n == -2) {
+		one = false;
+		n = sample_paused(e, p, now);
+	}
+	/* The process runs again; everything below is ours alone. */
+	for (long i = 0; i < n; i++) {
+		struct prof_walked *t = &p->w[i];
+		struct prof_thread *th = NULL;
+		bool fresh = false, idle = false;
+		pid_t tid = p->py[i].native_tid;
+		if (tid > 0) {
+			th = thread_get(e, p, tid, (size_t)i, &fresh);
+			fresh = one ? t->fresh : fresh;
+			th->seen = true;
+			/* Names are interned: a new pointer is a new (or first) name. */
+			if (t->name != th->name) {
+				thread_root(e, th, t->name);
+			}
+		}
+		*gil_held |= t->holds_gil;
+		if (keep(e, p, (size_t)i, th, fresh, &idle)) {
+			keep_sample(e, p, (size_t)i, th, idle);
+		}
+	}
+	if (n >= 0) {
+		e->st.live_threads += (size_t)n;
+		/* Forget threads that are gone, so their stat files do not pile up. */
+		threads_prune(p, false);
+	}
+	/* A slowly growing heap is followed even where no walk fails. */
+	if (!p->gone && now - p->last_maps_ns >= MAPS_REFRESH_NS) {
+		p->h.tracer->read_maps(&p->h);
+		p->last_maps_ns = now;
+	}
+}
+
+void prof_threads_clear(struct prof_process *p)
+{
+	threads_prune(p, true);
+}
+
+void prof_holds_log(const struct prof_tick_state *e)
+{
+	const struct prof_holds *h = &e->holds;
+	if (h->ticks) {
+		spy_log(SPY_LOG_DEBUG,
+			"engine: held per tick: longest thread %.1f us mean, %.1f us max; "
+			"all threads %.1f us mean, %.1f us max; the whole process in %llu of %llu ticks; "
+			"%llu ticks held a thread over %llu us; a thread took %.1f us to stop (mean); "
+			"%llu walks behind the GIL holder's hold, without a stop; "
+			"%llu threads held off a CPU, interrupted before they stopped",
+			(double)h->longest_sum_ns / 1e3 / (double)h->ticks, (double)h->longest_max_ns / 1e3,
+			(double)h->total_sum_ns / 1e3 / (double)h->ticks, (double)h->total_max_ns / 1e3,
+			(unsigned long long)h->whole_ticks, (unsigned long long)h->ticks,
+			(unsigned long long)h->over_goal, (unsigned long long)(PROF_HOLD_GOAL_NS / 1000),
+			h->stops ? (double)h->stop_sum_ns / 1e3 / (double)h->stops : 0.0,
+			(unsigned long long)h->frozen, (unsigned long long)h->offcpu);
+	}
+	if (e->still.kept || e->still.read) {
+		spy_log(SPY_LOG_DEBUG, "engine: sleeping threads not stopped: %llu stacks kept from earlier, %llu read",
+			(unsigned long long)e->still.kept, (unsigned long long)e->still.read);
+	}
+}

@@ -1,0 +1,169 @@
+/*
+ * Reading a process's threads (see internal.h): the one way to list them
+ * (thread states, GIL, names) and walk each one's Python stack, for ticks
+ * and for dump's look alike. With --native each thread's native stack is
+ * unwound while it is stopped and merged once the process runs again.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bounds.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "profiler/internal.h"
+
+/* A thread renamed while sampled is seen within this. */
+#define NAMES_REFRESH_NS 1000000000ull
+/* --async: while asyncio is not loaded (3.14's _asyncio is a module loaded
+ * on import), the maps are searched for it this often. */
+#define ASYNC_LOOK_NS 1000000000ull
+
+/*
+ * --async: in place of the event loop's frames outward of the running
+ * task's coroutine (its keep-th Python frame from the innermost), one
+ * `task "NAME"` frame, so samples group by task. Native frames merged in
+ * count for nothing: those outward of the coroutine are the loop's too.
+ */
+/* The `task "NAME"` frame for an interned task name. */
+static const char *task_frame(struct prof_process *pp, const char *name)
+{
+	size_t s = (size_t)(((uintptr_t)name >> 3) * 0x9e3779b97f4a7c15ull >> 58) &
+		   (SPY_ARRAY_SIZE(pp->task_frames) - 1);
+	if (pp->task_frames[s].name != name) {
+		struct spy_buf b = SPY_BUF_INIT;
+		spy_buf_addf(&b, "task \"%s\"", name);
+		pp->task_frames[s].name = name;
+		pp->task_frames[s].frame = spy_strtab_interns(pp->strs, b.buf);
+		spy_buf_release(&b);
+	}
+	return pp->task_frames[s].frame;
+}
+
+void prof_cut_at_task(struct prof_process *pp, struct spy_stack *st, const char *name, size_t keep)
+{
+	size_t i = 0, py = 0;
+	while (i < st->n && py < keep) {
+		py += st->v[i++].kind == SPY_FRAME_PYTHON;
+	}
+	if (py < keep) {
+		return;
+	}
+	st->n = i;
+	struct spy_frame *f = spy_stack_push(st);
+	memset(f, 0, sizeof(*f));
+	f->func = task_frame(pp, name);
+	f->kind = SPY_FRAME_SYNTHETIC;
+}
+
+/* The task thread i runs: cut now, or with --native after the merge. */
+static void attribute_task(struct prof_process *pp, size_t i, bool native)
+{
+	struct prof_walked *t = &pp->w[i];
+	const char *name;
+	size_t keep;
+	t->task = NULL;
+	if (pyrt_stack_task(pp->rt, &pp->ah, &pp->py[i], &name, &keep) != 1 || keep > t->stack.n) {
+		return;
+	}
+	if (native) {
+		t->task = name;
+		t->task_keep = keep;
+	} else {
+		prof_cut_at_task(pp, &t->stack, name, keep);
+	}
+}
+
+int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, struct spy_err *err)
+{
+	if (!pp->w) {
+		pp->w = spy_xcalloc(SPY_MAX_THREADS, sizeof(*pp->w));
+		pp->py = spy_xcalloc(SPY_MAX_THREADS, sizeof(*pp->py));
+	}
+	struct py_thread *py = pp->py;
+	size_t n = 0;
+	int rc = pyrt_threads(pp->rt, py, SPY_MAX_THREADS, &n, err);
+	pp->nw = 0;
+	if (rc < 0) {
+		return rc;
+	}
+	n = n > SPY_MAX_THREADS ? SPY_MAX_THREADS : n;
+	/* threading's names: looked up for new threads, all again each second. */
+	uint64_t now = ticker_now_ns();
+	pyrt_names_update(pp->rt, py, n, now, NAMES_REFRESH_NS);
+	if (o->async && !pp->ah.debug_offsets && now - pp->ah_looked_ns >= ASYNC_LOOK_NS &&
+	    pyrt_version(pp->rt) >= 0x030e0000) {
+		pp->ah_looked_ns = now;
+		(void)prof_async_hints(pp, pp->h.tracer != NULL, &pp->ah);
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct prof_walked *t = &pp->w[i];
+		t->holds_gil = py[i].holds_gil;
+		t->gc = false;
+		t->name = pyrt_thread_name(pp->rt, &py[i]);
+		t->rc = 0;
+		t->task = NULL;
+		spy_stack_reset(&t->stack);
+	}
+	pp->nw = n;
+	return 0;
+}
+
+/*
+ * Listed thread i's stack. held: it alone is stopped, the others run, so
+ * its thread state is looked at again first (freed or reused since the
+ * listing: gone) and the GIL read again while it cannot change hands: it
+ * holds the GIL if it did when listed and still does; with --native it is
+ * unwound now too.
+ */
+void prof_walk_thread(struct prof_process *pp, const struct prof_walk_opts *o, size_t i, bool held,
+		      bool *gc_known)
+{
+	struct prof_walked *t = &pp->w[i];
+	struct py_thread *py = &pp->py[i];
+	spy_stack_reset(&t->stack);
+	bool listed = py->holds_gil;
+	if (held && pyrt_thread_recheck(pp->rt, py) < 0) {
+		t->rc = -SPY_EGONE;
+		t->holds_gil = false;
+		return;
+	}
+	/* One holder per GIL a tick: the one listed, if it still holds it (see tick.c). */
+	py->holds_gil = py->holds_gil && listed;
+	t->holds_gil = py->holds_gil;
+	/*
+	 * The collector runs in the thread that holds the GIL (it is
+	 * entered from an allocation or gc.collect()), so only that
+	 * thread's interpreter is asked: one 4-byte read a tick, on a
+	 * page the walk has usually cached.
+	 */
+	int gc = o->gc && py->holds_gil ? pyrt_gc_collecting(pp->rt, py->interp) : -1;
+	t->gc = gc == 1;
+	*gc_known |= gc >= 0;
+	t->rc = pyrt_stack(pp->rt, py, &t->stack, NULL);
+	if (o->async && t->rc == 0) {
+		attribute_task(pp, i, pp->nat != NULL);
+	}
+	if (held && pp->nat) {
+		prof_walk_unwind(pp, i);
+	}
+}
+
+bool prof_walk_frozen_by(struct prof_process *pp, size_t h, size_t j)
+{
+	return pyrt_gil_freezes(pp->rt, &pp->py[h], &pp->py[j]);
+}
+
+void prof_walk_unwind(struct prof_process *pp, size_t i)
+{
+	native_unwind(pp->nat, &pp->h, pp->py[i].native_tid, &pp->w[i].pcs);
+}
+
+int prof_walk_finish(struct prof_process *pp, size_t i)
+{
+	struct prof_walked *t = &pp->w[i];
+	int rc = pp->nat ? native_merge(pp->nat, &pp->h, &t->pcs, &t->stack) : 0;
+	if (t->task) {
+		prof_cut_at_task(pp, &t->stack, t->task, t->task_keep);
+	}
+	return rc;
+}

@@ -1,0 +1,96 @@
+/*
+ * The process handle: how the layer above reaches one process, live or a
+ * core, without knowing which. Two tables. The first, struct
+ * spy_process_ops, holds what every backend does (a live process, a core,
+ * a test's fake): who it is, its memory, its threads, the files it maps.
+ * The second, struct spy_tracer_ops, holds what only a process that runs
+ * has: seizing, stopping and watching it. A core has none (tracer NULL),
+ * and spy_process_can() says so instead of a rule in each command.
+ */
+#ifndef SPY_SAMPLER_PROCESS_H
+#define SPY_SAMPLER_PROCESS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/err.h"
+#include "common/mem.h"
+#include "sampler/sampler.h"
+
+struct spy_process;
+
+/* What every backend implements; no member is NULL. */
+struct spy_process_ops {
+	const char *kind;   /* "process", "core file": for messages */
+	/* Its pid (a core's: of the process that dumped it). */
+	pid_t (*pid)(const struct spy_process *p);
+	/* Its command line, for display (spaces between arguments). */
+	const char *(*cmdline)(const struct spy_process *p);
+	/* Its executable's path as it saw it; "" if unknown. */
+	const char *(*exe)(const struct spy_process *p);
+	/* Its memory and maps, valid for the handle's life (a live process's re-read in place). */
+	const struct spy_mem *(*mem)(const struct spy_process *p);
+	/* A file it maps at offset 0, opened the one safe way for the backend (common/mapfile.h, core_open_file): an fd, or -errno. */
+	int (*open_mapped)(const struct spy_process *p, const char *path);
+	/* Every thread, at most max, with its wait (a live one's read now: before any stop); < 0 if unreadable. */
+	long (*threads)(struct spy_process *p, struct proc_thread *out, size_t max, struct spy_err *err);
+};
+
+/*
+ * What only a running process has (see sampler.h for each proc_ call the
+ * live backend maps these to). Every member is set.
+ */
+struct spy_tracer_ops {
+	/* Seize every thread; -SPY_EPERM with a remedy if refused. */
+	int (*attach)(struct spy_process *p, struct spy_err *err);
+	/* Stop every thread: 0, -SPY_EINTR (stop requested), -SPY_EGONE, other < 0 (err may be NULL). */
+	int (*pause)(struct spy_process *p, struct spy_err *err);
+	void (*resume)(struct spy_process *p);
+	/* Once a tick before stop_thread: restart self-stopped threads, seize new ones; -SPY_EGONE once gone. */
+	int (*track)(struct spy_process *p);
+	/* Hold tid alone: 0, 1 (off a CPU, held as it is after wait_ns), -SPY_ENOPROC, -SPY_EGONE, -SPY_EINTR, other < 0. */
+	int (*stop_thread)(struct spy_process *p, pid_t tid, uint64_t wait_ns);
+	void (*resume_thread)(struct spy_process *p);
+	/* Attached, between stops: let self-stopped threads go on; -SPY_EGONE once gone. */
+	int (*poll)(struct spy_process *p);
+	void (*detach)(struct spy_process *p);
+	/* Not attached: whether it still runs (one cheap read). */
+	bool (*alive)(struct spy_process *p);
+	/* The exit status reaped while tracing. */
+	bool (*exit_status)(const struct spy_process *p, int *status);
+	/* Whether it exec'd while traced. */
+	bool (*execed)(const struct spy_process *p);
+	/* A fresh memory view for a walk of the running process; re-read the maps. */
+	void (*fresh_view)(struct spy_process *p);
+	void (*read_maps)(struct spy_process *p);
+	/* CPU time, RSS, threads, switches and I/O now. */
+	void (*resources)(struct spy_process *p, struct proc_resources *out);
+	/* A thread's state watched across ticks (struct proc_task); its kernel name. */
+	void (*task_open)(const struct spy_process *p, struct proc_task *t, pid_t tid);
+	void (*task_refresh)(struct proc_task *t, bool with_cpu);
+	bool (*task_still)(struct proc_task *t);
+	void (*task_close)(struct proc_task *t);
+	void (*task_name)(const struct spy_process *p, pid_t tid, char *buf, size_t size);
+	/* -s: every descendant's pid (into *out, free()); a pid's executable, to notice an exec. */
+	size_t (*descendants)(const struct spy_process *p, pid_t **out);
+	void (*exe_of)(const struct spy_process *p, pid_t pid, char *buf, size_t size);
+	/* Look again at one thread's wait. */
+	void (*thread_wait)(const struct spy_process *p, pid_t tid, struct proc_wait *out);
+};
+
+struct spy_process {
+	const struct spy_process_ops *ops;
+	const struct spy_tracer_ops *tracer;   /* NULL: it does not run (a core) */
+	void *impl;   /* the backend's: struct proc, struct core, a test's fake */
+};
+
+/* Open pid (live; prefetch: see proc_mem_prefetch) or a core file (see core_open) into a handle; spy_process_close frees it. */
+int spy_process_open_pid(struct spy_process *out, pid_t pid, bool prefetch, struct spy_err *err);
+int spy_process_open_core(struct spy_process *out, const char *path, const char *exe, const char *root,
+			  struct spy_err *err);
+void spy_process_close(struct spy_process *p);
+/* Log the memory cache's counters (debug); nothing for a core or a fake. */
+void spy_process_log_stats(const struct spy_process *p);
+
+#endif
