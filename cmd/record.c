@@ -13,8 +13,9 @@
  *
  * Continuous mode (--push URL) is cmd/session.h's windows: each kept stack
  * also goes into the open window's profile, and when a window closes it
- * is written as pprof and handed to the pusher
- * (cmd/push.h), whose thread does the network. Without -o (or --table)
+ * is handed to the pusher (cmd/push.h), which encodes it and whose thread
+ * does the network. A window's root frame names the program, not its
+ * arguments (pusher_command). Without -o (or --table)
  * no whole-run profile is kept, so memory follows the window, not the run.
  */
 #include <errno.h>
@@ -84,6 +85,8 @@ struct rec {
 
 	/* --push */
 	const char *push_url, *app, *tenant, *token_file, *basic_file;
+	const char *push_api, *push_ca, *push_cert, *push_key;
+	bool push_command;
 	unsigned push_every;
 	const char **labels;               /* --label K=V, as given */
 	size_t nlabels;
@@ -177,7 +180,12 @@ static int record_stack(struct rec *r, const struct prof_sample *info, double t_
 	struct fg_track track = { (int32_t)info->pid, (int32_t)info->tid, info->proc_root, thread_root };
 	int rc = 0;
 	if (r->window) {
+		/* The window's root names the program, not its arguments (unless --push-command). */
+		struct spy_frame *top = &r->stack.v[r->stack.n - 1];
+		top->func = pusher_root(r->pusher, &r->strs, info->proc_root, info->pid,
+					prof_process_cmdline(info->proc));
 		rc = fg_profile_add(r->window, &r->stack, 1);
+		top->func = info->proc_root;
 	}
 	if (r->keep_run) {
 		int rrc = fg_profile_add_at(r->profile, &r->stack, t_s,
@@ -196,16 +204,15 @@ static int record_stack(struct rec *r, const struct prof_sample *info, double t_
 	return rc;
 }
 
-/* The closed window, as pprof, to the pusher; a new one opens. */
+/* The closed window to the pusher; a new one opens. */
 static void record_window(void *ctx, const struct cmd_window *w)
 {
 	struct rec *r = ctx;
 	struct fg_stats st;
 	fg_profile_stats(r->window, &st);
-	if (st.samples == 0) {
-		pusher_skip(r->pusher);
-	} else {
+	if (st.samples > 0) {
 		struct fg_profile *p = r->window;
+		char command[1024];
 		const struct prof_process *t = prof_root(r->p);
 		fg_profile_meta_set(p, FG_META_SPY_VERSION, SPY_VERSION);
 		fg_profile_meta_setf(p, FG_META_PID, "%d", (int)prof_process_pid(t));
@@ -213,25 +220,13 @@ static void record_window(void *ctx, const struct cmd_window *w)
 		fg_profile_meta_setf(p, FG_META_RATE_HZ, "%g", r->o.rate);
 		fg_profile_meta_setf(p, FG_META_DURATION_S, "%lld", (long long)(w->until_s - w->from_s));
 		fg_profile_meta_setf(p, FG_META_SAMPLES, "%llu", (unsigned long long)w->ticks);
-		fg_profile_meta_set(p, FG_META_COMMAND, prof_process_cmdline(t));
+		pusher_command(r->pusher, prof_process_cmdline(t), command, sizeof(command));
+		fg_profile_meta_set(p, FG_META_COMMAND, command);
 		fg_profile_meta_setf(p, "missed-ticks", "%llu", (unsigned long long)w->missed);
 		fg_profile_meta_setf(p, "window", "%llu %lld %lld", (unsigned long long)w->seq,
 				     (long long)w->from_s, (long long)w->until_s);
-		char *buf = NULL;
-		size_t len = 0;
-		FILE *f = open_memstream(&buf, &len);
-		struct fg_writer wr = { FG_FORMAT_PPROF, p, NULL, NULL, NULL, false, NULL };
-		int rc = f ? fg_write(&wr, f, "window", NULL) : -SPY_EIO;
-		if (f && fclose(f) != 0) {
-			rc = -SPY_EIO;
-		}
-		if (rc == 0) {
-			pusher_enqueue(r->pusher, w->from_s, w->until_s, buf, len);
-		} else {
-			pusher_skip(r->pusher);
-		}
-		free(buf);
 	}
+	pusher_window(r->pusher, NULL, r->window, w->from_s, w->until_s);
 	fg_profile_free(r->window);
 	r->window = w->last ? NULL : fg_profile_new(&r->strs, r->function ? FG_FUNCTION : 0);
 }
@@ -254,7 +249,7 @@ static void push_lines(struct rec *r, uint64_t now)
 	}
 	if (st.rejected > r->shown.rejected) {
 		fprintf(stderr, "%sspy: push to %s: %llu window(s) refused, not sent again: %s\n", clear,
-			r->push->url_text, (unsigned long long)(st.rejected - r->shown.rejected), st.last_error);
+			r->push->url_text, (unsigned long long)(st.rejected - r->shown.rejected), st.last_refusal);
 	}
 	if (st.dropped > r->shown.dropped) {
 		fprintf(stderr, "%sspy: push: the queue is full: %llu oldest window(s) dropped\n", clear,
@@ -460,7 +455,9 @@ static bool all_digits(const char *s)
 static int check_push_args(struct rec *r, const char *table)
 {
 	const char *needs = r->push_every != UINT_MAX ? "--push-every" : r->app ? "--app" : r->nlabels ? "--label"
-		: r->tenant ? "--tenant" : r->token_file ? "--token-file" : r->basic_file ? "--basic-auth-file" : NULL;
+		: r->tenant ? "--tenant" : r->token_file ? "--token-file" : r->basic_file ? "--basic-auth-file"
+		: r->push_api ? "--push-api" : r->push_ca ? "--push-ca" : r->push_cert ? "--push-cert"
+		: r->push_key ? "--push-key" : r->push_command ? "--push-command" : NULL;
 	if (!r->push_url) {
 		return needs ? cmd_usage_error("record", "%s goes with --push URL", needs) : 0;
 	}
@@ -476,6 +473,14 @@ static int check_push_args(struct rec *r, const char *table)
 		return cmd_usage_error("record", "%s", err.msg);
 	}
 	c->url_text = r->push_url;
+	if (r->push_api && !push_api_parse(r->push_api, &c->api)) {
+		return cmd_usage_error("record", "--push-api: '%s' is not push or ingest", r->push_api);
+	}
+	c->send_command = r->push_command;
+	int rc = push_config_tls(c, r->push_ca, r->push_cert, r->push_key, &err);
+	if (rc < 0) {
+		return err.code == SPY_EUSAGE ? cmd_usage_error("record", "%s", err.msg) : cmd_fail(&err);
+	}
 	const char *why;
 	if (r->app && (why = push_check_app(r->app))) {
 		return cmd_usage_error("record", "--app '%s': %s", r->app, why);
@@ -503,43 +508,16 @@ static int check_push_args(struct rec *r, const char *table)
 	return 0;
 }
 
-/* The application name a command line suggests: the script's or module's name, else the program's. */
-static void default_app(const char *cmdline, char *out, size_t size)
-{
-	char words[3][256] = { "", "", "" };
-	const char *p = cmdline;
-	for (int i = 0; i < 3 && *p; i++) {
-		size_t n = strcspn(p, " ");
-		snprintf(words[i], sizeof(words[i]), "%.*s", (int)(n < 255 ? n : 255), p);
-		p += n;
-		p += strspn(p, " ");
-	}
-	const char *name = spy_basename(words[0]);
-	if (!strncmp(name, "python", 6) && !strcmp(words[1], "-m") && words[2][0]) {
-		name = words[2];
-	} else if (!strncmp(name, "python", 6) && words[1][0] && words[1][0] != '-') {
-		name = spy_basename(words[1]);
-	}
-	snprintf(out, size, "%s", name[0] ? name : "python");
-	size_t n = strlen(out);
-	if (n > 3 && !strcmp(out + n - 3, ".py")) {
-		out[n - 3] = 0;
-	}
-	if (strlen(out) > 200) {
-		out[200] = 0;
-	}
-	push_sanitize(out, true);
-}
-
 /* The labels and the sender, once the target is known; 0 or the exit code. */
 static int start_push(struct rec *r)
 {
 	struct push_config *c = r->push;
 	const struct prof_process *t = prof_root(r->p);
 	char host[256] = "";
-	snprintf(c->app, sizeof(c->app), "%s", r->app ? r->app : "");
+	struct push_series *s = &c->series;
+	snprintf(s->app, sizeof(s->app), "%s", r->app ? r->app : "");
 	if (!r->app) {
-		default_app(prof_process_cmdline(t), c->app, sizeof(c->app));
+		push_default_app(prof_process_cmdline(t), s->app, sizeof(s->app));
 	}
 	if (gethostname(host, sizeof(host) - 1) != 0 || !host[0]) {
 		snprintf(host, sizeof(host), "unknown");
@@ -549,18 +527,18 @@ static int start_push(struct rec *r)
 	snprintf(pid, sizeof(pid), "%d", (int)prof_process_pid(t));
 	snprintf(python, sizeof(python), "%s", prof_process_python(t));
 	push_sanitize(python, false);
-	push_config_label(c, "host", host);
-	push_config_label(c, "pid", pid);
-	push_config_label(c, "python", python);
+	push_series_label(s, "host", host);
+	push_series_label(s, "pid", pid);
+	push_series_label(s, "python", python);
 	for (size_t i = 0; i < r->nlabels; i++) {
 		const char *kv = r->labels[i], *eq = strchr(kv, '=');
 		char key[128];
 		snprintf(key, sizeof(key), "%.*s", (int)(eq - kv), kv);
-		if (!push_config_label(c, key, eq + 1)) {
+		if (!push_series_label(s, key, eq + 1)) {
 			return cmd_usage_error("record", "more than %d labels", PUSH_MAX_LABELS);
 		}
 	}
-	c->rate_hz = r->o.rate;
+	s->rate_hz = r->o.rate;
 	c->every_s = r->push_every;
 	c->timeout_ns = PUSH_TIMEOUT_NS;
 	struct spy_err err = SPY_ERR_INIT;
@@ -648,7 +626,14 @@ static int parse_args(struct rec *r, int argc, char **argv)
 		{ 0, "no-source", OPT_BOOL, &r->no_source, NULL, "do not keep the sampled lines' source text in the profile" },
 		{ 0, "slice", OPT_DOUBLE, &r->slice, "S", "also count samples, and read the process's CPU, RSS, threads, switches and I/O, per S-second window, kept in a folded profile (for report --trend) or charted in an HTML report" },
 		{ 0, "push", OPT_STRING, &r->push_url, "URL",
-		  "continuous mode: every --push-every S, send the last window to the Pyroscope server at URL (http:// only); no file unless -o" },
+		  "continuous mode: every --push-every S, send the last window to the Pyroscope server at URL (http:// or https://); no file unless -o" },
+		{ 0, "push-api", OPT_STRING, &r->push_api, "API",
+		  "with --push: push (Pyroscope's /push.v1.PusherService/Push, the default) or ingest (/ingest, for older servers)" },
+		{ 0, "push-ca", OPT_STRING, &r->push_ca, "FILE", "with an https --push: trust the CA certificates in FILE (PEM) instead of the system's" },
+		{ 0, "push-cert", OPT_STRING, &r->push_cert, "FILE", "with an https --push: a client certificate (PEM), for mutual TLS" },
+		{ 0, "push-key", OPT_STRING, &r->push_key, "FILE", "with --push-cert: its private key (PEM), if not in the certificate's file" },
+		{ 0, "push-command", OPT_BOOL, &r->push_command, NULL,
+		  "with --push: send the whole command line, arguments included (default: the program's name only)" },
 		{ 0, "push-every", OPT_UINT, &r->push_every, "S", "with --push: the window, in seconds (default 10)" },
 		{ 0, "app", OPT_STRING, &r->app, "NAME", "with --push: the application name (default: the script's or program's name)" },
 		{ 0, "label", OPT_STRING, &label_help, "K=V", "with --push: one more label (repeatable; host, pid and python are set)" },

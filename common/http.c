@@ -1,27 +1,43 @@
 /*
- * The HTTP/1.1 client (see http.h). A request is: resolve, connect
- * (non-blocking, polled), write everything, read until the head ends and
- * then the body until Content-Length, the connection's end, or the bound.
- * Chunked bodies are read to their end as bytes and not decoded: only the
- * status matters, and the first bytes go into an error line.
+ * The HTTP client (see http.h) on libcurl's easy interface, loaded at the
+ * first client (load_curl): one handle per client, its options set once; a
+ * request sets the URL, headers and body, performs, and reads what the
+ * callbacks kept.
+ *
+ * The bounds are ours, on top of libcurl's own: the header callback counts
+ * the head's bytes and keeps the status line's text; the write callback
+ * keeps the body's first bytes and counts the rest; the progress callback
+ * checks the abort time. A callback that refuses more ends the transfer;
+ * when the status was already read (a body too long, a declared length
+ * over HTTP_MAX_BODY), the request still counts as answered with it.
+ *
+ * No low-speed limit: a server that takes a while to answer a request it
+ * has read whole is not hostile, and the total deadline already ends a
+ * drip of bytes.
  */
+#include <curl/curl.h>
+#include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "common/http.h"
 #include "common/term.h"
 #include "common/util.h"
 
-/* Polls are cut into slices this long, so that an abort deadline is seen soon. */
-#define SLICE_NS (100 * 1000 * 1000ull)
+struct http_client {
+	CURL *h;
+	char errbuf[CURL_ERROR_SIZE];
+	/* per request */
+	const struct http_request *rq;
+	size_t head_bytes, body_bytes, nkept;
+	bool head_over, body_over;
+	char reason[256];
+	char kept[HTTP_MAX_BODY_KEPT];
+};
 
 uint64_t http_now_ns(void)
 {
@@ -30,311 +46,382 @@ uint64_t http_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* ---- the URL ---- */
+
+static bool host_char(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' ||
+	       c == '_';
+}
+
+/* The host and port of the authority a[0..n); 0 or -SPY_EUSAGE. */
+static int check_authority(const char *a, size_t n, struct spy_err *err)
+{
+	const char *end = a + n, *p = a;
+	if (p < end && *p == '[') {
+		while (p < end && *p != ']') {
+			p++;
+		}
+		if (p == end || p == a + 1 || strspn(a + 1, "0123456789abcdefABCDEF:.") < (size_t)(p - a - 1)) {
+			return spy_err_set(err, SPY_EUSAGE, "--push: a bad [IPv6 address] in the URL");
+		}
+		p++;
+	} else {
+		while (p < end && host_char(*p)) {
+			p++;
+		}
+		if (p == a) {
+			return spy_err_set(err, SPY_EUSAGE, "--push: no host in the URL");
+		}
+	}
+	if (p < end && *p == ':') {
+		size_t pl = (size_t)(end - p - 1);
+		long port = pl && pl < 6 && strspn(p + 1, "0123456789") >= pl ? strtol(p + 1, NULL, 10) : 0;
+		if (port < 1 || port > 65535) {
+			return spy_err_set(err, SPY_EUSAGE, "--push: the URL's port is not 1 to 65535");
+		}
+		p = end;
+	}
+	if (p != end) {
+		return spy_err_set(err, SPY_EUSAGE, "--push: the URL's host holds a character a host name does not");
+	}
+	return 0;
+}
+
 int http_url_parse(const char *url, struct http_url *u, struct spy_err *err)
 {
 	memset(u, 0, sizeof(*u));
-	if (!strncmp(url, "https://", 8)) {
-		return spy_err_set(err, SPY_EUSAGE,
-				   "--push %s: https is not supported (spy has no TLS stack); "
-				   "push to a local forwarder over http, such as Grafana Alloy", url);
-	}
-	if (strncmp(url, "http://", 7)) {
-		return spy_err_set(err, SPY_EUSAGE, "--push %s: expected http://HOST[:PORT][/PATH]", url);
-	}
-	const char *h = url + 7, *end;
-	const char *host_end;
-	if (*h == '[') {
-		host_end = strchr(h, ']');
-		if (!host_end) {
-			return spy_err_set(err, SPY_EUSAGE, "--push %s: unterminated [IPv6 address]", url);
+	for (const char *p = url; *p; p++) {
+		unsigned char c = (unsigned char)*p;
+		if (c <= ' ' || c >= 0x7f) {
+			return spy_err_set(err, SPY_EUSAGE,
+					   "--push: the URL holds a control character, a blank or a non-ASCII byte");
 		}
-		h++;
-		end = host_end + 1;
+	}
+	size_t skip;
+	if (!strncasecmp(url, "https://", 8)) {
+		u->https = true;
+		skip = 8;
+	} else if (!strncasecmp(url, "http://", 7)) {
+		skip = 7;
 	} else {
-		host_end = h + strcspn(h, ":/?#");
-		end = host_end;
+		return spy_err_set(err, SPY_EUSAGE, "--push: expected a URL http[s]://HOST[:PORT][/PATH]");
 	}
-	size_t hl = (size_t)(host_end - h);
-	if (hl == 0 || hl >= sizeof(u->host)) {
-		return spy_err_set(err, SPY_EUSAGE, "--push %s: no host, or a host name too long", url);
-	}
-	memcpy(u->host, h, hl);
-	if (strpbrk(u->host, "@ \t\r\n")) {
+	const char *a = url + skip;
+	size_t an = strcspn(a, "/?#");
+	if (strchr(a, '@')) {
 		return spy_err_set(err, SPY_EUSAGE,
-				   "--push %s: credentials do not go in the URL (see SPY_PUSH_BASIC_AUTH)", url);
+				   "--push: credentials do not go in the URL (use --basic-auth-file or "
+				   "SPY_PUSH_BASIC_AUTH, --token-file or SPY_PUSH_TOKEN)");
 	}
-	snprintf(u->port, sizeof(u->port), "80");
-	if (*end == ':') {
-		const char *p = end + 1;
-		size_t pl = strspn(p, "0123456789");
-		long port = pl && pl < 6 ? strtol(p, NULL, 10) : 0;
-		if (port < 1 || port > 65535) {
-			return spy_err_set(err, SPY_EUSAGE, "--push %s: bad port", url);
-		}
-		snprintf(u->port, sizeof(u->port), "%ld", port);
-		end = p + pl;
+	if (strpbrk(a, "?#")) {
+		return spy_err_set(err, SPY_EUSAGE,
+				   "--push: the URL has a query or fragment; it is the server's base address "
+				   "(spy adds the API's path)");
 	}
-	if (*end && *end != '/') {
-		return spy_err_set(err, SPY_EUSAGE, "--push %s: expected http://HOST[:PORT][/PATH], without query", url);
+	int rc = check_authority(a, an, err);
+	if (rc < 0) {
+		return rc;
 	}
-	size_t pl = strlen(end);
-	while (pl > 0 && end[pl - 1] == '/') {
-		pl--;
+	size_t n = strlen(url);
+	while (n > skip + an && url[n - 1] == '/') {
+		n--;
 	}
-	if (pl >= sizeof(u->path) || strpbrk(end, "?# \t\r\n")) {
-		return spy_err_set(err, SPY_EUSAGE, "--push %s: bad path (too long, or a query or blank in it)", url);
+	if (n - skip + 8 >= sizeof(u->base)) {
+		return spy_err_set(err, SPY_EUSAGE, "--push: the URL is over %zu bytes", sizeof(u->base) - 10);
 	}
-	memcpy(u->path, end, pl);
+	snprintf(u->base, sizeof(u->base), "%s%.*s", u->https ? "https://" : "http://", (int)(n - skip), a);
 	return 0;
 }
 
-/* The time left before rq's deadline or its abort time; 0 if none. */
-static uint64_t time_left(const struct http_request *rq, uint64_t deadline)
+/* ---- the client ---- */
+
+static size_t on_header(char *data, size_t size, size_t n, void *ctx)
 {
-	uint64_t now = http_now_ns();
-	uint64_t until = deadline;
-	if (rq->abort_at_ns) {
-		uint64_t a = atomic_load(rq->abort_at_ns);
-		until = a < until ? a : until;
+	struct http_client *c = ctx;
+	size_t len = size * n;
+	c->head_bytes += len;
+	if (c->head_bytes > HTTP_MAX_HEAD) {
+		c->head_over = true;
+		return 0;
 	}
-	return now < until ? until - now : 0;
+	/* A status line (an interim 1xx one comes first, then the final one): keep its text. */
+	if (len > 12 && !strncmp(data, "HTTP/", 5)) {
+		const char *end = data + len, *text = NULL;
+		const char *sp = memchr(data, ' ', len);
+		if (sp && (sp = memchr(sp + 1, ' ', (size_t)(end - sp - 1)))) {
+			text = sp + 1;
+		}
+		size_t tl = 0;
+		while (text && text + tl < end && text[tl] != '\r' && text[tl] != '\n') {
+			tl++;
+		}
+		snprintf(c->reason, sizeof(c->reason), "%.*s", (int)tl, text ? text : "");
+	}
+	return len;
 }
 
-/* Wait for events on fd: 1 ready, 0 out of time, < 0 error (errno). */
-static int wait_fd(const struct http_request *rq, uint64_t deadline, int fd, short events)
+static size_t on_body(char *data, size_t size, size_t n, void *ctx)
 {
-	for (;;) {
-		uint64_t left = time_left(rq, deadline);
-		if (left == 0) {
-			return 0;
-		}
-		struct pollfd pfd = { fd, events, 0 };
-		uint64_t slice = left < SLICE_NS ? left : SLICE_NS;
-		int n = poll(&pfd, 1, (int)(slice / 1000000) + 1);
-		if (n > 0) {
-			return 1;
-		}
-		if (n < 0 && errno != EINTR) {
-			return -1;
-		}
+	struct http_client *c = ctx;
+	size_t len = size * n;
+	size_t take = c->nkept < sizeof(c->kept) ? sizeof(c->kept) - c->nkept : 0;
+	take = take < len ? take : len;
+	memcpy(c->kept + c->nkept, data, take);
+	c->nkept += take;
+	c->body_bytes += len;
+	if (c->body_bytes > HTTP_MAX_BODY) {
+		c->body_over = true;
+		return 0;
 	}
+	return len;
 }
 
-static int timed_out(const struct http_request *rq, struct spy_err *err, const char *what)
+static int on_progress(void *ctx, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
 {
-	bool aborted = rq->abort_at_ns && http_now_ns() >= atomic_load(rq->abort_at_ns);
-	if (aborted) {
-		return spy_err_set(err, SPY_EIO, "gave up %s: spy is exiting", what);
-	}
-	return spy_err_set(err, SPY_EIO, "timed out after %.0f s %s", (double)rq->timeout_ns / 1e9, what);
+	const struct http_client *c = ctx;
+	const _Atomic uint64_t *abort_at = c->rq ? c->rq->abort_at_ns : NULL;
+	return abort_at && http_now_ns() >= atomic_load(abort_at);
 }
 
-static int connect_to(const struct http_request *rq, uint64_t deadline, struct spy_err *err)
+/*
+ * libcurl, loaded when a client is first made: linked, it and the
+ * libraries it pulls in (TLS stacks, Kerberos, LDAP, ...: some thirty)
+ * cost every spy command ~50 ms at start and ~6 MiB of mappings, for the
+ * one that pushes. Built against its headers, so the types and constants
+ * are the ones of the libcurl.so.4 ABI.
+ */
+static struct {
+	CURLcode (*global_init)(long flags);
+	CURL *(*easy_init)(void);
+	CURLcode (*easy_setopt)(CURL *h, CURLoption opt, ...);
+	CURLcode (*easy_perform)(CURL *h);
+	CURLcode (*easy_getinfo)(CURL *h, CURLINFO info, ...);
+	void (*easy_cleanup)(CURL *h);
+	const char *(*easy_strerror)(CURLcode rc);
+	struct curl_slist *(*slist_append)(struct curl_slist *l, const char *s);
+	void (*slist_free_all)(struct curl_slist *l);
+} lc;
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static char curl_problem[300];   /* why libcurl cannot be used, "" once loaded */
+
+static void load_curl(void)
 {
-	const struct http_url *u = rq->url;
-	struct addrinfo hints, *res = NULL;
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	int g = getaddrinfo(u->host, u->port, &hints, &res);
-	if (g != 0) {
-		return spy_err_set(err, SPY_EIO, "cannot resolve %s: %s", u->host,
-				   g == EAI_SYSTEM ? strerror(errno) : gai_strerror(g));
+	static const struct {
+		const char *name;
+		void *slot;
+	} syms[] = {
+		{ "curl_global_init", &lc.global_init }, { "curl_easy_init", &lc.easy_init },
+		{ "curl_easy_setopt", &lc.easy_setopt }, { "curl_easy_perform", &lc.easy_perform },
+		{ "curl_easy_getinfo", &lc.easy_getinfo }, { "curl_easy_cleanup", &lc.easy_cleanup },
+		{ "curl_easy_strerror", &lc.easy_strerror }, { "curl_slist_append", &lc.slist_append },
+		{ "curl_slist_free_all", &lc.slist_free_all },
+	};
+	void *h = dlopen(HTTP_LIBCURL, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		const char *why = dlerror();
+		snprintf(curl_problem, sizeof(curl_problem), "cannot load %s (Debian: libcurl4): %s", HTTP_LIBCURL,
+			 why ? why : "not found");
+		return;
 	}
-	int fd = -1, last = 0;
-	bool late = false;
-	for (struct addrinfo *ai = res; ai && fd < 0 && !late; ai = ai->ai_next) {
-		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
-		if (fd < 0) {
-			last = errno;
-			continue;
+	for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
+		void *f = dlsym(h, syms[i].name);
+		if (!f) {
+			snprintf(curl_problem, sizeof(curl_problem), "%s has no %s", HTTP_LIBCURL, syms[i].name);
+			return;
 		}
-		int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
-		if (rc < 0 && errno == EINPROGRESS) {
-			int w = wait_fd(rq, deadline, fd, POLLOUT);
-			socklen_t sl = sizeof(last);
-			if (w == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &last, &sl) == 0 && last == 0) {
-				rc = 0;
-			} else if (w == 0) {
-				late = true;
-			} else if (w < 0) {
-				last = errno;
-			}
-		} else if (rc < 0) {
-			last = errno;
-		}
-		if (rc < 0) {
-			close(fd);
-			fd = -1;
-		}
+		/* A function pointer from dlsym's object pointer, as POSIX has it done. */
+		memcpy(syms[i].slot, &f, sizeof(f));
 	}
-	freeaddrinfo(res);
-	if (fd < 0 && late) {
-		char what[300];
-		snprintf(what, sizeof(what), "connecting to %s:%s", u->host, u->port);
-		return timed_out(rq, err, what);
+	CURLcode rc = lc.global_init(CURL_GLOBAL_DEFAULT);
+	if (rc != CURLE_OK) {
+		snprintf(curl_problem, sizeof(curl_problem), "cannot initialize libcurl: %s", lc.easy_strerror(rc));
 	}
-	if (fd < 0) {
-		return spy_err_set(err, SPY_EIO, "connect to %s:%s: %s", u->host, u->port, strerror(last));
-	}
-	return fd;
+	/* The library stays loaded for the process's life. */
 }
 
-static int send_all(const struct http_request *rq, uint64_t deadline, int fd, const void *data,
-		    size_t len, struct spy_err *err)
+/* Set the options that do not change between requests; CURLE_OK or the first failure. */
+static CURLcode set_options(struct http_client *c, const struct http_tls *tls)
 {
-	const char *p = data;
-	while (len > 0) {
-		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-		if (n > 0) {
-			p += n;
-			len -= (size_t)n;
-			continue;
-		}
-		if (n < 0 && errno != EAGAIN && errno != EINTR) {
-			return spy_err_set(err, SPY_EIO, "sending to %s:%s: %s", rq->url->host, rq->url->port,
-					   strerror(errno));
-		}
-		int w = wait_fd(rq, deadline, fd, POLLOUT);
-		if (w == 0) {
-			return timed_out(rq, err, "sending the request");
-		}
-		if (w < 0) {
-			return spy_err_set(err, SPY_EIO, "sending: %s", strerror(errno));
-		}
+	CURL *h = c->h;
+	CURLcode rc = CURLE_OK;
+#define SET(opt, v)                                          \
+	do {                                                 \
+		if (rc == CURLE_OK) {                        \
+			rc = lc.easy_setopt(h, opt, v);    \
+		}                                            \
+	} while (0)
+	SET(CURLOPT_ERRORBUFFER, c->errbuf);
+	SET(CURLOPT_NOSIGNAL, 1L);                 /* no SIGALRM around name lookups: threads */
+	SET(CURLOPT_PROTOCOLS_STR, "http,https");
+	SET(CURLOPT_FOLLOWLOCATION, 0L);
+	SET(CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)HTTP_MAX_BODY);
+	SET(CURLOPT_HEADERFUNCTION, on_header);
+	SET(CURLOPT_HEADERDATA, c);
+	SET(CURLOPT_WRITEFUNCTION, on_body);
+	SET(CURLOPT_WRITEDATA, c);
+	SET(CURLOPT_XFERINFOFUNCTION, on_progress);
+	SET(CURLOPT_XFERINFODATA, c);
+	SET(CURLOPT_NOPROGRESS, 0L);
+	SET(CURLOPT_USERAGENT, "spy/" SPY_VERSION);
+	SET(CURLOPT_SSL_VERIFYPEER, 1L);
+	SET(CURLOPT_SSL_VERIFYHOST, 2L);
+	if (tls && tls->ca_file) {
+		SET(CURLOPT_CAINFO, tls->ca_file);
+		SET(CURLOPT_CAPATH, (char *)NULL);
 	}
-	return 0;
-}
-
-/* The value of header name (lower case, with its colon) in head, or NULL. */
-static const char *header_value(const char *head, const char *name)
-{
-	size_t nl = strlen(name);
-	for (const char *line = strstr(head, "\r\n"); line; line = strstr(line + 2, "\r\n")) {
-		if (!strncasecmp(line + 2, name, nl)) {
-			const char *v = line + 2 + nl;
-			return v + strspn(v, " \t");
-		}
+	if (tls && tls->cert_file) {
+		SET(CURLOPT_SSLCERT, tls->cert_file);
 	}
-	return NULL;
-}
-
-static int read_response(const struct http_request *rq, uint64_t deadline, int fd,
-			 struct http_response *rs, struct spy_err *err)
-{
-	char *head = spy_xmalloc(HTTP_MAX_HEAD + 1);
-	size_t hl = 0;
-	char *end = NULL;
-	int rc = 0;
-	/* The head, up to its blank line, within HTTP_MAX_HEAD. */
-	while (!end) {
-		if (hl == HTTP_MAX_HEAD) {
-			rc = spy_err_set(err, SPY_EIO, "the response's head is over %d bytes", HTTP_MAX_HEAD);
-			goto out;
-		}
-		ssize_t n = recv(fd, head + hl, HTTP_MAX_HEAD - hl, 0);
-		if (n > 0) {
-			hl += (size_t)n;
-			head[hl] = 0;
-			end = strstr(head, "\r\n\r\n");
-			continue;
-		}
-		if (n == 0) {
-			rc = spy_err_set(err, SPY_EIO, "%s:%s closed the connection without a response",
-					 rq->url->host, rq->url->port);
-			goto out;
-		}
-		if (errno != EAGAIN && errno != EINTR) {
-			rc = spy_err_set(err, SPY_EIO, "reading the response: %s", strerror(errno));
-			goto out;
-		}
-		int w = wait_fd(rq, deadline, fd, POLLIN);
-		if (w <= 0) {
-			rc = w == 0 ? timed_out(rq, err, "waiting for a response")
-				    : spy_err_set(err, SPY_EIO, "reading the response: %s", strerror(errno));
-			goto out;
-		}
+	if (tls && tls->key_file) {
+		SET(CURLOPT_SSLKEY, tls->key_file);
 	}
-	int major, minor, status, off = 0;
-	if (sscanf(head, "HTTP/%d.%d %3d%n", &major, &minor, &status, &off) != 3 || status < 100 || status > 599) {
-		rc = spy_err_set(err, SPY_EIO, "%s:%s did not answer in HTTP", rq->url->host, rq->url->port);
-		goto out;
-	}
-	rs->status = status;
-	const char *reason = head + off + strspn(head + off, " ");
-	struct spy_buf b = SPY_BUF_INIT;
-	spy_term_escape(&b, reason, strcspn(reason, "\r\n"), sizeof(rs->reason) - 8, NULL);
-	snprintf(rs->reason, sizeof(rs->reason), "%s", b.buf ? b.buf : "");
-	spy_buf_reset(&b);
-
-	/* The body: what came with the head, then up to Content-Length (or the end), keeping the first bytes. */
-	char kept[HTTP_MAX_BODY_KEPT];
-	size_t nkept = 0;
-	size_t have = hl - (size_t)(end + 4 - head);
-	memcpy(kept, end + 4, have < sizeof(kept) ? have : sizeof(kept));
-	nkept = have < sizeof(kept) ? have : sizeof(kept);
-	*end = 0;
-	const char *cl = header_value(head, "content-length:");
-	bool no_body = status == 204 || status == 304 || status < 200;
-	long long want = no_body ? 0 : cl ? strtoll(cl, NULL, 10) : -1;
-	long long got = (long long)have;
-	char sink[4096];
-	while (want < 0 || got < want) {
-		ssize_t n = recv(fd, sink, sizeof(sink), 0);
-		if (n > 0) {
-			size_t take = nkept < sizeof(kept) ? sizeof(kept) - nkept : 0;
-			take = take < (size_t)n ? take : (size_t)n;
-			memcpy(kept + nkept, sink, take);
-			nkept += take;
-			got += n;
-			continue;
-		}
-		if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-			break;   /* the status is what matters */
-		}
-		if (wait_fd(rq, deadline, fd, POLLIN) <= 0) {
-			break;
-		}
-	}
-	spy_term_escape(&b, kept, nkept, sizeof(rs->body) - 8, NULL);
-	snprintf(rs->body, sizeof(rs->body), "%s", b.buf ? b.buf : "");
-	spy_buf_release(&b);
-out:
-	free(head);
+#undef SET
 	return rc;
 }
 
-int http_request(const struct http_request *rq, struct http_response *rs, struct spy_err *err)
+int http_client_new(struct http_client **out, const struct http_tls *tls, struct spy_err *err)
+{
+	pthread_once(&curl_once, load_curl);
+	if (curl_problem[0]) {
+		return spy_err_set(err, SPY_EIO, "%s", curl_problem);
+	}
+	struct http_client *c = spy_xcalloc(1, sizeof(*c));
+	c->h = lc.easy_init();
+	CURLcode rc = c->h ? set_options(c, tls) : CURLE_OUT_OF_MEMORY;
+	if (rc != CURLE_OK) {
+		http_client_free(c);
+		return spy_err_set(err, SPY_EIO, "cannot set up libcurl: %s", lc.easy_strerror(rc));
+	}
+	*out = c;
+	return 0;
+}
+
+void http_client_free(struct http_client *c)
+{
+	if (c) {
+		if (c->h) {
+			lc.easy_cleanup(c->h);
+		}
+		free(c);
+	}
+}
+
+/* err from a failed transfer: what happened, escaped (the server's bytes can be in libcurl's text). */
+static int transfer_error(struct http_client *c, CURLcode rc, struct spy_err *err)
+{
+	const struct http_request *rq = c->rq;
+	struct spy_buf b = SPY_BUF_INIT;
+	const char *text = c->errbuf[0] ? c->errbuf : lc.easy_strerror(rc);
+	spy_term_escape(&b, text, strlen(text), 300, NULL);
+	long os_errno = 0;
+	lc.easy_getinfo(c->h, CURLINFO_OS_ERRNO, &os_errno);
+	if (rc == CURLE_ABORTED_BY_CALLBACK) {
+		spy_err_set(err, SPY_EIO, "gave up: spy is exiting");
+	} else if (c->head_over) {
+		spy_err_set(err, SPY_EIO, "the response's head is over %d bytes", HTTP_MAX_HEAD);
+	} else if (rc == CURLE_OPERATION_TIMEDOUT) {
+		spy_err_set(err, SPY_EIO, "timed out after %.0f s (%s)", (double)rq->timeout_ns / 1e9, b.buf);
+	} else if (rc == CURLE_COULDNT_CONNECT && os_errno) {
+		/* libcurl's text names the address (the proxy's, through one); the system's says why. */
+		spy_err_set(err, SPY_EIO, "%s (%s)", b.buf, strerror((int)os_errno));
+	} else {
+		spy_err_set(err, SPY_EIO, "%s", b.buf);
+	}
+	spy_buf_release(&b);
+	return -SPY_EIO;
+}
+
+static void escaped(char *out, size_t size, const char *s, size_t n)
+{
+	struct spy_buf b = SPY_BUF_INIT;
+	spy_term_escape(&b, s, n, size - 8, NULL);
+	snprintf(out, size, "%s", b.buf ? b.buf : "");
+	spy_buf_release(&b);
+}
+
+int http_post(struct http_client *c, const struct http_request *rq, struct http_response *rs,
+	      struct spy_err *err)
 {
 	memset(rs, 0, sizeof(*rs));
-	uint64_t deadline = http_now_ns() + rq->timeout_ns;
-	struct spy_buf req = SPY_BUF_INIT;
-	const struct http_url *u = rq->url;
-	bool v6 = strchr(u->host, ':') != NULL;
-	spy_buf_addf(&req, "%s %s HTTP/1.1\r\nHost: %s%s%s", rq->method, rq->target, v6 ? "[" : "", u->host,
-		     v6 ? "]" : "");
-	if (strcmp(u->port, "80")) {
-		spy_buf_addf(&req, ":%s", u->port);
+	c->rq = rq;
+	c->head_bytes = c->body_bytes = c->nkept = 0;
+	c->head_over = c->body_over = false;
+	c->reason[0] = c->errbuf[0] = 0;
+
+	struct spy_buf url = SPY_BUF_INIT, line = SPY_BUF_INIT;
+	spy_buf_addf(&url, "%s%s", rq->url->base, rq->target);
+	struct curl_slist *hl = NULL;
+	/* No 100-continue round trip: a server that never sends one would cost a second a request. */
+	hl = lc.slist_append(hl, "Expect:");
+	for (size_t i = 0; i < rq->nheaders && hl; i++) {
+		spy_buf_reset(&line);
+		spy_buf_addf(&line, "%s: %s", rq->headers[i].name, rq->headers[i].value);
+		struct curl_slist *more = lc.slist_append(hl, line.buf);
+		if (!more) {
+			lc.slist_free_all(hl);
+		}
+		hl = more;
 	}
-	spy_buf_addf(&req, "\r\nUser-Agent: spy/%s\r\nConnection: close\r\nContent-Length: %zu\r\n",
-		     SPY_VERSION, rq->body_len);
-	for (size_t i = 0; i < rq->nheaders; i++) {
-		spy_buf_addf(&req, "%s: %s\r\n", rq->headers[i].name, rq->headers[i].value);
+	/* The line held a credential, perhaps. */
+	if (line.buf) {
+		memset(line.buf, 0, line.len);
 	}
-	spy_buf_adds(&req, "\r\n");
-	int fd = connect_to(rq, deadline, err);
-	int rc = fd < 0 ? fd : send_all(rq, deadline, fd, req.buf, req.len, err);
-	if (rc == 0) {
-		rc = send_all(rq, deadline, fd, rq->body, rq->body_len, err);
+	spy_buf_release(&line);
+	long ms = (long)(rq->timeout_ns / 1000000u);
+	ms = ms > 0 ? ms : 1;
+	long connect_ms = (long)(HTTP_CONNECT_NS / 1000000u);
+	connect_ms = connect_ms < ms ? connect_ms : ms;
+	CURLcode rc = hl ? CURLE_OK : CURLE_OUT_OF_MEMORY;
+	rc = rc ? rc : lc.easy_setopt(c->h, CURLOPT_URL, url.buf);
+	rc = rc ? rc : lc.easy_setopt(c->h, CURLOPT_HTTPHEADER, hl);
+	rc = rc ? rc : lc.easy_setopt(c->h, CURLOPT_POSTFIELDS, rq->body);
+	rc = rc ? rc : lc.easy_setopt(c->h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)rq->body_len);
+	rc = rc ? rc : lc.easy_setopt(c->h, CURLOPT_TIMEOUT_MS, ms);
+	rc = rc ? rc : lc.easy_setopt(c->h, CURLOPT_CONNECTTIMEOUT_MS, connect_ms);
+	rc = rc ? rc : lc.easy_perform(c->h);
+	long status = 0;
+	lc.easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &status);
+	/* A body too long, or declared so, after a status: answered, the rest unread. */
+	bool answered = rc == CURLE_OK || (!c->head_over && (c->body_over || rc == CURLE_FILESIZE_EXCEEDED));
+	int ret = 0;
+	if (answered && status >= 100 && status <= 599) {
+		rs->status = (int)status;
+		escaped(rs->reason, sizeof(rs->reason), c->reason, strlen(c->reason));
+		escaped(rs->body, sizeof(rs->body), c->kept, c->nkept);
+	} else if (answered) {
+		ret = spy_err_set(err, SPY_EIO, "the server did not answer in HTTP");
+	} else {
+		ret = transfer_error(c, rc, err);
 	}
-	if (rc == 0) {
-		rc = read_response(rq, deadline, fd, rs, err);
+	/* The headers (a credential among them) and the body are the caller's: nothing kept pointing at them. */
+	lc.easy_setopt(c->h, CURLOPT_HTTPHEADER, (struct curl_slist *)NULL);
+	lc.easy_setopt(c->h, CURLOPT_POSTFIELDS, (char *)NULL);
+	lc.slist_free_all(hl);
+	spy_buf_release(&url);
+	c->rq = NULL;
+	return ret;
+}
+
+const char *http_reason(int status)
+{
+	static const struct {
+		int status;
+		const char *text;
+	} tab[] = {
+		{ 200, "OK" }, { 400, "Bad Request" }, { 401, "Unauthorized" }, { 403, "Forbidden" },
+		{ 404, "Not Found" }, { 405, "Method Not Allowed" }, { 408, "Request Timeout" },
+		{ 413, "Content Too Large" }, { 415, "Unsupported Media Type" }, { 422, "Unprocessable Content" },
+		{ 429, "Too Many Requests" }, { 500, "Internal Server Error" }, { 502, "Bad Gateway" },
+		{ 503, "Service Unavailable" }, { 504, "Gateway Timeout" },
+	};
+	for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++) {
+		if (tab[i].status == status) {
+			return tab[i].text;
+		}
 	}
-	if (fd >= 0) {
-		close(fd);
-	}
-	spy_buf_release(&req);
-	return rc < 0 ? -SPY_EIO : 0;
+	return "";
 }
 
 void http_base64(struct spy_buf *out, const void *data, size_t len)

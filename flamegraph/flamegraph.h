@@ -414,6 +414,14 @@ const char *fg_format_ext(enum fg_format f);
 /* Whether format f written to path is gzip-compressed (a folded ".gz", any case). */
 bool fg_format_gzip(enum fg_format f, const char *path);
 
+/* What a pprof says beyond the profile (all zero: wall time, no start time). */
+struct fg_pprof_opts {
+	/* The samples' time is CPU time (sample and period type cpu/nanoseconds: Pyroscope's process_cpu), not wall. */
+	bool cpu;
+	/* The profile's start, unix ns (time_nanos: where a backend files a window sent late); 0 for none. */
+	int64_t time_ns;
+};
+
 struct fg_writer {
 	enum fg_format format;
 	const struct fg_profile *profile;
@@ -425,5 +433,8 @@ struct fg_writer {
 };
 /* Write w (a struct fg_writer *) onto f; name is for messages. 0 or -SPY_EIO with err set. */
 int fg_write(void *w, FILE *f, const char *name, struct spy_err *err);
+/* pprof with options (fg_write's pprof is o NULL: the defaults); 0 or -SPY_EIO with err set. */
+int fg_profile_write_pprof(const struct fg_profile *p, const struct fg_pprof_opts *o, FILE *f,
+			   struct spy_err *err);
 
 #endif

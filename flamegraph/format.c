@@ -145,7 +145,7 @@ int fg_write(void *writer, FILE *f, const char *name, struct spy_err *err)
 		rc = fg_profile_write_speedscope(w->profile, f, err);
 		break;
 	case FG_FORMAT_PPROF:
-		rc = fg_profile_write_pprof(w->profile, f, err);
+		rc = fg_profile_write_pprof(w->profile, NULL, f, err);
 		break;
 	case FG_FORMAT_CHROME:
 		rc = fg_profile_write_chrome(w->profile, w->timeline, f, err);

@@ -238,7 +238,7 @@ int fg_timeline_walk(const struct fg_timeline *tl, const struct fg_profile *p, f
  */
 int fg_profile_write_json(const struct fg_profile *p, FILE *f, struct spy_err *err);
 int fg_profile_write_speedscope(const struct fg_profile *p, FILE *f, struct spy_err *err);
-int fg_profile_write_pprof(const struct fg_profile *p, FILE *f, struct spy_err *err);
+/* fg_profile_write_pprof is in flamegraph.h: record --push calls it with its options. */
 /*
  * chrome: the Trace Event Format (chrome://tracing, Perfetto): a
  * process_name and a thread_name metadata event per track, then nested

@@ -3,13 +3,7 @@
  * (github.com/google/pprof/proto/profile.proto), for `go tool pprof` and
  * the tools built on it.
  *
- * The decision a newcomer would question: protobuf is encoded by hand, not
- * through protobuf-c or nanopb. The writer needs five wire constructs
- * (varint, tag, length-delimited bytes, nested messages, packed varints),
- * about fifty lines; a code generator and a library would be a build and
- * packaging dependency for that, and flamegraph's boundary is common + zlib.
- * Nested messages are encoded into a scratch buffer first so their length
- * can be written before them.
+ * Protobuf is encoded by common/proto.h's writer (why by hand: there).
  *
  * Mapping of the profile:
  *  - one location per frame, id = frame id + 1, with one line
@@ -20,8 +14,10 @@
  *  - one sample per distinct stack, location ids leaf first as pprof
  *    expects, values {count} or, when "# rate-hz:" is known,
  *    {count, count * period} with sample types samples/count and
- *    wall/nanoseconds, period_type wall/nanoseconds, period 1e9 / rate;
- *  - duration_nanos from "# duration-s:"; every metadata entry as a
+ *    wall/nanoseconds, period_type wall/nanoseconds, period 1e9 / rate
+ *    ("cpu" for "wall" when asked: Pyroscope's process_cpu profile, as Go's
+ *    own CPU profiles name them);
+ *  - duration_nanos from "# duration-s:", time_nanos when given; every metadata entry as a
  *    "key: value" comment.
  * The string table is deduplicated by pointer (profile strings are
  * interned), starts with "" as the format requires, and holds only valid
@@ -34,43 +30,10 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "common/proto.h"
 #include "common/term.h"
 #include "common/util.h"
 #include "flamegraph/internal.h"
-
-enum { WIRE_VARINT = 0, WIRE_LEN = 2 };
-
-static void put_varint(struct spy_buf *b, uint64_t v)
-{
-	unsigned char tmp[10];
-	size_t n = 0;
-	while (v >= 0x80) {
-		tmp[n++] = (unsigned char)(v | 0x80);
-		v >>= 7;
-	}
-	tmp[n++] = (unsigned char)v;
-	spy_buf_add(b, tmp, n);
-}
-
-static void put_uint(struct spy_buf *b, unsigned field, uint64_t v)
-{
-	put_varint(b, (uint64_t)field << 3 | WIRE_VARINT);
-	put_varint(b, v);
-}
-
-static void put_bytes(struct spy_buf *b, unsigned field, const void *data, size_t len)
-{
-	put_varint(b, (uint64_t)field << 3 | WIRE_LEN);
-	put_varint(b, len);
-	spy_buf_add(b, data, len);
-}
-
-/* Append sub as field of b, and empty sub for the next message. */
-static void put_msg(struct spy_buf *b, unsigned field, struct spy_buf *sub)
-{
-	put_bytes(b, field, sub->buf, sub->len);
-	spy_buf_reset(sub);
-}
 
 /* A Function message's identity: its name and file, both interned. */
 struct pp_func {
@@ -98,7 +61,7 @@ static uint64_t string_new(struct pp *pp, const char *s)
 	spy_buf_reset(t);
 	/* pprof shows these strings in a terminal: the one terminal escaper. */
 	spy_term_adds(t, s);
-	put_bytes(&pp->strings, 6, t->buf, t->len);
+	spy_pb_bytes(&pp->strings, 6, t->buf, t->len);
 	spy_buf_reset(t);
 	return pp->nstrings++;
 }
@@ -134,11 +97,11 @@ static uint64_t function_id(struct pp *pp, const struct fg_frame *fr)
 	uint64_t id = ++pp->nfuncs;
 	uint64_t name = string_id(pp, fr->func);
 	uint64_t file = string_id(pp, fr->file);
-	put_uint(&pp->sub, 1, id);
-	put_uint(&pp->sub, 2, name);
-	put_uint(&pp->sub, 3, name);
-	put_uint(&pp->sub, 4, file);
-	put_msg(&pp->out, 5, &pp->sub);
+	spy_pb_uint(&pp->sub, 1, id);
+	spy_pb_uint(&pp->sub, 2, name);
+	spy_pb_uint(&pp->sub, 3, name);
+	spy_pb_uint(&pp->sub, 4, file);
+	spy_pb_msg(&pp->out, 5, &pp->sub);
 	return id;
 }
 
@@ -148,17 +111,17 @@ static int pp_sample(void *ctx, const uint32_t *frames, size_t depth, uint64_t c
 	struct spy_buf *packed = &pp->sub2;
 	spy_buf_reset(packed);
 	for (size_t i = depth; i-- > 0;) {
-		put_varint(packed, (uint64_t)frames[i] + 1);
+		spy_pb_varint(packed, (uint64_t)frames[i] + 1);
 	}
-	put_bytes(&pp->sub, 1, packed->buf, packed->len);
+	spy_pb_bytes(&pp->sub, 1, packed->buf, packed->len);
 	spy_buf_reset(packed);
-	put_varint(packed, count);
+	spy_pb_varint(packed, count);
 	if (pp->period) {
-		put_varint(packed, count * (uint64_t)pp->period);
+		spy_pb_varint(packed, count * (uint64_t)pp->period);
 	}
-	put_bytes(&pp->sub, 2, packed->buf, packed->len);
+	spy_pb_bytes(&pp->sub, 2, packed->buf, packed->len);
 	spy_buf_reset(packed);
-	put_msg(&pp->out, 2, &pp->sub);
+	spy_pb_msg(&pp->out, 2, &pp->sub);
 	return 0;
 }
 
@@ -167,9 +130,9 @@ static void value_type(struct pp *pp, unsigned field, const char *type, const ch
 {
 	uint64_t t = string_new(pp, type);
 	uint64_t u = string_new(pp, unit);
-	put_uint(&pp->sub, 1, t);
-	put_uint(&pp->sub, 2, u);
-	put_msg(&pp->out, field, &pp->sub);
+	spy_pb_uint(&pp->sub, 1, t);
+	spy_pb_uint(&pp->sub, 2, u);
+	spy_pb_msg(&pp->out, field, &pp->sub);
 }
 
 /* Compress the message as one gzip member to f. */
@@ -221,13 +184,16 @@ static double meta_number(const struct fg_profile *p, const char *key)
 	return v > 0 && v < 1e15 ? v : 0;
 }
 
-int fg_profile_write_pprof(const struct fg_profile *p, FILE *f, struct spy_err *err)
+int fg_profile_write_pprof(const struct fg_profile *p, const struct fg_pprof_opts *o, FILE *f,
+			   struct spy_err *err)
 {
+	static const struct fg_pprof_opts defaults;
+	o = o ? o : &defaults;
 	struct pp pp;
 	memset(&pp, 0, sizeof(pp));
 	pp.p = p;
 	/* string_table[0] must be "". */
-	put_bytes(&pp.strings, 6, "", 0);
+	spy_pb_bytes(&pp.strings, 6, "", 0);
 	pp.nstrings = 1;
 
 	double rate = meta_number(p, FG_META_RATE_HZ);
@@ -237,27 +203,31 @@ int fg_profile_write_pprof(const struct fg_profile *p, FILE *f, struct spy_err *
 	}
 	value_type(&pp, 1, "samples", "count");
 	if (pp.period) {
-		value_type(&pp, 1, "wall", "nanoseconds");
-		value_type(&pp, 11, "wall", "nanoseconds");
-		put_uint(&pp.out, 12, (uint64_t)pp.period);
+		const char *time = o->cpu ? "cpu" : "wall";
+		value_type(&pp, 1, time, "nanoseconds");
+		value_type(&pp, 11, time, "nanoseconds");
+		spy_pb_uint(&pp.out, 12, (uint64_t)pp.period);
 	}
 	/* Saturated too: "# duration-s: 1e14" is past 2^64 ns. */
 	uint64_t duration = spy_s_to_ns(meta_number(p, FG_META_DURATION_S));
 	if (duration) {
-		put_uint(&pp.out, 10, duration);
+		spy_pb_uint(&pp.out, 10, duration);
+	}
+	if (o->time_ns > 0) {
+		spy_pb_uint(&pp.out, 9, (uint64_t)o->time_ns);
 	}
 
 	size_t nframes = fg_profile_frame_count(p);
 	for (uint32_t id = 0; id < nframes; id++) {
 		const struct fg_frame *fr = fg_profile_frame(p, id);
 		uint64_t fid = function_id(&pp, fr);
-		put_uint(&pp.sub2, 1, fid);
+		spy_pb_uint(&pp.sub2, 1, fid);
 		if (fr->line) {
-			put_uint(&pp.sub2, 2, fr->line);
+			spy_pb_uint(&pp.sub2, 2, fr->line);
 		}
-		put_uint(&pp.sub, 1, (uint64_t)id + 1);
-		put_msg(&pp.sub, 4, &pp.sub2);
-		put_msg(&pp.out, 4, &pp.sub);
+		spy_pb_uint(&pp.sub, 1, (uint64_t)id + 1);
+		spy_pb_msg(&pp.sub, 4, &pp.sub2);
+		spy_pb_msg(&pp.out, 4, &pp.sub);
 	}
 	fg_profile_foreach_stack(p, pp_sample, &pp);
 
@@ -269,7 +239,7 @@ int fg_profile_write_pprof(const struct fg_profile *p, FILE *f, struct spy_err *
 		fg_profile_meta_at(p, i, &key, &value);
 		spy_buf_reset(&text);
 		spy_buf_addf(&text, "%s: %s", key, value);
-		put_uint(&pp.out, 13, string_new(&pp, text.buf));
+		spy_pb_uint(&pp.out, 13, string_new(&pp, text.buf));
 	}
 	spy_buf_release(&text);
 

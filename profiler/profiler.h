@@ -81,6 +81,7 @@ struct prof_sample {
 	const struct spy_stack *stack;   /* innermost first */
 	const char *proc_root;     /* interned `process PID "cmdline"` */
 	const char *thread_root;   /* interned `thread TID "name"`, NULL without a TID */
+	const struct prof_process *proc;   /* the process it was taken from */
 	pid_t pid, tid;
 	bool holds_gil;
 	bool gc;            /* the collector was running in this thread */

@@ -56,7 +56,7 @@ static void writers(struct fg_profile *p, unsigned w)
 	if (all || w == W_DOCS) {
 		(void)fg_profile_write_json(p, f, &err);
 		(void)fg_profile_write_speedscope(p, f, &err);
-		(void)fg_profile_write_pprof(p, f, &err);
+		(void)fg_profile_write_pprof(p, NULL, f, &err);
 		(void)fg_profile_write_chrome(p, NULL, f, &err);
 	}
 	if (all || w == W_FOLDED) {

@@ -242,7 +242,7 @@ def repeated_ints(wt, v):
 def decode_profile(data):
     prof = {"sample_type": [], "sample": [], "location": [], "function": [],
             "string_table": [], "comment": [], "period": 0, "period_type": None,
-            "duration_nanos": 0}
+            "duration_nanos": 0, "time_nanos": 0}
     for field, wt, v in fields(data):
         if field in (1, 11):
             vt = {f: x for f, _, x in fields(v)}
@@ -280,6 +280,8 @@ def decode_profile(data):
             prof["period"] = v
         elif field == 10:
             prof["duration_nanos"] = v
+        elif field == 9:
+            prof["time_nanos"] = v
     return prof
 
 

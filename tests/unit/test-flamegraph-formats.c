@@ -33,7 +33,7 @@ static char *render(const struct fg_profile *p, int fmt, const char *name, size_
 	struct spy_err err = SPY_ERR_INIT;
 	int rc = fmt == FMT_JSON ? fg_profile_write_json(p, f, &err)
 	       : fmt == FMT_SPEEDSCOPE ? fg_profile_write_speedscope(p, f, &err)
-	       : fg_profile_write_pprof(p, f, &err);
+	       : fg_profile_write_pprof(p, NULL, f, &err);
 	CHECK_INT(rc, 0);
 	fclose(f);
 	if (outdir && name) {
@@ -229,7 +229,7 @@ static void test_empty_and_errors(void)
 		spy_err_clear(&err);
 		CHECK_INT(fg_profile_write_speedscope(p, full, &err), -SPY_EIO);
 		spy_err_clear(&err);
-		CHECK_INT(fg_profile_write_pprof(p, full, &err), -SPY_EIO);
+		CHECK_INT(fg_profile_write_pprof(p, NULL, full, &err), -SPY_EIO);
 		spy_err_clear(&err);
 		fclose(full);
 		fg_profile_free(p);
