@@ -414,17 +414,34 @@ static void chld_wake(int sig)
 	(void)sig;
 }
 
+/* The ticks' clock at the rate asked, from now_ns. */
+static void set_clock(struct profiler *e, uint64_t now_ns)
+{
+	ticker_init(&e->tk, e->ts.o.rate, now_ns);
+	/* Compared as a double: a rate as low as 1e-300 makes half a period infinite. */
+	double half = 5e8 / e->ts.o.rate;
+	uint64_t w = half < (double)PROF_OFFCPU_WAIT_NS ? (uint64_t)half : PROF_OFFCPU_WAIT_NS;
+	e->ts.offcpu_wait_ns = w > PROF_OFFCPU_WAIT_MIN_NS ? w : PROF_OFFCPU_WAIT_MIN_NS;
+}
+
+void prof_set_rate(struct profiler *e, double rate)
+{
+	if (!(rate > 0) || rate == e->ts.o.rate) {
+		return;
+	}
+	e->ts.o.rate = rate;
+	if (e->started) {
+		set_clock(e, ticker_now_ns());
+	}
+}
+
 /* The clock starts: the first deadline is now. */
 static void start(struct profiler *e)
 {
 	e->started = true;
 	e->ts.st.start_ns = ticker_now_ns();
 	e->end_ns = e->ts.o.duration >= 0 ? e->ts.st.start_ns + spy_s_to_ns(e->ts.o.duration) : UINT64_MAX;
-	ticker_init(&e->tk, e->ts.o.rate, e->ts.st.start_ns);
-	/* Compared as a double: a rate as low as 1e-300 makes half a period infinite. */
-	double half = 5e8 / e->ts.o.rate;
-	uint64_t w = half < (double)PROF_OFFCPU_WAIT_NS ? (uint64_t)half : PROF_OFFCPU_WAIT_NS;
-	e->ts.offcpu_wait_ns = w > PROF_OFFCPU_WAIT_MIN_NS ? w : PROF_OFFCPU_WAIT_MIN_NS;
+	set_clock(e, e->ts.st.start_ns);
 	/*
 	 * A thread held off a CPU (hold_one) stops when it next gets one, and
 	 * waits for the next poll to be restarted: SIGCHLD, with a handler

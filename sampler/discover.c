@@ -589,3 +589,32 @@ int proc_read_about(const struct discover *d, pid_t pid, struct proc_about *out)
 	spy_buf_release(&b);
 	return 0;
 }
+
+int proc_read_owner(const struct discover *d, pid_t pid, uid_t *uid, char *cmdline, size_t size)
+{
+	struct spy_buf b = SPY_BUF_INIT;
+	int rc = read_pid_file(d->procfd, pid, "status", 64u << 10, &b);
+	const char *u = rc >= 0 ? memmem(b.buf, b.len, "\nUid:", 5) : NULL;
+	unsigned long v = 0;
+	if (rc >= 0 && (!u || sscanf(u + 5, "%lu", &v) != 1)) {
+		rc = -SPY_EIO;
+	}
+	*uid = (uid_t)v;
+	if (rc >= 0) {
+		rc = read_pid_file(d->procfd, pid, "cmdline", size ? size - 1 : 0, &b);
+		/* A longer command line is looked at cut: its start names the program. */
+		rc = rc == -SPY_EBOUND ? 0 : rc;
+	}
+	size_t n = rc >= 0 ? (b.len < size ? b.len : size - 1) : 0;
+	for (size_t i = 0; i < n; i++) {
+		cmdline[i] = b.buf[i] ? b.buf[i] : ' ';
+	}
+	while (n > 0 && cmdline[n - 1] == ' ') {
+		n--;
+	}
+	if (size) {
+		cmdline[n] = '\0';
+	}
+	spy_buf_release(&b);
+	return rc < 0 ? rc : 0;
+}

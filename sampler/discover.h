@@ -60,6 +60,10 @@ struct proc_about {
  * gone or unreadable (the struct is then all empty). */
 int proc_read_about(const struct discover *d, pid_t pid, struct proc_about *out);
 
+/* The real uid of pid and its command line (NULs as spaces, at most
+ * size - 1 bytes): what an agent's filters look at. 0 or a negative SPY_E*. */
+int proc_read_owner(const struct discover *d, pid_t pid, uid_t *uid, char *cmdline, size_t size);
+
 /* The parsers under proc_read_about, on text (unit tests feed them). */
 void proc_parse_cgroup(const char *text, size_t len, char container_id[65], char pod_uid[37]);
 /* The value of NAME in a NUL-separated NAME=value block; NULL if absent. */
