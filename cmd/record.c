@@ -46,6 +46,7 @@
 /* How often the sender's state is looked at for a line to print. */
 #define PUSH_LOOK_NS (100 * 1000 * 1000ull)
 #define PUSH_TIMEOUT_NS (10 * 1000 * 1000 * 1000ull)
+#define PUSH_FLUSH_STOPPED_NS (500 * 1000 * 1000ull)
 
 struct rec {
 	/* options */
@@ -790,8 +791,12 @@ int cmd_record(int argc, char **argv)
 	/* Detached: from here on nothing can leave the target stopped. */
 	struct push_status pst = { 0 };
 	if (r->pusher) {
-		/* The last window goes out too, for a bounded time (Ctrl-C: the backend may be down). */
-		pusher_finish(r->pusher, PUSH_FLUSH_NS, &pst);
+		/*
+		 * The last window goes out too, for a bounded time (the backend
+		 * may be down): after a stop signal, what keeps the whole command
+		 * within a second of it.
+		 */
+		pusher_finish(r->pusher, prof_stop_signal() ? PUSH_FLUSH_STOPPED_NS : PUSH_FLUSH_NS, &pst);
 		r->pusher = NULL;
 	}
 	struct spy_err werr = SPY_ERR_INIT;

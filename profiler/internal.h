@@ -181,6 +181,12 @@ struct prof_tick_state {
 
 /* One tick of pp: stop, walk, resume, keep (into ts->kept). */
 void prof_tick_process(struct prof_tick_state *ts, struct prof_process *pp, bool *gil_held);
+/*
+ * Between ticks, one at a time and each on its own clock: the reads a tick
+ * needs besides the stacks (the maps re-read every few seconds, --async's
+ * search for asyncio), so that none of them costs a tick.
+ */
+void prof_side_reads(struct prof_tick_state *e, struct prof_process *p, uint64_t now);
 /* Forget every thread (closing its state files). */
 void prof_threads_clear(struct prof_process *pp);
 void prof_holds_log(const struct prof_tick_state *ts);

@@ -495,6 +495,10 @@ enum prof_event prof_next(struct profiler *e, struct prof_tick *out)
 		scan_descendants(e);
 		e->last_scan_ns = now;
 	}
+	/* Between ticks, never inside one: the tick's time is the stacks'. */
+	for (size_t i = 0; i < e->nprocs; i++) {
+		prof_side_reads(&e->ts, e->procs[i], now);
+	}
 	if (ticker_wait(&e->tk, POLL_NS) != 1) {
 		return PROF_WAIT;
 	}

@@ -592,10 +592,27 @@ void prof_tick_process(struct prof_tick_state *e, struct prof_process *p, bool *
 		/* Forget threads that are gone, so their stat files do not pile up. */
 		threads_prune(p, false);
 	}
+}
+
+/* --async: while asyncio is not loaded (3.14's _asyncio is a module loaded
+ * on import), the maps are searched for it this often. */
+#define ASYNC_LOOK_NS 1000000000ull
+
+void prof_side_reads(struct prof_tick_state *e, struct prof_process *p, uint64_t now)
+{
+	if (p->gone) {
+		return;
+	}
 	/* A slowly growing heap is followed even where no walk fails. */
-	if (!p->gone && now - p->last_maps_ns >= MAPS_REFRESH_NS) {
+	if (now - p->last_maps_ns >= MAPS_REFRESH_NS) {
 		p->h.tracer->read_maps(&p->h);
 		p->last_maps_ns = now;
+		return;
+	}
+	if (e->wo.async && !p->ah.debug_offsets && now - p->ah_looked_ns >= ASYNC_LOOK_NS &&
+	    pyrt_version(p->rt) >= 0x030e0000) {
+		p->ah_looked_ns = now;
+		(void)prof_async_hints(p, true, &p->ah);
 	}
 }
 

@@ -14,9 +14,6 @@
 
 /* A thread renamed while sampled is seen within this. */
 #define NAMES_REFRESH_NS 1000000000ull
-/* --async: while asyncio is not loaded (3.14's _asyncio is a module loaded
- * on import), the maps are searched for it this often. */
-#define ASYNC_LOOK_NS 1000000000ull
 
 /*
  * --async: in place of the event loop's frames outward of the running
@@ -90,11 +87,6 @@ int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, stru
 	/* threading's names: looked up for new threads, all again each second. */
 	uint64_t now = ticker_now_ns();
 	pyrt_names_update(pp->rt, py, n, now, NAMES_REFRESH_NS);
-	if (o->async && !pp->ah.debug_offsets && now - pp->ah_looked_ns >= ASYNC_LOOK_NS &&
-	    pyrt_version(pp->rt) >= 0x030e0000) {
-		pp->ah_looked_ns = now;
-		(void)prof_async_hints(pp, pp->h.tracer != NULL, &pp->ah);
-	}
 	for (size_t i = 0; i < n; i++) {
 		struct prof_walked *t = &pp->w[i];
 		t->holds_gil = py[i].holds_gil;
