@@ -13,10 +13,10 @@
  * process's windows line up, and hands it to the one pusher, whose thread
  * does the network.
  *
- * The CPU budget (--max-cpu, % of one core): every few seconds the main
- * thread measures spy's own CPU per tick taken and sets the per-process
- * rate so that processes x rate x cost stays under it, the same for
- * every process; workers apply it at their next tick (prof_set_rate), and
+ * The CPU budget (--max-cpu, % of one core): every 3 s the main thread
+ * measures spy's own CPU (per tick taken: what processes x rate costs)
+ * and scales the per-process rate so that it stays under the budget, the
+ * same for every process; workers apply it at their next tick (prof_set_rate), and
  * each window says the rate it was sampled at.
  */
 #include <errno.h>
@@ -50,7 +50,7 @@
 /* 5% of one core: the agent's whole cost on a node, with the pusher. */
 #define AGENT_MAX_CPU 5.0
 #define AGENT_SCAN_NS (200 * 1000 * 1000ull)
-#define AGENT_BUDGET_NS (5 * 1000 * 1000 * 1000ull)
+#define AGENT_BUDGET_NS (3 * 1000 * 1000 * 1000ull)
 #define AGENT_STATUS_S 60
 /* A process too young to show its interpreter is tried again after 0.25, 0.5, ... 8 s, then left. */
 #define AGENT_RETRIES 6
@@ -101,7 +101,7 @@ struct agent {
 	atomic_uint_fast64_t ticks;  /* over every process, since the start */
 	atomic_uint_fast64_t left;   /* processes let go */
 	uint64_t budget_ns, budget_cpu_ns, budget_ticks;
-	double cost_ns;              /* CPU per tick, smoothed; 0 until measured */
+	double cost_ns;              /* CPU per tick over the last period; 0 until measured */
 };
 
 static const char *const agent_usage[] = {
@@ -401,30 +401,34 @@ static size_t live_workers(const struct agent *a)
 	return n;
 }
 
-/* The per-process rate that keeps processes x rate x cost under --max-cpu. */
+/*
+ * The per-process rate that keeps the agent's CPU under --max-cpu: its own
+ * CPU over the last period, per tick taken, says what processes x rate
+ * costs; the rate is scaled by budget / measured (down at once, up by half
+ * at most per period, never above --rate), the same for every process.
+ */
 static void budget(struct agent *a, uint64_t now)
 {
 	if (now - a->budget_ns < AGENT_BUDGET_NS) {
 		return;
 	}
 	uint64_t cpu = cpu_ns(), ticks = atomic_load(&a->ticks);
-	uint64_t dt = ticks - a->budget_ticks;
-	if (dt >= 20) {
-		double cost = (double)(cpu - a->budget_cpu_ns) / (double)dt;
-		a->cost_ns = a->cost_ns > 0 ? 0.7 * a->cost_ns + 0.3 * cost : cost;
-	}
+	double used = 100.0 * (double)(cpu - a->budget_cpu_ns) / (double)(now - a->budget_ns);
+	bool sampled = ticks - a->budget_ticks >= 10;
+	a->cost_ns = sampled ? (double)(cpu - a->budget_cpu_ns) / (double)(ticks - a->budget_ticks) : a->cost_ns;
 	a->budget_ns = now;
 	a->budget_cpu_ns = cpu;
 	a->budget_ticks = ticks;
-	size_t n = live_workers(a);
-	double rate = a->rate;
-	if (n > 0 && a->cost_ns > 0) {
-		double allowed = a->max_cpu / 100.0 * 1e9 / a->cost_ns / (double)n;
-		rate = allowed < rate ? allowed : rate;
-		rate = rate < AGENT_MIN_RATE_HZ ? AGENT_MIN_RATE_HZ : rate;
-		/* Steps of 1/8 Hz: a rate that wobbles with the measure would reset every clock. */
-		rate = rate < a->rate ? (double)(long)(rate * 8) / 8 : rate;
+	double cur = atomic_load(&a->rate_now), rate = cur;
+	if (sampled && used > 0) {
+		double scale = a->max_cpu / used;
+		rate = cur * (scale > 1.5 ? 1.5 : scale);
+	} else if (live_workers(a) == 0) {
+		rate = a->rate;
 	}
+	rate = rate > a->rate ? a->rate : rate < AGENT_MIN_RATE_HZ ? AGENT_MIN_RATE_HZ : rate;
+	/* Steps of 1/8 Hz: a rate that wobbles with the measure would reset every clock. */
+	rate = rate < a->rate ? (double)(long)(rate * 8) / 8 : rate;
 	atomic_store(&a->rate_now, rate);
 }
 
@@ -445,9 +449,9 @@ static void status_line(struct agent *a, uint64_t since_ns, uint64_t since_cpu)
 	}
 	double cpu = since_ns ? 100.0 * (double)(cpu_ns() - since_cpu) / (double)(prof_now_ns() - since_ns) : 0;
 	fprintf(stderr, "spy agent: %zu processes at %.3g Hz, %llu samples; windows sent %llu, kept %zu, "
-		"dropped %llu; cpu %.1f%%, rss %ld KiB\n", live_workers(a), atomic_load(&a->rate_now),
+		"dropped %llu; cpu %.1f%% (%.0f us a sample), rss %ld KiB\n", live_workers(a), atomic_load(&a->rate_now),
 		(unsigned long long)atomic_load(&a->ticks), (unsigned long long)st.sent, st.queued,
-		(unsigned long long)(st.dropped + st.rejected), cpu, rss_kb);
+		(unsigned long long)(st.dropped + st.rejected), cpu, a->cost_ns / 1000, rss_kb);
 }
 
 /* ---- the command ---- */
