@@ -49,7 +49,7 @@
 #define AGENT_RATE_HZ 19.0
 /* 5% of one core: the agent's whole cost on a node, with the pusher. */
 #define AGENT_MAX_CPU 5.0
-#define AGENT_SCAN_NS (200 * 1000 * 1000ull)
+#define AGENT_SCAN_NS (500 * 1000 * 1000ull)
 #define AGENT_BUDGET_NS (3 * 1000 * 1000 * 1000ull)
 #define AGENT_STATUS_S 60
 /* A process too young to show its interpreter is tried again after 0.25, 0.5, ... 8 s, then left. */
@@ -222,6 +222,8 @@ static void *worker_main(void *arg)
 		atomic_store(&w->done, true);
 		return (void *)(intptr_t)(err.code == SPY_ENOPY ? 1 : 0);
 	}
+	/* Ten looks a second at each process, not a hundred: exits and stops are noticed within 0.1 s. */
+	prof_set_poll(p, 100 * 1000 * 1000ull);
 	const struct prof_process *pp = prof_root(p);
 	const char *python = prof_process_python(pp);
 	push_program_name(prof_process_cmdline(pp), w->program, sizeof(w->program));

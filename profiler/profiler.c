@@ -73,6 +73,7 @@ struct profiler {
 	/* spy raised to SCHED_RR while sampling (undone at the stop); when its CPU share was last looked at */
 	bool sched_rt;
 	uint64_t sched_check_ns, sched_cpu_ns;
+	uint64_t poll_ns;   /* the longest wait between looks at the processes */
 	struct sigaction chld_old;
 	bool chld_set;
 };
@@ -192,6 +193,7 @@ int prof_open(struct profiler **out, const struct prof_opts *o, struct spy_strta
 	      char **program, struct spy_err *err)
 {
 	struct profiler *e = spy_xcalloc(1, sizeof(*e));
+	e->poll_ns = POLL_NS;
 	*out = e;
 	e->ts.o = *o;
 	e->ts.o.native |= o->native_all;
@@ -317,7 +319,7 @@ static void poll_processes(struct profiler *e)
 		} else if (i == 0 && e->launched) {
 			/* Our own child: only our wait sees it exit. */
 			p->gone = spawn_reap(&e->sp, false);
-		} else if (ops->alive && now - p->last_alive_ns >= POLL_NS) {
+		} else if (ops->alive && now - p->last_alive_ns >= e->poll_ns) {
 			/* A /proc read each tick would cost more than the sample; exit can wait 10 ms. */
 			p->gone = !ops->alive(&p->h);
 			p->last_alive_ns = now;
@@ -424,6 +426,11 @@ static void set_clock(struct profiler *e, uint64_t now_ns)
 	e->ts.offcpu_wait_ns = w > PROF_OFFCPU_WAIT_MIN_NS ? w : PROF_OFFCPU_WAIT_MIN_NS;
 }
 
+void prof_set_poll(struct profiler *e, uint64_t ns)
+{
+	e->poll_ns = ns > POLL_NS ? ns : POLL_NS;
+}
+
 void prof_set_rate(struct profiler *e, double rate)
 {
 	if (!(rate > 0) || rate == e->ts.o.rate) {
@@ -499,7 +506,7 @@ enum prof_event prof_next(struct profiler *e, struct prof_tick *out)
 	for (size_t i = 0; i < e->nprocs; i++) {
 		prof_side_reads(&e->ts, e->procs[i], now);
 	}
-	if (ticker_wait(&e->tk, POLL_NS) != 1) {
+	if (ticker_wait(&e->tk, e->poll_ns) != 1) {
 		return PROF_WAIT;
 	}
 	out->start_ns = ticker_now_ns();
