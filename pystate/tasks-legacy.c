@@ -511,7 +511,7 @@ static spy_addr_t task_frame(struct pyrt *rt, spy_addr_t coro)
 
 static const struct pyaio_offsets *row(struct pyrt *rt, struct spy_err *err)
 {
-	const struct pyaio_offsets *a = pyaio_find(rt->version);
+	const struct pyaio_offsets *a = pyaio_find(rt->version, rt->off.build & PYBUILD_FT);
 	const struct pyoffsets *o = &rt->off;
 	if (!a || !((o->gen_iframe != PYOFF_NONE && o->iframe_stacktop != PYOFF_NONE) ||
 		    (o->gen_frame != PYOFF_NONE && o->code_code != PYOFF_NONE))) {
