@@ -13,6 +13,8 @@ people's processes run on this machine). One run of about 40 s, with:
     (cgroup v2 writable; else a SKIP saying why);
   - one started mid-run (found within 1.5 s of starting, by the agent's
     "profiling process" line) and one ended mid-run (let go);
+  - one held by another tracer (a `spy record --pid` of its own): skipped,
+    in one line;
   - the receiver down for 10 s (its port closed), then back on the same port.
 Checked: each target's windows carry exactly the right labels (service_name,
 host, pid, python, container_id, k8s_*: nothing else, none of the
@@ -28,8 +30,10 @@ Run by Debian's /usr/bin/python3 (meson.build), which sees python3-protobuf.
 
 import os
 import re
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -168,6 +172,8 @@ def fleet(rep, interps):
     script = harness.target_path("agent_target.py")
     scope = DockerScope()
     targets = []     # (name, Target, app, labels-beyond-the-host's)
+    others = []      # what else was started: a target held by another tracer, that tracer
+    tmp = tempfile.mkdtemp(prefix="spy-agent-test-")
     try:
         for i in interps:
             t = harness.Target(i, script, [marker, "busy"])
@@ -185,6 +191,14 @@ def fleet(rep, interps):
             rep.skip("docker-scope container_id", scope.why)
         early = harness.Target(newest, script, [marker, "busy"])
         targets.append(("ended mid-run", early, "agent_target", {}))
+        # Another tracer (a `spy record` of its own) holds this one: skipped, in one line.
+        held = harness.Target(newest, script, [marker, "busy"])
+        others.append(held)
+        holder = harness.spawn([harness.spy_path(), "record", "--pid", str(held.pid), "-d", "120", "-o",
+                                os.path.join(tmp, "held.folded")],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        others.append(holder)
+        time.sleep(1)
 
         agent = Agent(["--push", recv.url(), "--push-every", str(EVERY), "--match", marker,
                        "--uid", str(os.getuid()), "--status-every", "2"])
@@ -218,6 +232,10 @@ def fleet(rep, interps):
             p.append("the target started mid-run was not attached")
         elif at - late_start > (late_ready - late_start) + 1.5:
             p.append("the target started mid-run was attached %.1f s after it started" % (at - late_start))
+        said = [l for l in text.splitlines() if l.startswith("spy agent: process %d not profiled" % held.pid)]
+        if len(said) != 1 or windows_of(reqs, held.pid):
+            p.append("the target another tracer holds: %d line(s) saying so, %d windows (expected 1, 0)"
+                     % (len(said), len(windows_of(reqs, held.pid))))
         ew = windows_of(reqs, early.pid)
         if "spy agent: process %d exited, let go" % early.pid not in text:
             p.append("no line saying the ended target was let go")
@@ -242,8 +260,11 @@ def fleet(rep, interps):
     finally:
         for _, t, _, _ in targets:
             t.stop()
+        for o in others:
+            o.stop() if hasattr(o, "stop") else harness.kill(o)
         scope.close()
         recv.close()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def budget(rep, interp):
