@@ -23,6 +23,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <regex.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +77,17 @@ struct pending {
 	uint64_t at_ns;
 };
 
+/*
+ * A young candidate the filters did not choose, looked at again each scan
+ * for a while: a Python that forks before it execs the target shows its
+ * parent's command line first, and is not reported as born again.
+ */
+struct recheck {
+	pid_t pid;
+	uint64_t until_ns;
+};
+#define AGENT_RECHECK_NS (5 * 1000 * 1000 * 1000ull)
+
 struct agent {
 	/* options */
 	const char *push_url, *push_api, *push_ca, *push_cert, *push_key, *tenant, *token_file, *basic_file;
@@ -96,6 +108,8 @@ struct agent {
 	size_t nworkers;
 	struct pending *pending;
 	size_t npending, alloc_pending;
+	struct recheck *recheck;
+	size_t nrecheck, alloc_recheck;
 
 	_Atomic double rate_now;     /* per process */
 	atomic_uint_fast64_t ticks;  /* over every process, since the start */
@@ -272,11 +286,13 @@ static void *worker_main(void *arg)
 	spy_stack_release(&st);
 	prof_close(p);
 	spy_strtab_release(&strs);
-	if (!prof_stop_signal()) {
+	/* Still there: it replaced its program (exec), perhaps by another Python: looked at again. */
+	bool replaced = !prof_stop_signal() && (kill(w->pid, 0) == 0 || errno == EPERM);
+	if (!prof_stop_signal() && !replaced) {
 		fprintf(stderr, "spy agent: process %d exited, let go\n", (int)w->pid);
 	}
 	atomic_store(&w->done, true);
-	return NULL;
+	return (void *)(intptr_t)(replaced ? 1 : 0);
 }
 
 /* ---- choosing processes ---- */
@@ -368,10 +384,34 @@ static void scan(struct agent *a, uint64_t now)
 		return;
 	}
 	for (size_t i = 0; i < nb; i++) {
-		if (chosen(a, born[i]) && !has_worker(a, born[i])) {
-			start_worker(a, born[i]);
+		if (chosen(a, born[i])) {
+			if (!has_worker(a, born[i])) {
+				start_worker(a, born[i]);
+			}
+		} else if (a->has_uid || a->has_match || a->has_exclude) {
+			SPY_GROW(a->recheck, a->alloc_recheck, a->nrecheck + 1);
+			a->recheck[a->nrecheck++] = (struct recheck){ born[i], now + AGENT_RECHECK_NS };
 		}
 	}
+	size_t kept = 0;
+	for (size_t i = 0; i < a->nrecheck; i++) {
+		struct recheck rc = a->recheck[i];
+		bool dead = false;
+		for (size_t j = 0; j < ng; j++) {
+			dead = dead || gone[j] == rc.pid;
+		}
+		if (dead || rc.until_ns <= now) {
+			continue;
+		}
+		if (chosen(a, rc.pid)) {
+			if (!has_worker(a, rc.pid)) {
+				start_worker(a, rc.pid);
+			}
+			continue;
+		}
+		a->recheck[kept++] = rc;
+	}
+	a->nrecheck = kept;
 	/* The retries due (a gone process fails its open quietly). */
 	size_t keep = 0;
 	for (size_t i = 0; i < a->npending; i++) {
@@ -627,6 +667,7 @@ int cmd_agent(int argc, char **argv)
 		regfree(&a->exclude_re);
 	}
 	free(a->pending);
+	free(a->recheck);
 	free(a->push);
 	free(a);
 	return 0;

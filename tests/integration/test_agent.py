@@ -21,8 +21,9 @@ host, pid, python, container_id, k8s_*: nothing else, none of the
 arguments), are contiguous on --push-every multiples from the first to the
 last (none lost across the outage), the ended one's stop early; SIGTERM
 exits 0 after pushing what is held; the status lines keep the agent's CPU
-under --max-cpu. Then a budget run: --rate 400 with --max-cpu 1 must lower
-the rate, in the status line and in the windows' rate.
+under --max-cpu. Then a budget run, over mutual TLS (a CA made for the
+test) with a bearer token: --rate 400 with --max-cpu 1 must lower the
+rate, in the status line and in the windows' rate.
 
 Usage errors: no --push, a bad regex, a bad --uid: exit 2, one line.
 Run by Debian's /usr/bin/python3 (meson.build), which sees python3-protobuf.
@@ -48,9 +49,13 @@ HOST_LABELS = {"host", "pid", "python"}
 class Agent(object):
     """spy agent running, its stderr lines kept with their arrival times."""
 
-    def __init__(self, args):
+    def __init__(self, args, env=None):
+        e = harness.spy_env(keep_log=False)
+        for k in ("SPY_PUSH_TOKEN", "SPY_PUSH_BASIC_AUTH"):
+            e.pop(k, None)
+        e.update(env or {})
         self.proc = harness.spawn([harness.spy_path(), "agent"] + args, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, env=harness.spy_env(keep_log=False))
+                                  stderr=subprocess.PIPE, env=e)
         self.lines = []
         self.t = threading.Thread(target=self._read)
         self.t.daemon = True
@@ -268,15 +273,18 @@ def fleet(rep, interps):
 
 
 def budget(rep, interp):
-    """Many ticks asked, a small budget: the rate goes down, evenly, and the windows say so."""
-    recv = pushrecv.Receiver()
+    """Many ticks asked, a small budget: the rate goes down, evenly, and the windows say so. Over
+    mutual TLS with a CA made for the test, and a bearer token, as a fleet would push."""
+    ca = pushrecv.TestCA()
+    recv = pushrecv.Receiver(tls=ca, client_ca=ca.ca, expect_headers={"Authorization": "Bearer agent-token"})
     marker = "spyagentbudget%d%s" % (os.getpid(), os.urandom(4).hex())
     script = harness.target_path("agent_target.py")
     ts = []
     try:
         ts = [harness.Target(interp, script, [marker, "busy"]) for _ in range(3)]
         agent = Agent(["--push", recv.url(), "--push-every", "2", "--match", marker, "--uid", str(os.getuid()),
-                       "--rate", "400", "--max-cpu", "1", "--status-every", "3"])
+                       "--rate", "400", "--max-cpu", "1", "--status-every", "3", "--push-ca", ca.ca,
+                       "--push-cert", ca.client, "--push-key", ca.client_key], {"SPY_PUSH_TOKEN": "agent-token"})
         time.sleep(16)
         rc = agent.stop()
         reqs, problems, _ = recv.snapshot()
@@ -292,6 +300,8 @@ def budget(rep, interp):
             p.append("the windows do not say a lower rate: %r" % sorted(rates))
         if st and st[-1][2] > 1.0 * 2.5:
             p.append("the agent's CPU stayed far over its 1%% budget: %r" % st)
+        if not reqs:
+            p.append("no window arrived over mutual TLS")
         if p:
             p.append("agent's stderr:\n" + agent.text())
         return p
@@ -299,6 +309,7 @@ def budget(rep, interp):
         for t in ts:
             t.stop()
         recv.close()
+        ca.close()
 
 
 def usage(rep):
