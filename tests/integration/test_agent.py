@@ -13,6 +13,7 @@ people's processes run on this machine). One run of about 40 s, with:
     (cgroup v2 writable; else a SKIP saying why);
   - one started mid-run (found within 1.5 s of starting, by the agent's
     "profiling process" line) and one ended mid-run (let go);
+  - one --exclude names (never attached);
   - one held by another tracer (a `spy record --pid` of its own): skipped,
     in one line;
   - the receiver down for 10 s (its port closed), then back on the same port.
@@ -196,6 +197,9 @@ def fleet(rep, interps):
             rep.skip("docker-scope container_id", scope.why)
         early = harness.Target(newest, script, [marker, "busy"])
         targets.append(("ended mid-run", early, "agent_target", {}))
+        # Matched, then excluded: never attached.
+        excluded = harness.Target(newest, script, [marker, "busy", "excludeme"])
+        others.append(excluded)
         # Another tracer (a `spy record` of its own) holds this one: skipped, in one line.
         held = harness.Target(newest, script, [marker, "busy"])
         others.append(held)
@@ -206,7 +210,7 @@ def fleet(rep, interps):
         time.sleep(1)
 
         agent = Agent(["--push", recv.url(), "--push-every", str(EVERY), "--match", marker,
-                       "--uid", str(os.getuid()), "--status-every", "2"])
+                       "--uid", str(os.getuid()), "--status-every", "2", "--exclude", "exclude[m]e|excludeme$"])
         time.sleep(4)
         late_start = time.time()
         late = harness.Target(newest, script, [marker, "busy"])
@@ -241,6 +245,8 @@ def fleet(rep, interps):
         if len(said) != 1 or windows_of(reqs, held.pid):
             p.append("the target another tracer holds: %d line(s) saying so, %d windows (expected 1, 0)"
                      % (len(said), len(windows_of(reqs, held.pid))))
+        if agent.attached_at(excluded.pid) or windows_of(reqs, excluded.pid):
+            p.append("the target --exclude names was profiled")
         ew = windows_of(reqs, early.pid)
         if "spy agent: process %d exited, let go" % early.pid not in text:
             p.append("no line saying the ended target was let go")
