@@ -19,6 +19,7 @@ const struct cmd_info cmd_table[] = {
 	{ "top", cmd_top, "live view of the functions using the most time" },
 	{ "report", cmd_report, "re-render a saved profile in another format" },
 	{ "diff", cmd_diff, "compare two saved profiles (CI regression gate)" },
+	{ "agent", cmd_agent, "profile every Python process on the host, continuously, into Pyroscope" },
 	{ NULL, NULL, NULL },
 };
 

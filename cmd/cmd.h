@@ -19,6 +19,7 @@ int cmd_dump(int argc, char **argv);
 int cmd_top(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
+int cmd_agent(int argc, char **argv);
 
 /* The subcommands, in the order `spy help` lists them; ends with a NULL name. */
 struct cmd_info {

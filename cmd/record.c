@@ -12,10 +12,10 @@
  * a minute of sampling never ends in "cannot write".
  *
  * Continuous mode (--push URL) is cmd/session.h's windows: each kept stack
- * also goes into the open window's profile, and when a window closes it is
- * handed to the pusher (cmd/push.h), which encodes it and whose thread does
- * the network. A window's root frame names the program, not its arguments
- * (pusher_root). Without -o (or --table)
+ * also goes into the open window's profile, and when a window closes it
+ * is handed to the pusher (cmd/push.h), which encodes it and whose thread
+ * does the network. A window's root frame names the program, not its
+ * arguments (pusher_command). Without -o (or --table)
  * no whole-run profile is kept, so memory follows the window, not the run.
  */
 #include <errno.h>
@@ -181,7 +181,8 @@ static int record_stack(struct rec *r, const struct prof_sample *info, double t_
 	if (r->window) {
 		/* The window's root names the program, not its arguments (unless --push-command). */
 		struct spy_frame *top = &r->stack.v[r->stack.n - 1];
-		top->func = pusher_root(r->pusher, &r->strs, info->proc_root, info->pid, info->cmdline);
+		top->func = pusher_root(r->pusher, &r->strs, info->proc_root, info->pid,
+					prof_process_cmdline(info->proc));
 		rc = fg_profile_add(r->window, &r->stack, 1);
 		top->func = info->proc_root;
 	}

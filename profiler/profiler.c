@@ -73,6 +73,7 @@ struct profiler {
 	/* spy raised to SCHED_RR while sampling (undone at the stop); when its CPU share was last looked at */
 	bool sched_rt;
 	uint64_t sched_check_ns, sched_cpu_ns;
+	uint64_t poll_ns;   /* the longest wait between looks at the processes */
 	struct sigaction chld_old;
 	bool chld_set;
 };
@@ -192,6 +193,7 @@ int prof_open(struct profiler **out, const struct prof_opts *o, struct spy_strta
 	      char **program, struct spy_err *err)
 {
 	struct profiler *e = spy_xcalloc(1, sizeof(*e));
+	e->poll_ns = POLL_NS;
 	*out = e;
 	e->ts.o = *o;
 	e->ts.o.native |= o->native_all;
@@ -317,7 +319,7 @@ static void poll_processes(struct profiler *e)
 		} else if (i == 0 && e->launched) {
 			/* Our own child: only our wait sees it exit. */
 			p->gone = spawn_reap(&e->sp, false);
-		} else if (ops->alive && now - p->last_alive_ns >= POLL_NS) {
+		} else if (ops->alive && now - p->last_alive_ns >= e->poll_ns) {
 			/* A /proc read each tick would cost more than the sample; exit can wait 10 ms. */
 			p->gone = !ops->alive(&p->h);
 			p->last_alive_ns = now;
@@ -414,17 +416,39 @@ static void chld_wake(int sig)
 	(void)sig;
 }
 
+/* The ticks' clock at the rate asked, from now_ns. */
+static void set_clock(struct profiler *e, uint64_t now_ns)
+{
+	ticker_init(&e->tk, e->ts.o.rate, now_ns);
+	/* Compared as a double: a rate as low as 1e-300 makes half a period infinite. */
+	double half = 5e8 / e->ts.o.rate;
+	uint64_t w = half < (double)PROF_OFFCPU_WAIT_NS ? (uint64_t)half : PROF_OFFCPU_WAIT_NS;
+	e->ts.offcpu_wait_ns = w > PROF_OFFCPU_WAIT_MIN_NS ? w : PROF_OFFCPU_WAIT_MIN_NS;
+}
+
+void prof_set_poll(struct profiler *e, uint64_t ns)
+{
+	e->poll_ns = ns > POLL_NS ? ns : POLL_NS;
+}
+
+void prof_set_rate(struct profiler *e, double rate)
+{
+	if (!(rate > 0) || rate == e->ts.o.rate) {
+		return;
+	}
+	e->ts.o.rate = rate;
+	if (e->started) {
+		set_clock(e, ticker_now_ns());
+	}
+}
+
 /* The clock starts: the first deadline is now. */
 static void start(struct profiler *e)
 {
 	e->started = true;
 	e->ts.st.start_ns = ticker_now_ns();
 	e->end_ns = e->ts.o.duration >= 0 ? e->ts.st.start_ns + spy_s_to_ns(e->ts.o.duration) : UINT64_MAX;
-	ticker_init(&e->tk, e->ts.o.rate, e->ts.st.start_ns);
-	/* Compared as a double: a rate as low as 1e-300 makes half a period infinite. */
-	double half = 5e8 / e->ts.o.rate;
-	uint64_t w = half < (double)PROF_OFFCPU_WAIT_NS ? (uint64_t)half : PROF_OFFCPU_WAIT_NS;
-	e->ts.offcpu_wait_ns = w > PROF_OFFCPU_WAIT_MIN_NS ? w : PROF_OFFCPU_WAIT_MIN_NS;
+	set_clock(e, e->ts.st.start_ns);
 	/*
 	 * A thread held off a CPU (hold_one) stops when it next gets one, and
 	 * waits for the next poll to be restarted: SIGCHLD, with a handler
@@ -482,7 +506,7 @@ enum prof_event prof_next(struct profiler *e, struct prof_tick *out)
 	for (size_t i = 0; i < e->nprocs; i++) {
 		prof_side_reads(&e->ts, e->procs[i], now);
 	}
-	if (ticker_wait(&e->tk, POLL_NS) != 1) {
+	if (ticker_wait(&e->tk, e->poll_ns) != 1) {
 		return PROF_WAIT;
 	}
 	out->start_ns = ticker_now_ns();

@@ -80,8 +80,8 @@ extern const char *const prof_error_names[PROF_ERR_MAX];
 struct prof_sample {
 	const struct spy_stack *stack;   /* innermost first */
 	const char *proc_root;     /* interned `process PID "cmdline"` */
-	const char *cmdline;       /* the process's command line, as in proc_root */
 	const char *thread_root;   /* interned `thread TID "name"`, NULL without a TID */
+	const struct prof_process *proc;   /* the process it was taken from */
 	pid_t pid, tid;
 	bool holds_gil;
 	bool gc;            /* the collector was running in this thread */
@@ -129,6 +129,14 @@ int prof_open(struct profiler **out, const struct prof_opts *o, struct spy_strta
 	      char **program, struct spy_err *err);
 /* Wait for the next tick (first call: the clock starts), or at most 10 ms; see enum prof_event. */
 enum prof_event prof_next(struct profiler *p, struct prof_tick *out);
+/*
+ * How long prof_next() may wait between looks at the processes (default
+ * and least 10 ms): an agent with many processes at low rates looks less
+ * often, noticing an exit or a stop signal later.
+ */
+void prof_set_poll(struct profiler *p, uint64_t ns);
+/* A new rate (> 0) from the next tick on: an agent sharing a CPU budget among processes. */
+void prof_set_rate(struct profiler *p, double rate);
 /* Sampling is over (idempotent): spy's priority back to normal; the end is stamped. */
 void prof_stop(struct profiler *p);
 /* Resume and detach every process (idempotent); a stop signal is forwarded to a launched program. */

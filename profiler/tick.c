@@ -548,7 +548,7 @@ static void keep_sample(struct prof_tick_state *e, struct prof_process *p, size_
 	e->kept[e->nkept++] = (struct prof_sample){
 		.stack = &t->stack,
 		.proc_root = p->root,
-		.cmdline = prof_process_cmdline(p),
+		.proc = p,
 		.thread_root = th ? th->root : NULL,
 		.pid = p->pid,
 		.tid = p->py[i].native_tid,

@@ -123,41 +123,54 @@ static long xptrace(enum __ptrace_request req, pid_t tid, long data)
 /* ---- the registry of attached procs, for atexit() ---- */
 
 static struct proc *attached_procs;
+/* An agent profiles each process from a thread of its own: the registry is shared. */
+static pthread_mutex_t attached_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void detach_all_at_exit(void)
 {
-	while (attached_procs) {
-		struct proc *p = attached_procs;
+	pthread_mutex_lock(&attached_mu);
+	struct proc *left = attached_procs;
+	pthread_mutex_unlock(&attached_mu);
+	while (left) {
+		struct proc *p = left;
 		proc_detach(p);
 		/* A thread that would not stop keeps p attached; the kernel frees it when we exit. */
 		tracer_forget(p);
+		pthread_mutex_lock(&attached_mu);
+		left = attached_procs;
+		pthread_mutex_unlock(&attached_mu);
 	}
 }
 
 static void remember(struct proc *p)
 {
 	static bool installed;
+	pthread_mutex_lock(&attached_mu);
 	if (!installed) {
 		installed = atexit(detach_all_at_exit) == 0;
 	}
-	for (struct proc *q = attached_procs; q; q = q->next_attached) {
-		if (q == p) {
-			return;
-		}
+	bool known = false;
+	for (struct proc *q = attached_procs; q && !known; q = q->next_attached) {
+		known = q == p;
 	}
-	p->next_attached = attached_procs;
-	attached_procs = p;
+	if (!known) {
+		p->next_attached = attached_procs;
+		attached_procs = p;
+	}
+	pthread_mutex_unlock(&attached_mu);
 }
 
 void tracer_forget(struct proc *p)
 {
+	pthread_mutex_lock(&attached_mu);
 	for (struct proc **pp = &attached_procs; *pp; pp = &(*pp)->next_attached) {
 		if (*pp == p) {
 			*pp = p->next_attached;
 			p->next_attached = NULL;
-			return;
+			break;
 		}
 	}
+	pthread_mutex_unlock(&attached_mu);
 }
 
 /* ---- stop handlers ---- */

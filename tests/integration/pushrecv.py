@@ -334,6 +334,10 @@ class Receiver(object):
             self.attempts += 1
             self.raw.append(raw)
             mode = self.mode
+        if mode == "down":
+            # A connection kept alive from before the stop: a stopped server's would be gone, so no answer.
+            h.close_connection = True
+            return
         if mode == "hang":
             with self.lock:
                 while self.mode == "hang":

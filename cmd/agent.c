@@ -1,0 +1,674 @@
+/*
+ * spy agent: every Python process on the host, continuously, pushed to a
+ * Pyroscope server (cmd/push.h).
+ *
+ * The main thread scans for candidates (profiler/fleet.h: one readdir of
+ * /proc per scan, new PIDs examined once), filters them (--uid, --match,
+ * --exclude on the command line), and starts one worker thread per
+ * process. A worker is record's default mode on one --pid: prof_open,
+ * prof_next until the process exits or a stop signal, then detach. Each
+ * thread is its own process's tracer (ptrace binds a tracee to the thread
+ * that attached), so the processes never wait on each other. Each worker
+ * closes a window on every wall-clock multiple of --push-every, so every
+ * process's windows line up, and hands it to the one pusher, whose thread
+ * does the network.
+ *
+ * The CPU budget (--max-cpu, % of one core): every 3 s the main thread
+ * measures spy's own CPU (per tick taken: what processes x rate costs)
+ * and scales the per-process rate so that it stays under the budget, the
+ * same for every process; workers apply it at their next tick (prof_set_rate), and
+ * each window says the rate it was sampled at.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <regex.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cmd/cmd.h"
+#include "cmd/opts.h"
+#include "cmd/push.h"
+#include "common/util.h"
+#include "flamegraph/flamegraph.h"
+#include "profiler/fleet.h"
+#include "profiler/profiler.h"
+
+/*
+ * 19 Hz: always-on sampling must cost the profiled services next to
+ * nothing, so near the OTel profiler's 20 Hz rather than Pyroscope's
+ * examples' 100; odd (and prime) so that ticks do not fall in lockstep
+ * with the 10, 20, 50 and 100 Hz periodic work of the services themselves,
+ * which would show or hide it always.
+ */
+#define AGENT_RATE_HZ 19.0
+/* 5% of one core: the agent's whole cost on a node, with the pusher. */
+#define AGENT_MAX_CPU 5.0
+#define AGENT_SCAN_NS (500 * 1000 * 1000ull)
+#define AGENT_BUDGET_NS (3 * 1000 * 1000 * 1000ull)
+#define AGENT_STATUS_S 60
+/* A process too young to show its interpreter is tried again after 0.25, 0.5, ... 8 s, then left. */
+#define AGENT_RETRIES 6
+#define AGENT_CMDLINE_MAX 4096
+/* Below this rate a window would hold too few samples to mean anything. */
+#define AGENT_MIN_RATE_HZ 0.5
+
+struct agent;
+
+struct worker {
+	struct agent *a;
+	pid_t pid;
+	pthread_t th;
+	atomic_bool done;
+	struct push_series series;
+	char program[300];
+	struct worker *next;
+};
+
+struct pending {
+	pid_t pid;
+	unsigned tries;
+	uint64_t at_ns;
+};
+
+/*
+ * A young candidate the filters did not choose, looked at again each scan
+ * for a while: a Python that forks before it execs the target shows its
+ * parent's command line first, and is not reported as born again.
+ */
+struct recheck {
+	pid_t pid;
+	uint64_t until_ns;
+};
+#define AGENT_RECHECK_NS (5 * 1000 * 1000 * 1000ull)
+
+struct agent {
+	/* options */
+	const char *push_url, *push_api, *push_ca, *push_cert, *push_key, *tenant, *token_file, *basic_file;
+	const char *match, *exclude, *uid_text;
+	double rate, max_cpu;
+	unsigned push_every, status_every;
+	uid_t uid;
+	bool has_uid;
+	regex_t match_re, exclude_re;
+	bool has_match, has_exclude;
+
+	struct push_config *push;
+	struct pusher *pusher;
+	struct prof_fleet *fleet;
+	char host[256];
+
+	struct worker *workers;
+	size_t nworkers;
+	struct pending *pending;
+	size_t npending, alloc_pending;
+	struct recheck *recheck;
+	size_t nrecheck, alloc_recheck;
+
+	_Atomic double rate_now;     /* per process */
+	atomic_uint_fast64_t ticks;  /* over every process, since the start */
+	atomic_uint_fast64_t left;   /* processes let go */
+	uint64_t budget_ns, budget_cpu_ns, budget_ticks;
+	double cost_ns;              /* CPU per tick over the last period; 0 until measured */
+};
+
+static const char *const agent_usage[] = {
+	"spy agent --push URL [OPTIONS]",
+	NULL,
+};
+
+static uint64_t cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static double wall_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- a process's worker ---- */
+
+static void push_synthetic(struct spy_stack *s, const char *name)
+{
+	struct spy_frame *f = spy_stack_push(s);
+	memset(f, 0, sizeof(*f));
+	f->func = name;
+	f->kind = SPY_FRAME_SYNTHETIC;
+}
+
+/* The window [from, until) to the pusher, with the rate it was sampled at; a new one opens. */
+static void close_window(struct worker *w, struct fg_profile **win, struct spy_strtab *strs, int64_t from,
+			 int64_t until, double rate, const char *python)
+{
+	struct fg_profile *p = *win;
+	fg_profile_meta_set(p, FG_META_SPY_VERSION, SPY_VERSION);
+	fg_profile_meta_setf(p, FG_META_PID, "%d", (int)w->pid);
+	fg_profile_meta_set(p, FG_META_PYTHON, python);
+	fg_profile_meta_setf(p, FG_META_RATE_HZ, "%g", rate);
+	fg_profile_meta_setf(p, FG_META_DURATION_S, "%lld", (long long)(until - from));
+	fg_profile_meta_set(p, FG_META_COMMAND, w->program);
+	w->series.rate_hz = rate;
+	pusher_window(w->a->pusher, &w->series, p, from, until);
+	fg_profile_free(p);
+	*win = fg_profile_new(strs, 0);
+}
+
+/* service_name, then host, pid, python, container_id, pod_uid, k8s_*: never an argument. */
+static void label_series(struct worker *w, const char *cmdline, const char *python)
+{
+	struct push_series *s = &w->series;
+	struct prof_fleet_about *ab = spy_xcalloc(1, sizeof(*ab));
+	bool known = prof_fleet_about(w->a->fleet, w->pid, ab) == 0;
+	if (known && ab->service[0] && !push_check_app(ab->service)) {
+		snprintf(s->app, sizeof(s->app), "%s", ab->service);
+	} else if (known && ab->service[0]) {
+		snprintf(s->app, sizeof(s->app), "%s", ab->service);
+		push_sanitize(s->app, true);
+	} else {
+		push_default_app(cmdline, s->app, sizeof(s->app));
+	}
+	char pid[16], py[64];
+	snprintf(pid, sizeof(pid), "%d", (int)w->pid);
+	snprintf(py, sizeof(py), "%s", python);
+	push_sanitize(py, false);
+	push_series_label(s, "host", w->a->host);
+	push_series_label(s, "pid", pid);
+	push_series_label(s, "python", py);
+	if (known && ab->container_id[0]) {
+		push_series_label(s, "container_id", ab->container_id);
+	}
+	if (known && ab->pod_uid[0]) {
+		push_series_label(s, "pod_uid", ab->pod_uid);
+	}
+	for (size_t i = 0; known && i < ab->nk8s; i++) {
+		if (!push_check_key(ab->k8s[i].name)) {
+			push_sanitize(ab->k8s[i].value, false);
+			push_series_label(s, ab->k8s[i].name, ab->k8s[i].value);
+		}
+	}
+	free(ab);
+}
+
+/* The samples of one tick into the window, under a `process PID "PROGRAM"` root. */
+static void add_tick(struct fg_profile *win, const struct prof_tick *t, struct spy_stack *st, const char *root)
+{
+	for (size_t i = 0; i < t->n; i++) {
+		const struct prof_sample *s = &t->v[i];
+		spy_stack_reset(st);
+		for (size_t j = 0; j < s->stack->n; j++) {
+			*spy_stack_push(st) = s->stack->v[j];
+		}
+		if (s->thread_root) {
+			push_synthetic(st, s->thread_root);
+		}
+		push_synthetic(st, root);
+		fg_profile_add(win, st, 1);
+	}
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct agent *a = w->a;
+	struct spy_strtab strs = SPY_STRTAB_INIT;
+	double rate = atomic_load(&a->rate_now);
+	struct prof_opts o = { .rate = rate, .duration = -1 };
+	struct profiler *p = NULL;
+	struct spy_err err = SPY_ERR_INIT;
+	if (prof_open(&p, &o, &strs, w->pid, NULL, &err) < 0) {
+		/* Gone already: nothing to say. Anything else (another tracer, no rights): one line. */
+		if (err.code != SPY_ENOPROC && err.code != SPY_EGONE && err.code != SPY_ENOPY) {
+			fprintf(stderr, "spy agent: process %d not profiled: %s\n", (int)w->pid, err.msg);
+		}
+		prof_close(p);
+		spy_strtab_release(&strs);
+		atomic_store(&w->done, true);
+		return (void *)(intptr_t)(err.code == SPY_ENOPY ? 1 : 0);
+	}
+	/* Ten looks a second at each process, not a hundred: exits and stops are noticed within 0.1 s. */
+	prof_set_poll(p, 100 * 1000 * 1000ull);
+	const struct prof_process *pp = prof_root(p);
+	const char *python = prof_process_python(pp);
+	push_program_name(prof_process_cmdline(pp), w->program, sizeof(w->program));
+	label_series(w, prof_process_cmdline(pp), python);
+	char rootname[400];
+	snprintf(rootname, sizeof(rootname), "process %d \"%s\"", (int)w->pid, w->program);
+	const char *root = spy_strtab_interns(&strs, rootname);
+	fprintf(stderr, "spy agent: profiling process %d (%s, Python %s) as %s at %g Hz\n", (int)w->pid,
+		w->program, python, w->series.app, rate);
+
+	struct fg_profile *win = fg_profile_new(&strs, 0);
+	struct spy_stack st = SPY_STACK_INIT;
+	int64_t every = a->push_every;
+	int64_t from = (int64_t)wall_s() / every * every;
+	double win_rate = rate;
+	for (;;) {
+		struct prof_tick t;
+		enum prof_event ev = prof_next(p, &t);
+		if (ev == PROF_END) {
+			break;
+		}
+		if (ev == PROF_TICK) {
+			add_tick(win, &t, &st, root);
+			atomic_fetch_add(&a->ticks, 1);
+		}
+		double now = wall_s();
+		if (now >= (double)(from + every)) {
+			int64_t next = (int64_t)now / every * every;
+			close_window(w, &win, &strs, from, next, win_rate, python);
+			from = next;
+			win_rate = rate;
+		}
+		double want = atomic_load(&a->rate_now);
+		if (want != rate) {
+			prof_set_rate(p, want);
+			/* A window sampled at two rates says the lower: its samples are at least that far apart. */
+			win_rate = want < win_rate ? want : win_rate;
+			rate = want;
+		}
+	}
+	prof_stop(p);
+	prof_detach(p);
+	/* What is held goes too: the last window ends where the next would have begun. */
+	close_window(w, &win, &strs, from, from + every, win_rate, python);
+	fg_profile_free(win);
+	spy_stack_release(&st);
+	prof_close(p);
+	spy_strtab_release(&strs);
+	/* Still there: it replaced its program (exec), perhaps by another Python: looked at again. */
+	bool replaced = !prof_stop_signal() && (kill(w->pid, 0) == 0 || errno == EPERM);
+	if (!prof_stop_signal() && !replaced) {
+		fprintf(stderr, "spy agent: process %d exited, let go\n", (int)w->pid);
+	}
+	atomic_store(&w->done, true);
+	return (void *)(intptr_t)(replaced ? 1 : 0);
+}
+
+/* ---- choosing processes ---- */
+
+/* Whether pid passes --uid, --match and --exclude; false also for one gone. */
+static bool chosen(struct agent *a, pid_t pid)
+{
+	if (!a->has_uid && !a->has_match && !a->has_exclude) {
+		return true;
+	}
+	char cmdline[AGENT_CMDLINE_MAX];
+	uid_t uid;
+	if (prof_fleet_owner(a->fleet, pid, &uid, cmdline, sizeof(cmdline)) < 0) {
+		return false;
+	}
+	return (!a->has_uid || uid == a->uid) && (!a->has_match || regexec(&a->match_re, cmdline, 0, NULL, 0) == 0) &&
+	       (!a->has_exclude || regexec(&a->exclude_re, cmdline, 0, NULL, 0) != 0);
+}
+
+static void start_worker(struct agent *a, pid_t pid)
+{
+	struct worker *w = spy_xcalloc(1, sizeof(*w));
+	w->a = a;
+	w->pid = pid;
+	atomic_init(&w->done, false);
+	if (pthread_create(&w->th, NULL, worker_main, w) != 0) {
+		fprintf(stderr, "spy agent: process %d not profiled: no thread: %s\n", (int)pid, strerror(errno));
+		free(w);
+		return;
+	}
+	w->next = a->workers;
+	a->workers = w;
+	a->nworkers++;
+}
+
+static bool has_worker(const struct agent *a, pid_t pid)
+{
+	for (const struct worker *w = a->workers; w; w = w->next) {
+		if (w->pid == pid && !atomic_load(&w->done)) {
+			return true;
+		}
+	}
+	return false;
+}
+
+static void add_pending(struct agent *a, pid_t pid, unsigned tries, uint64_t now)
+{
+	SPY_GROW(a->pending, a->alloc_pending, a->npending + 1);
+	a->pending[a->npending++] = (struct pending){ pid, tries, now + (250 * 1000 * 1000ull << (tries - 1)) };
+}
+
+/*
+ * Join the workers that ended. One that found no interpreter may have come
+ * too early (a process that has not loaded it yet): tried again, a few
+ * times further apart, then remembered as not Python.
+ */
+static void reap(struct agent *a, uint64_t now)
+{
+	for (struct worker **pw = &a->workers; *pw;) {
+		struct worker *w = *pw;
+		if (!atomic_load(&w->done)) {
+			pw = &w->next;
+			continue;
+		}
+		void *ret = NULL;
+		pthread_join(w->th, &ret);
+		if (ret && !prof_stop_signal()) {
+			unsigned tries = 1;
+			for (size_t i = 0; i < a->npending; i++) {
+				tries = a->pending[i].pid == w->pid ? a->pending[i].tries + 1 : tries;
+			}
+			if (tries <= AGENT_RETRIES) {
+				add_pending(a, w->pid, tries, now);
+			}
+		} else {
+			atomic_fetch_add(&a->left, 1);
+		}
+		*pw = w->next;
+		a->nworkers--;
+		free(w);
+	}
+}
+
+static void scan(struct agent *a, uint64_t now)
+{
+	const pid_t *born, *gone;
+	size_t nb = 0, ng = 0;
+	if (prof_fleet_scan(a->fleet, &born, &nb, &gone, &ng) < 0) {
+		return;
+	}
+	for (size_t i = 0; i < nb; i++) {
+		if (chosen(a, born[i])) {
+			if (!has_worker(a, born[i])) {
+				start_worker(a, born[i]);
+			}
+		} else if (a->has_uid || a->has_match || a->has_exclude) {
+			SPY_GROW(a->recheck, a->alloc_recheck, a->nrecheck + 1);
+			a->recheck[a->nrecheck++] = (struct recheck){ born[i], now + AGENT_RECHECK_NS };
+		}
+	}
+	size_t kept = 0;
+	for (size_t i = 0; i < a->nrecheck; i++) {
+		struct recheck rc = a->recheck[i];
+		bool dead = false;
+		for (size_t j = 0; j < ng; j++) {
+			dead = dead || gone[j] == rc.pid;
+		}
+		if (dead || rc.until_ns <= now) {
+			continue;
+		}
+		if (chosen(a, rc.pid)) {
+			if (!has_worker(a, rc.pid)) {
+				start_worker(a, rc.pid);
+			}
+			continue;
+		}
+		a->recheck[kept++] = rc;
+	}
+	a->nrecheck = kept;
+	/* The retries due (a gone process fails its open quietly). */
+	size_t keep = 0;
+	for (size_t i = 0; i < a->npending; i++) {
+		struct pending pd = a->pending[i];
+		if (pd.at_ns <= now && !has_worker(a, pd.pid)) {
+			start_worker(a, pd.pid);
+			/* Kept to count its tries until the worker says how it went. */
+			pd.at_ns = UINT64_MAX;
+		}
+		bool dead = false;
+		for (size_t j = 0; j < ng; j++) {
+			dead = dead || gone[j] == pd.pid;
+		}
+		if (!dead && (pd.at_ns != UINT64_MAX || pd.tries < AGENT_RETRIES)) {
+			a->pending[keep++] = pd;
+		}
+	}
+	a->npending = keep;
+}
+
+/* ---- the budget and the status line ---- */
+
+static size_t live_workers(const struct agent *a)
+{
+	size_t n = 0;
+	for (const struct worker *w = a->workers; w; w = w->next) {
+		n += !atomic_load(&w->done);
+	}
+	return n;
+}
+
+/*
+ * The per-process rate that keeps the agent's CPU under --max-cpu: its own
+ * CPU over the last period, per tick taken, says what processes x rate
+ * costs; the rate is scaled by budget / measured (down at once, up by half
+ * at most per period, never above --rate), the same for every process.
+ */
+static void budget(struct agent *a, uint64_t now)
+{
+	if (now - a->budget_ns < AGENT_BUDGET_NS) {
+		return;
+	}
+	uint64_t cpu = cpu_ns(), ticks = atomic_load(&a->ticks);
+	double used = 100.0 * (double)(cpu - a->budget_cpu_ns) / (double)(now - a->budget_ns);
+	bool sampled = ticks - a->budget_ticks >= 10;
+	a->cost_ns = sampled ? (double)(cpu - a->budget_cpu_ns) / (double)(ticks - a->budget_ticks) : a->cost_ns;
+	a->budget_ns = now;
+	a->budget_cpu_ns = cpu;
+	a->budget_ticks = ticks;
+	double cur = atomic_load(&a->rate_now), rate = cur;
+	if (sampled && used > 0) {
+		double scale = a->max_cpu / used;
+		rate = cur * (scale > 1.5 ? 1.5 : scale);
+	} else if (live_workers(a) == 0) {
+		rate = a->rate;
+	}
+	rate = rate > a->rate ? a->rate : rate < AGENT_MIN_RATE_HZ ? AGENT_MIN_RATE_HZ : rate;
+	/* Steps of 1/8 Hz: a rate that wobbles with the measure would reset every clock. */
+	rate = rate < a->rate ? (double)(long)(rate * 8) / 8 : rate;
+	atomic_store(&a->rate_now, rate);
+}
+
+static void status_line(struct agent *a, uint64_t since_ns, uint64_t since_cpu)
+{
+	struct push_status st;
+	pusher_status(a->pusher, &st);
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	long rss_kb = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+	long size = 0, pages = 0;
+	if (f && fscanf(f, "%ld %ld", &size, &pages) == 2) {
+		rss_kb = pages * (sysconf(_SC_PAGESIZE) / 1024);
+	}
+	if (f) {
+		fclose(f);
+	}
+	double cpu = since_ns ? 100.0 * (double)(cpu_ns() - since_cpu) / (double)(prof_now_ns() - since_ns) : 0;
+	fprintf(stderr, "spy agent: %zu processes at %.3g Hz, %llu samples; windows sent %llu, kept %zu, "
+		"dropped %llu; cpu %.1f%% (%.0f us a sample), rss %ld KiB\n", live_workers(a), atomic_load(&a->rate_now),
+		(unsigned long long)atomic_load(&a->ticks), (unsigned long long)st.sent, st.queued,
+		(unsigned long long)(st.dropped + st.rejected), cpu, a->cost_ns / 1000, rss_kb);
+}
+
+/* ---- the command ---- */
+
+static int check_args(struct agent *a)
+{
+	if (!a->push_url) {
+		return cmd_usage_error("agent", "--push URL is required");
+	}
+	if (!(a->rate > 0) || a->rate > 1000) {
+		return cmd_usage_error("agent", "--rate must be above 0 and at most 1000 Hz");
+	}
+	if (!(a->max_cpu > 0) || a->max_cpu > 100 * 64) {
+		return cmd_usage_error("agent", "--max-cpu must be above 0 (percent of one core)");
+	}
+	if (a->push_every < 1 || a->push_every > 3600) {
+		return cmd_usage_error("agent", "--push-every must be 1 to 3600 seconds");
+	}
+	if (a->status_every < 1) {
+		return cmd_usage_error("agent", "--status-every must be at least 1 second");
+	}
+	if (a->match && regcomp(&a->match_re, a->match, REG_EXTENDED | REG_NOSUB) != 0) {
+		return cmd_usage_error("agent", "--match: '%s' is not an extended regular expression", a->match);
+	}
+	a->has_match = a->match != NULL;
+	if (a->exclude && regcomp(&a->exclude_re, a->exclude, REG_EXTENDED | REG_NOSUB) != 0) {
+		return cmd_usage_error("agent", "--exclude: '%s' is not an extended regular expression", a->exclude);
+	}
+	a->has_exclude = a->exclude != NULL;
+	if (a->uid_text) {
+		char *end;
+		errno = 0;
+		unsigned long v = strtoul(a->uid_text, &end, 10);
+		if (!*a->uid_text || *end || errno || v > UINT_MAX - 1) {
+			return cmd_usage_error("agent", "--uid: '%s' is not a user id", a->uid_text);
+		}
+		a->uid = (uid_t)v;
+		a->has_uid = true;
+	}
+	struct push_config *c = a->push = spy_xcalloc(1, sizeof(*c));
+	struct spy_err err = SPY_ERR_INIT;
+	if (http_url_parse(a->push_url, &c->url, &err) < 0) {
+		return cmd_usage_error("agent", "%s", err.msg);
+	}
+	c->url_text = a->push_url;
+	if (a->push_api && !push_api_parse(a->push_api, &c->api)) {
+		return cmd_usage_error("agent", "--push-api: '%s' is not push or ingest", a->push_api);
+	}
+	if (push_config_tls(c, a->push_ca, a->push_cert, a->push_key, &err) < 0 ||
+	    push_config_auth(c, a->token_file, a->basic_file, &err) < 0) {
+		return err.code == SPY_EUSAGE ? cmd_usage_error("agent", "%s", err.msg) : (cmd_fail(&err), 2);
+	}
+	if (a->tenant && (push_check_value(a->tenant) || strlen(a->tenant) > 150)) {
+		return cmd_usage_error("agent", "--tenant '%s': a tenant ID is 1 to 150 printable characters, "
+				       "no blanks, quotes or { } , =", a->tenant);
+	}
+	snprintf(c->tenant, sizeof(c->tenant), "%s", a->tenant ? a->tenant : "");
+	c->every_s = a->push_every;
+	c->timeout_ns = 10 * 1000 * 1000 * 1000ull;
+	return 0;
+}
+
+/* Until a stop signal: scan, start and reap workers, keep the budget, say how it goes. */
+static void run(struct agent *a)
+{
+	uint64_t start = prof_now_ns(), last_status = start, status_cpu = cpu_ns();
+	a->budget_ns = start;
+	a->budget_cpu_ns = status_cpu;
+	struct push_status shown = { 0 };
+	while (!prof_stop_signal()) {
+		uint64_t now = prof_now_ns();
+		reap(a, now);
+		scan(a, now);
+		budget(a, now);
+		struct push_status st;
+		pusher_status(a->pusher, &st);
+		if (st.failing && !shown.failing) {
+			fprintf(stderr, "spy agent: push to %s failed: %s; retrying, the windows are kept\n",
+				a->push->url_text, st.last_error);
+		} else if (!st.failing && shown.failing) {
+			fprintf(stderr, "spy agent: push to %s works again\n", a->push->url_text);
+		}
+		shown = st;
+		if (now - last_status >= (uint64_t)a->status_every * 1000000000ull) {
+			status_line(a, last_status, status_cpu);
+			last_status = now;
+			status_cpu = cpu_ns();
+		}
+		struct timespec ts = { 0, (long)AGENT_SCAN_NS };
+		nanosleep(&ts, NULL);
+	}
+}
+
+int cmd_agent(int argc, char **argv)
+{
+	struct agent *a = spy_xcalloc(1, sizeof(*a));
+	a->rate = AGENT_RATE_HZ;
+	a->max_cpu = AGENT_MAX_CPU;
+	a->push_every = 10;
+	a->status_every = AGENT_STATUS_S;
+	const struct opt opts[] = {
+		{ 0, "push", OPT_STRING, &a->push_url, "URL", "the Pyroscope server (http:// or https://); required" },
+		{ 0, "push-every", OPT_UINT, &a->push_every, "S", "a window per process every S seconds, on wall-clock multiples (default 10)" },
+		{ 'r', "rate", OPT_DOUBLE, &a->rate, "HZ", "samples per second per process (default 19)" },
+		{ 0, "max-cpu", OPT_DOUBLE, &a->max_cpu, "PCT", "spy's CPU budget, % of one core (default 5): the rate is lowered evenly to stay under it" },
+		{ 0, "match", OPT_STRING, &a->match, "RE", "only processes whose command line matches RE (POSIX extended)" },
+		{ 0, "exclude", OPT_STRING, &a->exclude, "RE", "not the processes whose command line matches RE" },
+		{ 0, "uid", OPT_STRING, &a->uid_text, "UID", "only the processes of this user id" },
+		{ 0, "status-every", OPT_UINT, &a->status_every, "S", "the status line's period (default 60)" },
+		{ 0, "push-api", OPT_STRING, &a->push_api, "API", "push (Pyroscope's push.v1, the default) or ingest" },
+		{ 0, "push-ca", OPT_STRING, &a->push_ca, "FILE", "with https: trust the CA certificates in FILE (PEM)" },
+		{ 0, "push-cert", OPT_STRING, &a->push_cert, "FILE", "with https: a client certificate (PEM), for mutual TLS" },
+		{ 0, "push-key", OPT_STRING, &a->push_key, "FILE", "with --push-cert: its private key (PEM)" },
+		{ 0, "tenant", OPT_STRING, &a->tenant, "ID", "the tenant, sent as X-Scope-OrgID" },
+		{ 0, "token-file", OPT_STRING, &a->token_file, "FILE", "a bearer token, read from FILE (or from $SPY_PUSH_TOKEN)" },
+		{ 0, "basic-auth-file", OPT_STRING, &a->basic_file, "FILE", "USER:PASSWORD for basic auth, read from FILE (or $SPY_PUSH_BASIC_AUTH)" },
+		opts_help,
+		{ 0 },
+	};
+	char **rest = spy_xcalloc((size_t)argc + 1, sizeof(*rest));
+	int nrest = 0;
+	int rc = cmd_parse_options("agent", agent_usage, opts, argc, argv, rest, &nrest);
+	if (rc < 0 && nrest > 0) {
+		rc = cmd_usage_error("agent", "unexpected argument '%s'", rest[0]);
+	}
+	free(rest);
+	if (rc < 0) {
+		rc = check_args(a);
+		rc = rc ? rc : -1;
+	}
+	if (rc >= 0) {
+		free(a->push);
+		free(a);
+		return rc;
+	}
+	atomic_init(&a->rate_now, a->rate);
+	if (gethostname(a->host, sizeof(a->host) - 1) != 0 || !a->host[0]) {
+		snprintf(a->host, sizeof(a->host), "unknown");
+	}
+	push_sanitize(a->host, false);
+	struct spy_err err = SPY_ERR_INIT;
+	a->fleet = prof_fleet_new("/proc");
+	if (!a->fleet) {
+		fprintf(stderr, "spy agent: cannot read /proc: %s\n", strerror(errno));
+		return 2;
+	}
+	if (pusher_start(&a->pusher, a->push, &err) < 0) {
+		cmd_fail(&err);
+		return 2;
+	}
+	prof_install_stop_handlers();
+	fprintf(stderr, "spy agent: pushing to %s every %u s, %g Hz per process, at most %g%% of a core\n",
+		a->push->url_text, a->push_every, a->rate, a->max_cpu);
+	run(a);
+	/* Each worker sees the stop at its next tick, lets its process go and hands over what it holds. */
+	while (a->workers) {
+		struct worker *w = a->workers;
+		pthread_join(w->th, NULL);
+		a->workers = w->next;
+		free(w);
+	}
+	struct push_status st;
+	pusher_finish(a->pusher, PUSH_FLUSH_NS, &st);
+	fprintf(stderr, "spy agent: stopped; windows sent %llu, not sent %zu, dropped %llu\n",
+		(unsigned long long)st.sent, st.queued, (unsigned long long)(st.dropped + st.rejected));
+	prof_fleet_free(a->fleet);
+	if (a->has_match) {
+		regfree(&a->match_re);
+	}
+	if (a->has_exclude) {
+		regfree(&a->exclude_re);
+	}
+	free(a->pending);
+	free(a->recheck);
+	free(a->push);
+	free(a);
+	return 0;
+}

@@ -1,0 +1,620 @@
+/*
+ * Finding a host's Python processes (see discover.h for the cost model).
+ *
+ * A process is known by PID and start time, since PIDs are reused. The
+ * directory entry's inode number, which readdir gives for nothing, says
+ * whether /proc/PID is still the directory seen last time; only when it is
+ * not is stat read again, because procfs may give the same process a new
+ * inode after evicting the old one, so a new inode alone proves nothing.
+ */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/buf.h"
+#include "common/err.h"
+#include "common/util.h"
+#include "sampler/discover.h"
+#include "sampler/internal.h"
+
+/* pid_max's ceiling on 64-bit Linux: no /proc lists more. */
+#define DISC_MAX_PIDS (1u << 22)
+/* A process younger than this is examined on every scan: entry points
+ * (sh -c "exec python …", tini, dumb-init) exec within it. */
+#define DISC_YOUNG_S 30.0
+/* Older non-candidates are examined again this often, for the rare late
+ * exec (a supervisor replacing itself). */
+#define DISC_RECHECK_S 60.0
+/* Bytes of maps looked through for a libpython: a model server maps
+ * thousands of files, and the interpreter's library comes early. */
+#define DISC_MAPS_MAX (4u << 20)
+#define DISC_ENVIRON_MAX (1u << 20)
+#define DISC_CGROUP_MAX (64u << 10)
+
+struct seen {
+	pid_t pid;
+	ino_t ino;
+	uint64_t start; /* clock ticks after boot, from stat */
+	double checked; /* uptime of the last examination */
+	bool candidate;
+	bool examined;
+};
+
+struct discover {
+	int procfd;
+	struct seen *known;
+	size_t n_known, alloc_known;
+	struct seen *next;
+	size_t alloc_next;
+	pid_t *born, *gone;
+	size_t n_born, n_gone, alloc_born, alloc_gone;
+	size_t budget;
+	pid_t self;
+	double hz;
+};
+
+struct discover *discover_new(const char *procdir)
+{
+	int fd = open(procdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
+		return NULL;
+	}
+	struct discover *d = spy_xcalloc(1, sizeof(*d));
+	d->procfd = fd;
+	d->budget = 256;
+	d->self = getpid();
+	long hz = sysconf(_SC_CLK_TCK);
+	d->hz = hz > 0 ? (double)hz : 100.0;
+	return d;
+}
+
+void discover_free(struct discover *d)
+{
+	if (!d) {
+		return;
+	}
+	close(d->procfd);
+	free(d->known);
+	free(d->next);
+	free(d->born);
+	free(d->gone);
+	free(d);
+}
+
+void discover_set_budget(struct discover *d, size_t per_scan)
+{
+	d->budget = per_scan ? per_scan : 1;
+}
+
+size_t discover_count(const struct discover *d)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < d->n_known; i++) {
+		n += d->known[i].candidate;
+	}
+	return n;
+}
+
+static int cmp_seen(const void *a, const void *b)
+{
+	pid_t x = ((const struct seen *)a)->pid, y = ((const struct seen *)b)->pid;
+	return (x > y) - (x < y);
+}
+
+/* A small file under /proc/PID (or the test's tree), whole up to max. */
+static int read_pid_file(int procfd, pid_t pid, const char *name, size_t max, struct spy_buf *out)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "%d", (int)pid);
+	int dirfd = openat(procfd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dirfd < 0) {
+		return procfs_errno_code(errno);
+	}
+	int rc = procfs_read_file(dirfd, name, max, out);
+	close(dirfd);
+	return rc;
+}
+
+/* Field 22 (starttime) of a stat line, and whether it is a kernel thread
+ * (flags, field 9, PF_KTHREAD) or a zombie: neither can be Python. */
+static bool parse_stat(const char *text, size_t len, uint64_t *start, bool *eligible)
+{
+	const char *close_paren = NULL;
+	for (size_t i = len; i > 0; i--) {
+		if (text[i - 1] == ')') {
+			close_paren = text + i - 1;
+			break;
+		}
+	}
+	if (!close_paren) {
+		return false;
+	}
+	const char *p = close_paren + 1, *end = text + len;
+	char state = 0;
+	uint64_t flags = 0;
+	for (int field = 3; field <= 22 && p < end; field++) {
+		while (p < end && *p == ' ') {
+			p++;
+		}
+		const char *f = p;
+		while (p < end && *p != ' ' && *p != '\n') {
+			p++;
+		}
+		if (p == f) {
+			return false;
+		}
+		if (field == 3) {
+			state = *f;
+		} else if (field == 9 || field == 22) {
+			uint64_t v = 0;
+			for (const char *c = f; c < p; c++) {
+				if (!isdigit((unsigned char)*c) || v > UINT64_MAX / 10 - 1) {
+					return false;
+				}
+				v = v * 10 + (uint64_t)(*c - '0');
+			}
+			if (field == 9) {
+				flags = v;
+			} else {
+				*start = v;
+				*eligible = state != 'Z' && state != 'X' && !(flags & 0x00200000u);
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
+/* Whether some mapped file's name starts with libpython. Reads at most
+ * DISC_MAPS_MAX bytes, in pieces, stopping at the first hit. */
+static bool maps_libpython(int procfd, pid_t pid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "%d/maps", (int)pid);
+	int fd = openat(procfd, path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		return false;
+	}
+	static const char needle[] = "/libpython";
+	char buf[64 * 1024 + sizeof(needle)];
+	size_t keep = 0, total = 0;
+	bool hit = false;
+	while (!hit && total < DISC_MAPS_MAX) {
+		ssize_t n = read(fd, buf + keep, sizeof(buf) - keep);
+		if (n <= 0) {
+			break;
+		}
+		total += (size_t)n;
+		size_t have = keep + (size_t)n;
+		hit = memmem(buf, have, needle, sizeof(needle) - 1) != NULL;
+		/* Keep the tail, so a name cut between two reads is still found. */
+		keep = have < sizeof(needle) - 1 ? have : sizeof(needle) - 1;
+		memmove(buf, buf + have - keep, keep);
+	}
+	close(fd);
+	return hit;
+}
+
+static bool exe_is_python(int procfd, pid_t pid)
+{
+	char path[64], target[4096];
+	snprintf(path, sizeof(path), "%d/exe", (int)pid);
+	ssize_t n = readlinkat(procfd, path, target, sizeof(target) - 1);
+	if (n <= 0) {
+		return false;
+	}
+	target[n] = 0;
+	/* A replaced executable reads "… (deleted)": still its name. */
+	return !strncmp(spy_basename(target), "python", 6);
+}
+
+/* Examines s->pid: its start time, and whether it is a candidate. false
+ * when the process is gone (or unreadable) by now. */
+static bool examine(struct discover *d, struct seen *s, double now)
+{
+	struct spy_buf b = SPY_BUF_INIT;
+	bool eligible = false, ok = read_pid_file(d->procfd, s->pid, "stat", 4096, &b) >= 0 &&
+				    parse_stat(b.buf, b.len, &s->start, &eligible);
+	spy_buf_release(&b);
+	if (!ok) {
+		return false;
+	}
+	s->checked = now;
+	s->examined = true;
+	s->candidate = eligible && s->pid != d->self &&
+		       (exe_is_python(d->procfd, s->pid) || maps_libpython(d->procfd, s->pid));
+	return true;
+}
+
+static void note(pid_t **v, size_t *n, size_t *alloc, pid_t pid)
+{
+	SPY_GROW(*v, *alloc, *n + 1);
+	(*v)[(*n)++] = pid;
+}
+
+/* The entries of /proc that are processes, sorted by PID, into d->next. */
+static int list_pids(struct discover *d, size_t *n_out)
+{
+	int fd = openat(d->procfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!dir) {
+		if (fd >= 0) {
+			close(fd);
+		}
+		return procfs_errno_code(errno);
+	}
+	size_t n = 0;
+	struct dirent *e;
+	while (n < DISC_MAX_PIDS && (e = readdir(dir))) {
+		char *end;
+		if (!isdigit((unsigned char)e->d_name[0])) {
+			continue;
+		}
+		long pid = strtol(e->d_name, &end, 10);
+		if (*end || pid <= 0 || pid > (long)DISC_MAX_PIDS) {
+			continue;
+		}
+		SPY_GROW(d->next, d->alloc_next, n + 1);
+		d->next[n] = (struct seen){ .pid = (pid_t)pid, .ino = e->d_ino };
+		n++;
+	}
+	closedir(dir);
+	qsort(d->next, n, sizeof(*d->next), cmp_seen);
+	*n_out = n;
+	return 0;
+}
+
+static double read_uptime(int procfd)
+{
+	int fd = openat(procfd, "uptime", O_RDONLY | O_CLOEXEC);
+	char buf[64] = "";
+	if (fd >= 0) {
+		ssize_t n = read(fd, buf, sizeof(buf) - 1);
+		buf[n > 0 ? n : 0] = 0;
+		close(fd);
+	}
+	return strtod(buf, NULL);
+}
+
+/* Whether s, known from an earlier scan, is due another examination. */
+static bool due(const struct discover *d, const struct seen *s, double now)
+{
+	if (!s->examined) {
+		return true;
+	}
+	if (s->candidate) {
+		return false; /* found: the one attached watches it from now on */
+	}
+	double age = now - (double)s->start / d->hz;
+	return age < DISC_YOUNG_S || now - s->checked >= DISC_RECHECK_S;
+}
+
+int discover_scan(struct discover *d, const pid_t **born, size_t *n_born,
+		  const pid_t **gone, size_t *n_gone)
+{
+	d->n_born = d->n_gone = 0;
+	size_t n = 0;
+	int rc = list_pids(d, &n);
+	if (rc < 0) {
+		return rc;
+	}
+	double now = read_uptime(d->procfd);
+	size_t budget = d->budget;
+	size_t i = 0; /* in d->known */
+	for (size_t j = 0; j < n; j++) {
+		struct seen *s = &d->next[j];
+		while (i < d->n_known && d->known[i].pid < s->pid) {
+			if (d->known[i].candidate) {
+				note(&d->gone, &d->n_gone, &d->alloc_gone, d->known[i].pid);
+			}
+			i++;
+		}
+		const struct seen *old = i < d->n_known && d->known[i].pid == s->pid ? &d->known[i++] : NULL;
+		if (old) {
+			ino_t ino = s->ino;
+			*s = *old;
+			if (old->ino != ino) {
+				/* Same directory name, another inode: the same process
+				 * only if its start time says so. */
+				uint64_t start = 0;
+				bool eligible;
+				struct spy_buf b = SPY_BUF_INIT;
+				bool same = read_pid_file(d->procfd, s->pid, "stat", 4096, &b) >= 0 &&
+					    parse_stat(b.buf, b.len, &start, &eligible) &&
+					    start == old->start;
+				spy_buf_release(&b);
+				s->ino = ino;
+				if (!same) {
+					if (old->candidate) {
+						note(&d->gone, &d->n_gone, &d->alloc_gone, s->pid);
+					}
+					*s = (struct seen){ .pid = old->pid, .ino = ino };
+				}
+			}
+		}
+		if (!due(d, s, now) || budget == 0) {
+			continue;
+		}
+		budget--;
+		bool was = s->candidate;
+		if (examine(d, s, now) && s->candidate && !was) {
+			note(&d->born, &d->n_born, &d->alloc_born, s->pid);
+		}
+	}
+	for (; i < d->n_known; i++) {
+		if (d->known[i].candidate) {
+			note(&d->gone, &d->n_gone, &d->alloc_gone, d->known[i].pid);
+		}
+	}
+	/* next becomes known; the old array is next's storage next time. */
+	struct seen *t = d->known;
+	size_t ta = d->alloc_known;
+	d->known = d->next;
+	d->alloc_known = d->alloc_next;
+	d->n_known = n;
+	d->next = t;
+	d->alloc_next = ta;
+	*born = d->born;
+	*n_born = d->n_born;
+	*gone = d->gone;
+	*n_gone = d->n_gone;
+	return (int)(n > (size_t)INT32_MAX ? INT32_MAX : n);
+}
+
+const char *proc_environ_get(const char *env, size_t len, const char *name, size_t *vlen)
+{
+	size_t nl = strlen(name);
+	const char *p = env, *end = env + len;
+	while (p < end) {
+		const char *z = memchr(p, 0, (size_t)(end - p));
+		const char *e = z ? z : end;
+		if ((size_t)(e - p) > nl && !memcmp(p, name, nl) && p[nl] == '=') {
+			*vlen = (size_t)(e - p) - nl - 1;
+			return p + nl + 1;
+		}
+		p = e + 1;
+	}
+	return NULL;
+}
+
+static bool all_hex(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (!isxdigit((unsigned char)s[i])) {
+			return false;
+		}
+	}
+	return true;
+}
+
+/* A container ID in one path component: 64 hex digits, bare (cgroupfs
+ * drivers: /docker/ID, /kubepods/…/ID) or as a systemd scope
+ * (docker-ID.scope, cri-containerd-ID.scope, crio-ID.scope,
+ * libpod-ID.scope). */
+static bool component_container(const char *c, size_t n, char out[65])
+{
+	static const char *const prefixes[] = { "docker-", "cri-containerd-", "crio-", "libpod-", "containerd-" };
+	if (n > 6 && !memcmp(c + n - 6, ".scope", 6)) {
+		n -= 6;
+		for (size_t i = 0; i < SPY_ARRAY_SIZE(prefixes); i++) {
+			size_t pl = strlen(prefixes[i]);
+			if (n > pl && !memcmp(c, prefixes[i], pl)) {
+				c += pl;
+				n -= pl;
+				break;
+			}
+		}
+	}
+	if (n != 64 || !all_hex(c, 64)) {
+		return false;
+	}
+	memcpy(out, c, 64);
+	out[64] = 0;
+	return true;
+}
+
+/* A pod UID in one component of a kubepods path: podUID (cgroupfs) or
+ * kubepods-QOS-podUID.slice with the UID's dashes as underscores (systemd). */
+static bool component_pod(const char *c, size_t n, char out[37])
+{
+	const char *p = NULL;
+	for (size_t i = 0; i + 3 <= n; i++) {
+		if (!memcmp(c + i, "pod", 3) && (i == 0 || c[i - 1] == '-')) {
+			p = c + i + 3;
+		}
+	}
+	if (!p) {
+		return false;
+	}
+	size_t m = (size_t)(c + n - p);
+	if (m > 6 && !memcmp(p + m - 6, ".slice", 6)) {
+		m -= 6;
+	}
+	if (m != 36) {
+		return false;
+	}
+	for (size_t i = 0; i < 36; i++) {
+		char ch = p[i] == '_' ? '-' : p[i];
+		bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+		if (dash ? ch != '-' : !isxdigit((unsigned char)ch)) {
+			return false;
+		}
+		out[i] = (char)tolower((unsigned char)ch);
+	}
+	out[36] = 0;
+	return true;
+}
+
+void proc_parse_cgroup(const char *text, size_t len, char container_id[65], char pod_uid[37])
+{
+	container_id[0] = pod_uid[0] = 0;
+	const char *line = text, *end = text + len;
+	while (line < end && !(container_id[0] && pod_uid[0])) {
+		const char *nl = memchr(line, '\n', (size_t)(end - line));
+		const char *le = nl ? nl : end;
+		/* hierarchy-ID:controllers:path; the path is after the second ':'. */
+		const char *c1 = memchr(line, ':', (size_t)(le - line));
+		const char *c2 = c1 ? memchr(c1 + 1, ':', (size_t)(le - c1 - 1)) : NULL;
+		if (c2) {
+			bool kube = memmem(c2, (size_t)(le - c2), "kubepods", 8) != NULL;
+			const char *c = c2 + 1;
+			while (c < le) {
+				const char *slash = memchr(c, '/', (size_t)(le - c));
+				const char *ce = slash ? slash : le;
+				/* The innermost container wins: podman nests a
+				 * container's own cgroup (…/libpod-ID.scope/container). */
+				char id[65];
+				if (component_container(c, (size_t)(ce - c), id)) {
+					memcpy(container_id, id, sizeof(id));
+				}
+				if (kube && !pod_uid[0]) {
+					component_pod(c, (size_t)(ce - c), pod_uid);
+				}
+				c = ce + 1;
+			}
+		}
+		line = le + 1;
+	}
+}
+
+static int hexval(char c)
+{
+	return isdigit((unsigned char)c) ? c - '0' : isxdigit((unsigned char)c) ? (tolower((unsigned char)c) - 'a' + 10) : -1;
+}
+
+/* Percent-decodes [s, s+n) into out (size bytes), trimming blanks; false if
+ * it does not fit, is empty, or decodes to a control byte. */
+static bool decode_attr(const char *s, size_t n, char *out, size_t size, bool is_name)
+{
+	while (n && (*s == ' ' || *s == '\t')) {
+		s++;
+		n--;
+	}
+	while (n && (s[n - 1] == ' ' || s[n - 1] == '\t')) {
+		n--;
+	}
+	size_t o = 0;
+	for (size_t i = 0; i < n; i++) {
+		int ch = (unsigned char)s[i];
+		if (ch == '%' && !is_name) {
+			int h = i + 2 < n ? hexval(s[i + 1]) : -1, l = h >= 0 ? hexval(s[i + 2]) : -1;
+			if (l < 0) {
+				return false;
+			}
+			ch = h * 16 + l;
+			i += 2;
+		}
+		if (ch < 0x20 || ch == 0x7f || o + 1 >= size) {
+			return false;
+		}
+		if (is_name) {
+			/* Label names: [a-zA-Z0-9_], dots as underscores. */
+			if (ch == '.') {
+				ch = '_';
+			} else if (!isalnum(ch) && ch != '_') {
+				return false;
+			}
+		}
+		out[o++] = (char)ch;
+	}
+	out[o] = 0;
+	return o > 0;
+}
+
+size_t otel_k8s_labels(const char *attrs, struct about_label *out, size_t max)
+{
+	size_t n = 0;
+	const char *p = attrs;
+	while (*p && n < max) {
+		size_t len = strcspn(p, ",");
+		const char *eq = memchr(p, '=', len);
+		if (eq) {
+			size_t kl = (size_t)(eq - p);
+			const char *k = p;
+			while (kl && (*k == ' ' || *k == '\t')) {
+				k++;
+				kl--;
+			}
+			if (kl > 4 && !memcmp(k, "k8s.", 4) &&
+			    decode_attr(k, kl, out[n].name, sizeof(out[n].name), true) &&
+			    decode_attr(eq + 1, len - kl - (size_t)(k - p) - 1, out[n].value, sizeof(out[n].value), false)) {
+				n++;
+			}
+		}
+		p += len;
+		if (*p == ',') {
+			p++;
+		}
+	}
+	return n;
+}
+
+/* Copies a variable's value into out whole, or leaves it empty: a value cut
+ * short would make a label that is not the process's. */
+static void copy_whole(const char *v, size_t vlen, char *out, size_t size)
+{
+	out[0] = 0;
+	if (v && vlen < size && !memchr(v, 0, vlen)) {
+		memcpy(out, v, vlen);
+		out[vlen] = 0;
+	}
+}
+
+int proc_read_about(const struct discover *d, pid_t pid, struct proc_about *out)
+{
+	memset(out, 0, sizeof(*out));
+	struct spy_buf b = SPY_BUF_INIT;
+	int rc = read_pid_file(d->procfd, pid, "cgroup", DISC_CGROUP_MAX, &b);
+	if (rc < 0) {
+		spy_buf_release(&b);
+		return rc;
+	}
+	proc_parse_cgroup(b.buf, b.len, out->container_id, out->pod_uid);
+	/* Unreadable (another user's, without root) or oversized: no names. */
+	if (read_pid_file(d->procfd, pid, "environ", DISC_ENVIRON_MAX, &b) >= 0) {
+		size_t vl = 0;
+		const char *v = proc_environ_get(b.buf, b.len, "OTEL_SERVICE_NAME", &vl);
+		if (!v || !vl) {
+			v = proc_environ_get(b.buf, b.len, "PYROSCOPE_APPLICATION_NAME", &vl);
+		}
+		copy_whole(v, vl, out->service, sizeof(out->service));
+		v = proc_environ_get(b.buf, b.len, "OTEL_RESOURCE_ATTRIBUTES", &vl);
+		copy_whole(v, vl, out->resource_attrs, sizeof(out->resource_attrs));
+	}
+	spy_buf_release(&b);
+	return 0;
+}
+
+int proc_read_owner(const struct discover *d, pid_t pid, uid_t *uid, char *cmdline, size_t size)
+{
+	struct spy_buf b = SPY_BUF_INIT;
+	int rc = read_pid_file(d->procfd, pid, "status", 64u << 10, &b);
+	const char *u = rc >= 0 ? memmem(b.buf, b.len, "\nUid:", 5) : NULL;
+	unsigned long v = 0;
+	if (rc >= 0 && (!u || sscanf(u + 5, "%lu", &v) != 1)) {
+		rc = -SPY_EIO;
+	}
+	*uid = (uid_t)v;
+	if (rc >= 0) {
+		rc = read_pid_file(d->procfd, pid, "cmdline", size ? size - 1 : 0, &b);
+		/* A longer command line is looked at cut: its start names the program. */
+		rc = rc == -SPY_EBOUND ? 0 : rc;
+	}
+	size_t n = rc >= 0 ? (b.len < size ? b.len : size - 1) : 0;
+	for (size_t i = 0; i < n; i++) {
+		cmdline[i] = b.buf[i] ? b.buf[i] : ' ';
+	}
+	while (n > 0 && cmdline[n - 1] == ' ') {
+		n--;
+	}
+	if (size) {
+		cmdline[n] = '\0';
+	}
+	spy_buf_release(&b);
+	return rc < 0 ? rc : 0;
+}

@@ -1,0 +1,357 @@
+#!/usr/bin/env python3
+"""spy agent: every Python process on the host into a Pyroscope receiver on
+loopback (pushrecv.py, the push.v1 contract).
+
+The agent is given --match on a marker unique to this run and --uid of
+this test, so it only ever attaches to the targets started here (other
+people's processes run on this machine). One run of about 40 s, with:
+  - busy targets under several interpreters on the host (the oldest, one
+    between, the newest) and one of the pyroot's in a container (other
+    mount and PID namespaces), started before the agent;
+  - one with OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES (k8s.*);
+  - one moved into a cgroup named like a docker container's scope
+    (cgroup v2 writable; else a SKIP saying why);
+  - one started mid-run (found within 1.5 s of starting, by the agent's
+    "profiling process" line) and one ended mid-run (let go);
+  - one --exclude names (never attached);
+  - one held by another tracer (a `spy record --pid` of its own): skipped,
+    in one line;
+  - the receiver down for 10 s (its port closed), then back on the same port.
+Checked: each target's windows carry exactly the right labels (service_name,
+host, pid, python, container_id, k8s_*: nothing else, none of the
+arguments), are contiguous on --push-every multiples from the first to the
+last (none lost across the outage), the ended one's stop early; SIGTERM
+exits 0 after pushing what is held; the status lines keep the agent's CPU
+under --max-cpu. Then a budget run, over mutual TLS (a CA made for the
+test) with a bearer token: --rate 400 with --max-cpu 1 must lower the
+rate, in the status line and in the windows' rate.
+
+Usage errors: no --push, a bad regex, a bad --uid: exit 2, one line.
+Run by Debian's /usr/bin/python3 (meson.build), which sees python3-protobuf.
+"""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+import harness
+import pushrecv
+
+EVERY = 2
+OUTAGE_S = 10
+HOST_LABELS = {"host", "pid", "python"}
+
+
+class Agent(object):
+    """spy agent running, its stderr lines kept with their arrival times."""
+
+    def __init__(self, args, env=None):
+        e = harness.spy_env(keep_log=False)
+        for k in ("SPY_PUSH_TOKEN", "SPY_PUSH_BASIC_AUTH"):
+            e.pop(k, None)
+        e.update(env or {})
+        self.proc = harness.spawn([harness.spy_path(), "agent"] + args, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, env=e)
+        self.lines = []
+        self.t = threading.Thread(target=self._read)
+        self.t.daemon = True
+        self.t.start()
+
+    def _read(self):
+        for raw in iter(self.proc.stderr.readline, b""):
+            self.lines.append((time.time(), raw.decode("utf-8", "replace").rstrip("\n")))
+
+    def stop(self, timeout=20):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            harness.kill(self.proc)
+            rc = None
+        self.t.join(5)
+        return rc
+
+    def text(self):
+        return "\n".join(l for _, l in self.lines)
+
+    def attached_at(self, pid):
+        for t, l in self.lines:
+            if l.startswith("spy agent: profiling process %d " % pid):
+                return t
+        return None
+
+    def status(self):
+        """(processes, rate, cpu %) of each status line."""
+        out = []
+        for _, l in self.lines:
+            m = re.match(r"spy agent: (\d+) processes at ([\d.e+]+) Hz, .* cpu ([\d.]+)%", l)
+            if m:
+                out.append((int(m.group(1)), float(m.group(2)), float(m.group(3))))
+        return out
+
+
+def cgroup2_root():
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) > 2 and parts[2] == "cgroup2":
+                return parts[1]
+    return None
+
+
+class DockerScope(object):
+    """A cgroup of this test's own, named like a docker container's scope."""
+
+    def __init__(self):
+        self.id = os.urandom(32).hex()
+        self.root = cgroup2_root()
+        self.dir = None
+        if not self.root:
+            self.why = "no cgroup v2 hierarchy mounted"
+            return
+        d = os.path.join(self.root, "spy-test.slice", "docker-%s.scope" % self.id)
+        try:
+            os.makedirs(d)
+        except OSError as e:
+            self.why = "cannot create a cgroup under %s: %s" % (self.root, e.strerror)
+            return
+        self.dir, self.why = d, None
+
+    def add(self, pid):
+        with open(os.path.join(self.dir, "cgroup.procs"), "w") as f:
+            f.write("%d\n" % pid)
+
+    def close(self):
+        for d in (self.dir, os.path.dirname(self.dir or "")):
+            try:
+                if d:
+                    os.rmdir(d)
+            except OSError:
+                pass
+
+
+def pick(interps):
+    host = [i for i in interps if not i.root]
+    chosen = [host[0], host[len(host) // 2], host[-1]] if host else []
+    rooted = [i for i in interps if i.root and i.mode == "container"]
+    out = []
+    for i in chosen + rooted[-1:]:
+        if i not in out:
+            out.append(i)
+    return out
+
+
+def windows_of(reqs, pid):
+    return sorted((r for r in reqs if r.labels.get("pid") == str(pid)), key=lambda r: r.frm)
+
+
+def check_target(name, reqs, pid, app, labels, ended=False):
+    p = []
+    ws = windows_of(reqs, pid)
+    if not ws:
+        return ["%s (pid %d): no window" % (name, pid)]
+    for r in ws:
+        if r.app != app:
+            p.append("%s: service_name %r, expected %r" % (name, r.app, app))
+            break
+        if r.labels != labels:
+            p.append("%s: labels %r, expected exactly %r" % (name, r.labels, labels))
+            break
+    for a, b in zip(ws, ws[1:]):
+        if a.until != b.frm:
+            p.append("%s: window %d-%d followed by %d-%d (lost or overlapping)" % (name, a.frm, a.until, b.frm, b.until))
+    for r in ws:
+        if r.frm % EVERY or r.until % EVERY:
+            p.append("%s: window %d-%d not on multiples of %d s" % (name, r.frm, r.until, EVERY))
+            break
+    return p
+
+
+def fleet(rep, interps):
+    recv = pushrecv.Receiver()
+    marker = "spyagenttest%d%s" % (os.getpid(), os.urandom(4).hex())
+    script = harness.target_path("agent_target.py")
+    scope = DockerScope()
+    targets = []     # (name, Target, app, labels-beyond-the-host's)
+    others = []      # what else was started: a target held by another tracer, that tracer
+    tmp = tempfile.mkdtemp(prefix="spy-agent-test-")
+    try:
+        for i in interps:
+            t = harness.Target(i, script, [marker, "busy"])
+            targets.append(("%s" % i.label, t, "agent_target", {}))
+        newest = [i for i in interps if not i.root][-1]
+        env = dict(os.environ, OTEL_SERVICE_NAME="checkout-svc",
+                   OTEL_RESOURCE_ATTRIBUTES="k8s.pod.name=web-1,k8s.namespace.name=shop,service.version=2")
+        t = harness.Target(newest, script, [marker, "busy"], env=env)
+        targets.append(("OTEL_SERVICE_NAME", t, "checkout-svc", {"k8s_pod_name": "web-1", "k8s_namespace_name": "shop"}))
+        if scope.dir:
+            t = harness.Target(newest, script, [marker, "busy"])
+            scope.add(t.pid)
+            targets.append(("docker scope", t, "agent_target", {"container_id": scope.id}))
+        else:
+            rep.skip("docker-scope container_id", scope.why)
+        early = harness.Target(newest, script, [marker, "busy"])
+        targets.append(("ended mid-run", early, "agent_target", {}))
+        # Matched, then excluded: never attached.
+        excluded = harness.Target(newest, script, [marker, "busy", "excludeme"])
+        others.append(excluded)
+        # Another tracer (a `spy record` of its own) holds this one: skipped, in one line.
+        held = harness.Target(newest, script, [marker, "busy"])
+        others.append(held)
+        holder = harness.spawn([harness.spy_path(), "record", "--pid", str(held.pid), "-d", "120", "-o",
+                                os.path.join(tmp, "held.folded")],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        others.append(holder)
+        time.sleep(1)
+
+        agent = Agent(["--push", recv.url(), "--push-every", str(EVERY), "--match", marker,
+                       "--uid", str(os.getuid()), "--status-every", "2", "--exclude", "exclude[m]e|excludeme$"])
+        time.sleep(4)
+        late_start = time.time()
+        late = harness.Target(newest, script, [marker, "busy"])
+        late_ready = time.time()
+        targets.append(("started mid-run", late, "agent_target", {}))
+        time.sleep(3)
+        early.stop()
+        early_end = time.time()
+        recv.set_mode("down")
+        time.sleep(OUTAGE_S)
+        recv.set_mode("ok")
+        time.sleep(3 * EVERY + 4)
+        rc = agent.stop()
+        reqs, problems, _ = recv.snapshot()
+        p = list(problems)
+        if rc != 0:
+            p.append("SIGTERM: exit %r, not 0" % rc)
+        text = agent.text()
+        for name, t, app, extra in targets:
+            labels = {"host": None, "pid": str(t.pid), "python": t.interp.vstring}
+            labels.update(extra)
+            ws = windows_of(reqs, t.pid)
+            if ws:
+                labels["host"] = ws[0].labels.get("host")
+            p += check_target(name, reqs, t.pid, app, labels)
+        at = agent.attached_at(late.pid)
+        if at is None:
+            p.append("the target started mid-run was not attached")
+        elif at - late_start > (late_ready - late_start) + 1.5:
+            p.append("the target started mid-run was attached %.1f s after it started" % (at - late_start))
+        said = [l for l in text.splitlines() if l.startswith("spy agent: process %d not profiled" % held.pid)]
+        if len(said) != 1 or windows_of(reqs, held.pid):
+            p.append("the target another tracer holds: %d line(s) saying so, %d windows (expected 1, 0)"
+                     % (len(said), len(windows_of(reqs, held.pid))))
+        if agent.attached_at(excluded.pid) or windows_of(reqs, excluded.pid):
+            p.append("the target --exclude names was profiled")
+        ew = windows_of(reqs, early.pid)
+        if "spy agent: process %d exited, let go" % early.pid not in text:
+            p.append("no line saying the ended target was let go")
+        if ew and ew[-1].until > early_end + 2 * EVERY:
+            p.append("the ended target has windows after it ended (%d > %d)" % (ew[-1].until, early_end))
+        if "works again" not in text or "failed" not in text:
+            p.append("the outage was not reported (a failure line, then 'works again')")
+        if not re.search(r"stopped; windows sent \d+, not sent 0, dropped 0", text):
+            p.append("the last line does not say every window went out")
+        st = agent.status()
+        if not st:
+            p.append("no status line")
+        over = [s for s in st if s[2] > 5.0 * 1.5]
+        if over:
+            p.append("the agent's CPU went over its 5%% budget: %r" % over)
+        for name, t, _, _ in targets:
+            if t is not early and not t.alive():
+                p.append("%s: the target died" % name)
+        if p:
+            p.append("agent's stderr:\n" + text)
+        return p
+    finally:
+        for _, t, _, _ in targets:
+            t.stop()
+        for o in others:
+            o.stop() if hasattr(o, "stop") else harness.kill(o)
+        scope.close()
+        recv.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def budget(rep, interp):
+    """Many ticks asked, a small budget: the rate goes down, evenly, and the windows say so. Over
+    mutual TLS with a CA made for the test, and a bearer token, as a fleet would push."""
+    ca = pushrecv.TestCA()
+    recv = pushrecv.Receiver(tls=ca, client_ca=ca.ca, expect_headers={"Authorization": "Bearer agent-token"})
+    marker = "spyagentbudget%d%s" % (os.getpid(), os.urandom(4).hex())
+    script = harness.target_path("agent_target.py")
+    ts = []
+    try:
+        ts = [harness.Target(interp, script, [marker, "busy"]) for _ in range(3)]
+        agent = Agent(["--push", recv.url(), "--push-every", "2", "--match", marker, "--uid", str(os.getuid()),
+                       "--rate", "400", "--max-cpu", "1", "--status-every", "3", "--push-ca", ca.ca,
+                       "--push-cert", ca.client, "--push-key", ca.client_key], {"SPY_PUSH_TOKEN": "agent-token"})
+        time.sleep(16)
+        rc = agent.stop()
+        reqs, problems, _ = recv.snapshot()
+        p = list(problems)
+        if rc != 0:
+            p.append("exit %r" % rc)
+        st = agent.status()
+        if not st or st[-1][1] >= 400:
+            p.append("the rate was not lowered: status %r" % st)
+        late = [r for r in reqs if r.frm >= reqs[0].frm + 10] if reqs else []
+        rates = set(float(r.comments().get("rate-hz", "0")) for r in late)
+        if not late or max(rates) >= 400:
+            p.append("the windows do not say a lower rate: %r" % sorted(rates))
+        if st and st[-1][2] > 1.0 * 2.5:
+            p.append("the agent's CPU stayed far over its 1%% budget: %r" % st)
+        if not reqs:
+            p.append("no window arrived over mutual TLS")
+        if p:
+            p.append("agent's stderr:\n" + agent.text())
+        return p
+    finally:
+        for t in ts:
+            t.stop()
+        recv.close()
+        ca.close()
+
+
+def usage(rep):
+    spy = harness.spy_path()
+    cases = [([], "--push URL is required"),
+             (["--push", "http://127.0.0.1:1", "--match", "("], "--match"),
+             (["--push", "http://127.0.0.1:1", "--uid", "root"], "--uid"),
+             (["--push", "ftp://x"], "")]
+    p = []
+    for args, want in cases:
+        r = subprocess.run([spy, "agent"] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=20)
+        err = r.stderr.decode("utf-8", "replace").strip()
+        if r.returncode != 2 or len(err.splitlines()) != 1 or want not in err:
+            p.append("spy agent %s: exit %d, %r" % (" ".join(args), r.returncode, err))
+    rep.check("usage errors", p)
+
+
+def main():
+    rep = harness.reporter("agent")
+    usage(rep)
+    why = pushrecv.protobuf_problem()
+    if why:
+        rep.check("push.v1 receiver", [why + "; run this test with Debian's /usr/bin/python3"])
+        rep.finish()
+    interps, problems = harness.discover()
+    harness.report_problems(rep, problems)
+    no_ptrace = harness.ptrace_problem()
+    chosen = pick(interps)
+    if not chosen or no_ptrace:
+        rep.skip("agent", no_ptrace or "no Python interpreter found (searched %s)" % harness.searched_where())
+        rep.finish()
+    rep.run("fleet %s" % ", ".join(i.label for i in chosen), fleet, rep, chosen)
+    host_newest = [i for i in chosen if not i.root][-1]
+    rep.run("budget %s" % host_newest.label, budget, rep, host_newest)
+    rep.finish()
+
+
+if __name__ == "__main__":
+    main()
