@@ -184,6 +184,8 @@ struct proc {
  * holds the first max bytes).
  */
 int procfs_read_file(int dirfd, const char *name, size_t max, struct spy_buf *out);
+/* An errno from opening or reading /proc as a negative SPY_E* code (gone, no right, I/O). */
+int procfs_errno_code(int e);
 
 /*
  * List the thread ids in task/ into p->tids, ascending, at most

@@ -31,7 +31,7 @@
 #include "sampler/internal.h"
 
 /* Map an errno from a /proc access to a spy code (negative). */
-static int procfs_errno_code(int e)
+int procfs_errno_code(int e)
 {
 	switch (e) {
 	case ENOENT:
