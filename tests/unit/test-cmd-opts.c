@@ -138,7 +138,10 @@ static void test_program_and_lists(void)
 
 	/* Everything after "--" is the program, options of ours included;
 	 * a positional before it stays in rest for the caller to refuse. */
-	CHECK_INT(RPARSE("x", "-q", "--", "python", "-q", "--label", "--", "-h"), OPTS_OK);
+	/* A named argv: r.program points into it, so it must outlive the call
+	 * (RPARSE's compound literal ends with its statement). */
+	char *pargv[] = { "test", "x", "-q", "--", "python", "-q", "--label", "--", "-h", NULL };
+	CHECK_INT(rparse(&r, 9, pargv, rest, &nrest, &err), OPTS_OK);
 	CHECK_INT(nrest, 1);
 	CHECK_STR(rest[0], "x");
 	CHECK(r.quiet);
@@ -151,7 +154,8 @@ static void test_program_and_lists(void)
 		CHECK_STR(r.program[4], "-h");
 		CHECK(r.program[5] == NULL);
 	}
-	CHECK_INT(RPARSE("-q", "--"), OPTS_OK);
+	char *eargv[] = { "test", "-q", "--", NULL };
+	CHECK_INT(rparse(&r, 3, eargv, rest, &nrest, &err), OPTS_OK);
 	CHECK(r.program != NULL && r.program[0] == NULL);
 	CHECK_INT(RPARSE("--program"), -SPY_EUSAGE); /* the row has no name to use */
 
@@ -167,11 +171,13 @@ static void test_program_and_lists(void)
 	CHECK_STR(r.table, "");
 	CHECK_INT(nrest, 1);
 	CHECK_STR(rest[0], "abc");
-	CHECK_INT(RPARSE("--table", "-o", "f", "--", "p"), OPTS_OK);
+	char *targv[] = { "test", "--table", "-o", "f", "--", "p", NULL };
+	CHECK_INT(rparse(&r, 6, targv, rest, &nrest, &err), OPTS_OK);
 	CHECK_STR(r.table, "");
 	CHECK_STR(r.out, "f");
 	CHECK(r.program && !strcmp(r.program[0], "p"));
-	CHECK_INT(RPARSE("--table", "--", "9"), OPTS_OK);
+	char *nargv[] = { "test", "--table", "--", "9", NULL };
+	CHECK_INT(rparse(&r, 4, nargv, rest, &nrest, &err), OPTS_OK);
 	CHECK_STR(r.table, "");
 	CHECK(r.program && !strcmp(r.program[0], "9"));
 	free(r.labels.v);
