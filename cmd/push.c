@@ -311,16 +311,26 @@ static void python_runs(const struct words *ws, char *kind, const char **what)
 	}
 }
 
+/* The executable's name in ws (split from cmdline) and, for a Python one,
+ * what it runs: kind 's' (what: the script), 'm' (the module), 'c', or 0. */
+static const char *program_of(const char *cmdline, struct words *ws, char *kind, const char **what)
+{
+	split_words(cmdline, ws);
+	const char *exe = ws->n ? spy_basename(ws->w[0]) : "";
+	*kind = 0;
+	*what = NULL;
+	if (is_python(exe)) {
+		python_runs(ws, kind, what);
+	}
+	return exe;
+}
+
 void push_program_name(const char *cmdline, char *out, size_t size)
 {
 	struct words ws;
-	split_words(cmdline, &ws);
-	const char *exe = ws.n ? spy_basename(ws.w[0]) : "";
-	char kind = 0;
-	const char *what = NULL;
-	if (is_python(exe)) {
-		python_runs(&ws, &kind, &what);
-	}
+	char kind;
+	const char *what;
+	const char *exe = program_of(cmdline, &ws, &kind, &what);
 	if (kind == 's') {
 		snprintf(out, size, "%s %s", exe, spy_basename(what));
 	} else if (kind == 'm') {
@@ -335,13 +345,9 @@ void push_program_name(const char *cmdline, char *out, size_t size)
 void push_default_app(const char *cmdline, char *out, size_t size)
 {
 	struct words ws;
-	split_words(cmdline, &ws);
-	const char *name = ws.n ? spy_basename(ws.w[0]) : "";
-	char kind = 0;
-	const char *what = NULL;
-	if (is_python(name)) {
-		python_runs(&ws, &kind, &what);
-	}
+	char kind;
+	const char *what;
+	const char *name = program_of(cmdline, &ws, &kind, &what);
 	name = kind == 's' ? spy_basename(what) : kind == 'm' ? what : name;
 	snprintf(out, size, "%s", name[0] ? name : "python");
 	size_t n = strlen(out);
