@@ -114,7 +114,10 @@ struct sym_native {
 	const char *jit, *anon;   /* SYM_JIT_FRAME, SYM_JIT_FILE */
 	void *cxx;
 	demangle_fn demangle;
-	/* debuginfod_fetch's library and client, looked for on first use. */
+	/* debuginfod_fetch's library and client, looked for on first use. The
+	 * library stays loaded for the process's life (as libcurl does in
+	 * common/http.c): it initialises libcurl, whose global state and exit
+	 * handlers must not be unmapped under it. */
 	bool dbgi_tried;
 	void *dbgi, *dbgi_client;
 	void *dbgi_find;
@@ -363,9 +366,6 @@ void sym_native_free(struct sym_native *s)
 		if (end) {
 			end(s->dbgi_client);
 		}
-	}
-	if (s->dbgi) {
-		dlclose(s->dbgi);
 	}
 	free(s);
 }
