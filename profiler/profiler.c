@@ -23,8 +23,16 @@
 
 /* Longest sleep between looks at the processes (exits, signals) while waiting for a tick. */
 #define POLL_NS (10 * 1000 * 1000ull)
-/* Launch mode: how long a program has to show a Python interpreter, and how often we look. */
+/*
+ * Launch mode: how long a program has to show a Python interpreter, and how
+ * often we look: every millisecond at first, since an interpreter's whole
+ * start-up takes 10-30 ms and a look 10 ms late finds it over (its samples
+ * lost); from LAUNCH_FAST_NS on (a shim or a slow wrapper before the exec),
+ * every 10 ms.
+ */
 #define LAUNCH_WAIT_NS (5 * 1000 * 1000 * 1000ull)
+#define LAUNCH_FAST_NS (200 * 1000 * 1000ull)
+#define LAUNCH_POLL_FAST_NS (1000 * 1000ull)
 #define LAUNCH_POLL_NS (10 * 1000 * 1000ull)
 /* -s: how often descendants are looked for. */
 #define SCAN_NS (100 * 1000 * 1000ull)
@@ -141,7 +149,7 @@ static int launch(struct profiler *e, char **program, struct spy_err *err)
 	}
 	e->launched = true;
 	e->program = program[0];
-	uint64_t deadline = ticker_now_ns() + LAUNCH_WAIT_NS;
+	uint64_t start = ticker_now_ns(), deadline = start + LAUNCH_WAIT_NS;
 	struct spy_err last = SPY_ERR_INIT;
 	struct prof_process *p;
 	/* A shim (pyenv's) execs the interpreter later: each try opens the process afresh. */
@@ -166,7 +174,8 @@ static int launch(struct profiler *e, char **program, struct spy_err *err)
 					   program[0], (int)e->sp.pid,
 					   (unsigned long long)(LAUNCH_WAIT_NS / 1000000000ull), last.msg);
 		}
-		struct timespec ts = { 0, (long)LAUNCH_POLL_NS };
+		bool fast = ticker_now_ns() - start < LAUNCH_FAST_NS;
+		struct timespec ts = { 0, (long)(fast ? LAUNCH_POLL_FAST_NS : LAUNCH_POLL_NS) };
 		nanosleep(&ts, NULL);
 	}
 	return 0;
