@@ -7,6 +7,7 @@
 #ifndef SPY_PROFILER_INTERNAL_H
 #define SPY_PROFILER_INTERNAL_H
 
+#include "common/hashmap.h"
 #include "profiler/native.h"
 #include "profiler/profiler.h"
 #include "sampler/process.h"
@@ -62,9 +63,10 @@ struct prof_process {
 	struct native *nat;          /* --native; NULL without */
 	const char *root;            /* interned `process PID "cmdline"` */
 	bool attached, gone;
-	/* the thread table */
+	/* the thread table, and where each TID is in it */
 	struct prof_thread *th;
 	size_t nth, th_alloc;
+	struct spy_hmap th_index;
 	/* this tick's walk: w[i] is listed thread py[i] (SPY_MAX_THREADS each, allocated on first use) */
 	struct py_thread *py;
 	struct prof_walked *w;

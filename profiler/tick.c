@@ -43,20 +43,16 @@ static void thread_root(struct prof_tick_state *e, struct prof_thread *th, const
 
 /*
  * hint: where tid is likely to be (its place in the thread list: the table
- * grows in listing order), tried first. Without it, finding every thread
- * of a 150-thread process twice a tick was a scan of 22,500 entries.
+ * grows in listing order), tried first; else the index. A new thread is
+ * listed first but added last, so after one the hints miss for a while.
  */
 static struct prof_thread *thread_find(struct prof_process *p, pid_t tid, size_t hint)
 {
 	if (hint < p->nth && p->th[hint].task.tid == tid) {
 		return &p->th[hint];
 	}
-	for (size_t i = 0; i < p->nth; i++) {
-		if (p->th[i].task.tid == tid) {
-			return &p->th[i];
-		}
-	}
-	return NULL;
+	uint64_t i = spy_hmap_get(&p->th_index, (uint64_t)(uint32_t)tid);
+	return i == SPY_HMAP_NONE ? NULL : &p->th[i];
 }
 
 static struct prof_thread *thread_get(struct prof_tick_state *e, struct prof_process *p, pid_t tid, size_t hint,
@@ -68,6 +64,7 @@ static struct prof_thread *thread_get(struct prof_tick_state *e, struct prof_pro
 		return found;
 	}
 	SPY_GROW(p->th, p->th_alloc, p->nth + 1);
+	spy_hmap_put(&p->th_index, (uint64_t)(uint32_t)tid, p->nth);
 	struct prof_thread *th = &p->th[p->nth++];
 	memset(th, 0, sizeof(*th));
 	const struct spy_tracer_ops *ops = p->h.tracer;
@@ -94,8 +91,10 @@ static struct prof_thread *thread_get(struct prof_tick_state *e, struct prof_pro
 static void threads_prune(struct prof_process *p, bool all)
 {
 	size_t kept = 0;
+	spy_hmap_clear(&p->th_index);
 	for (size_t i = 0; i < p->nth; i++) {
 		if (!all && p->th[i].seen) {
+			spy_hmap_put(&p->th_index, (uint64_t)(uint32_t)p->th[i].task.tid, kept);
 			p->th[kept++] = p->th[i];
 		} else {
 			if (p->h.tracer->task_close) {
