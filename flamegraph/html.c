@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hashmap.h"
 #include "common/util.h"
 #include "flamegraph/internal.h"
 
@@ -36,19 +37,13 @@
 /* Source lines either side of a sampled line sent to the page (the store keeps FG_SOURCE_CONTEXT). */
 #define HTML_SRC_CONTEXT 3
 
-struct strmap {
-	const char **keys;
-	uint32_t *vals;
-	size_t nslots, n;
-};
-
 struct html {
 	const struct fg_profile *p;
 	FILE *f;
 	struct spy_buf out;
 	struct spy_err *err;
 	int rc;
-	struct strmap sm;
+	struct spy_hmap sm;    /* a string's address -> its index in strv */
 	const char **strv;
 	size_t nstrs, strs_alloc;
 	struct spy_buf body;   /* the data's arrays, before the string table they index */
@@ -111,51 +106,18 @@ void fg_html_json_string(struct spy_buf *b, const char *str)
 
 /* ---- the string table ---------------------------------------------------- */
 
-static uint64_t ptr_hash(const void *ptr)
-{
-	uint64_t x = (uint64_t)(uintptr_t)ptr;
-	x ^= x >> 31;
-	x *= 0x9e3779b97f4a7c15ULL;
-	return x ^ (x >> 29);
-}
-
 /* The index of s (compared by pointer: interned, or a constant) in S; -1 for NULL. */
 static int64_t str_index(struct html *h, const char *s)
 {
-	struct strmap *m = &h->sm;
 	if (!s) {
 		return -1;
 	}
-	if (2 * (m->n + 1) > m->nslots) {
-		size_t nslots = m->nslots ? 2 * m->nslots : 1024;
-		const char **keys = spy_xcalloc(nslots, sizeof(*keys));
-		uint32_t *vals = spy_xmalloc(nslots * sizeof(*vals));
-		for (size_t i = 0; i < m->nslots; i++) {
-			if (m->keys[i]) {
-				size_t j = ptr_hash(m->keys[i]) & (nslots - 1);
-				while (keys[j]) {
-					j = (j + 1) & (nslots - 1);
-				}
-				keys[j] = m->keys[i];
-				vals[j] = m->vals[i];
-			}
-		}
-		free(m->keys);
-		free(m->vals);
-		m->keys = keys;
-		m->vals = vals;
-		m->nslots = nslots;
+	uint64_t key = (uint64_t)(uintptr_t)s;
+	uint64_t i = spy_hmap_get(&h->sm, key);
+	if (i != SPY_HMAP_NONE) {
+		return (int64_t)i;
 	}
-	size_t j = ptr_hash(s) & (m->nslots - 1);
-	while (m->keys[j]) {
-		if (m->keys[j] == s) {
-			return m->vals[j];
-		}
-		j = (j + 1) & (m->nslots - 1);
-	}
-	m->keys[j] = s;
-	m->vals[j] = (uint32_t)h->nstrs;
-	m->n++;
+	spy_hmap_put(&h->sm, key, h->nstrs);
 	SPY_GROW(h->strv, h->strs_alloc, h->nstrs + 1);
 	h->strv[h->nstrs] = s;
 	return (int64_t)h->nstrs++;
@@ -457,8 +419,7 @@ int fg_profile_write_html(const struct fg_profile *p, FILE *f, const struct fg_s
 	spy_buf_release(&h.out);
 	spy_buf_release(&h.body);
 	spy_buf_release(&h.errors);
-	free(h.sm.keys);
-	free(h.sm.vals);
+	spy_hmap_release(&h.sm);
 	free(h.strv);
 	return h.rc;
 }
