@@ -251,7 +251,7 @@ static void json_thread(struct spy_buf *b, const struct dump_result *r, const st
 	json_key_str(b, "state", dump_state_name(d->state));
 	spy_buf_addf(b, ", \"holds_gil\": %s, ", d->py.holds_gil ? "true" : "false");
 	json_key_str(b, "wchan", d->wait.wchan[0] ? d->wait.wchan : NULL);
-	if (d->wait.kind == PROF_WAIT_FUTEX && d->wait.futex) {
+	if (d->wait.kind == SPY_WAIT_FUTEX && d->wait.futex) {
 		spy_buf_addf(b, ", \"futex\": \"0x%llx\"", (unsigned long long)d->wait.futex);
 	} else {
 		spy_buf_adds(b, ", \"futex\": null");

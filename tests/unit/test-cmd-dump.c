@@ -12,16 +12,16 @@
 
 static void test_classify(void)
 {
-	struct prof_wait w = { .kind = PROF_WAIT_FUTEX, .state = 'S', .futex = 0x1000 };
+	struct spy_wait w = { .kind = SPY_WAIT_FUTEX, .state = 'S', .futex = 0x1000 };
 	CHECK_INT(prof_classify(&w, true, true), PROF_STATE_GIL);
 	CHECK_INT(prof_classify(&w, true, false), PROF_STATE_LOCK);
 	/* Where the GIL is unknown, a futex wait could be either: idle, never a guess. */
 	CHECK_INT(prof_classify(&w, false, false), PROF_STATE_IDLE);
-	w.kind = PROF_WAIT_RUNNING;
+	w.kind = SPY_WAIT_RUNNING;
 	CHECK_INT(prof_classify(&w, true, false), PROF_STATE_RUNNING);
-	w.kind = PROF_WAIT_OTHER;
+	w.kind = SPY_WAIT_OTHER;
 	CHECK_INT(prof_classify(&w, true, false), PROF_STATE_IDLE);
-	w.kind = PROF_WAIT_UNKNOWN;
+	w.kind = SPY_WAIT_UNKNOWN;
 	CHECK_INT(prof_classify(&w, true, false), PROF_STATE_UNKNOWN);
 	CHECK_STR(dump_state_name(PROF_STATE_LOCK), "waiting on a lock");
 	CHECK_STR(dump_state_name(PROF_STATE_GIL), "waiting for the GIL");
