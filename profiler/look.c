@@ -266,6 +266,7 @@ static int look_open(struct prof_look *l, const struct prof_look_opts *o, struct
 int prof_look(struct prof_look *l, const struct prof_look_opts *o, struct spy_err *err)
 {
 	memset(l, 0, sizeof(*l));
+	l->o = *o;
 	l->strs = (struct spy_strtab)SPY_STRTAB_INIT;
 	l->locals_left = PROF_LOCALS_BUDGET;
 	int rc = look_open(l, o, err);

@@ -247,6 +247,7 @@ struct prof_look_opts {
 };
 
 struct prof_look {
+	struct prof_look_opts o;           /* what was asked for */
 	int pid;
 	const char *cmdline, *version, *binary;
 	bool free_threaded;                /* a --disable-gil build */
