@@ -613,13 +613,7 @@ int cmd_agent(int argc, char **argv)
 		opts_help,
 		{ 0 },
 	};
-	char **rest = spy_xcalloc((size_t)argc + 1, sizeof(*rest));
-	int nrest = 0;
-	int rc = cmd_parse_options("agent", agent_usage, opts, argc, argv, rest, &nrest);
-	if (rc < 0 && nrest > 0) {
-		rc = cmd_usage_error("agent", "unexpected argument '%s'", rest[0]);
-	}
-	free(rest);
+	int rc = cmd_parse_options("agent", agent_usage, opts, argc, argv, NULL, 0, NULL);
 	if (rc < 0) {
 		rc = check_args(a);
 		rc = rc ? rc : -1;

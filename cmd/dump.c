@@ -57,17 +57,10 @@ static int parse_args(int argc, char **argv, struct dump_opts *o, bool *help)
 		  "(Python 3.8+; older: refused)" },
 		{ 0 },
 	};
-	char **rest = spy_xcalloc((size_t)argc + 1, sizeof(*rest));
-	int nrest = 0;
-	int rc = cmd_parse_options("dump", dump_usage, opts, argc, argv, rest, &nrest);
-	const char *extra = nrest > 0 ? rest[0] : NULL;
-	free(rest);
+	int rc = cmd_parse_options("dump", dump_usage, opts, argc, argv, NULL, 0, NULL);
 	*help = rc == 0;
 	if (rc >= 0) {
 		return rc;
-	}
-	if (extra) {
-		return cmd_usage_error("dump", "unexpected argument '%s'", extra);
 	}
 	if (!o->look.pid == !o->look.core) {
 		return cmd_usage_error("dump", o->look.pid ? "--pid and --core exclude each other"

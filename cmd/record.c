@@ -652,14 +652,10 @@ static int parse_args(struct rec *r, int argc, char **argv)
 		{ 0, NULL, OPT_PROGRAM, &r->program, NULL, NULL },
 		{ 0 },
 	};
-	char **rest = spy_xcalloc((size_t)argc + 1, sizeof(*rest));
-	int nrest = 0;
-	int rc = cmd_parse_options("record", record_usage, opts, argc, argv, rest, &nrest);
+	int rc = cmd_parse_options("record", record_usage, opts, argc, argv, NULL, 0, CMD_PROGRAM_HINT);
 	r->labels = labels.v;
 	r->nlabels = labels.n;
-	if (rc < 0 && nrest > 0) {
-		rc = cmd_usage_error("record", "unexpected argument '%s' (a program to run goes after '--')", rest[0]);
-	} else if (rc < 0 && r->program && !r->program[0]) {
+	if (rc < 0 && r->program && !r->program[0]) {
 		r->program = NULL;
 		rc = r->pid ? -1 : cmd_usage_error("record", "no program after '--'");
 	}
@@ -667,7 +663,6 @@ static int parse_args(struct rec *r, int argc, char **argv)
 		rc = check_args(r, format, sort, table);
 		rc = rc ? rc : -1;
 	}
-	free(rest);
 	return rc;
 }
 
