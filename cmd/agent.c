@@ -535,22 +535,11 @@ static int check_args(struct agent *a)
 	}
 	struct push_config *c = a->push = spy_xcalloc(1, sizeof(*c));
 	struct spy_err err = SPY_ERR_INIT;
-	if (http_url_parse(a->push_url, &c->url, &err) < 0) {
-		return cmd_usage_error("agent", "%s", err.msg);
-	}
-	c->url_text = a->push_url;
-	if (a->push_api && !push_api_parse(a->push_api, &c->api)) {
-		return cmd_usage_error("agent", "--push-api: '%s' is not push or ingest", a->push_api);
-	}
-	if (push_config_tls(c, a->push_ca, a->push_cert, a->push_key, &err) < 0 ||
-	    push_config_auth(c, a->token_file, a->basic_file, &err) < 0) {
+	const struct push_dest d = { a->push_url, a->push_api, a->push_ca, a->push_cert, a->push_key, a->tenant };
+	if (push_config_dest(c, &d, &err) < 0 || push_config_auth(c, a->token_file, a->basic_file, &err) < 0) {
+		/* Any bad configuration exits 2 (doc/spy-agent.md). */
 		return err.code == SPY_EUSAGE ? cmd_usage_error("agent", "%s", err.msg) : (cmd_fail(&err), 2);
 	}
-	if (a->tenant && (push_check_value(a->tenant) || strlen(a->tenant) > 150)) {
-		return cmd_usage_error("agent", "--tenant '%s': a tenant ID is 1 to 150 printable characters, "
-				       "no blanks, quotes or { } , =", a->tenant);
-	}
-	snprintf(c->tenant, sizeof(c->tenant), "%s", a->tenant ? a->tenant : "");
 	c->every_s = a->push_every;
 	c->timeout_ns = 10 * 1000 * 1000 * 1000ull;
 	return 0;
@@ -613,13 +602,7 @@ int cmd_agent(int argc, char **argv)
 		opts_help,
 		{ 0 },
 	};
-	char **rest = spy_xcalloc((size_t)argc + 1, sizeof(*rest));
-	int nrest = 0;
-	int rc = cmd_parse_options("agent", agent_usage, opts, argc, argv, rest, &nrest);
-	if (rc < 0 && nrest > 0) {
-		rc = cmd_usage_error("agent", "unexpected argument '%s'", rest[0]);
-	}
-	free(rest);
+	int rc = cmd_parse_options("agent", agent_usage, opts, argc, argv, NULL, 0, NULL);
 	if (rc < 0) {
 		rc = check_args(a);
 		rc = rc ? rc : -1;

@@ -1,17 +1,20 @@
 /*
  * What every command shares: the table of commands, the top-level usage,
- * the one error printer, and the answers to --help and to a bad option.
+ * the one error printer, and the answers to --help, to a bad option and
+ * to an argument too many.
  * main.c dispatches through the table; tools/options-dump.c walks the same
  * table at build time to write the man pages and completions, so what
  * --help prints and what man shows come from the same rows.
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cmd/cmd.h"
 #include "cmd/opts.h"
 #include "common/term.h"
+#include "common/util.h"
 
 const struct cmd_info cmd_table[] = {
 	{ "record", cmd_record, "sample a process and write a profile (flame graph, table, ...)" },
@@ -68,10 +71,17 @@ int cmd_fail(const struct spy_err *err)
 }
 
 int cmd_parse_options(const char *cmd, const char *const *usage, const struct opt *opts,
-		      int argc, char **argv, char **rest, int *nrest)
+		      int argc, char **argv, const char **pos, int npos, const char *hint)
 {
 	struct spy_err err = SPY_ERR_INIT;
-	int rc = opts_parse(opts, argc, argv, rest, nrest, &err);
+	char **rest = spy_xcalloc((size_t)argc + 1, sizeof(*rest));
+	int nrest = 0;
+	int rc = opts_parse(opts, argc, argv, rest, &nrest, &err);
+	for (int i = 0; i < npos; i++) {
+		pos[i] = i < nrest ? rest[i] : NULL;
+	}
+	const char *extra = nrest > npos ? rest[npos] : NULL;
+	free(rest);
 	if (rc == OPTS_HELP) {
 		if (cmd_help_hook) {
 			cmd_help_hook(cmd, usage, opts);
@@ -83,6 +93,9 @@ int cmd_parse_options(const char *cmd, const char *const *usage, const struct op
 	if (rc < 0) {
 		/* One line, as every error (cli.md); it names --help. */
 		return cmd_usage_error(cmd, "%s", err.msg);
+	}
+	if (extra) {
+		return cmd_usage_error(cmd, "unexpected argument '%s'%s", extra, hint ? hint : "");
 	}
 	return -1;
 }

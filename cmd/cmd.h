@@ -43,13 +43,18 @@ int cmd_fail(const struct spy_err *err);
 /* Print a usage error for command cmd and return 2. */
 int cmd_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /*
- * Parse command cmd's options (opts_parse, cmd/opts.h) and answer --help
- * and bad options the same way for every command: returns -1 to go on,
- * else the exit code to return: 0 once the help is printed on stdout, 2
- * once the one error line (naming --help) is printed on stderr.
+ * Parse command cmd's options (opts_parse, cmd/opts.h) and answer --help,
+ * bad options and too many arguments the same way for every command: the
+ * first npos arguments that are not options go to pos[0..npos) (NULL where
+ * fewer were given); one more is an "unexpected argument", said with hint
+ * (NULL: none) after it. Returns -1 to go on, else the exit code to
+ * return: 0 once the help is printed on stdout, 2 once the one error line
+ * (naming --help) is printed on stderr.
  */
+/* The hint of a command that runs a program (record, top), after an unexpected argument. */
+#define CMD_PROGRAM_HINT " (a program to run goes after '--')"
 int cmd_parse_options(const char *cmd, const char *const *usage, const struct opt *opts,
-		      int argc, char **argv, char **rest, int *nrest);
+		      int argc, char **argv, const char **pos, int npos, const char *hint);
 
 /*
  * When set, --help calls it with the command's usage lines and option

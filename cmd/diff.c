@@ -153,20 +153,14 @@ int cmd_diff(int argc, char **argv)
 		{ 0 },
 	};
 	struct spy_err err = SPY_ERR_INIT;
-	char **rest = spy_xcalloc((size_t)argc + 1, sizeof(*rest));
-	int nrest = 0;
-	int rc = cmd_parse_options("diff", diff_usage, opts, argc, argv, rest, &nrest);
-	const char *base = nrest > 0 ? rest[0] : NULL, *cur = nrest > 1 ? rest[1] : NULL;
-	const char *extra = nrest > 2 ? rest[2] : NULL;
-	free(rest);
+	const char *pos[2];
+	int rc = cmd_parse_options("diff", diff_usage, opts, argc, argv, pos, 2, NULL);
+	const char *base = pos[0], *cur = pos[1];
 	if (rc >= 0) {
 		return rc;
 	}
 	if (!cur) {
 		return cmd_usage_error("diff", "two profiles are needed (spy diff BASE NEW)");
-	}
-	if (extra) {
-		return cmd_usage_error("diff", "unexpected argument '%s'", extra);
 	}
 	if (!strcmp(base, "-") && !strcmp(cur, "-")) {
 		return cmd_usage_error("diff", "only one of BASE and NEW can be read from stdin");

@@ -3,7 +3,7 @@
  * "Output"), the same information as one JSON document (doc/dump-json.md),
  * and the deadlock hint both print.
  *
- * Both printers walk the same struct dump_result in the same order, so a
+ * Both printers walk the same look (struct prof_look) in the same order, so a
  * test can hold one against the other; the reprs of locals come from
  * pystate's one formatter, so they agree too.
  */
@@ -32,7 +32,7 @@ const char *dump_state_name(enum prof_state s)
 	}
 }
 
-static const struct prof_look_thread *gil_holder(const struct dump_result *r)
+static const struct prof_look_thread *gil_holder(const struct prof_look *r)
 {
 	for (size_t i = 0; i < r->n; i++) {
 		if (r->threads[i].py.holds_gil) {
@@ -65,7 +65,7 @@ static bool waits_for_work(const struct prof_look_thread *d)
 	return false;
 }
 
-void dump_hint(const struct dump_result *r, struct spy_buf *out)
+void dump_hint(const struct prof_look *r, struct spy_buf *out)
 {
 	size_t locked = 0, running = 0;
 	const struct prof_look_thread *gil_waiter = NULL;
@@ -141,7 +141,7 @@ static void print_frame_locals(const struct prof_look_thread *d, const struct pr
 	spy_buf_release(&b);
 }
 
-void dump_print_text(const struct dump_result *r, FILE *f)
+void dump_print_text(const struct prof_look *r, FILE *f)
 {
 	struct spy_buf b = SPY_BUF_INIT;
 	spy_buf_addf(&b, "Process %d: ", r->pid);
@@ -181,7 +181,7 @@ void dump_print_text(const struct dump_result *r, FILE *f)
 			}
 			spy_buf_adds(&b, "\n");
 			const struct prof_frame_locals *fl = frame_locals(d, fr, &pj);
-			if (r->locals && fl) {
+			if (r->o.locals && fl) {
 				print_frame_locals(d, fl, &b);
 			}
 		}
@@ -192,14 +192,14 @@ void dump_print_text(const struct dump_result *r, FILE *f)
 		fwrite(b.buf, 1, b.len, f);
 		spy_buf_reset(&b);
 	}
-	if (r->tasks) {
+	if (r->o.tasks) {
 		dump_print_tasks_text(r, &b);
 		fwrite(b.buf, 1, b.len, f);
 		spy_buf_reset(&b);
 	}
 	if (r->incomplete) {
 		fprintf(f, "\nIncomplete: the target was let go after %.0f ms stopped (the limit); "
-			"%zu thread(s) shown%s\n", r->stopped_ms, r->n, r->tasks ? ", tasks not read" : "");
+			"%zu thread(s) shown%s\n", r->stopped_ms, r->n, r->o.tasks ? ", tasks not read" : "");
 	}
 	dump_hint(r, &b);
 	if (b.len) {
@@ -240,7 +240,7 @@ static void json_locals(struct spy_buf *b, const struct prof_look_thread *d,
 	spy_buf_release(&repr);
 }
 
-static void json_thread(struct spy_buf *b, const struct dump_result *r, const struct prof_look_thread *d)
+static void json_thread(struct spy_buf *b, const struct prof_look *r, const struct prof_look_thread *d)
 {
 	spy_buf_addf(b, "{\"tid\": %d, \"thread_id\": \"0x%llx\", ", (int)d->py.native_tid,
 		     (unsigned long long)d->py.thread_id);
@@ -251,7 +251,7 @@ static void json_thread(struct spy_buf *b, const struct dump_result *r, const st
 	json_key_str(b, "state", dump_state_name(d->state));
 	spy_buf_addf(b, ", \"holds_gil\": %s, ", d->py.holds_gil ? "true" : "false");
 	json_key_str(b, "wchan", d->wait.wchan[0] ? d->wait.wchan : NULL);
-	if (d->wait.kind == PROF_WAIT_FUTEX && d->wait.futex) {
+	if (d->wait.kind == SPY_WAIT_FUTEX && d->wait.futex) {
 		spy_buf_addf(b, ", \"futex\": \"0x%llx\"", (unsigned long long)d->wait.futex);
 	} else {
 		spy_buf_adds(b, ", \"futex\": null");
@@ -274,7 +274,7 @@ static void json_thread(struct spy_buf *b, const struct dump_result *r, const st
 			spy_buf_adds(b, ", \"line\": null");
 		}
 		const struct prof_frame_locals *fl = frame_locals(d, fr, &pj);
-		if (r->locals && fl) {
+		if (r->o.locals && fl) {
 			json_locals(b, d, fl);
 		}
 		spy_buf_addch(b, '}');
@@ -282,7 +282,7 @@ static void json_thread(struct spy_buf *b, const struct dump_result *r, const st
 	spy_buf_adds(b, "]}");
 }
 
-void dump_print_json(const struct dump_result *r, FILE *f)
+void dump_print_json(const struct prof_look *r, FILE *f)
 {
 	struct spy_buf b = SPY_BUF_INIT, hint = SPY_BUF_INIT;
 	spy_buf_addf(&b, "{\"pid\": %d, ", r->pid);
@@ -293,7 +293,7 @@ void dump_print_json(const struct dump_result *r, FILE *f)
 	json_key_str(&b, "binary", r->binary);
 	spy_buf_addf(&b, ", \"free_threaded\": %s, \"gil\": %s, ", r->free_threaded ? "true" : "false",
 		     r->no_gil ? "false" : "true");
-	json_key_str(&b, "core", r->core);
+	json_key_str(&b, "core", r->o.core);
 	spy_buf_adds(&b, ",\n \"threads\": [");
 	for (size_t i = 0; i < r->n; i++) {
 		spy_buf_adds(&b, i ? ",\n  " : "\n  ");

@@ -24,7 +24,7 @@ static const char *state_name(uint8_t s)
 	return s == PYRT_TASK_DONE ? "done" : s == PYRT_TASK_CANCELLED ? "cancelled" : "pending";
 }
 
-static const struct prof_look_thread *thread_of(const struct dump_result *r, uint64_t thread_id)
+static const struct prof_look_thread *thread_of(const struct prof_look *r, uint64_t thread_id)
 {
 	for (size_t i = 0; thread_id && i < r->n; i++) {
 		if (r->threads[i].py.thread_id == thread_id) {
@@ -39,7 +39,7 @@ static const struct prof_look_thread *thread_of(const struct dump_result *r, uin
  * PYRT_TASK_MAX_AWAITERS edges each must not take a scan per edge.
  */
 struct tree {
-	const struct dump_result *r;
+	const struct prof_look *r;
 	struct task_ref {
 		spy_addr_t addr;
 		size_t i;
@@ -80,7 +80,7 @@ static const struct pyrt_task *parent_of(const struct tree *tr, const struct pyr
 	return p && p->loop == t->loop && p != t ? p : NULL;
 }
 
-static void tree_init(struct tree *tr, const struct dump_result *r)
+static void tree_init(struct tree *tr, const struct prof_look *r)
 {
 	size_t n = r->ntasks;
 	tr->r = r;
@@ -127,7 +127,7 @@ static void tree_release(struct tree *tr)
 }
 
 /* The loops in order of first appearance: index of each task's loop. */
-static size_t loops_of(const struct dump_result *r, spy_addr_t *loops)
+static size_t loops_of(const struct prof_look *r, spy_addr_t *loops)
 {
 	size_t n = 0;
 	for (size_t i = 0; i < r->ntasks; i++) {
@@ -209,7 +209,7 @@ static void tree_node(const struct tree *tr, const struct pyrt_task *t, struct s
 
 static void print_loop(const struct tree *tr, spy_addr_t loop, struct spy_buf *b)
 {
-	const struct dump_result *r = tr->r;
+	const struct prof_look *r = tr->r;
 	size_t n = 0;
 	const struct prof_look_thread *d = NULL;
 	for (size_t i = 0; i < r->ntasks; i++) {
@@ -283,7 +283,7 @@ static void print_loop(const struct tree *tr, spy_addr_t loop, struct spy_buf *b
 	}
 }
 
-void dump_print_tasks_text(const struct dump_result *r, struct spy_buf *b)
+void dump_print_tasks_text(const struct prof_look *r, struct spy_buf *b)
 {
 	if (r->tasks_error) {
 		spy_buf_adds(b, "\nasyncio: ");
@@ -321,9 +321,9 @@ static void json_frame(struct spy_buf *b, const struct spy_frame *fr)
 	}
 }
 
-void dump_print_tasks_json(const struct dump_result *r, struct spy_buf *b)
+void dump_print_tasks_json(const struct prof_look *r, struct spy_buf *b)
 {
-	if (!r->tasks) {
+	if (!r->o.tasks) {
 		spy_buf_adds(b, "null");
 		return;
 	}

@@ -57,17 +57,10 @@ static int parse_args(int argc, char **argv, struct dump_opts *o, bool *help)
 		  "(Python 3.8+; older: refused)" },
 		{ 0 },
 	};
-	char **rest = spy_xcalloc((size_t)argc + 1, sizeof(*rest));
-	int nrest = 0;
-	int rc = cmd_parse_options("dump", dump_usage, opts, argc, argv, rest, &nrest);
-	const char *extra = nrest > 0 ? rest[0] : NULL;
-	free(rest);
+	int rc = cmd_parse_options("dump", dump_usage, opts, argc, argv, NULL, 0, NULL);
 	*help = rc == 0;
 	if (rc >= 0) {
 		return rc;
-	}
-	if (extra) {
-		return cmd_usage_error("dump", "unexpected argument '%s'", extra);
 	}
 	if (!o->look.pid == !o->look.core) {
 		return cmd_usage_error("dump", o->look.pid ? "--pid and --core exclude each other"
@@ -95,41 +88,21 @@ int cmd_dump(int argc, char **argv)
 	struct spy_err err = SPY_ERR_INIT;
 	struct prof_look l;
 	rc = prof_look(&l, &o.look, &err);
-	struct dump_result r = {
-		.pid = l.pid,
-		.cmdline = l.cmdline,
-		.version = l.version,
-		.free_threaded = l.free_threaded,
-		.no_gil = l.no_gil,
-		.binary = l.binary,
-		.core = o.look.core,
-		.threads = l.threads,
-		.n = l.n,
-		.locals = o.look.locals,
-		.locals_left = l.locals_left,
-		.tasks = o.look.tasks,
-		.task_v = l.task_v,
-		.ntasks = l.ntasks,
-		.tasks_total = l.tasks_total,
-		.tasks_error = l.tasks_error,
-		.incomplete = l.incomplete,
-		.stopped_ms = l.stopped_ms,
-	};
 	int exit_code = 0;
 	if (prof_stop_signal()) {
 		/* The shell's convention for death by a signal, after a clean detach. */
 		exit_code = 128 + prof_stop_signal();
 	} else if (rc < 0) {
 		exit_code = cmd_fail(&err);
-	} else if (r.tasks_error && l.tasks_err.code == SPY_EVERSION) {
+	} else if (l.tasks_error && l.tasks_err.code == SPY_EVERSION) {
 		/* A version whose tasks cannot be read is refused, as a whole. */
 		exit_code = cmd_fail(&l.tasks_err);
 	} else {
-		qsort(r.threads, r.n, sizeof(*r.threads), thread_order);
+		qsort(l.threads, l.n, sizeof(*l.threads), thread_order);
 		if (o.json) {
-			dump_print_json(&r, stdout);
+			dump_print_json(&l, stdout);
 		} else {
-			dump_print_text(&r, stdout);
+			dump_print_text(&l, stdout);
 		}
 		if (ferror(stdout)) {
 			spy_err_set(&err, SPY_EIO, "writing the dump to stdout failed");

@@ -200,7 +200,7 @@ int push_config_auth(struct push_config *c, const char *token_file, const char *
 
 /* ---- the API and TLS ---- */
 
-bool push_api_parse(const char *s, enum push_api *out)
+static bool api_parse(const char *s, enum push_api *out)
 {
 	if (!strcmp(s, "push")) {
 		*out = PUSH_API_PUSH;
@@ -229,8 +229,8 @@ static int check_file(const char *opt, const char *path, struct spy_err *err)
 	return rc;
 }
 
-int push_config_tls(struct push_config *c, const char *ca, const char *cert, const char *key,
-		    struct spy_err *err)
+static int config_tls(struct push_config *c, const char *ca, const char *cert, const char *key,
+		      struct spy_err *err)
 {
 	const char *given = ca ? "--push-ca" : cert ? "--push-cert" : key ? "--push-key" : NULL;
 	if (given && !c->url.https) {
@@ -246,6 +246,27 @@ int push_config_tls(struct push_config *c, const char *ca, const char *cert, con
 		c->tls = (struct http_tls){ ca, cert, key };
 	}
 	return rc;
+}
+
+int push_config_dest(struct push_config *c, const struct push_dest *d, struct spy_err *err)
+{
+	if (http_url_parse(d->url, &c->url, err) < 0) {
+		return -SPY_EUSAGE;
+	}
+	c->url_text = d->url;
+	if (d->api && !api_parse(d->api, &c->api)) {
+		return spy_err_set(err, SPY_EUSAGE, "--push-api: '%s' is not push or ingest", d->api);
+	}
+	int rc = config_tls(c, d->ca, d->cert, d->key, err);
+	if (rc < 0) {
+		return rc;
+	}
+	if (d->tenant && (push_check_value(d->tenant) || strlen(d->tenant) > 150)) {
+		return spy_err_set(err, SPY_EUSAGE, "--tenant '%s': a tenant ID is 1 to 150 printable characters, "
+				   "no blanks, quotes or { } , =", d->tenant);
+	}
+	snprintf(c->tenant, sizeof(c->tenant), "%s", d->tenant ? d->tenant : "");
+	return 0;
 }
 
 /* ---- the program's name ---- */

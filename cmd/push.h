@@ -94,14 +94,20 @@ struct push_status {
 	char last_refusal[700];        /* the last refusal's: "HTTP 400 Bad Request: what the server said" */
 };
 
-/* Parse --push-api's value; false if unknown. */
-bool push_api_parse(const char *s, enum push_api *out);
+/* Where a push goes, as record and agent take it: the options' values, any NULL but url. */
+struct push_dest {
+	const char *url;               /* --push */
+	const char *api;               /* --push-api: push or ingest */
+	const char *ca, *cert, *key;   /* --push-ca, --push-cert, --push-key */
+	const char *tenant;            /* --tenant */
+};
 /*
- * The TLS files (any NULL): each a readable file, --push-key only with
- * --push-cert, all only with an https URL; -SPY_EUSAGE/-SPY_EIO with err.
+ * Check d and set c's URL, API, TLS files and tenant from it. The TLS
+ * files must each be a readable file, --push-key only with --push-cert,
+ * all only with an https URL. -SPY_EUSAGE/-SPY_EIO with err: the command
+ * says it, with its own exit code.
  */
-int push_config_tls(struct push_config *c, const char *ca, const char *cert, const char *key,
-		    struct spy_err *err);
+int push_config_dest(struct push_config *c, const struct push_dest *d, struct spy_err *err);
 /*
  * The program's name, from its command line (arguments joined by spaces):
  * the executable's base name and, for a Python, the script's base name or

@@ -475,16 +475,9 @@ static int check_push_args(struct rec *r, const char *table)
 	}
 	struct push_config *c = r->push = spy_xcalloc(1, sizeof(*c));
 	struct spy_err err = SPY_ERR_INIT;
-	if (http_url_parse(r->push_url, &c->url, &err) < 0) {
-		return cmd_usage_error("record", "%s", err.msg);
-	}
-	c->url_text = r->push_url;
-	if (r->push_api && !push_api_parse(r->push_api, &c->api)) {
-		return cmd_usage_error("record", "--push-api: '%s' is not push or ingest", r->push_api);
-	}
+	const struct push_dest d = { r->push_url, r->push_api, r->push_ca, r->push_cert, r->push_key, r->tenant };
 	c->send_command = r->push_command;
-	int rc = push_config_tls(c, r->push_ca, r->push_cert, r->push_key, &err);
-	if (rc < 0) {
+	if (push_config_dest(c, &d, &err) < 0) {
 		return err.code == SPY_EUSAGE ? cmd_usage_error("record", "%s", err.msg) : cmd_fail(&err);
 	}
 	const char *why;
@@ -502,11 +495,6 @@ static int check_push_args(struct rec *r, const char *table)
 			return cmd_usage_error("record", "--label '%s': %s", kv, why);
 		}
 	}
-	if (r->tenant && (push_check_value(r->tenant) || strlen(r->tenant) > 150)) {
-		return cmd_usage_error("record", "--tenant '%s': a tenant ID is 1 to 150 printable characters, "
-				       "no blanks, quotes or { } , =", r->tenant);
-	}
-	snprintf(c->tenant, sizeof(c->tenant), "%s", r->tenant ? r->tenant : "");
 	r->window_s = r->push_every;
 	/* Continuous: a file only with -o, a table only when asked for. */
 	r->no_file = !r->output && !r->table_to_stdout;
@@ -652,14 +640,10 @@ static int parse_args(struct rec *r, int argc, char **argv)
 		{ 0, NULL, OPT_PROGRAM, &r->program, NULL, NULL },
 		{ 0 },
 	};
-	char **rest = spy_xcalloc((size_t)argc + 1, sizeof(*rest));
-	int nrest = 0;
-	int rc = cmd_parse_options("record", record_usage, opts, argc, argv, rest, &nrest);
+	int rc = cmd_parse_options("record", record_usage, opts, argc, argv, NULL, 0, CMD_PROGRAM_HINT);
 	r->labels = labels.v;
 	r->nlabels = labels.n;
-	if (rc < 0 && nrest > 0) {
-		rc = cmd_usage_error("record", "unexpected argument '%s' (a program to run goes after '--')", rest[0]);
-	} else if (rc < 0 && r->program && !r->program[0]) {
+	if (rc < 0 && r->program && !r->program[0]) {
 		r->program = NULL;
 		rc = r->pid ? -1 : cmd_usage_error("record", "no program after '--'");
 	}
@@ -667,7 +651,6 @@ static int parse_args(struct rec *r, int argc, char **argv)
 		rc = check_args(r, format, sort, table);
 		rc = rc ? rc : -1;
 	}
-	free(rest);
 	return rc;
 }
 

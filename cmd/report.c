@@ -135,20 +135,13 @@ int cmd_report(int argc, char **argv)
 		{ 0 },
 	};
 	struct spy_err err = SPY_ERR_INIT;
-	char **rest = spy_xcalloc((size_t)argc + 1, sizeof(*rest));
-	int nrest = 0;
-	int rc = cmd_parse_options("report", report_usage, opts, argc, argv, rest, &nrest);
-	const char *input = nrest > 0 ? rest[0] : NULL;
-	const char *extra = nrest > 1 ? rest[1] : NULL;
-	free(rest);
+	const char *input;
+	int rc = cmd_parse_options("report", report_usage, opts, argc, argv, &input, 1, NULL);
 	if (rc >= 0) {
 		return rc;
 	}
 	if (!input) {
 		return cmd_usage_error("report", "which profile? (spy report PROFILE)");
-	}
-	if (extra) {
-		return cmd_usage_error("report", "unexpected argument '%s'", extra);
 	}
 
 	struct report r;

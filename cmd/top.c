@@ -472,13 +472,10 @@ int cmd_top(int argc, char **argv)
 		{ 0, NULL, OPT_PROGRAM, &a.program, NULL, NULL },
 		{ 0 },
 	};
-	char **rest = spy_xcalloc((size_t)argc + 1, sizeof(*rest));
-	int nrest = 0, exit_code;
-	int rc = cmd_parse_options("top", top_usage, opts, argc, argv, rest, &nrest);
+	int exit_code;
+	int rc = cmd_parse_options("top", top_usage, opts, argc, argv, NULL, 0, CMD_PROGRAM_HINT);
 	if (rc >= 0) {
 		exit_code = rc;
-	} else if (nrest > 0) {
-		exit_code = cmd_usage_error("top", "unexpected argument '%s' (a program to run goes after '--')", rest[0]);
 	} else if (a.program && !a.program[0]) {
 		exit_code = cmd_usage_error("top", "no program after '--'");
 	} else if (!(exit_code = check_args(&a, &t->o, &t->sort))) {
@@ -486,7 +483,6 @@ int cmd_top(int argc, char **argv)
 		t->by_line = a.lines;
 		exit_code = run(t, &a);
 	}
-	free(rest);
 	fg_profile_free(t->cur);
 	fg_profile_free(t->cum);
 	spy_stack_release(&t->stack);

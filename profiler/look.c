@@ -33,14 +33,14 @@
 #define WAIT_LOOKS 4
 #define WAIT_LOOK_GAP_NS (2 * 1000 * 1000)
 
-enum prof_state prof_classify(const struct prof_wait *w, bool gil_known, bool futex_is_gil)
+enum prof_state prof_classify(const struct spy_wait *w, bool gil_known, bool futex_is_gil)
 {
 	switch (w->kind) {
-	case PROF_WAIT_RUNNING:
+	case SPY_WAIT_RUNNING:
 		return PROF_STATE_RUNNING;
-	case PROF_WAIT_OTHER:
+	case SPY_WAIT_OTHER:
 		return PROF_STATE_IDLE;
-	case PROF_WAIT_FUTEX:
+	case SPY_WAIT_FUTEX:
 		if (futex_is_gil) {
 			return PROF_STATE_GIL;
 		}
@@ -49,15 +49,6 @@ enum prof_state prof_classify(const struct prof_wait *w, bool gil_known, bool fu
 	default:
 		return PROF_STATE_UNKNOWN;
 	}
-}
-
-static void wait_of(struct prof_wait *out, const struct proc_wait *w)
-{
-	*out = (struct prof_wait){ .kind = w->kind == PROC_WAIT_RUNNING ? PROF_WAIT_RUNNING
-				   : w->kind == PROC_WAIT_FUTEX ? PROF_WAIT_FUTEX
-				   : w->kind == PROC_WAIT_OTHER ? PROF_WAIT_OTHER : PROF_WAIT_UNKNOWN,
-				   .state = w->state, .nr = w->nr, .futex = w->futex };
-	memcpy(out->wchan, w->wchan, sizeof(out->wchan));
 }
 
 /*
@@ -83,9 +74,9 @@ static void hold_paused_for_tests(uint64_t deadline)
 #endif
 }
 
-static bool look_again(const struct proc_wait *w)
+static bool look_again(const struct spy_wait *w)
 {
-	return w->kind == PROC_WAIT_RUNNING || (w->kind == PROC_WAIT_FUTEX && !w->futex);
+	return w->kind == SPY_WAIT_RUNNING || (w->kind == SPY_WAIT_FUTEX && !w->futex);
 }
 
 /* Every thread and what it waits on, before pausing; a core's never changes. */
@@ -175,7 +166,7 @@ static void collect_thread(struct look_ctx *c, size_t i)
 	const struct proc_thread *ot = find_os_thread(c->os, c->nos, d->py.native_tid);
 	if (ot) {
 		memcpy(d->comm, ot->comm, sizeof(d->comm));
-		wait_of(&d->wait, &ot->wait);
+		d->wait = ot->wait;
 	}
 	/* A thread whose walk fails still gets printed, with what was read. */
 	prof_walk_thread(pp, &wo, i, false, &gc_known);
@@ -186,7 +177,7 @@ static void collect_thread(struct look_ctx *c, size_t i)
 	struct pyrt_range gil[GIL_RANGES];
 	size_t ng = pyrt_gil_ranges(pp->rt, d->py.interp, gil, GIL_RANGES);
 	bool in_gil = false;
-	for (size_t k = 0; k < ng && d->wait.kind == PROF_WAIT_FUTEX; k++) {
+	for (size_t k = 0; k < ng && d->wait.kind == SPY_WAIT_FUTEX; k++) {
 		in_gil |= d->wait.futex >= gil[k].lo && d->wait.futex < gil[k].hi;
 	}
 	d->in_gil = in_gil;
@@ -275,6 +266,7 @@ static int look_open(struct prof_look *l, const struct prof_look_opts *o, struct
 int prof_look(struct prof_look *l, const struct prof_look_opts *o, struct spy_err *err)
 {
 	memset(l, 0, sizeof(*l));
+	l->o = *o;
 	l->strs = (struct spy_strtab)SPY_STRTAB_INIT;
 	l->locals_left = PROF_LOCALS_BUDGET;
 	int rc = look_open(l, o, err);

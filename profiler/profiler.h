@@ -45,6 +45,7 @@
 #include "common/err.h"
 #include "common/sample.h"
 #include "common/strtab.h"
+#include "common/wait.h"
 #include "pystate/pystate.h"
 
 struct profiler;
@@ -192,21 +193,6 @@ void prof_install_stop_handlers(void);
 
 /* ---- one look (dump) ---- */
 
-/* What a thread waits on, read before any stop (a live process) or from a core's registers. */
-enum prof_wait_kind {
-	PROF_WAIT_UNKNOWN = 0, /* unreadable (thread gone) */
-	PROF_WAIT_RUNNING,     /* R */
-	PROF_WAIT_FUTEX,       /* blocked in a futex wait on futex */
-	PROF_WAIT_OTHER,       /* blocked elsewhere: sleep, I/O, select/poll/epoll */
-};
-struct prof_wait {
-	uint8_t kind;          /* enum prof_wait_kind */
-	char state;            /* the stat letter; 0 if unknown */
-	long nr;               /* syscall number; -1 if not in one or unknown */
-	uint64_t futex;        /* 0 if unknown (a restarted wait) */
-	char wchan[32];        /* kernel function it sleeps in; "" if unknown */
-};
-
 /* A thread's state, of the CLI contract, plus unknown (no /proc, no registers). */
 enum prof_state {
 	PROF_STATE_UNKNOWN = 0,
@@ -216,7 +202,7 @@ enum prof_state {
 	PROF_STATE_GIL,       /* waiting for the GIL */
 };
 /* The state a wait gives, knowing whether the GIL's address is known and its futex is the GIL's. */
-enum prof_state prof_classify(const struct prof_wait *w, bool gil_known, bool futex_is_gil);
+enum prof_state prof_classify(const struct spy_wait *w, bool gil_known, bool futex_is_gil);
 
 /* One frame's locals: [first, first + n) of the thread's locals array. */
 struct prof_frame_locals {
@@ -242,7 +228,7 @@ struct prof_frame_locals {
 struct prof_look_thread {
 	struct py_thread py;
 	struct spy_stack stack;
-	struct prof_wait wait;
+	struct spy_wait wait;
 	enum prof_state state;
 	char comm[17];
 	const char *name;                  /* threading's name for it (interned), or NULL */
@@ -261,6 +247,7 @@ struct prof_look_opts {
 };
 
 struct prof_look {
+	struct prof_look_opts o;           /* what was asked for */
 	int pid;
 	const char *cmdline, *version, *binary;
 	bool free_threaded;                /* a --disable-gil build */

@@ -10,6 +10,7 @@
  * exact version is known, because no header of those releases is installed
  * to generate a row from.
  */
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "pystate/offsets.h"
@@ -19,11 +20,16 @@ const struct pyoffsets *pyoffsets_find(uint32_t version_hex)
 	return pyoffsets_find_build(version_hex, PYBUILD_DEFAULT);
 }
 
+/* Whether a row keyed (version, build) serves version_hex's build: any micro release of its minor. */
+static bool row_serves(uint32_t version, unsigned row_build, uint32_t version_hex, unsigned build)
+{
+	return version == (version_hex & 0xffff0000u) && row_build == build;
+}
+
 const struct pyoffsets *pyoffsets_find_build(uint32_t version_hex, unsigned build)
 {
-	uint32_t want = version_hex & 0xffff0000u;
 	for (unsigned i = 0; i < pyoffsets_count; i++) {
-		if (pyoffsets_table[i].version == want && pyoffsets_table[i].build == build) {
+		if (row_serves(pyoffsets_table[i].version, pyoffsets_table[i].build, version_hex, build)) {
 			return &pyoffsets_table[i];
 		}
 	}
@@ -32,9 +38,8 @@ const struct pyoffsets *pyoffsets_find_build(uint32_t version_hex, unsigned buil
 
 const struct pyaio_offsets *pyaio_find(uint32_t version_hex, unsigned build)
 {
-	uint32_t want = version_hex & 0xffff0000u;
 	for (unsigned i = 0; i < pyaio_count; i++) {
-		if (pyaio_table[i].version == want && pyaio_table[i].build == build) {
+		if (row_serves(pyaio_table[i].version, pyaio_table[i].build, version_hex, build)) {
 			return &pyaio_table[i];
 		}
 	}

@@ -159,7 +159,7 @@ static void live_exe_of(const struct spy_process *p, pid_t pid, char *buf, size_
 	proc_exe_of(pid, buf, size);
 }
 
-static void live_thread_wait(const struct spy_process *p, pid_t tid, struct proc_wait *out)
+static void live_thread_wait(const struct spy_process *p, pid_t tid, struct spy_wait *out)
 {
 	proc_task_wait(live(p), tid, out);
 }

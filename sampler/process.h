@@ -76,7 +76,7 @@ struct spy_tracer_ops {
 	size_t (*descendants)(const struct spy_process *p, pid_t **out);
 	void (*exe_of)(const struct spy_process *p, pid_t pid, char *buf, size_t size);
 	/* Look again at one thread's wait. */
-	void (*thread_wait)(const struct spy_process *p, pid_t tid, struct proc_wait *out);
+	void (*thread_wait)(const struct spy_process *p, pid_t tid, struct spy_wait *out);
 };
 
 struct spy_process {

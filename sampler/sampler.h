@@ -27,22 +27,10 @@
 
 #include "common/err.h"
 #include "common/mem.h"
+#include "common/wait.h"
 
 struct proc;
 
-enum proc_wait_kind {
-	PROC_WAIT_UNKNOWN = 0, /* stat unreadable (thread gone, core file) */
-	PROC_WAIT_RUNNING,     /* R */
-	PROC_WAIT_FUTEX,       /* blocked in a futex wait on futex */
-	PROC_WAIT_OTHER,       /* blocked elsewhere: sleep, I/O, select/poll/epoll */
-};
-struct proc_wait {
-	uint8_t kind;          /* enum proc_wait_kind */
-	char state;            /* the stat letter; 0 if unknown */
-	long nr;               /* syscall number; -1 if not in one or unknown */
-	spy_addr_t futex;      /* 0 if unknown (a restarted wait) */
-	char wchan[32];        /* kernel function it sleeps in; "" if unknown */
-};
 /*
  * One thread as sampler knows it: listed from /proc (tid, state, comm;
  * wait unknown until proc_task_wait reads it), or from a core's notes
@@ -52,7 +40,7 @@ struct proc_thread {
 	pid_t tid;
 	char state;      /* the state letter of /proc/PID/task/TID/stat: R, S, D, t, ... */
 	char comm[17];   /* /proc/PID/task/TID/comm, without the newline */
-	struct proc_wait wait;
+	struct spy_wait wait;
 };
 
 /*
@@ -280,11 +268,11 @@ int proc_parse_maps(const char *text, size_t len, struct spy_map **maps_out, siz
  * for a moment, so a caller that must tell looks again at those a little
  * later.
  */
-void proc_task_wait(const struct proc *p, pid_t tid, struct proc_wait *out);
+void proc_task_wait(const struct proc *p, pid_t tid, struct spy_wait *out);
 /* The pure part, for unit tests: classify a state letter and syscall text. */
-void proc_classify_wait(char state, const char *syscall_text, struct proc_wait *out);
+void proc_classify_wait(char state, const char *syscall_text, struct spy_wait *out);
 /* Then note the kernel function it sleeps in (task/TID/wchan's text). */
-void proc_wait_note_wchan(struct proc_wait *w, const char *wchan);
+void proc_wait_note_wchan(struct spy_wait *w, const char *wchan);
 
 /*
  * A core file (core.c): its memory and mappings (PT_LOAD segments, named by

@@ -33,7 +33,7 @@ static bool futex_op_waits(uint64_t op)
 	}
 }
 
-void proc_classify_wait(char state, const char *syscall_text, struct proc_wait *out)
+void proc_classify_wait(char state, const char *syscall_text, struct spy_wait *out)
 {
 	uint64_t args[2] = { 0, 0 };
 	char *end;
@@ -41,10 +41,10 @@ void proc_classify_wait(char state, const char *syscall_text, struct proc_wait *
 	out->nr = -1;
 	out->futex = 0;
 	if (!state) {
-		out->kind = PROC_WAIT_UNKNOWN;
+		out->kind = SPY_WAIT_UNKNOWN;
 		return;
 	}
-	out->kind = state == 'R' ? PROC_WAIT_RUNNING : PROC_WAIT_OTHER;
+	out->kind = state == 'R' ? SPY_WAIT_RUNNING : SPY_WAIT_OTHER;
 	/* "running", or "-1 SP PC" outside a syscall, or "NR ARG1..ARG6 SP PC". */
 	if (!syscall_text || !*syscall_text || !strncmp(syscall_text, "running", 7)) {
 		return;
@@ -63,7 +63,7 @@ void proc_classify_wait(char state, const char *syscall_text, struct proc_wait *
 		p = end;
 	}
 	if (nr == SYS_futex && futex_op_waits(args[1]) && state != 'R') {
-		out->kind = PROC_WAIT_FUTEX;
+		out->kind = SPY_WAIT_FUTEX;
 		out->futex = args[0];
 	}
 }
@@ -81,7 +81,7 @@ static void read_task_text(const struct proc *p, pid_t tid, const char *name, ch
 	}
 }
 
-void proc_task_wait(const struct proc *p, pid_t tid, struct proc_wait *out)
+void proc_task_wait(const struct proc *p, pid_t tid, struct spy_wait *out)
 {
 	char stat[512], sys[256];
 	read_task_text(p, tid, "stat", stat, sizeof(stat));
@@ -92,7 +92,7 @@ void proc_task_wait(const struct proc *p, pid_t tid, struct proc_wait *out)
 	proc_wait_note_wchan(out, wchan);
 }
 
-void proc_wait_note_wchan(struct proc_wait *w, const char *wchan)
+void proc_wait_note_wchan(struct spy_wait *w, const char *wchan)
 {
 	snprintf(w->wchan, sizeof(w->wchan), "%s", strcmp(wchan, "0") ? wchan : "");
 	/*
@@ -103,7 +103,7 @@ void proc_wait_note_wchan(struct proc_wait *w, const char *wchan)
 	 */
 	if (w->nr == SYS_restart_syscall && w->state && w->state != 'R' &&
 	    !strncmp(w->wchan, "futex", 5)) {
-		w->kind = PROC_WAIT_FUTEX;
+		w->kind = SPY_WAIT_FUTEX;
 		w->futex = 0;
 	}
 }

@@ -56,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		break;
 	case 1: {
 		char st = proc_parse_stat_state(text, n);
-		struct proc_wait w;
+		struct spy_wait w;
 		memset(&w, 0, sizeof(w));
 		proc_classify_wait(st, text, &w);
 		proc_wait_note_wchan(&w, text);

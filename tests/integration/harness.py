@@ -1156,6 +1156,21 @@ def for_each_interp(rep, run_one, need_ptrace=True, expect=(), chroot=False,
     rep.finish(no_ptrace)
 
 
+def picked_interps(rep, name, pick):
+    """For a test that runs on the few interpreters pick(interps) chooses
+    rather than on each: those, after reporting discover()'s problems; the
+    test ends here (a SKIP saying why) if ptrace is refused or none is
+    found."""
+    interps, problems = discover()
+    report_problems(rep, problems)
+    no_ptrace = ptrace_problem()
+    chosen = pick(interps)
+    if not chosen or no_ptrace:
+        rep.skip(name, no_ptrace or "no Python interpreter found (searched %s)" % searched_where())
+        rep.finish()
+    return chosen
+
+
 def report_problems(rep, problems):
     """The lines for discover()'s problems: FAIL if explicit, else SKIP."""
     for label, why, explicit in problems:

@@ -72,6 +72,17 @@ def protobuf_problem():
     return None
 
 
+def require(rep, tls=False):
+    """Fail the test and end it (rep.finish) when the receiver cannot run
+    here: not a skip, since .ci/install-deps installs what it needs, and
+    without it nothing of push.v1 is checked. tls: openssl is needed too
+    (for TestCA)."""
+    why = protobuf_problem() or (None if not tls or shutil.which("openssl") else "openssl not installed")
+    if why:
+        rep.check("push.v1 receiver", [why + "; run this test with Debian's /usr/bin/python3"])
+        rep.finish()
+
+
 _classes = None
 
 

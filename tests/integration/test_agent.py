@@ -336,17 +336,8 @@ def usage(rep):
 def main():
     rep = harness.reporter("agent")
     usage(rep)
-    why = pushrecv.protobuf_problem()
-    if why:
-        rep.check("push.v1 receiver", [why + "; run this test with Debian's /usr/bin/python3"])
-        rep.finish()
-    interps, problems = harness.discover()
-    harness.report_problems(rep, problems)
-    no_ptrace = harness.ptrace_problem()
-    chosen = pick(interps)
-    if not chosen or no_ptrace:
-        rep.skip("agent", no_ptrace or "no Python interpreter found (searched %s)" % harness.searched_where())
-        rep.finish()
+    pushrecv.require(rep)
+    chosen = harness.picked_interps(rep, "agent", pick)
     rep.run("fleet %s" % ", ".join(i.label for i in chosen), fleet, rep, chosen)
     host_newest = [i for i in chosen if not i.root][-1]
     rep.run("budget %s" % host_newest.label, budget, rep, host_newest)

@@ -82,6 +82,15 @@ def main():
     rep.check("spy top --help", expect(spy("top", "--help"), 0,
                                        out=["--pid", "--refresh", "--sort"]))
 
+    # An argument too many: the same one line from every command (cmd_parse_options),
+    # with the hint where a program could have been meant.
+    for args, hint in ((("record", "--pid", "1"), "goes after '--'"), (("top", "--pid", "1"), "goes after '--'"),
+                       (("dump", "--pid", "1"), ""), (("report", "a.txt"), ""), (("diff", "a", "b"), ""),
+                       (("agent", "--push", "http://127.0.0.1:1"), "")):
+        rep.check("spy %s: an argument too many" % args[0],
+                  expect(spy(*(args + ("extra",))), 2,
+                         err=["unexpected argument 'extra'", hint, "spy %s --help" % args[0]], one_err_line=True))
+
     pid = free_pid()
     # One ceiling for --rate (cli.md: at most 1,000,000): past it a usage
     # error, at it the options pass and the missing process is the error.

@@ -140,7 +140,7 @@ def run_one(interp, chromium):
 
 def main():
     rep = harness.reporter("demo")
-    chromium = ch.cb.find_chromium()
+    chromium = ch.browserlib.find_chromium()
     if not chromium:
         rep.skip("demo", "no Chromium on PATH (.ci/install-deps installs it)")
         rep.finish()

@@ -482,18 +482,8 @@ def pick(interps):
 def main():
     rep = harness.reporter("push")
     usage(rep)
-    why = pushrecv.protobuf_problem() or (None if shutil.which("openssl") else "openssl not installed")
-    if why:
-        # Not a skip: .ci/install-deps installs these, and without them nothing of push.v1 is checked.
-        rep.check("push.v1 receiver", [why + "; run this test with Debian's /usr/bin/python3"])
-        rep.finish()
-    interps, problems = harness.discover()
-    harness.report_problems(rep, problems)
-    no_ptrace = harness.ptrace_problem()
-    chosen = pick(interps)
-    if not chosen or no_ptrace:
-        rep.skip("push", no_ptrace or "no Python interpreter found (searched %s)" % harness.searched_where())
-        rep.finish()
+    pushrecv.require(rep, tls=True)
+    chosen = harness.picked_interps(rep, "push", pick)
     for interp in chosen:
         rep.run("contract push.v1 mTLS %s" % interp.label, contract, interp, "push", True)
         rep.run("contract ingest %s" % interp.label, contract, interp, "ingest", False)

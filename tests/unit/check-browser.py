@@ -34,36 +34,13 @@ Usage:
 Exits 77 (skip) only when no Chromium is installed, saying so.
 """
 import argparse
-import html
-import json
 import os
 import re
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 
-CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
-# Chromium on a closed network waits for services it cannot reach unless
-# told not to; as root it refuses to start without --no-sandbox.
-CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-    "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync",
-    "--hide-scrollbars", "--virtual-time-budget=5000",
-]
-TIMEOUT_S = 60
-RESULT_ATTR = "data-spy-check"
-HIT_COLOUR = "#e020e0"
-
-# Runs before the writer's script, so a throw there is recorded too.
-COLLECTOR = """<script type="text/ecmascript"><![CDATA[
-window.__spyErrors=[];
-window.addEventListener('error',function(e){
- window.__spyErrors.push(String(e.message)+' @'+e.lineno+':'+e.colno);});
-]]></script>
-"""
+from browserlib import HIT_COLOUR, RESULT_ATTR, SVG_COLLECTOR, driven, instrument_svg, main_with, mutants_caught, \
+    run_chromium
 
 # Runs after it: drives the page and stores what it found as JSON.
 DRIVER = r"""<script type="text/ecmascript"><![CDATA[
@@ -128,34 +105,6 @@ root.setAttribute('%ATTR%',JSON.stringify(R));
 """
 
 
-def find_chromium():
-    for name in CHROMIUM_NAMES:
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
-
-
-def run_chromium(chromium, args, url):
-    """Run Chromium in a fresh profile; returns its stdout. Raises on failure."""
-    with tempfile.TemporaryDirectory(prefix="spy-chromium-") as profile:
-        cmd = [chromium] + CHROMIUM_FLAGS + ["--user-data-dir=" + profile] + args + [url]
-        # Its own session, so a hang is ended with every helper process it
-        # started, and only those.
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             start_new_session=True)
-        try:
-            out, err = p.communicate(timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.communicate()
-            raise RuntimeError("chromium did not finish within %d s" % TIMEOUT_S)
-        if p.returncode != 0:
-            tail = err.decode("utf-8", "replace").strip().splitlines()[-3:]
-            raise RuntimeError("chromium exited %d: %s" % (p.returncode, " | ".join(tail)))
-        return out.decode("utf-8", "replace")
-
-
 def svg_height(text):
     m = re.search(r'<svg[^>]*\sheight="(\d+)"', text)
     return int(m.group(1)) if m else 800
@@ -176,16 +125,8 @@ def screenshot(chromium, svg_path, png_path, size=None):
 
 def instrument(text, term):
     """The SVG with the collector before its script and the driver after."""
-    start = re.search(r"<svg\b[^>]*>", text)
-    close = text.rfind("</svg>")
-    if not start or close < 0:
-        raise RuntimeError("no <svg> root element")
     driver = DRIVER.replace("%HIT%", HIT_COLOUR).replace("%ATTR%", RESULT_ATTR)
-    root = start.group(0)
-    if term:
-        root = root[:-1] + ' data-spy-search="%s">' % html.escape(term, quote=True)
-    return text[:start.start()] + root + "\n" + COLLECTOR + \
-        text[start.end():close] + driver + text[close:]
+    return instrument_svg(text, "data-spy-search", term or None, SVG_COLLECTOR, driver)
 
 
 def matched_pct(text):
@@ -232,17 +173,10 @@ def check_svg(chromium, svg_path, term=None, expect_pct=None, png=None, expect_h
     """Runs the checks on svg_path; returns (failures, results)."""
     with open(svg_path, encoding="utf-8") as f:
         text = f.read()
-    with tempfile.TemporaryDirectory(prefix="spy-browser-") as d:
-        copy = os.path.join(d, "checked.svg")
-        with open(copy, "w", encoding="utf-8") as f:
-            f.write(instrument(text, term))
-        dom = run_chromium(chromium, ["--dump-dom"], "file://" + copy)
-        m = re.search(RESULT_ATTR + r'="([^"]*)"', dom)
-        if not m:
-            return ["the driver script left no results (did the page load?)"], {}
-        res = json.loads(html.unescape(m.group(1)))
-        if png:
-            screenshot(chromium, copy, png)
+    res = driven(chromium, instrument(text, term), "checked.svg",
+                 keep=png and (lambda copy: screenshot(chromium, copy, png)))
+    if res is None:
+        return ["the driver script left no results (did the page load?)"], {}
     return judge(res, expect_pct, expect_hits, expect_source), res
 
 
@@ -332,18 +266,8 @@ MUTANTS = [
 def check_mutants(chromium, svg, artefacts):
     with open(svg, encoding="utf-8") as f:
         text = f.read()
-    bad = []
-    for what, old, new, word in MUTANTS:
-        if old not in text:
-            bad.append("mutant %r: %r not found in the SVG" % (what, old))
-            continue
-        path = os.path.join(artefacts, "browser-mutant.svg")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text.replace(old, new, 1))
-        found, _ = check_svg(chromium, path)
-        if not any(word in msg for msg in found):
-            bad.append("mutant %r passed the check (found: %s)" % (what, found))
-    return bad
+    return mutants_caught(text, MUTANTS, os.path.join(artefacts, "browser-mutant.svg"),
+                          lambda path: check_svg(chromium, path)[0])
 
 
 def main():
@@ -359,39 +283,34 @@ def main():
     if not (a.svg or a.render or (a.spy and a.artefacts)):
         ap.error("give an SVG, --render SVG PNG, or --spy and --artefacts")
 
-    chromium = find_chromium()
-    if not chromium:
-        print("SKIP: no Chromium (looked for %s on PATH); .ci/install-deps installs it"
-              % ", ".join(CHROMIUM_NAMES))
-        return 77
-    try:
-        if a.render:
-            # The first screen of a 1280x800 window; a taller SVG whole, in a
-            # window its height (headless Chromium's screenshots do not show
-            # the scroll the SVG makes to its root in a shorter window).
-            with open(a.render[0], encoding="utf-8") as f:
-                height = min(max(svg_height(f.read()), 800), 4000)
-            screenshot(chromium, a.render[0], a.render[1], (1280, height))
-            print("screenshot: %s" % os.path.abspath(a.render[1]))
-            return 0
-        if a.svg:
-            png = a.screenshot
-            bad, res = check_svg(chromium, a.svg, a.search, a.expect_pct, png)
-        else:
-            bad, res, png = meson_test(chromium, a.spy, a.artefacts)
-    except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
-        print("FAIL: %s" % e)
-        return 1
-    for msg in bad:
-        print("FAIL: " + msg)
+    return main_with(lambda chromium: render(chromium, *a.render) if a.render
+                     else check(chromium, a))
+
+
+def render(chromium, svg, png):
+    """The first screen of a 1280x800 window; a taller SVG whole, in a
+    window its height (headless Chromium's screenshots do not show the
+    scroll the SVG makes to its root in a shorter window)."""
+    with open(svg, encoding="utf-8") as f:
+        height = min(max(svg_height(f.read()), 800), 4000)
+    screenshot(chromium, svg, png, (1280, height))
+    return [], ["screenshot: %s" % os.path.abspath(png)]
+
+
+def check(chromium, a):
+    if a.svg:
+        png = a.screenshot
+        bad, res = check_svg(chromium, a.svg, a.search, a.expect_pct, png)
+    else:
+        bad, res, png = meson_test(chromium, a.spy, a.artefacts)
+    said = []
     if res:
-        print("browser: %d frame rects, clicked %s, search %r: %d highlighted, %s"
-              % (res.get("frames", 0), res.get("picked"), res.get("term"),
-                 res.get("hits", 0), res.get("matched")))
+        said.append("browser: %d frame rects, clicked %s, search %r: %d highlighted, %s"
+                    % (res.get("frames", 0), res.get("picked"), res.get("term"),
+                       res.get("hits", 0), res.get("matched")))
     if png and os.path.exists(png):
-        print("screenshot: %s" % os.path.abspath(png))
-    print("%d passed, %d failed" % (0 if bad else 1, 1 if bad else 0))
-    return 1 if bad else 0
+        said.append("screenshot: %s" % os.path.abspath(png))
+    return bad, said
 
 
 if __name__ == "__main__":

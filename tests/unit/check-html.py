@@ -38,21 +38,17 @@ Exits 77 (skip) only when no Chromium is installed, saying so.
 """
 import argparse
 import html
-import importlib.util
 import json
 import os
 import re
 import subprocess
 import sys
-import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-_spec = importlib.util.spec_from_file_location("check_browser", os.path.join(HERE, "check-browser.py"))
-cb = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cb)
-
-RESULT_ATTR = "data-spy-check"
-HIT = "#e020e0"
+# test_demo.py loads this file from elsewhere: its neighbours are not on the path then.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import browserlib  # noqa: E402
+from browserlib import (HIT_COLOUR, RESULT_ATTR, SVG_COLLECTOR, driven, instrument_svg,  # noqa: E402
+                        main_with, mutants_caught)
 
 COLLECTOR = """<script>
 window.__spyErrors=[];
@@ -154,7 +150,7 @@ def instrument(text, want):
     text = text[:head + 5] + " data-spy-want=\"%s\"" % html.escape(json.dumps(want), quote=True) + text[head + 5:]
     first = text.find('<script type="application/json"')
     last = text.rfind("</body>")
-    driver = DRIVER.replace("%HIT%", HIT).replace("%ATTR%", RESULT_ATTR)
+    driver = DRIVER.replace("%HIT%", HIT_COLOUR).replace("%ATTR%", RESULT_ATTR)
     return text[:first] + COLLECTOR + text[first:last] + driver + text[last:]
 
 
@@ -195,22 +191,14 @@ def svg_first_screen(chromium, path, names, size):
     on the first screen of a window of size (width, height)."""
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    start = re.search(r"<svg\b[^>]*>", text)
-    close = text.rfind("</svg>")
-    if not start or close < 0:
-        return ["%s: no <svg> root element" % path]
-    root = start.group(0)[:-1] + ' data-spy-want="%s">' % html.escape(json.dumps(names), quote=True)
-    copy_text = (text[:start.start()] + root + "\n" + cb.COLLECTOR + text[start.end():close]
-                 + SVG_DRIVER.replace("%ATTR%", RESULT_ATTR) + text[close:])
-    with tempfile.TemporaryDirectory(prefix="spy-svg-") as d:
-        copy = os.path.join(d, "checked.svg")
-        with open(copy, "w", encoding="utf-8") as f:
-            f.write(copy_text)
-        dom = cb.run_chromium(chromium, ["--dump-dom", "--window-size=%d,%d" % size], "file://" + copy)
-    m = re.search(RESULT_ATTR + r'="([^"]*)"', dom)
-    if not m:
+    try:
+        copy = instrument_svg(text, "data-spy-want", json.dumps(names), SVG_COLLECTOR,
+                              SVG_DRIVER.replace("%ATTR%", RESULT_ATTR))
+    except RuntimeError as e:
+        return ["%s: %s" % (path, e)]
+    res = driven(chromium, copy, "checked.svg", ["--window-size=%d,%d" % size])
+    if res is None:
         return ["%s: the driver script left no results" % path]
-    res = json.loads(html.unescape(m.group(1)))
     bad = ["script error: " + e for e in res.get("errors", [])]
     for name, ok in sorted(res.get("seen", {}).items()):
         if not ok:
@@ -223,15 +211,7 @@ def svg_first_screen(chromium, path, names, size):
 def run_page(chromium, path, want, size):
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    with tempfile.TemporaryDirectory(prefix="spy-html-") as d:
-        copy = os.path.join(d, "checked.html")
-        with open(copy, "w", encoding="utf-8") as f:
-            f.write(instrument(text, want))
-        dom = cb.run_chromium(chromium, ["--dump-dom", "--window-size=%d,%d" % size], "file://" + copy)
-    m = re.search(RESULT_ATTR + r'="([^"]*)"', dom)
-    if not m:
-        return None, text
-    return json.loads(html.unescape(m.group(1))), text
+    return driven(chromium, instrument(text, want), "checked.html", ["--window-size=%d,%d" % size]), text
 
 
 def judge(res, want, windows):
@@ -339,16 +319,8 @@ def meson_test(chromium, spy, artefacts):
     for raw in ("__pwned=1</script>", "<!--", "\u2028", "<img", "<b>x</b>"):
         if raw in text:
             bad.append("the file holds %r raw" % raw)
-    for what, old, new, word in MUTANTS:
-        if old not in text:
-            bad.append("mutant %r: %r not in the page" % (what, old))
-            continue
-        path = os.path.join(artefacts, "report-mutant.html")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text.replace(old, new, 1))
-        found, _ = check(chromium, path, want, windows=True, threads=True)
-        if not any(word in m for m in found):
-            bad.append("mutant %r passed the check (found: %s)" % (what, found))
+    bad += mutants_caught(text, MUTANTS, os.path.join(artefacts, "report-mutant.html"),
+                          lambda path: check(chromium, path, want, windows=True, threads=True)[0])
     return bad + deep_test(chromium, spy, artefacts), res
 
 
@@ -421,27 +393,17 @@ def main():
     a = ap.parse_args()
     if not (a.html or (a.spy and a.artefacts)):
         ap.error("give an HTML report, or --spy and --artefacts")
-    chromium = cb.find_chromium()
-    if not chromium:
-        print("SKIP: no Chromium (looked for %s on PATH); .ci/install-deps installs it"
-              % ", ".join(cb.CHROMIUM_NAMES))
-        return 77
-    try:
-        if a.html:
-            size = tuple(int(v) for v in a.size.split("x"))
-            want = {"visible": a.visible, "fn": a.function, "line": a.line}
-            bad, res = check(chromium, a.html, want, size)
-        else:
-            bad, res = meson_test(chromium, a.spy, a.artefacts)
-    except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
-        print("FAIL: %s" % e)
-        return 1
-    for msg in bad:
-        print("FAIL: " + msg)
-    if res:
-        print("html: %s" % json.dumps(res.get("steps", {}), sort_keys=True))
-    print("%d passed, %d failed" % (0 if bad else 1, 1 if bad else 0))
-    return 1 if bad else 0
+    return main_with(lambda chromium: run(chromium, a))
+
+
+def run(chromium, a):
+    if a.html:
+        size = tuple(int(v) for v in a.size.split("x"))
+        want = {"visible": a.visible, "fn": a.function, "line": a.line}
+        bad, res = check(chromium, a.html, want, size)
+    else:
+        bad, res = meson_test(chromium, a.spy, a.artefacts)
+    return bad, ["html: %s" % json.dumps(res.get("steps", {}), sort_keys=True)] if res else []
 
 
 if __name__ == "__main__":

@@ -12,16 +12,16 @@
 
 static void test_classify(void)
 {
-	struct prof_wait w = { .kind = PROF_WAIT_FUTEX, .state = 'S', .futex = 0x1000 };
+	struct spy_wait w = { .kind = SPY_WAIT_FUTEX, .state = 'S', .futex = 0x1000 };
 	CHECK_INT(prof_classify(&w, true, true), PROF_STATE_GIL);
 	CHECK_INT(prof_classify(&w, true, false), PROF_STATE_LOCK);
 	/* Where the GIL is unknown, a futex wait could be either: idle, never a guess. */
 	CHECK_INT(prof_classify(&w, false, false), PROF_STATE_IDLE);
-	w.kind = PROF_WAIT_RUNNING;
+	w.kind = SPY_WAIT_RUNNING;
 	CHECK_INT(prof_classify(&w, true, false), PROF_STATE_RUNNING);
-	w.kind = PROF_WAIT_OTHER;
+	w.kind = SPY_WAIT_OTHER;
 	CHECK_INT(prof_classify(&w, true, false), PROF_STATE_IDLE);
-	w.kind = PROF_WAIT_UNKNOWN;
+	w.kind = SPY_WAIT_UNKNOWN;
 	CHECK_INT(prof_classify(&w, true, false), PROF_STATE_UNKNOWN);
 	CHECK_STR(dump_state_name(PROF_STATE_LOCK), "waiting on a lock");
 	CHECK_STR(dump_state_name(PROF_STATE_GIL), "waiting for the GIL");
@@ -30,7 +30,7 @@ static void test_classify(void)
 static const char *hint_of(struct prof_look_thread *t, size_t n)
 {
 	static struct spy_buf b = SPY_BUF_INIT;
-	struct dump_result r = { .threads = t, .n = n };
+	struct prof_look r = { .threads = t, .n = n };
 	spy_buf_reset(&b);
 	dump_hint(&r, &b);
 	return b.buf;
@@ -95,8 +95,8 @@ static void test_header(void)
 {
 	struct prof_look_thread t[1];
 	set(&t[0], 10, PROF_STATE_RUNNING, false);
-	struct dump_result r = { .pid = 7, .cmdline = "python3.14t app.py", .version = "3.14.10",
-				 .binary = "/usr/bin/python3.14t", .threads = t, .n = 1 };
+	struct prof_look r = { .pid = 7, .cmdline = "python3.14t app.py", .version = "3.14.10",
+			       .binary = "/usr/bin/python3.14t", .threads = t, .n = 1 };
 	const bool ft[] = { false, true, true }, nogil[] = { false, true, false };
 	const char *want[] = {
 		"Python 3.14.10 (/usr/bin/python3.14t)\n",
@@ -152,7 +152,7 @@ static void test_tasks_tree(void)
 	mk_task(&t[2], 2, "solo", NULL, 0);
 	mk_task(&t[3], 3, "a", &four, 1); /* a and b await each other */
 	mk_task(&t[4], 4, "b", &three, 1);
-	struct dump_result r = { .tasks = true, .task_v = t, .ntasks = 5, .tasks_total = 5 };
+	struct prof_look r = { .o.tasks = true, .task_v = t, .ntasks = 5, .tasks_total = 5 };
 	struct spy_buf b = SPY_BUF_INIT;
 	dump_print_tasks_text(&r, &b);
 	CHECK(strstr(b.buf, "asyncio: 5 tasks in 1 event loop\n") != NULL);

@@ -268,7 +268,7 @@ static void f_exe_of(const struct spy_process *p, pid_t pid, char *buf, size_t s
 	snprintf(buf, size, "/fake/python");
 }
 
-static void f_thread_wait(const struct spy_process *p, pid_t tid, struct proc_wait *out)
+static void f_thread_wait(const struct spy_process *p, pid_t tid, struct spy_wait *out)
 {
 	memset(out, 0, sizeof(*out));
 }

@@ -279,9 +279,9 @@ static void test_open_and_read(const char *core, const char *mapped)
 	CHECK_INT(n, 2);
 	CHECK_INT(t[0].tid, 1234);
 	CHECK_INT(t[1].tid, 1235);
-	CHECK_INT(t[0].wait.kind, PROC_WAIT_FUTEX);
+	CHECK_INT(t[0].wait.kind, SPY_WAIT_FUTEX);
 	CHECK_INT(t[0].wait.futex, ANON_AT + 0x40);
-	CHECK_INT(t[1].wait.kind, PROC_WAIT_RUNNING);
+	CHECK_INT(t[1].wait.kind, SPY_WAIT_RUNNING);
 	const struct spy_mem *m = core_mem(c);
 	unsigned char buf[16];
 	CHECK_INT(spy_mem_read(m, ANON_AT + 0x10, buf, 4), 0);
@@ -373,48 +373,48 @@ static void test_nt_file(void)
 
 static void test_classify(void)
 {
-	struct proc_wait w;
+	struct spy_wait w;
 	char text[128];
 	snprintf(text, sizeof(text), "%d 0x7f0000001000 0x80 0x0 0x0 0x0 0x0 0x7ffd0 0x7f12",
 		 SYS_futex);
 	proc_classify_wait('S', text, &w);
-	CHECK_INT(w.kind, PROC_WAIT_FUTEX);
+	CHECK_INT(w.kind, SPY_WAIT_FUTEX);
 	CHECK_INT(w.futex, 0x7f0000001000);
 	/* FUTEX_WAIT_BITSET | FUTEX_CLOCK_REALTIME | PRIVATE: still a wait. */
 	snprintf(text, sizeof(text), "%d 0x1000 0x189 0x0", SYS_futex);
 	proc_classify_wait('S', text, &w);
-	CHECK_INT(w.kind, PROC_WAIT_FUTEX);
+	CHECK_INT(w.kind, SPY_WAIT_FUTEX);
 	/* FUTEX_WAKE does not block. */
 	snprintf(text, sizeof(text), "%d 0x1000 0x81 0x1", SYS_futex);
 	proc_classify_wait('S', text, &w);
-	CHECK_INT(w.kind, PROC_WAIT_OTHER);
+	CHECK_INT(w.kind, SPY_WAIT_OTHER);
 	proc_classify_wait('S', "230 0x1 0x0 0x7ffe 0x0 0x0 0x0 0x7ffd 0x7f12", &w);
-	CHECK_INT(w.kind, PROC_WAIT_OTHER);
+	CHECK_INT(w.kind, SPY_WAIT_OTHER);
 	CHECK_INT(w.nr, 230);
 	proc_classify_wait('S', "-1 0x7ffd 0x7f12", &w);
-	CHECK_INT(w.kind, PROC_WAIT_OTHER);
+	CHECK_INT(w.kind, SPY_WAIT_OTHER);
 	proc_classify_wait('R', "running", &w);
-	CHECK_INT(w.kind, PROC_WAIT_RUNNING);
+	CHECK_INT(w.kind, SPY_WAIT_RUNNING);
 	proc_classify_wait('S', "", &w);
-	CHECK_INT(w.kind, PROC_WAIT_OTHER);
+	CHECK_INT(w.kind, SPY_WAIT_OTHER);
 	proc_classify_wait(0, NULL, &w);
-	CHECK_INT(w.kind, PROC_WAIT_UNKNOWN);
+	CHECK_INT(w.kind, SPY_WAIT_UNKNOWN);
 	snprintf(text, sizeof(text), "%d garbage", SYS_futex);
 	proc_classify_wait('S', text, &w);
-	CHECK_INT(w.kind, PROC_WAIT_OTHER);
+	CHECK_INT(w.kind, SPY_WAIT_OTHER);
 
 	/* A futex wait restarted after a ptrace stop: wchan tells it, not the address. */
 	snprintf(text, sizeof(text), "%d 0x1 0x0 0x0 0x0 0x0 0x0 0x7ffd 0x7f12", SYS_restart_syscall);
 	proc_classify_wait('S', text, &w);
-	CHECK_INT(w.kind, PROC_WAIT_OTHER);
+	CHECK_INT(w.kind, SPY_WAIT_OTHER);
 	proc_wait_note_wchan(&w, "futex_wait_queue");
-	CHECK_INT(w.kind, PROC_WAIT_FUTEX);
+	CHECK_INT(w.kind, SPY_WAIT_FUTEX);
 	CHECK_INT(w.futex, 0);
 	CHECK_STR(w.wchan, "futex_wait_queue");
 	/* A restarted sleep stays a sleep. */
 	proc_classify_wait('S', text, &w);
 	proc_wait_note_wchan(&w, "hrtimer_nanosleep");
-	CHECK_INT(w.kind, PROC_WAIT_OTHER);
+	CHECK_INT(w.kind, SPY_WAIT_OTHER);
 	proc_wait_note_wchan(&w, "0");
 	CHECK_STR(w.wchan, "");
 }
