@@ -42,6 +42,8 @@ void cmd_usage(FILE *f);
 int cmd_fail(const struct spy_err *err);
 /* Print a usage error for command cmd and return 2. */
 int cmd_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The hint of a command that runs a program (record, top), after an unexpected argument. */
+#define CMD_PROGRAM_HINT " (a program to run goes after '--')"
 /*
  * Parse command cmd's options (opts_parse, cmd/opts.h) and answer --help,
  * bad options and too many arguments the same way for every command: the
@@ -51,8 +53,6 @@ int cmd_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
  * return: 0 once the help is printed on stdout, 2 once the one error line
  * (naming --help) is printed on stderr.
  */
-/* The hint of a command that runs a program (record, top), after an unexpected argument. */
-#define CMD_PROGRAM_HINT " (a program to run goes after '--')"
 int cmd_parse_options(const char *cmd, const char *const *usage, const struct opt *opts,
 		      int argc, char **argv, const char **pos, int npos, const char *hint);
 
