@@ -278,6 +278,13 @@ static void *worker_main(void *arg)
 			rate = want;
 		}
 	}
+	/*
+	 * Still there: it replaced its program (exec), perhaps by another
+	 * Python: looked at again. Asked of the tracer, which saw the exec:
+	 * a process that exited may not be reaped by its parent yet, and
+	 * would still answer kill(pid, 0).
+	 */
+	bool replaced = !prof_stop_signal() && prof_execed(p);
 	prof_stop(p);
 	prof_detach(p);
 	/* What is held goes too: the last window ends where the next would have begun. */
@@ -286,8 +293,6 @@ static void *worker_main(void *arg)
 	spy_stack_release(&st);
 	prof_close(p);
 	spy_strtab_release(&strs);
-	/* Still there: it replaced its program (exec), perhaps by another Python: looked at again. */
-	bool replaced = !prof_stop_signal() && (kill(w->pid, 0) == 0 || errno == EPERM);
 	if (!prof_stop_signal() && !replaced) {
 		fprintf(stderr, "spy agent: process %d exited, let go\n", (int)w->pid);
 	}

@@ -628,6 +628,12 @@ void prof_exec_notes(const struct profiler *e, struct spy_buf *out)
 	}
 }
 
+bool prof_execed(const struct profiler *e)
+{
+	const struct spy_process *sp = e->nprocs ? &e->procs[0]->h : NULL;
+	return sp && sp->tracer && sp->tracer->execed(sp);
+}
+
 void prof_close(struct profiler *e)
 {
 	if (!e) {

@@ -150,6 +150,8 @@ void prof_detach(struct profiler *p);
 void prof_program_fate(struct profiler *p, struct spy_buf *out);
 /* "; process N replaced its program (exec): sampling stopped there", for each. */
 void prof_exec_notes(const struct profiler *p, struct spy_buf *out);
+/* Whether the process named replaced its program (exec) while it was sampled. */
+bool prof_execed(const struct profiler *p);
 void prof_close(struct profiler *p);
 
 void prof_stats(const struct profiler *p, struct prof_stats *out);
