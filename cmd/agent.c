@@ -223,7 +223,8 @@ static void *worker_main(void *arg)
 	struct agent *a = w->a;
 	struct spy_strtab strs = SPY_STRTAB_INIT;
 	double rate = atomic_load(&a->rate_now);
-	struct prof_opts o = { .rate = rate, .duration = -1 };
+	/* Aligned: one timer wakes every worker, not one each. */
+	struct prof_opts o = { .rate = rate, .duration = -1, .aligned = true };
 	struct profiler *p = NULL;
 	struct spy_err err = SPY_ERR_INIT;
 	if (prof_open(&p, &o, &strs, w->pid, NULL, &err) < 0) {

@@ -60,6 +60,12 @@ struct prof_opts {
 	bool native, native_all;   /* merge native frames (all: the interpreter's too) */
 	bool async;         /* a `task "NAME"` frame for the running asyncio task */
 	bool gc;            /* mark the stacks taken while the collector ran */
+	/*
+	 * Ticks on multiples of the period on the monotonic clock (the first
+	 * one up to a period late): profilers at one rate then tick at the
+	 * same instants, woken by one timer (an agent's, one per process).
+	 */
+	bool aligned;
 };
 
 /* Per-sample failures, by reason (their names are prof_error_names). */
