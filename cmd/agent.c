@@ -583,7 +583,8 @@ static void run(struct agent *a)
 			fprintf(stderr, "spy agent: push to %s works again\n", a->push->url_text);
 		}
 		shown = st;
-		if (now - last_status >= (uint64_t)a->status_every * 1000000000ull) {
+		/* Not while stopping: the workers letting go would be counted as processes gone. */
+		if (now - last_status >= (uint64_t)a->status_every * 1000000000ull && !prof_stop_signal()) {
 			status_line(a, last_status, status_cpu);
 			last_status = now;
 			status_cpu = cpu_ns();
