@@ -223,7 +223,8 @@ static void *worker_main(void *arg)
 	struct agent *a = w->a;
 	struct spy_strtab strs = SPY_STRTAB_INIT;
 	double rate = atomic_load(&a->rate_now);
-	struct prof_opts o = { .rate = rate, .duration = -1 };
+	/* Aligned: one timer wakes every worker, not one each. */
+	struct prof_opts o = { .rate = rate, .duration = -1, .aligned = true };
 	struct profiler *p = NULL;
 	struct spy_err err = SPY_ERR_INIT;
 	if (prof_open(&p, &o, &strs, w->pid, NULL, &err) < 0) {
@@ -278,6 +279,13 @@ static void *worker_main(void *arg)
 			rate = want;
 		}
 	}
+	/*
+	 * Still there: it replaced its program (exec), perhaps by another
+	 * Python: looked at again. Asked of the tracer, which saw the exec:
+	 * a process that exited may not be reaped by its parent yet, and
+	 * would still answer kill(pid, 0).
+	 */
+	bool replaced = !prof_stop_signal() && prof_execed(p);
 	prof_stop(p);
 	prof_detach(p);
 	/* What is held goes too: the last window ends where the next would have begun. */
@@ -286,8 +294,6 @@ static void *worker_main(void *arg)
 	spy_stack_release(&st);
 	prof_close(p);
 	spy_strtab_release(&strs);
-	/* Still there: it replaced its program (exec), perhaps by another Python: looked at again. */
-	bool replaced = !prof_stop_signal() && (kill(w->pid, 0) == 0 || errno == EPERM);
 	if (!prof_stop_signal() && !replaced) {
 		fprintf(stderr, "spy agent: process %d exited, let go\n", (int)w->pid);
 	}
@@ -566,7 +572,8 @@ static void run(struct agent *a)
 			fprintf(stderr, "spy agent: push to %s works again\n", a->push->url_text);
 		}
 		shown = st;
-		if (now - last_status >= (uint64_t)a->status_every * 1000000000ull) {
+		/* Not while stopping: the workers letting go would be counted as processes gone. */
+		if (now - last_status >= (uint64_t)a->status_every * 1000000000ull && !prof_stop_signal()) {
 			status_line(a, last_status, status_cpu);
 			last_status = now;
 			status_cpu = cpu_ns();

@@ -79,6 +79,12 @@ struct prof_process {
 	uint64_t last_maps_ns;
 	uint64_t maps_retry_ns;   /* how long after the last maps read a failed walk may read them again */
 	uint64_t last_alive_ns;
+	/*
+	 * The last tick walked every thread the process has, cleanly: if none
+	 * has been on a CPU since, the next tick is the same (see tick.c's
+	 * process_still); still: the last tick was such a repeat.
+	 */
+	bool repeatable, still;
 };
 
 /* ---- open.c ---- */
@@ -171,6 +177,7 @@ struct prof_holds {
 /* -i: stacks of sleeping threads taken without a stop (still_stack in tick.c): kept, read. */
 struct prof_still {
 	uint64_t kept, read;
+	uint64_t ticks;   /* ticks of a process none of whose threads had run: the last one again */
 };
 
 /* What a tick needs of the session, and what it counts. */

@@ -429,6 +429,10 @@ static void chld_wake(int sig)
 static void set_clock(struct profiler *e, uint64_t now_ns)
 {
 	ticker_init(&e->tk, e->ts.o.rate, now_ns);
+	if (e->ts.o.aligned) {
+		uint64_t period = e->tk.period_ns;
+		e->tk.start_ns = now_ns / period * period + (now_ns % period ? period : 0);
+	}
 	/* Compared as a double: a rate as low as 1e-300 makes half a period infinite. */
 	double half = 5e8 / e->ts.o.rate;
 	uint64_t w = half < (double)PROF_OFFCPU_WAIT_NS ? (uint64_t)half : PROF_OFFCPU_WAIT_NS;
@@ -635,6 +639,12 @@ void prof_exec_notes(const struct profiler *e, struct spy_buf *out)
 				     (int)sp->ops->pid(sp));
 		}
 	}
+}
+
+bool prof_execed(const struct profiler *e)
+{
+	const struct spy_process *sp = e->nprocs ? &e->procs[0]->h : NULL;
+	return sp && sp->tracer && sp->tracer->execed(sp);
 }
 
 void prof_close(struct profiler *e)

@@ -61,6 +61,12 @@ struct prof_opts {
 	bool native, native_all;   /* merge native frames (all: the interpreter's too) */
 	bool async;         /* a `task "NAME"` frame for the running asyncio task */
 	bool gc;            /* mark the stacks taken while the collector ran */
+	/*
+	 * Ticks on multiples of the period on the monotonic clock (the first
+	 * one up to a period late): profilers at one rate then tick at the
+	 * same instants, woken by one timer (an agent's, one per process).
+	 */
+	bool aligned;
 };
 
 /* Per-sample failures, by reason (their names are prof_error_names). */
@@ -151,6 +157,8 @@ void prof_detach(struct profiler *p);
 void prof_program_fate(struct profiler *p, struct spy_buf *out);
 /* "; process N replaced its program (exec): sampling stopped there", for each. */
 void prof_exec_notes(const struct profiler *p, struct spy_buf *out);
+/* Whether the process named replaced its program (exec) while it was sampled. */
+bool prof_execed(const struct profiler *p);
 void prof_close(struct profiler *p);
 
 void prof_stats(const struct profiler *p, struct prof_stats *out);

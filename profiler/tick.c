@@ -237,10 +237,12 @@ static void hold_account(struct prof_tick_state *e, uint64_t longest, uint64_t t
 }
 
 /* The stopped window: pause, walk (and --native's unwinds), resume. n, or < 0 for nothing. */
-static long sample_paused(struct prof_tick_state *e, struct prof_process *p, uint64_t now)
+static long sample_paused(struct prof_tick_state *e, struct prof_process *p, uint64_t now, bool refreshed)
 {
 	const struct spy_tracer_ops *ops = p->h.tracer;
-	threads_refresh(e, p);
+	if (!refreshed) {
+		threads_refresh(e, p);
+	}
 	uint64_t t0 = ticker_now_ns();
 	if (p->attached) {
 		int rc = ops->pause(&p->h, NULL);
@@ -482,10 +484,12 @@ static void hold_one(struct prof_tick_state *e, struct prof_process *p, size_t i
  * n, -1 for nothing, or -2 to take the whole-process pause instead (a
  * thread without a known TID cannot be held alone).
  */
-static long sample_held(struct prof_tick_state *e, struct prof_process *p, uint64_t now)
+static long sample_held(struct prof_tick_state *e, struct prof_process *p, uint64_t now, bool refreshed)
 {
 	const struct spy_tracer_ops *ops = p->h.tracer;
-	threads_refresh(e, p);
+	if (!refreshed) {
+		threads_refresh(e, p);
+	}
 	int rc = ops->track(&p->h);
 	if (rc == -SPY_EGONE) {
 		p->gone = true;
@@ -557,14 +561,72 @@ static void keep_sample(struct prof_tick_state *e, struct prof_process *p, size_
 	};
 }
 
+/* The threads a repeat may be decided for: the thread table, when no larger than this. */
+#define STILL_MAX_THREADS 256
+
+/*
+ * A process none of whose threads has been on a CPU since the last tick
+ * read their schedstat (the same run time and switch count) has not
+ * changed since: no frame, no GIL hand-over, no thread can have come or
+ * gone, nothing can have been mapped. Its tick is the last one again,
+ * with no stop, no listing and no memory read: an idle service costs a
+ * schedstat read per thread a tick. Only after a tick that walked, in
+ * the default mode and cleanly, every thread the process has (the tracer
+ * seizes no other, and none is stopped, interrupted or owed a signal);
+ * not with --native, whose kept stacks were merged already.
+ */
+static bool process_still(const struct prof_process *p)
+{
+	if (!p->repeatable || p->nth != p->nw || p->nth == 0) {
+		return false;
+	}
+	for (size_t i = 0; i < p->nth; i++) {
+		if (!p->th[i].task.slept || p->th[i].task.failed) {
+			return false;
+		}
+	}
+	return true;
+}
+
+/* After a tick of n listed threads (one: held one at a time): whether the next may repeat it. */
+static bool repeatable(struct prof_process *p, long n, bool one)
+{
+	const struct spy_tracer_ops *ops = p->h.tracer;
+	if (!one || n <= 0 || p->nat || !ops->traces_only || (size_t)n != p->nth || p->nth > STILL_MAX_THREADS) {
+		return false;
+	}
+	pid_t tids[STILL_MAX_THREADS];
+	for (size_t i = 0; i < p->nth; i++) {
+		const struct prof_walked *t = &p->w[i];
+		if (t->rc != 0 || t->stack.truncated || !thread_find(p, p->py[i].native_tid, i)) {
+			return false;
+		}
+		tids[i] = p->th[i].task.tid;
+	}
+	/* The table's threads (each checked by process_still) are all the tracer seized. */
+	return ops->traces_only(&p->h, tids, p->nth);
+}
+
 void prof_tick_process(struct prof_tick_state *e, struct prof_process *p, bool *gil_held)
 {
 	uint64_t now = ticker_now_ns();
 	bool one = p->attached;
-	long n = one ? sample_held(e, p, now) : -2;
+	bool refreshed = p->repeatable && one;
+	if (refreshed) {
+		threads_refresh(e, p);
+	}
+	p->still = refreshed && process_still(p);
+	long n;
+	if (p->still) {
+		n = (long)p->nw;
+		hold_account(e, 0, 0, false);
+		e->still.ticks++;
+	} else {
+		n = one ? sample_held(e, p, now, refreshed) : -2;
+	}
 	if (n == -2) {
 		one = false;
-		n = sample_paused(e, p, now);
+		n = sample_paused(e, p, now, refreshed);
 	}
 	/* The process runs again; everything below is ours alone. */
 	for (long i = 0; i < n; i++) {
@@ -574,7 +636,7 @@ void prof_tick_process(struct prof_tick_state *e, struct prof_process *p, bool *
 		pid_t tid = p->py[i].native_tid;
 		if (tid > 0) {
 			th = thread_get(e, p, tid, (size_t)i, &fresh);
-			fresh = one ? t->fresh : fresh;
+			fresh = one && !p->still ? t->fresh : fresh;
 			th->seen = true;
 			/* Names are interned: a new pointer is a new (or first) name. */
 			if (t->name != th->name) {
@@ -591,6 +653,7 @@ void prof_tick_process(struct prof_tick_state *e, struct prof_process *p, bool *
 		/* Forget threads that are gone, so their stat files do not pile up. */
 		threads_prune(p, false);
 	}
+	p->repeatable = !p->gone && repeatable(p, n, one);
 }
 
 /* --async: while asyncio is not loaded (3.14's _asyncio is a module loaded
@@ -599,7 +662,8 @@ void prof_tick_process(struct prof_tick_state *e, struct prof_process *p, bool *
 
 void prof_side_reads(struct prof_tick_state *e, struct prof_process *p, uint64_t now)
 {
-	if (p->gone) {
+	/* Nothing ran since the last look: nothing new is mapped, no module loaded. */
+	if (p->gone || p->still) {
 		return;
 	}
 	/* A slowly growing heap is followed even where no walk fails. */
@@ -636,6 +700,10 @@ void prof_holds_log(const struct prof_tick_state *e)
 			(unsigned long long)h->over_goal, (unsigned long long)(PROF_HOLD_GOAL_NS / 1000),
 			h->stops ? (double)h->stop_sum_ns / 1e3 / (double)h->stops : 0.0,
 			(unsigned long long)h->frozen, (unsigned long long)h->offcpu);
+	}
+	if (e->still.ticks) {
+		spy_log(SPY_LOG_DEBUG, "engine: %llu process ticks repeated the last: none of its threads had run",
+			(unsigned long long)e->still.ticks);
 	}
 	if (e->still.kept || e->still.read) {
 		spy_log(SPY_LOG_DEBUG, "engine: sleeping threads not stopped: %llu stacks kept from earlier, %llu read",

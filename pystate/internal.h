@@ -161,6 +161,15 @@ struct pyrt {
 		spy_addr_t known_interp[8]; /* threading._active found, by interpreter */
 		spy_addr_t known_active[8];
 		size_t nknown;
+		/*
+		 * threading not in sys.modules when last looked: sys.modules
+		 * then (where, its entries' array, how many in use or
+		 * deleted, how many in use), and the passes since that took
+		 * it for unchanged.
+		 */
+		spy_addr_t miss_interp, miss_modules, miss_entries;
+		uint64_t miss_n, miss_used;
+		unsigned miss_skips;
 	} names_pass;
 
 	/* dump --locals (locals.c): remote reads allowed in all (0: no bound), and made. */

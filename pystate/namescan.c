@@ -122,6 +122,9 @@ static bool read_ptr_ok(struct pyrt *rt, spy_addr_t at, spy_addr_t *p)
 	return spy_mem_read_addr(rt->mem, at, p) == 0;
 }
 
+/* Passes that may take an unchanged sys.modules for one still without threading. */
+#define NAMES_MISS_SKIPS 10
+
 /* threading._active of interp: remembered, else looked up (sys.modules, the module's dict). */
 static spy_addr_t active_of(struct pyrt *rt, spy_addr_t interp)
 {
@@ -133,11 +136,37 @@ static spy_addr_t active_of(struct pyrt *rt, spy_addr_t interp)
 	}
 	const struct pyoffsets *o = &rt->off;
 	spy_addr_t modules, threading, md, active = 0;
-	if (read_ptr_ok(rt, interp + o->interp_modules, &modules) &&
-	    (threading = pyrt_dict_get(rt, modules, "threading")) &&
+	if (!read_ptr_ok(rt, interp + o->interp_modules, &modules)) {
+		return 0;
+	}
+	/*
+	 * A program that never imports threading: looking for it is reading
+	 * every key of sys.modules, each pass (100 us a second a process).
+	 * An import adds an entry to sys.modules, so while it has as many
+	 * entries (in use, and in use or deleted) at the same place,
+	 * threading is still not there; looked up anyway every
+	 * NAMES_MISS_SKIPS passes, should a dict change escape the measure.
+	 */
+	struct dview mv;
+	memset(&mv, 0, sizeof(mv));
+	uint64_t used = 0;
+	bool sig = pyrt_dict_view(rt, modules, &mv) == 0 &&
+		   spy_mem_read(rt->mem, modules + o->dict_used, &used, sizeof(used)) == 0;
+	if (sig && p->miss_interp == interp && p->miss_modules == modules && p->miss_entries == mv.entries &&
+	    p->miss_n == mv.n && p->miss_used == used && p->miss_skips < NAMES_MISS_SKIPS) {
+		p->miss_skips++;
+		return 0;
+	}
+	if ((threading = pyrt_dict_get(rt, modules, "threading")) &&
 	    read_ptr_ok(rt, threading + o->module_dict, &md)) {
 		active = pyrt_dict_get(rt, md, "_active");
 	}
+	p->miss_interp = sig && !threading ? interp : 0;
+	p->miss_modules = modules;
+	p->miss_entries = mv.entries;
+	p->miss_n = mv.n;
+	p->miss_used = used;
+	p->miss_skips = 0;
 	if (active && p->nknown < SPY_ARRAY_SIZE(p->known_interp)) {
 		p->known_interp[p->nknown] = interp;
 		p->known_active[p->nknown++] = active;

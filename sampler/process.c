@@ -104,6 +104,11 @@ static int live_poll(struct spy_process *p)
 	return proc_poll(live(p));
 }
 
+static bool live_traces_only(struct spy_process *p, const pid_t *tids, size_t n)
+{
+	return proc_traces_only(live(p), tids, n);
+}
+
 static void live_detach(struct spy_process *p)
 {
 	proc_detach(live(p));
@@ -182,6 +187,7 @@ static const struct spy_tracer_ops live_tracer = {
 	.stop_thread = live_stop_thread,
 	.resume_thread = live_resume_thread,
 	.poll = live_poll,
+	.traces_only = live_traces_only,
 	.detach = live_detach,
 	.alive = live_alive,
 	.exit_status = live_exit_status,

@@ -54,6 +54,8 @@ struct spy_tracer_ops {
 	void (*resume_thread)(struct spy_process *p);
 	/* Attached, between stops: let self-stopped threads go on; -SPY_EGONE once gone. */
 	int (*poll)(struct spy_process *p);
+	/* Whether the threads seized are exactly tids, none stopped or owed a signal (proc_traces_only). */
+	bool (*traces_only)(struct spy_process *p, const pid_t *tids, size_t n);
 	void (*detach)(struct spy_process *p);
 	/* Not attached: whether it still runs (one cheap read). */
 	bool (*alive)(struct spy_process *p);

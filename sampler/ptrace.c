@@ -798,6 +798,25 @@ void proc_resume_thread(struct proc *p)
 	memcache_view(p, false);
 }
 
+bool proc_traces_only(struct proc *p, const pid_t *tids, size_t n)
+{
+	if (!p->attached || p->paused || p->held || p->execed || n != p->ntracees) {
+		return false;
+	}
+	for (size_t i = 0; i < p->ntracees; i++) {
+		const struct proc_tracee *t = &p->tracees[i];
+		if (t->state != TRACEE_RUNNING || t->interrupted || t->sig) {
+			return false;
+		}
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (!find_tracee(p->tracees, p->ntracees, tids[i])) {
+			return false;
+		}
+	}
+	return true;
+}
+
 int proc_poll(struct proc *p)
 {
 	if (!p->attached || p->paused) {

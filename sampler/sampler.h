@@ -217,6 +217,13 @@ int proc_resume(struct proc *p, struct spy_err *err);
  * proc_resume_thread: restart the thread held, if any (and stopped).
  */
 int proc_track(struct proc *p);
+/*
+ * Whether the threads seized are exactly tids (n distinct), all running
+ * as far as ptrace goes: none stopped, interrupted or owed a signal. A
+ * caller that knows each of them has not been on a CPU since it last
+ * looked (schedstat) then knows the whole process has not either.
+ */
+bool proc_traces_only(struct proc *p, const pid_t *tids, size_t n);
 int proc_stop_thread(struct proc *p, pid_t tid, uint64_t wait_ns);
 void proc_resume_thread(struct proc *p);
 /* Detach from every thread (resuming any that is stopped). Idempotent. */

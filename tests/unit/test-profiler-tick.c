@@ -4,7 +4,7 @@
  * for ptrace and /proc: every stop is matched by a resume and nothing is
  * left attached; never two threads held at once, the GIL holder first,
  * sleepers not stopped without -i, and with -i not when their stacks are
- * known unchanged; threads frozen behind the holder's GIL walked without a
+ * known unchanged; a process none of whose threads ran is not touched; threads frozen behind the holder's GIL walked without a
  * stop of their own (not those of an interpreter with its own GIL, nor
  * with --native); the whole-process pause where a thread has no TID, with
  * no read while the process runs; the activity rule; torn and truncated
@@ -58,6 +58,8 @@ struct fake_proc {
 	int stops_of[MAX_FAKE_THREADS];
 	bool in_tick;              /* a stop happened since the last track */
 	bool no_still;             /* the backend cannot tell a thread stayed asleep */
+	bool only_python;          /* the tracer seizes the Python threads alone (traces_only can say yes) */
+	int fresh_views;
 };
 
 struct fake_world {
@@ -185,6 +187,7 @@ static bool f_execed(const struct spy_process *p)
 
 static void f_fresh_view(struct spy_process *p)
 {
+	fp_of(p)->fresh_views++;
 }
 
 /* The memory a cut chain lacked was mapped since: a new maps read finds it. */
@@ -273,6 +276,17 @@ static void f_thread_wait(const struct spy_process *p, pid_t tid, struct spy_wai
 	memset(out, 0, sizeof(*out));
 }
 
+/* As ptrace.c: every thread seized is one of tids, and none is stopped. */
+static bool f_traces_only(struct spy_process *p, const pid_t *tids, size_t n)
+{
+	struct fake_proc *f = fp_of(p);
+	bool all = f->only_python && n == f->nth && !f->held && !f->paused;
+	for (size_t i = 0; all && i < n; i++) {
+		all = thread_by_tid(tids[i]) != NULL;
+	}
+	return all;
+}
+
 static int f_track(struct spy_process *p)
 {
 	struct fake_proc *f = fp_of(p);
@@ -324,6 +338,7 @@ static const struct spy_tracer_ops fake_tracer = {
 	.stop_thread = f_stop_thread,
 	.resume_thread = f_resume_thread,
 	.poll = f_poll,
+	.traces_only = f_traces_only,
 	.detach = f_detach,
 	.alive = f_alive,
 	.exit_status = f_exit_status,
@@ -624,6 +639,50 @@ static void test_sleepers_not_stopped(void)
 	}
 }
 
+/*
+ * A process none of whose threads ran since the last tick: the tick is the
+ * last one again, with nothing stopped, listed or read (only schedstat);
+ * not when one ran, nor when the tracer seizes a thread that is not
+ * Python's (it may have run unseen).
+ */
+static void test_still_process_repeated(void)
+{
+	static const struct {
+		bool scheduled, only_python;
+		int full;
+	} cases[] = {
+		{ false, true, 1 },
+		{ true, true, 10 },
+		{ false, false, 10 },
+	};
+	for (size_t c = 0; c < SPY_ARRAY_SIZE(cases); c++) {
+		struct fake_world w;
+		struct spy_strtab strs = SPY_STRTAB_INIT;
+		setup(&w);
+		/* Two threads asleep, the first holding the GIL (its stack is kept every tick). */
+		w.procs[0].nth = 2;
+		w.procs[0].th[1].state = 'S';
+		w.procs[0].th[1].scheduled = cases[c].scheduled;
+		w.procs[0].only_python = cases[c].only_python;
+		struct profiler *p = run(&w, (struct prof_opts){ 0 }, 10, &strs);
+		struct fake_proc *f = &w.procs[0];
+		CHECK_INT(f->tracks, cases[c].full);
+		CHECK_INT(f->fresh_views, cases[c].full);
+		CHECK_INT(f->stops_of[0], cases[c].full);
+		CHECK_INT(f->stops_of[1], 0);
+		/* The same samples either way: the holder's stack every tick, the sleeper's never. */
+		CHECK_INT(w.stacks, 10);
+		struct prof_stats s = stats(p);
+		CHECK_INT(s.samples, 10);
+		CHECK_INT(s.thread_samples, 20);
+		CHECK_INT(s.active_samples, 10);
+		CHECK_INT(s.gil_ticks, 10);
+		CHECK_INT(prof_errors(&s), 0);
+		CHECK_INT(f->detaches, 1);
+		teardown(&w, p, &strs);
+	}
+}
+
 /* A thread without a TID cannot be held alone: the whole process is paused, and read only then. */
 static void test_whole_pause(void)
 {
@@ -792,6 +851,7 @@ int main(void)
 	test_frozen_behind_holder();
 	test_offcpu_held();
 	test_sleepers_not_stopped();
+	test_still_process_repeated();
 	test_whole_pause();
 	test_nonblocking_and_truncated();
 	test_maps_and_dropped();
