@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "common/err.h"
 #include "common/util.h"
@@ -57,8 +59,10 @@ static void trail_free(struct memcache_trail *t)
 void memcache_init(struct proc *p)
 {
 	struct memcache *c = &p->mc;
-	/* calloc: the untouched lines cost no memory until first fetched into. */
-	c->data = spy_xcalloc(MEMCACHE_LINES, sizeof(*c->data));
+	/* Mapped: page-aligned lines (see trim), and the untouched ones cost no memory until first fetched into. */
+	void *d = mmap(NULL, MEMCACHE_LINES * (size_t)MEMCACHE_LINE, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	c->data = d == MAP_FAILED ? NULL : d;
 	c->gen = 1;
 	c->on = false;
 	c->trails[0] = trail_new(MEMCACHE_LINES);
@@ -66,7 +70,9 @@ void memcache_init(struct proc *p)
 
 void memcache_free(struct proc *p)
 {
-	free(p->mc.data);
+	if (p->mc.data) {
+		munmap(p->mc.data, MEMCACHE_LINES * (size_t)MEMCACHE_LINE);
+	}
 	p->mc.data = NULL;
 	for (size_t i = 0; i < MEMCACHE_TRAILS; i++) {
 		trail_free(p->mc.trails[i]);
@@ -163,12 +169,38 @@ static void prefetch_trail(struct proc *p, const struct memcache_trail *t)
 	c->stats.prefetched += whole;
 }
 
+/*
+ * Every MEMCACHE_TRIM_VIEWS views, the lines no view read in that long are
+ * given back to the kernel (their pages are only ever read once fetched
+ * into again: a line is valid in the view that fetched it alone). Without
+ * it a cache kept its every page once touched, 2 MiB a process however
+ * little its walks read: a long `spy agent` grew towards that times the
+ * processes it profiles. Only where a line is a page.
+ */
+#define MEMCACHE_TRIM_VIEWS 1024u
+
+static void trim(struct memcache *c)
+{
+	if (!c->data || c->gen % MEMCACHE_TRIM_VIEWS || sysconf(_SC_PAGESIZE) != MEMCACHE_LINE) {
+		return;
+	}
+	for (size_t i = 0; i < MEMCACHE_LINES; i++) {
+		if (c->line_used[i] && c->line_used[i] + MEMCACHE_TRIM_VIEWS < c->gen) {
+			madvise(c->data[i], MEMCACHE_LINE, MADV_DONTNEED);
+			c->line_used[i] = 0;
+			c->line_gen[i] = 0;
+			c->stats.trimmed++;
+		}
+	}
+}
+
 /* A new view recording into t (NULL: off), first fetching what t read last time. */
 static void view_start(struct proc *p, struct memcache_trail *t)
 {
 	struct memcache *c = &p->mc;
 	view_end(c);
 	c->gen++;
+	trim(c);
 	c->on = t != NULL;
 	if (!t) {
 		return;

@@ -304,8 +304,9 @@ void spy_process_log_stats(const struct spy_process *p)
 	proc_mem_stats(live(p), &ms);
 	spy_log(SPY_LOG_DEBUG,
 		"process %d memory: %llu reads, %llu hits, %llu misses, "
-		"%llu uncached, %llu lines prefetched, %llu syscalls",
+		"%llu uncached, %llu lines prefetched, %llu syscalls, %llu lines trimmed",
 		(int)proc_pid(live(p)), (unsigned long long)ms.reads, (unsigned long long)ms.hits,
 		(unsigned long long)ms.misses, (unsigned long long)ms.uncached,
-		(unsigned long long)ms.prefetched, (unsigned long long)ms.syscalls);
+		(unsigned long long)ms.prefetched, (unsigned long long)ms.syscalls,
+		(unsigned long long)ms.trimmed);
 }

@@ -432,6 +432,7 @@ struct proc_mem_stats {
 	uint64_t fallbacks; /* of the misses, those whose fetch fell short (also uncached) */
 	uint64_t syscalls;  /* process_vm_readv / pread / preadv issued by the reader */
 	uint64_t prefetched; /* lines fetched ahead by proc_mem_prefetch's views */
+	uint64_t trimmed;   /* lines given back to the kernel, unread for long (memcache.c) */
 };
 
 /* Drop every cached line (O(1)) and serve later reads from a fresh view. */

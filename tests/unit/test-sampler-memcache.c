@@ -195,6 +195,28 @@ static void test_repeated_hits(struct proc *p)
 	CHECK(b.hits > a.hits);
 }
 
+/*
+ * A line no view read for over a thousand views is given back to the
+ * kernel (memcache.c's trim), and a read of it later fetches it afresh.
+ */
+static void test_trim(struct proc *p)
+{
+	struct proc_mem_stats a, b;
+	proc_mem_invalidate(p);
+	CHECK(read_matches(p, region, 8));
+	CHECK(read_matches(p, region + 3 * 4096, 8));
+	proc_mem_stats(p, &a);
+	for (int i = 0; i < 2100; i++) {
+		proc_mem_invalidate(p);
+	}
+	proc_mem_stats(p, &b);
+	CHECK(b.trimmed >= a.trimmed + 2);
+	CHECK(read_matches(p, region, 8));
+	CHECK(read_matches(p, region + 3 * 4096, 8));
+	proc_mem_stats(p, &a);
+	CHECK_INT(a.misses - b.misses, 2);
+}
+
 static void test_boundaries(struct proc *p)
 {
 	struct proc_mem_stats a, b;
@@ -441,6 +463,7 @@ static void test_reads(struct child *c, struct proc *p)
 	test_running_uncached(c, p);
 	test_invalidate_view(c, p);
 	test_repeated_hits(p);
+	test_trim(p);
 	test_boundaries(p);
 	test_guard(p);
 }
