@@ -331,6 +331,14 @@ _discovered = []
 _variants = []
 
 
+def host_python():
+    """The newest interpreter with a GIL found outside the root, for the
+    benches that run a target as a plain command (a root's path means
+    nothing on the host); None if there is none."""
+    interps = [i for i in discover()[0] if not i.root and not i.env and not i.free_threaded]
+    return interps[-1].path if interps else None
+
+
 def discover(chroot=False, variants=False):
     """Find interpreters. Returns (interps, problems).
 
