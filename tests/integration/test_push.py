@@ -408,8 +408,9 @@ def interrupted(interp):
                                  or (len(reqs) == 2 and reqs[0].until % 60)):
                     p.append("SIGINT: windows %s pushed, expected the open one"
                              % [(r.frm, r.until, r.sample_count()) for r in reqs])
-                # A stop signal ends any command within a second (the last window waits 0.5 s at most).
-                if down and (took > 1.5 or "1 not sent in time" not in err):
+                # A stop signal ends any command within a second (the last window waits 0.5 s at most);
+                # two windows are left unsent when the run crossed a minute, as above.
+                if down and (took > 1.5 or not re.search(r"\b[12] not sent in time", err)):
                     p.append("SIGINT, receiver down: exit after %.1f s, stderr %r" % (took, err.strip()[-300:]))
         finally:
             recv.close()
