@@ -41,24 +41,16 @@ static void thread_root(struct prof_tick_state *e, struct prof_thread *th, const
 	spy_buf_release(&b);
 }
 
-/*
- * hint: where tid is likely to be (its place in the thread list: the table
- * grows in listing order), tried first; else the index. A new thread is
- * listed first but added last, so after one the hints miss for a while.
- */
-static struct prof_thread *thread_find(struct prof_process *p, pid_t tid, size_t hint)
+/* Thread tid's entry in the table, or NULL. */
+static struct prof_thread *thread_find(struct prof_process *p, pid_t tid)
 {
-	if (hint < p->nth && p->th[hint].task.tid == tid) {
-		return &p->th[hint];
-	}
 	uint64_t i = spy_hmap_get(&p->th_index, (uint64_t)(uint32_t)tid);
 	return i == SPY_HMAP_NONE ? NULL : &p->th[i];
 }
 
-static struct prof_thread *thread_get(struct prof_tick_state *e, struct prof_process *p, pid_t tid, size_t hint,
-					bool *fresh)
+static struct prof_thread *thread_get(struct prof_tick_state *e, struct prof_process *p, pid_t tid, bool *fresh)
 {
-	struct prof_thread *found = thread_find(p, tid, hint);
+	struct prof_thread *found = thread_find(p, tid);
 	if (found) {
 		*fresh = false;
 		return found;
@@ -361,7 +353,7 @@ static struct prof_thread *hold_prepare(struct prof_tick_state *e, struct prof_p
 {
 	struct prof_walked *t = &p->w[i];
 	bool fresh;
-	struct prof_thread *th = thread_get(e, p, p->py[i].native_tid, i, &fresh);
+	struct prof_thread *th = thread_get(e, p, p->py[i].native_tid, &fresh);
 	p->w[i].fresh = fresh;
 	if (!wanted(e, t, th)) {
 		t->holds_gil = false;
@@ -400,7 +392,7 @@ static void walk_frozen(struct prof_tick_state *e, struct prof_process *p, size_
 		 * A thread never walked is left to its own hold: its first walk
 		 * decodes every code object it meets, too long to add to h's.
 		 */
-		const struct prof_thread *known = thread_find(p, p->py[j].native_tid, j);
+		const struct prof_thread *known = thread_find(p, p->py[j].native_tid);
 		if (!known || !known->walked || !prof_walk_frozen_by(p, h, j)) {
 			continue;
 		}
@@ -598,7 +590,7 @@ static bool repeatable(struct prof_process *p, long n, bool one)
 	pid_t tids[STILL_MAX_THREADS];
 	for (size_t i = 0; i < p->nth; i++) {
 		const struct prof_walked *t = &p->w[i];
-		if (t->rc != 0 || t->stack.truncated || !thread_find(p, p->py[i].native_tid, i)) {
+		if (t->rc != 0 || t->stack.truncated || !thread_find(p, p->py[i].native_tid)) {
 			return false;
 		}
 		tids[i] = p->th[i].task.tid;
@@ -635,7 +627,7 @@ void prof_tick_process(struct prof_tick_state *e, struct prof_process *p, bool *
 		bool fresh = false, idle = false;
 		pid_t tid = p->py[i].native_tid;
 		if (tid > 0) {
-			th = thread_get(e, p, tid, (size_t)i, &fresh);
+			th = thread_get(e, p, tid, &fresh);
 			fresh = one && !p->still ? t->fresh : fresh;
 			th->seen = true;
 			/* Names are interned: a new pointer is a new (or first) name. */
