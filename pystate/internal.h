@@ -100,7 +100,7 @@ struct pyrt {
 	uint64_t tab_over_budget;   /* tables dropped for it */
 
 	/* Decoded frames by address (walk.c, pyframe_memo); allocated on first use. */
-	unsigned char *memo;        /* PYFRAME_MEMO_SLOTS entries of memo_stride bytes */
+	unsigned char *memo;        /* PYFRAME_MEMO_WAYS x PYFRAME_MEMO_SETS entries of memo_stride bytes */
 	size_t memo_stride;
 	uint64_t walks;             /* stacks walked so far: the memo's clock */
 	uint64_t memo_hits, memo_misses;
@@ -278,13 +278,15 @@ void pyrt_read_value(struct pyrt *rt, spy_addr_t obj, struct py_value *v);
  * The frame memo: a frame whose copied bytes (rt->frame_span of them) are
  * the same as when it was last decoded decodes the same way, so a sample
  * that finds most of a deep stack where it left it reads no code object
- * for those frames. Direct-mapped by frame address; an entry is trusted
+ * for those frames. Set-associative by frame address (the set from the
+ * address's bits, PYFRAME_MEMO_WAYS entries each); an entry is trusted
  * for PYFRAME_MEMO_TTL walks, then decoded again through the code cache
  * (which checks the code object's fingerprint), so a code object freed and
  * its address reused under a byte-identical frame is caught within that
- * many samples. Power of two.
+ * many samples. Powers of two.
  */
-#define PYFRAME_MEMO_SLOTS 2048
+#define PYFRAME_MEMO_SETS 1024
+#define PYFRAME_MEMO_WAYS 4
 #define PYFRAME_MEMO_TTL 64
 void pyframe_memo_release(struct pyrt *rt);
 int pyrt_walk_frameobj(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out);

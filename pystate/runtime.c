@@ -405,6 +405,12 @@ void pyrt_free(struct pyrt *rt)
 	if (!rt) {
 		return;
 	}
+	if (rt->walks) {
+		spy_log(SPY_LOG_DEBUG, "pystate: %llu stacks walked; frames memoized %llu, decoded %llu; code objects cached %llu, read %llu",
+			(unsigned long long)rt->walks, (unsigned long long)rt->memo_hits,
+			(unsigned long long)rt->memo_misses, (unsigned long long)rt->cache_hits,
+			(unsigned long long)rt->cache_misses);
+	}
 	pycode_cache_release(rt);
 	free(rt->names);
 	spy_hmap_release(&rt->name_index);

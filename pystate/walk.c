@@ -105,7 +105,10 @@ void pyframe_memo_release(struct pyrt *rt)
 	rt->memo_stride = 0;
 }
 
-/* The slot for frame f, or NULL when this walk keeps no memo. */
+/*
+ * Frame f's entry, or the one to replace with it (an empty one, else the
+ * one decoded longest ago); NULL when this walk keeps no memo.
+ */
 static struct pyframe_memo *memo_slot(struct pyrt *rt, spy_addr_t f)
 {
 	if (!rt->memo) {
@@ -115,14 +118,32 @@ static struct pyframe_memo *memo_slot(struct pyrt *rt, spy_addr_t f)
 			return NULL;
 		}
 		rt->memo_stride = (sizeof(struct pyframe_memo) + rt->frame_span + 7) & ~(size_t)7;
-		rt->memo = spy_xcalloc(PYFRAME_MEMO_SLOTS, rt->memo_stride);
+		rt->memo = spy_xcalloc((size_t)PYFRAME_MEMO_WAYS * PYFRAME_MEMO_SETS, rt->memo_stride);
 	}
-	/* By address, not hashed: a thread's frames lie next to each other, at
-	 * least 64 bytes apart, so they take neighbouring slots without
-	 * colliding, and a walk after a sleep touches a few contiguous pages
-	 * of the memo rather than a cache miss per frame. */
-	size_t i = (size_t)(f >> 6) & (PYFRAME_MEMO_SLOTS - 1);
-	return (struct pyframe_memo *)(rt->memo + i * rt->memo_stride);
+	/*
+	 * The set by address, not hashed: a thread's frames lie next to each
+	 * other, at least 64 bytes apart, so they take neighbouring sets
+	 * without colliding, and a walk after a sleep touches a few contiguous
+	 * pages of the memo rather than a cache miss per frame. Ways, because
+	 * threads' frame chunks are mapped alike: two at the same offset
+	 * modulo the sets' span are common (4 threads: most runs), and with
+	 * one way each thread's walk evicted the other's frames. Each way is
+	 * an array of its own, so a process whose frames never collide
+	 * touches only the first.
+	 */
+	size_t set = (size_t)(f >> 6) & (PYFRAME_MEMO_SETS - 1);
+	struct pyframe_memo *pick = NULL;
+	for (size_t w = 0; w < PYFRAME_MEMO_WAYS; w++) {
+		struct pyframe_memo *m = (struct pyframe_memo *)(rt->memo +
+			(w * PYFRAME_MEMO_SETS + set) * rt->memo_stride);
+		if (m->addr == f) {
+			return m;
+		}
+		if (!pick || (pick->addr && (!m->addr || m->stamp < pick->stamp))) {
+			pick = m;
+		}
+	}
+	return pick;
 }
 
 /* Still the frame memoized, byte for byte, and young enough to trust? */

@@ -482,6 +482,64 @@ static void test_memo(const struct pyoffsets *row)
 	scene_release(&s);
 }
 
+/*
+ * Threads whose frames lie at the same offset modulo the memo's span (as
+ * threads' frame chunks often do): walked in turn, each keeps its frames
+ * memoized, up to PYFRAME_MEMO_WAYS of them.
+ */
+static void test_memo_threads(const struct pyoffsets *row)
+{
+	if (row->build & PYBUILD_FT) {
+		return; /* no memo there */
+	}
+	struct scene s;
+	struct pyrt *rt = scene_open(&s, row);
+	if (!rt) {
+		return;
+	}
+	enum { NT = 4, DEPTH = 8 };
+	_Static_assert(NT <= PYFRAME_MEMO_WAYS && NT <= FAKEPY_MAX_THREADS, "threads");
+	const spy_addr_t span = (spy_addr_t)PYFRAME_MEMO_SETS * 64 * 2;
+	spy_addr_t code = fakepy_code(s.fp, "leaf", "l.py", 1, 20, 3, 2);
+	/* t1 and t2 are the scene's; their own frames stay above the new ones. */
+	spy_addr_t ts[NT] = { s.t1, s.t2, fakepy_thread(s.fp, s.interp, 4301), fakepy_thread(s.fp, s.interp, 4302) };
+	spy_addr_t first = 0;
+	for (size_t j = 0; j < NT; j++) {
+		spy_addr_t next = fakepy_alloc(s.fp, 0);
+		if (first) {
+			/* Thread j's first frame at first + j * span: the same sets as thread 0's. */
+			CHECK(first + j * span > next);
+			fakepy_alloc(s.fp, (size_t)(first + j * span - next));
+		}
+		for (size_t d = 0; d < DEPTH; d++) {
+			spy_addr_t f = fakepy_push_frame(s.fp, ts[j], code, 3, 0);
+			if (!first) {
+				first = f;
+			}
+			CHECK(d || f == first + j * span);
+		}
+	}
+	struct py_thread t;
+	memset(&t, 0, sizeof(t));
+	t.interp = s.interp;
+	struct spy_stack st = SPY_STACK_INIT;
+	uint64_t hits = 0;
+	for (int round = 0; round < 2; round++) {
+		hits = rt->memo_hits;
+		for (size_t j = 0; j < NT; j++) {
+			t.tstate = ts[j];
+			spy_stack_reset(&st);
+			CHECK_INT(pyrt_stack(rt, &t, &st, NULL), 0);
+			CHECK(st.n >= DEPTH && !strcmp(st.v[0].func, "leaf"));
+		}
+	}
+	/* The second round found every thread's new frames memoized. */
+	CHECK(rt->memo_hits - hits >= (uint64_t)NT * DEPTH);
+	spy_stack_release(&st);
+	pyrt_free(rt);
+	scene_release(&s);
+}
+
 /* Walk t1 after corrupting the image with fn; check the result is bounded. */
 static void walk_t1(struct scene *s, struct pyrt *rt, struct spy_stack *st, int *rc)
 {
@@ -916,6 +974,7 @@ int main(void)
 		}
 		test_name_cache(row);
 		test_memo(row);
+		test_memo_threads(row);
 	}
 	test_debug_offsets();
 	test_table_budget(pyoffsets_find(0x030d0000));
