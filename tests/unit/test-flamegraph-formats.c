@@ -119,7 +119,7 @@ static void test_hostile(void)
 		"\"'><g onload=alert(1)>",
 		"x\\\";alert(3);//",
 		"line\nbreak\r\ttab\x01\x7f",
-		"sep\xe2\x80\xa8" "ara\xe2\x80\xa9tor",
+		("sep\xe2\x80\xa8" "ara\xe2\x80\xa9tor"),
 		"bad \xff\xfe utf8 \xc0\xaf \xed\xa0\x80 trunc \xe2\x82",
 		"astral \xf0\x9f\x94\xa5 \xef\xbf\xbd &amp;",
 	};
@@ -166,8 +166,8 @@ static void test_deterministic(void)
 	struct spy_err err = SPY_ERR_INIT;
 	/* Lines reversed: frame ids differ, the folded order does not. */
 	const char *lines[] = {
-		"# spy-version: 0.0-test\n# rate-hz: 100\n# duration-s: 0.230\n# samples: 23\n"
-		"# command: python3 app.py\n",
+		("# spy-version: 0.0-test\n# rate-hz: 100\n# duration-s: 0.230\n# samples: 23\n"
+		 "# command: python3 app.py\n"),
 		"process 42 \"python3 app.py\";thread 43 \"worker\";run (threading.py:1012) 5\n",
 		"process 42 \"python3 app.py\";thread 43 \"worker\";run (threading.py:1012);sleep (libc.so.6) 7\n",
 		"process 42 \"python3 app.py\";thread 42 \"MainThread\";main (app.py:10) 2\n",

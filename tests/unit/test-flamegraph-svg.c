@@ -292,7 +292,7 @@ static void test_hostile(void)
 		"]]><script>alert(2)</script><![CDATA[",
 		"x\\\";alert(3);//",
 		"line\nbreak\r\ttab",
-		"sep\xe2\x80\xa8" "ara\xe2\x80\xa9tor",
+		("sep\xe2\x80\xa8" "ara\xe2\x80\xa9tor"),
 		"bad \xff\xfe utf8 \xc0\xaf \xed\xa0\x80 trunc \xe2\x82",
 		"astral \xf0\x9f\x94\xa5 &amp; &#60;",
 		"</script><script>alert(4)</script>",
