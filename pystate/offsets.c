@@ -1,7 +1,8 @@
 /*
  * Looking up a layout row by version. The rows themselves are generated
- * (offsets_table.c, by tools/gen-offsets); this file is the only code that
- * knows how they are keyed.
+ * (offsets_table.c, or offsets_table_aarch64.c on arm64, by
+ * tools/gen-offsets); this file is the only code that knows how they are
+ * keyed.
  *
  * Rows are keyed on major.minor and the build flavour (debug, free-threaded). CPython promises no layout stability
  * across minor versions, and in practice keeps it across micro releases; the

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The committed layout table is what tools/gen-offsets makes of the headers.
 
-pystate/offsets_table.c is generated, never edited by hand. This runs the
+pystate/offsets_table.c (this machine's CPU family's table: for aarch64,
+offsets_table_aarch64.c) is generated, never edited by hand. This runs the
 generator against every header set it finds (pyenv, /usr/include, the
 tools/pyroot root, the free-threaded 3.13t of tools/pyroot build-ft) and
 compares its output with the committed file, so that
@@ -18,8 +19,15 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-TABLE = os.path.join(REPO, "pystate", "offsets_table.c")
 TOOL = os.path.join(REPO, "tools", "gen-offsets")
+sys.path.insert(0, HERE)
+import genoffsets  # noqa: E402
+
+
+def table_path():
+    """This machine's table, as the tool names it."""
+    tool = genoffsets.load()
+    return os.path.join(REPO, "pystate", tool.TABLES[tool.parse_args([])["arch"]])
 
 
 def sources(text):
@@ -29,7 +37,9 @@ def sources(text):
 
 
 def main():
-    with open(TABLE) as f:
+    table = table_path()
+    name = os.path.relpath(table, REPO)
+    with open(table) as f:
         committed = f.read()
     r = subprocess.run([sys.executable, TOOL, "--stdout"], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, universal_newlines=True)
@@ -44,11 +54,11 @@ def main():
               % ", ".join(missing))
         return 77
     if r.stdout == committed:
-        print("PASS offsets table: tools/gen-offsets reproduces pystate/offsets_table.c "
-              "(%d header sets)" % len(sources(committed)))
+        print("PASS offsets table: tools/gen-offsets reproduces %s "
+              "(%d header sets)" % (name, len(sources(committed))))
         return 0
     diff = difflib.unified_diff(committed.splitlines(), r.stdout.splitlines(),
-                                "pystate/offsets_table.c", "tools/gen-offsets --stdout", lineterm="")
+                                name, "tools/gen-offsets --stdout", lineterm="")
     print("FAIL offsets table differs from what tools/gen-offsets generates:")
     for i, line in enumerate(diff):
         if i > 80:
