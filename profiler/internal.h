@@ -177,6 +177,8 @@ struct prof_holds {
 	uint64_t running;          /* threads read running under the GIL's switch count, not stopped */
 	uint64_t retried;          /* ... whose count moved during a first read */
 	uint64_t fell_back;        /* ... and again during the second: held */
+	uint64_t last_holder;      /* threads held as their GIL's last holder (see read_running) */
+	uint64_t stopped;          /* threads stopped, one at a time */
 	uint64_t most_stopped;     /* the most threads stopped in one tick */
 };
 /* -i: stacks of sleeping threads taken without a stop (still_stack in tick.c): kept, read. */

@@ -471,38 +471,49 @@ static void hold_one(struct prof_tick_state *e, struct prof_process *p, size_t i
  * running under its GIL's switch count (pyrt_gil_switches): taken if the
  * count did not move and the thread was not the GIL's last holder, when
  * it could not have run Python all along. Its thread state is looked at
- * again inside the window, as a held thread's is. False: the walk does
- * not stand (the count moved, or could not be read), for another try or
- * a hold.
+ * again inside the window, as a held thread's is. Not read: the GIL's
+ * last holder, which may take the GIL back without a switch counted (it
+ * holds the GIL, or did last; later in the tick the GIL may have moved
+ * on).
  */
-static bool read_running(struct prof_tick_state *e, struct prof_process *p, size_t i, struct prof_thread *th,
-			 uint64_t now)
+enum read_rc {
+	READ_NOT = -1,   /* no count to read: held */
+	READ_MOVED,      /* the count moved: read again, or held */
+	READ_OK,
+	READ_LAST,       /* the GIL's last holder: looked at again, or held */
+};
+static enum read_rc read_running(struct prof_tick_state *e, struct prof_process *p, size_t i,
+				 struct prof_thread *th, uint64_t now)
 {
 	struct py_thread *py = &p->py[i];
 	struct prof_walked *t = &p->w[i];
 	uint64_t before, after;
 	spy_addr_t last;
-	if (pyrt_gil_switches(p->rt, py->interp, &before, &last) < 0 || last == py->tstate) {
-		return false;
+	if (pyrt_gil_switches(p->rt, py->interp, &before, &last) < 0) {
+		return READ_NOT;
+	}
+	if (last == py->tstate) {
+		return READ_LAST;
 	}
 	walk_held(e, p, i, now);
 	/* Its code objects are decoded now: a hold after this needs no warm-up walk. */
 	th->walked = true;
 	if (pyrt_gil_switches(p->rt, py->interp, &after, &last) < 0 || after != before) {
-		return false;
+		return READ_MOVED;
 	}
 	/* Not holding the GIL since the count was read, whatever the recheck saw. */
 	py->holds_gil = t->holds_gil = false;
 	e->holds.running++;
-	return true;
+	return READ_OK;
 }
 
 /*
  * Pass pass of sample_held over listed thread i: 0, the GIL holder as
  * listed, held (nothing else can change hands while it is); 1, every other
  * thread, read running under the switch count where it can be read, else
- * held; 2, those whose count moved: read once more (the GIL may have moved
- * on), then held. At most one retry a thread a tick.
+ * held; 2, those whose count moved, or that were the GIL's last holder:
+ * read once more (the GIL may have moved on), then held. At most one
+ * retry a thread a tick.
  */
 static void hold_pass(struct prof_tick_state *e, struct prof_process *p, size_t i, int pass, uint64_t now,
 		      struct hold_tick *ht)
@@ -516,17 +527,17 @@ static void hold_pass(struct prof_tick_state *e, struct prof_process *p, size_t 
 		return;
 	}
 	t->retry = false;
-	if (pass > 0 && ht->counted) {
-		if (read_running(e, p, i, th, now)) {
-			return;
-		}
-		if (pass == 1) {
-			t->retry = true;
-			e->holds.retried++;
-			return;
-		}
-		e->holds.fell_back++;
+	enum read_rc rc = pass > 0 && ht->counted ? read_running(e, p, i, th, now) : READ_NOT;
+	if (rc == READ_OK) {
+		return;
 	}
+	if (rc != READ_NOT && pass == 1) {
+		t->retry = true;
+		e->holds.retried += rc == READ_MOVED;
+		return;
+	}
+	e->holds.fell_back += rc == READ_MOVED;
+	e->holds.last_holder += rc == READ_LAST;
 	hold_one(e, p, i, th, now, ht);
 }
 
@@ -600,6 +611,7 @@ static long sample_held(struct prof_tick_state *e, struct prof_process *p, uint6
 		}
 	}
 	hold_account(e, ht.longest, ht.total, false);
+	e->holds.stopped += ht.stopped;
 	e->holds.most_stopped = ht.stopped > e->holds.most_stopped ? ht.stopped : e->holds.most_stopped;
 	return (long)n;
 }
@@ -761,7 +773,8 @@ void prof_holds_log(const struct prof_tick_state *e)
 			"%llu walks behind the GIL holder's hold, without a stop; "
 			"%llu threads held off a CPU, interrupted before they stopped; "
 			"%llu threads read running under the GIL's switch count, %llu read again, "
-			"%llu held after all; at most %llu threads stopped in one tick",
+			"%llu held after all, %llu held as the GIL's last holder; "
+			"%llu threads stopped in all, at most %llu in one tick",
 			(double)h->longest_sum_ns / 1e3 / (double)h->ticks, (double)h->longest_max_ns / 1e3,
 			(double)h->total_sum_ns / 1e3 / (double)h->ticks, (double)h->total_max_ns / 1e3,
 			(unsigned long long)h->whole_ticks, (unsigned long long)h->ticks,
@@ -769,7 +782,8 @@ void prof_holds_log(const struct prof_tick_state *e)
 			h->stops ? (double)h->stop_sum_ns / 1e3 / (double)h->stops : 0.0,
 			(unsigned long long)h->frozen, (unsigned long long)h->offcpu,
 			(unsigned long long)h->running, (unsigned long long)h->retried,
-			(unsigned long long)h->fell_back, (unsigned long long)h->most_stopped);
+			(unsigned long long)h->fell_back, (unsigned long long)h->last_holder,
+			(unsigned long long)h->stopped, (unsigned long long)h->most_stopped);
 	}
 	if (e->still.ticks) {
 		spy_log(SPY_LOG_DEBUG, "engine: %llu process ticks repeated the last: none of its threads had run",
