@@ -119,6 +119,7 @@ struct proc_task {
 	bool failed;               /* the last refresh could not open a file */
 	bool slept;                /* with_cpu: not on a CPU since the previous refresh (see below) */
 	uint64_t cpu_ns, read_ns;  /* schedstat's run time at the last R reading, and when */
+	uint64_t delay_ns;         /* schedstat's runqueue wait at the last R reading */
 	uint64_t run_ns, pcount;   /* schedstat's run time and times scheduled, last read */
 };
 
@@ -140,6 +141,19 @@ void proc_task_close(struct proc_task *t);
  * 52 fields) into a schedstat read (3).
  */
 void proc_task_refresh(struct proc_task *t, bool with_cpu);
+/*
+ * Whether a thread read R ran: a pause interrupts sleeping syscalls, and a
+ * thread restarting one stays runnable (R) until a CPU is free, which on a
+ * loaded machine can outlast a tick; so an R is trusted when the thread
+ * was R at the previous refresh too (states are read before anything is
+ * stopped, so that one saw no pause of the tick before), or since its
+ * previous R reading (elapsed_ns ago) it ran a real share of the time, or
+ * waited for a CPU (the kernel's run_delay) a real share and longer than
+ * it ran. A thread starved of CPU, by load or by its cgroup's cpu.max,
+ * runs only a sliver of each tick and is active all the same: it only
+ * waits for a CPU. was: the state letter at the previous refresh.
+ */
+bool proc_task_ran(char was, uint64_t ran_ns, uint64_t waited_ns, uint64_t elapsed_ns);
 /*
  * The rule behind slept, pure: t's last refresh read a state that is not R
  * (and had read schedstat before it), and schedstat now says the same run
@@ -263,8 +277,12 @@ bool proc_execed(const struct proc *p);
 
 /* Parse the text of /proc/.../stat: state letter, or 0 if malformed. Exposed for unit tests. */
 char proc_parse_stat_state(const char *text, size_t len);
-/* Parse task/TID/schedstat: run time (ns) and times scheduled; false if malformed. */
-bool proc_parse_schedstat(const char *text, size_t len, uint64_t *run_ns, uint64_t *pcount);
+/*
+ * Parse task/TID/schedstat: run time, time spent waiting on a runqueue
+ * (ns; the kernel adds a wait when it ends, as the thread gets a CPU) and
+ * times scheduled; false if malformed.
+ */
+bool proc_parse_schedstat(const char *text, size_t len, uint64_t *run_ns, uint64_t *delay_ns, uint64_t *pcount);
 /*
  * Parse /proc/PID/maps text into a sorted array of spy_map (paths copied into
  * *paths_out storage owned by the caller, freed with free()). Exposed for unit
