@@ -201,6 +201,17 @@ void proc_task_refresh(struct proc_task *t, bool with_cpu)
 		/* stat is there and schedstat is not: this kernel has none; not asked again. */
 		t->sched_fd = TASK_FILE_ABSENT;
 	}
+	/*
+	 * Attached, a tracing stop (t) is spy's own: a thread left interrupted
+	 * by a hold traps as it gets a CPU, until the next poll restarts it.
+	 * It wanted that CPU, so it is runnable, judged as an R by its CPU
+	 * time and runqueue wait; but a sleeper a hold woke traps too, so its
+	 * last state does not vouch for it.
+	 */
+	if (with_cpu && t->state == 't') {
+		t->state = 'R';
+		was = 0;
+	}
 	/* Only R is ambiguous; any other state decides alone. */
 	if (!with_cpu || t->state != 'R' || !sched) {
 		t->ran = true;
