@@ -119,7 +119,6 @@ struct proc_task {
 	bool failed;               /* the last refresh could not open a file */
 	bool slept;                /* with_cpu: not on a CPU since the previous refresh (see below) */
 	uint64_t cpu_ns, read_ns;  /* schedstat's run time at the last R reading, and when */
-	uint64_t delay_ns;         /* schedstat's runqueue wait at the last R reading */
 	uint64_t run_ns, pcount;   /* schedstat's run time and times scheduled, last read */
 };
 
@@ -142,18 +141,23 @@ void proc_task_close(struct proc_task *t);
  */
 void proc_task_refresh(struct proc_task *t, bool with_cpu);
 /*
- * Whether a thread read R ran: a pause interrupts sleeping syscalls, and a
- * thread restarting one stays runnable (R) until a CPU is free, which on a
- * loaded machine can outlast a tick; so an R is trusted when the thread
- * was R at the previous refresh too (states are read before anything is
- * stopped, so that one saw no pause of the tick before), or since its
- * previous R reading (elapsed_ns ago) it ran a real share of the time, or
- * waited for a CPU (the kernel's run_delay) a real share and longer than
- * it ran. A thread starved of CPU, by load or by its cgroup's cpu.max,
- * runs only a sliver of each tick and is active all the same: it only
- * waits for a CPU. was: the state letter at the previous refresh.
+ * Whether a thread read R is active: a pause interrupts sleeping syscalls,
+ * and a thread restarting one stays runnable (R) until a CPU is free,
+ * which on a loaded machine can outlast a tick; so an R is trusted when
+ * the thread was R at the previous refresh too (was: the state letter
+ * then; states are read before anything is stopped, so that one saw no
+ * pause of its own tick), or it ran a real share of the elapsed_ns since
+ * its previous R reading. A thread starved of CPU, by load or by its
+ * cgroup's cpu.max, runs only a sliver of each tick and is active all the
+ * same: it reads R tick after tick, waiting for a CPU.
+ *
+ * Not used: schedstat's run_delay (the runqueue wait). The kernel adds a
+ * wait only when it ends, so a starved thread's shows in few ticks; and a
+ * sleeper that a hold woke has waited for a CPU too, so on a loaded
+ * machine "waited longer than it ran" called sleepers busy
+ * (test_kinds: in_sleep 81% idle, wanted 90).
  */
-bool proc_task_ran(char was, uint64_t ran_ns, uint64_t waited_ns, uint64_t elapsed_ns);
+bool proc_task_ran(char was, uint64_t ran_ns, uint64_t elapsed_ns);
 /*
  * The rule behind slept, pure: t's last refresh read a state that is not R
  * (and had read schedstat before it), and schedstat now says the same run

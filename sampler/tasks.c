@@ -22,9 +22,9 @@
 #include "sampler/internal.h"
 
 /*
- * A thread that reads R but neither ran nor waited for a CPU this share of
- * the wall time since its previous R reading, and was not R at the
- * previous refresh, is taken as idle (see proc_task_ran).
+ * A thread that reads R but ran less than this share of the wall time
+ * since its previous R reading, and was not R at the previous refresh, is
+ * taken as idle (see proc_task_ran).
  */
 #define ACTIVE_MIN_SHARE 0.05
 
@@ -156,10 +156,10 @@ bool proc_task_slept(const struct proc_task *t, uint64_t run_ns, uint64_t pcount
 	return t->state && t->state != 'R' && t->pcount && t->pcount == pcount && t->run_ns == run_ns;
 }
 
-bool proc_task_ran(char was, uint64_t ran_ns, uint64_t waited_ns, uint64_t elapsed_ns)
+bool proc_task_ran(char was, uint64_t ran_ns, uint64_t elapsed_ns)
 {
 	double floor = ACTIVE_MIN_SHARE * (double)elapsed_ns;
-	return was == 'R' || (double)ran_ns >= floor || (waited_ns > ran_ns && (double)waited_ns >= floor);
+	return was == 'R' || (double)ran_ns >= floor;
 }
 
 void proc_task_refresh(struct proc_task *t, bool with_cpu)
@@ -204,13 +204,14 @@ void proc_task_refresh(struct proc_task *t, bool with_cpu)
 	/*
 	 * Attached, a tracing stop (t) is spy's own: a thread left interrupted
 	 * by a hold traps as it gets a CPU, until the next poll restarts it.
-	 * It wanted that CPU, so it is runnable, judged as an R by its CPU
-	 * time and runqueue wait; but a sleeper a hold woke traps too, so its
-	 * last state does not vouch for it.
+	 * But a sleeper a hold woke traps too, having waited for a CPU, and
+	 * held every tick (-i) it traps every tick: neither its wait nor its
+	 * state before vouches for it. Only a real share of CPU time makes it
+	 * an R; else it stays t (not active).
 	 */
-	if (with_cpu && t->state == 't') {
+	if (with_cpu && t->state == 't' && sched && t->read_ns && now > t->read_ns && cpu >= t->cpu_ns &&
+	    proc_task_ran(0, cpu - t->cpu_ns, now - t->read_ns)) {
 		t->state = 'R';
-		was = 0;
 	}
 	/* Only R is ambiguous; any other state decides alone. */
 	if (!with_cpu || t->state != 'R' || !sched) {
@@ -218,10 +219,9 @@ void proc_task_refresh(struct proc_task *t, bool with_cpu)
 		return;
 	}
 	/* The first read has nothing to compare with. */
-	t->ran = !t->read_ns || now <= t->read_ns || cpu < t->cpu_ns || delay < t->delay_ns ||
-		 proc_task_ran(was, cpu - t->cpu_ns, delay - t->delay_ns, now - t->read_ns);
+	t->ran = !t->read_ns || now <= t->read_ns || cpu < t->cpu_ns ||
+		 proc_task_ran(was, cpu - t->cpu_ns, now - t->read_ns);
 	t->cpu_ns = cpu;
-	t->delay_ns = delay;
 	t->read_ns = now;
 }
 

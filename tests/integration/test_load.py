@@ -11,8 +11,8 @@ runnable all the time. Two ways to starve them (issue 28):
             CPU (cgroup v2 cpu.max "20000 100000", or v1's
             cpu.cfs_quota_us): all 8 shown, their samples busy. SKIP,
             saying why, where no cpu cgroup can be made.
-Before spy told a thread waiting for a CPU from a sleeper (schedstat's
-run_delay and the state read twice in a row), a starved thread that ran
+Before spy told a thread waiting for a CPU from a sleeper (its state read
+R twice in a row, see proc_task_ran), a starved thread that ran
 under 5% of a tick was counted idle and left out.
 
 Runs on 3.11, 3.12 and the newest interpreter of tools/pyroot's root
