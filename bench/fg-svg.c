@@ -17,6 +17,8 @@
  * (all of it: nothing of the generator is counted) and the file's size and
  * node count. It asserts nothing.
  *
+ * OUT named .html writes the HTML report instead (bench/fg-html).
+ *
  * Usage: fg-svg-bench [NSAMPLES [NSTACKS [OUT.svg [MODE]]]]
  */
 #include <inttypes.h>
@@ -96,9 +98,12 @@ static int render(const char *folded, const char *path)
 		perror(path);
 		return 1;
 	}
+	/* An OUT named .html renders the HTML report instead (bench/fg-html). */
 	struct fg_svg_opts o = { "fg-svg bench", false };
+	struct fg_writer w = { fg_format_from_path(path), p, NULL, NULL, &o, false, NULL };
+	bool svg = w.format == FG_FORMAT_SVG;
 	double t2 = now();
-	int rc = fg_profile_write_svg(p, f, &o, &err);
+	int rc = svg ? fg_profile_write_svg(p, f, &o, &err) : fg_write(&w, f, path, &err);
 	if (fclose(f) || rc) {
 		fprintf(stderr, "fg-svg: %s\n", rc ? err.msg : "close failed");
 		return 1;
@@ -109,10 +114,15 @@ static int render(const char *folded, const char *path)
 		sb.st_size = 0;
 	}
 	printf("  load folded (report):     %.3f s, RSS %.1f MiB after\n", t1 - t0, rss0);
-	printf("  render SVG:               %.3f s (trie + tables + write)\n", t3 - t2);
+	printf("  render %-4s               %.3f s (%s + write)\n", svg ? "SVG:" : "HTML:", t3 - t2,
+	       svg ? "trie + tables" : "order + tables");
 	printf("  peak RSS (load+render):   %.1f MiB\n", rss_peak());
-	printf("  SVG:                      %.2f MiB, %zu nodes\n",
-	       (double)sb.st_size / (1024.0 * 1024.0), svg_nodes(path));
+	if (svg) {
+		printf("  SVG:                      %.2f MiB, %zu nodes\n",
+		       (double)sb.st_size / (1024.0 * 1024.0), svg_nodes(path));
+	} else {
+		printf("  HTML:                     %.2f MiB\n", (double)sb.st_size / (1024.0 * 1024.0));
+	}
 	fg_profile_free(p);
 	return 0;
 }

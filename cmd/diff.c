@@ -199,7 +199,7 @@ int cmd_diff(int argc, char **argv)
 
 	cmd_write_fn fn = fmt == FG_FORMAT_SVG ? write_svg : fmt == FG_FORMAT_JSON ? write_json : write_table;
 	bool to_file = output && strcmp(output, "-");
-	rc = to_file ? cmd_output_file(output, fn, &r, &err) : fn(&r, stdout, "<stdout>", &err);
+	rc = cmd_output_file(to_file ? output : "-", fn, &r, &err);
 	if (rc == 0 && to_file && fmt != FG_FORMAT_TABLE && !quiet) {
 		/* CI logs should show what changed even when the artefact is a file. */
 		if (top == UINT_MAX) {

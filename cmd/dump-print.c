@@ -1,6 +1,6 @@
 /*
- * spy dump's output: the text of the CLI contract (README "spy dump
- * output"), the same information as one JSON document (doc/dump-json.md),
+ * spy dump's output: the text of the CLI contract (doc/spy-dump.md,
+ * "Output"), the same information as one JSON document (doc/dump-json.md),
  * and the deadlock hint both print.
  *
  * Both printers walk the same struct dump_result in the same order, so a
@@ -170,12 +170,16 @@ void dump_print_text(const struct dump_result *r, FILE *f)
 			const struct spy_frame *fr = &d->stack.v[j];
 			spy_buf_adds(&b, "    ");
 			spy_term_adds(&b, fr->func);
-			spy_buf_adds(&b, " (");
-			spy_term_adds(&b, fr->file);
-			if (fr->line) {
-				spy_buf_addf(&b, ":%u", fr->line);
+			/* A marker (--native: frames not placed) names no place. */
+			if (fr->kind != SPY_FRAME_SYNTHETIC) {
+				spy_buf_adds(&b, " (");
+				spy_term_adds(&b, fr->file);
+				if (fr->line) {
+					spy_buf_addf(&b, ":%u", fr->line);
+				}
+				spy_buf_adds(&b, ")");
 			}
-			spy_buf_adds(&b, ")\n");
+			spy_buf_adds(&b, "\n");
 			const struct prof_frame_locals *fl = frame_locals(d, fr, &pj);
 			if (r->locals && fl) {
 				print_frame_locals(d, fl, &b);
@@ -257,7 +261,9 @@ static void json_thread(struct spy_buf *b, const struct dump_result *r, const st
 	for (size_t j = 0; j < d->stack.n; j++) {
 		const struct spy_frame *fr = &d->stack.v[j];
 		spy_buf_adds(b, j ? ", {" : "{");
-		json_key_str(b, "kind", fr->kind == SPY_FRAME_NATIVE ? "native" : "python");
+		json_key_str(b, "kind", fr->kind == SPY_FRAME_NATIVE	   ? "native"
+					: fr->kind == SPY_FRAME_SYNTHETIC ? "marker"
+									   : "python");
 		spy_buf_adds(b, ", ");
 		json_key_str(b, "function", fr->func);
 		spy_buf_adds(b, ", ");

@@ -1,6 +1,6 @@
 /*
  * spy dump --tasks: the asyncio section, per event loop, in text and JSON
- * (README "spy dump --tasks", doc/dump-json.md "asyncio").
+ * (doc/asyncio.md, doc/dump-json.md "asyncio").
  *
  * Per loop: the thread running it, then every task with its state and the
  * coroutine chain it is suspended in (innermost first), the running task's

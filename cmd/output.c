@@ -17,6 +17,9 @@
  *    (the kernel's protected_symlinks rule); someone else's is refused.
  *  - The permissions are set on the descriptor: 0666 through the umask,
  *    but 0600 when spy runs as root, since a profile holds command lines.
+ *  - "-" is standard output, for every format (binary ones too, for a
+ *    pipe), as perf, tar and curl read it; never a file named "-" (name it
+ *    "./-" for that).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -101,12 +104,28 @@ static int open_temp(struct cmd_output *o, struct spy_err *err)
 	return 0;
 }
 
+/*
+ * Standard output, through a descriptor of its own, so that closing the
+ * output leaves descriptor 1 (and stdio's stdout) open for what follows.
+ */
+static int open_stdout(struct cmd_output *o, struct spy_err *err)
+{
+	o->path = CMD_OUTPUT_STDOUT_NAME;
+	o->in_place = true;
+	o->is_stdout = true;
+	o->fd = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 0);
+	return o->fd < 0 ? write_error(o, errno, err) : 0;
+}
+
 int cmd_output_open(struct cmd_output *o, const char *path, struct spy_err *err)
 {
 	struct stat lst, st;
 	memset(o, 0, sizeof(*o));
 	o->path = path;
 	o->fd = -1;
+	if (!strcmp(path, "-")) {
+		return open_stdout(o, err);
+	}
 	if (lstat(path, &lst) != 0) {
 		return errno == ENOENT ? open_temp(o, err) : write_error(o, errno, err);
 	}
@@ -174,6 +193,10 @@ int cmd_output_commit(struct cmd_output *o, cmd_write_fn fn, void *ctx, struct s
 		return write_error(o, e, err);
 	}
 	o->fd = -1; /* f owns it now */
+	if (o->is_stdout) {
+		/* What stdio holds for stdout goes first, in the order it was printed. */
+		fflush(stdout);
+	}
 	int rc = fn(ctx, f, o->path, err);
 	if (rc == 0 && fflush(f) != 0) {
 		rc = write_error(o, errno, err);

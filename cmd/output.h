@@ -27,11 +27,14 @@ typedef int (*cmd_write_fn)(void *ctx, FILE *f, const char *name, struct spy_err
  * descriptor opened at the start, never reopened by name), and
  * cmd_output_abandon() removes the temporary of an output never committed
  * (idempotent; commit calls it too). path must outlive o. Errors are
- * -SPY_EIO "cannot write PATH: why".
+ * -SPY_EIO "cannot write PATH: why". The path "-" is standard output
+ * (o->is_stdout; o->path is then CMD_OUTPUT_STDOUT_NAME), for every format.
  */
+#define CMD_OUTPUT_STDOUT_NAME "<stdout>"
 struct cmd_output {
 	const char *path;
 	bool in_place;
+	bool is_stdout;
 	char *tmp;
 	int fd;
 };
@@ -43,7 +46,7 @@ void cmd_output_abandon(struct cmd_output *o);
 struct spy_buf;
 int cmd_output_text(FILE *f, struct spy_buf *text, const char *name, struct spy_err *err);
 
-/* Both steps at once. */
+/* Both steps at once ("-": standard output). */
 int cmd_output_file(const char *path, cmd_write_fn fn, void *ctx, struct spy_err *err);
 
 #endif

@@ -78,6 +78,9 @@ struct rec {
 	struct cmd_sources sources;        /* the sampled files, unless --no-source or -F */
 	size_t frames_seen;                /* the profile's distinct frames when files were last noted */
 	const char *gc_frame;              /* the synthetic leaf marking a sample in the collector */
+	const char *startup_frame;         /* launch mode: the one frame the interpreter's start-up is folded into */
+	bool main_started;                 /* launch mode: a sample of the program itself was seen */
+	uint64_t startup_samples, startup_truncated;
 	uint64_t last_progress_ns;
 
 	/* --push */
@@ -110,20 +113,58 @@ static void push_synthetic(struct spy_stack *s, const char *name)
 	f->kind = SPY_FRAME_SYNTHETIC;
 }
 
+/*
+ * Whether s (innermost first) is the interpreter's start-up: its outermost
+ * Python frame is the interpreter's own start-up code (a frozen module,
+ * importlib's bootstrap, getpath, site, but not runpy, which runs -m's
+ * program; before 3.11 site.py and the encodings package), or it has no
+ * Python frame yet. A stack the walk cut short lacks its outermost frames,
+ * so it is taken for start-up too while the program has not been seen.
+ */
+static bool startup_stack(const struct spy_stack *s)
+{
+	if (s->truncated) {
+		return true;
+	}
+	for (size_t i = s->n; i-- > 0;) {
+		const struct spy_frame *f = &s->v[i];
+		if (f->kind != SPY_FRAME_PYTHON) {
+			continue;
+		}
+		const char *file = f->file ? f->file : "";
+		return (!strncmp(file, "<frozen ", 8) && strcmp(file, "<frozen runpy>")) ||
+		       spy_ends_with(file, "/site.py") || strstr(file, "/encodings/");
+	}
+	return true;
+}
+
 static int record_stack(struct rec *r, const struct prof_sample *info, double t_s)
 {
 	const struct spy_stack *s = info->stack;
 	spy_stack_reset(&r->stack);
 	/*
+	 * Launch mode: the start-up is not what the user asked about, and its
+	 * import chains are the deepest stacks of a short run. Until the
+	 * program's own code is seen, a sample is folded into one frame, so it
+	 * still counts but never sets a flame graph's height.
+	 */
+	static const struct spy_stack none;
+	if (r->program && !r->main_started && !(r->main_started = !startup_stack(s))) {
+		r->startup_samples++;
+		r->startup_truncated += s->truncated != 0;
+		push_synthetic(&r->stack, r->startup_frame);
+		s = &none;
+	}
+	/*
 	 * -i marks an idle sample with a synthetic leaf, so the flame graph
 	 * shows (and colours) time spent waiting apart from time running the
 	 * same line, and the folded file keeps the distinction.
 	 */
-	if (info->idle) {
+	if (info->idle && s->n) {
 		push_synthetic(&r->stack, r->idle_frame);
 	}
 	/* The collector interrupted the stack under it, as other profilers show it. */
-	if (info->gc) {
+	if (info->gc && s->n) {
 		push_synthetic(&r->stack, r->gc_frame);
 	}
 	for (size_t i = 0; i < s->n; i++) {
@@ -326,6 +367,10 @@ static void set_metadata(struct rec *r, uint64_t now)
 	fg_profile_meta_set(p, FG_META_COMMAND, prof_process_cmdline(t));
 	fg_profile_meta_setf(p, "missed-ticks", "%llu", (unsigned long long)st.missed);
 	fg_profile_meta_set(p, "mode", r->o.nonblocking ? "nonblocking" : "blocking");
+	if (r->startup_samples) {
+		fg_profile_meta_setf(p, FG_META_STARTUP, "%llu %llu", (unsigned long long)r->startup_samples,
+				     (unsigned long long)r->startup_truncated);
+	}
 	if (r->o.gc) {
 		/* Whether a missing <GC> means no collection or a Python that does not say (2.7, 3.6). */
 		fg_profile_meta_set(p, FG_META_GC, prof_gc_known(r->p) ? "sampled" : "unknown");
@@ -555,14 +600,19 @@ static int check_args(struct rec *r, const char *format, const char *sort, const
 		r->fmt = fg_format_from_path(r->output);
 	}
 	r->table_opts.top = table ? (unsigned)strtoul(table, NULL, 10) : 20;
+	/* The report's thread filter needs the threads' roots. */
+	r->threads = r->threads || r->fmt == FG_FORMAT_HTML;
 	/* A table (or the lines view) with no file named goes to stdout, once. */
 	r->table_to_stdout = (r->fmt == FG_FORMAT_TABLE || r->fmt == FG_FORMAT_LINES) && !r->output;
-	r->want_table = table || (r->table_to_stdout ? r->fmt == FG_FORMAT_TABLE : isatty(STDOUT_FILENO));
+	/* With -o -, stdout is the profile's: the table only when asked for. */
+	bool profile_on_stdout = r->output && !strcmp(r->output, "-");
+	r->want_table = table || (r->table_to_stdout ? r->fmt == FG_FORMAT_TABLE
+						     : isatty(STDOUT_FILENO) && !profile_on_stdout);
 	r->sort_given = sort != NULL;
 	/* -F has no lines to show the text of. */
 	r->keep_source = !r->no_source && !r->function;
-	if (r->slice > 0 && r->fmt != FG_FORMAT_FOLDED) {
-		return cmd_usage_error("record", "--slice keeps its windows in a folded profile: use -o FILE.folded");
+	if (r->slice > 0 && r->fmt != FG_FORMAT_FOLDED && r->fmt != FG_FORMAT_HTML) {
+		return cmd_usage_error("record", "--slice keeps its windows in a folded profile or an HTML report: use -o FILE.folded or FILE.html");
 	}
 	r->progress = !r->quiet && isatty(STDERR_FILENO);
 	return check_push_args(r, table);
@@ -578,9 +628,9 @@ static int parse_args(struct rec *r, int argc, char **argv)
 	const char *format = NULL, *sort = NULL, *table = NULL, *label_help = NULL;
 	const struct opt opts[] = {
 		{ 'p', "pid", OPT_PID, &r->pid, "PID", "attach to a running process" },
-		{ 'o', "output", OPT_STRING, &r->output, "FILE", "where to write (default spy-<pid>.svg; with -f, that format's extension)" },
+		{ 'o', "output", OPT_STRING, &r->output, "FILE", "where to write (default spy-<pid>.svg; with -f, that format's extension; - for stdout)" },
 		{ 'f', "format", OPT_STRING, &format, "F",
-		  "svg, folded, table, lines, speedscope, chrome, pprof, json" },
+		  "svg, html, folded, table, lines, speedscope, chrome, pprof, json" },
 		{ 'r', "rate", OPT_DOUBLE, &r->o.rate, "HZ",
 		  "samples per second (default 100, at most 1000000; above 20000 spy spins between samples: a core kept busy)" },
 		{ 'd', "duration", OPT_DOUBLE, &r->o.duration, "S", "stop after S seconds" },
@@ -597,7 +647,7 @@ static int parse_args(struct rec *r, int argc, char **argv)
 		{ 0, "sort", OPT_STRING, &sort, "KEY", "table order: cumtime, tottime or name" },
 		{ 'q', "quiet", OPT_BOOL, &r->quiet, NULL, "no progress line" },
 		{ 0, "no-source", OPT_BOOL, &r->no_source, NULL, "do not keep the sampled lines' source text in the profile" },
-		{ 0, "slice", OPT_DOUBLE, &r->slice, "S", "also count samples, and read the process's CPU, RSS, threads, switches and I/O, per S-second window, kept in a folded profile (for report --trend)" },
+		{ 0, "slice", OPT_DOUBLE, &r->slice, "S", "also count samples, and read the process's CPU, RSS, threads, switches and I/O, per S-second window, kept in a folded profile (for report --trend) or charted in an HTML report" },
 		{ 0, "push", OPT_STRING, &r->push_url, "URL",
 		  "continuous mode: every --push-every S, send the last window to the Pyroscope server at URL (http:// only); no file unless -o" },
 		{ 0, "push-every", OPT_UINT, &r->push_every, "S", "with --push: the window, in seconds (default 10)" },
@@ -739,6 +789,7 @@ int cmd_record(int argc, char **argv)
 	}
 	r->idle_frame = spy_strtab_interns(&r->strs, "idle");
 	r->gc_frame = spy_strtab_interns(&r->strs, FG_GC_FRAME);
+	r->startup_frame = spy_strtab_interns(&r->strs, FG_STARTUP_FRAME);
 
 	r->keep_run = !r->no_file || r->want_table;
 	run(r);

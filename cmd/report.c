@@ -12,7 +12,6 @@
  *
  * A malformed profile is exit 5 with the reader's "FILE:LINE: what" message.
  */
-#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,7 +51,7 @@ static int write_trend(void *report, FILE *f, const char *name, struct spy_err *
 	fg_trend_init(&t, r->slices, r->profile, r->table.top);
 	fg_trend_render(&t, &b);
 	fg_trend_release(&t);
-	/* Beside the functions, in units of their own (README, "report --trend"). */
+	/* Beside the functions, in units of their own (doc/spy-report.md, "Trends"). */
 	if (r->res) {
 		spy_buf_addch(&b, '\n');
 		fg_resources_trend(r->res, &b);
@@ -74,16 +73,6 @@ static int load_trend(struct report *r, const char *input, struct spy_err *err)
 	if (rc == 0 && !r->slices) {
 		rc = spy_err_set(err, SPY_EFORMAT, "%s has no time windows", input);
 		spy_err_remedy(err, "record it with spy record --slice SECONDS");
-	}
-	return rc;
-}
-
-/* Write to stdout, flushing and checking (a closed pipe or a full disk is exit 5). */
-static int output_stdout(cmd_write_fn fn, void *ctx, struct spy_err *err)
-{
-	int rc = fn(ctx, stdout, "<stdout>", err);
-	if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout))) {
-		rc = spy_err_set(err, SPY_EIO, "cannot write <stdout>: %s", strerror(errno));
 	}
 	return rc;
 }
@@ -115,13 +104,13 @@ int cmd_report(int argc, char **argv)
 	bool function = false, inverted = false, trend = false;
 	const struct opt opts[] = {
 		{ 'o', "output", OPT_STRING, &output, "FILE", "where to write (- for stdout); format follows the extension" },
-		{ 'f', "format", OPT_STRING, &format, "F", "svg, folded, table, lines, json, speedscope, chrome or pprof (default: from -o's extension, else svg)" },
+		{ 'f', "format", OPT_STRING, &format, "F", "svg, html, folded, table, lines, json, speedscope, chrome or pprof (default: from -o's extension, else svg)" },
 		{ 'F', "function", OPT_BOOL, &function, NULL, "aggregate by function, dropping line numbers" },
 		{ 0, "sort", OPT_STRING, &sort, "KEY", "table order: cumtime (default), tottime or name; lines: tottime by default" },
 		{ 0, "top", OPT_UINT, &top, "N", "table: keep the first N rows (default: all); lines: N functions (default 5)" },
 		{ 0, "context", OPT_UINT, &context, "N", "lines: show N lines around each sampled line (default 2, at most 3 are kept)" },
-		{ 0, "title", OPT_STRING, &title, "TEXT", "svg: the title (default \"spy flame graph\")" },
-		{ 0, "inverted", OPT_BOOL, &inverted, NULL, "svg: icicle graph, roots at the top" },
+		{ 0, "title", OPT_STRING, &title, "TEXT", "svg, html: the title (default \"spy flame graph\", \"spy profile\")" },
+		{ 0, "inverted", OPT_BOOL, &inverted, NULL, "svg, html: icicle graph, roots at the top" },
 		{ 0, "trend", OPT_BOOL, &trend, NULL, "list functions by how steadily their share rises across the time windows of a profile recorded with --slice" },
 		{ 0 },
 	};
@@ -200,9 +189,10 @@ int cmd_report(int argc, char **argv)
 	/* Binary or graphical formats go to a file, never the terminal. */
 	const char *ext = NULL;
 	if (r.format == FG_FORMAT_SVG || r.format == FG_FORMAT_SPEEDSCOPE || r.format == FG_FORMAT_PPROF ||
-	    r.format == FG_FORMAT_CHROME) {
+	    r.format == FG_FORMAT_CHROME || r.format == FG_FORMAT_HTML) {
 		ext = fg_format_ext(r.format);
 	}
+	/* Without -o: text to stdout, the rest to a file named after the profile. */
 	char *path = NULL;
 	if (!output && ext) {
 		if (strcmp(input, "-")) {
@@ -212,16 +202,11 @@ int cmd_report(int argc, char **argv)
 			spy_buf_addf(&b, "spy-report%s", ext);
 			path = spy_buf_detach(&b, NULL);
 		}
-	} else if (output && strcmp(output, "-")) {
-		path = spy_xstrdup(output);
 	}
-	w.gzip = fg_format_gzip(r.format, path);
-	if (!path) {
-		rc = output_stdout(fn, ctx, &err);
-	} else {
-		rc = cmd_output_file(path, fn, ctx, &err);
-	}
-	if (rc == 0 && path && !output) {
+	const char *dest = path ? path : output ? output : "-";
+	w.gzip = fg_format_gzip(r.format, dest);
+	rc = cmd_output_file(dest, fn, ctx, &err);
+	if (rc == 0 && path) {
 		fprintf(stderr, "spy report: wrote %s\n", path);
 	}
 	free(path);

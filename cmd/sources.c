@@ -60,34 +60,9 @@ void cmd_sources_release(struct cmd_sources *s)
 		free(s->v[i].data);
 	}
 	free(s->v);
-	free(s->slots);
+	spy_hmap_release(&s->index);
 	close_dirs(s);
 	cmd_sources_init(s);
-}
-
-static size_t slot_of(const struct cmd_sources *s, const char *name)
-{
-	size_t mask = s->nslots - 1;
-	size_t j = spy_mix64((uint64_t)(uintptr_t)name) & mask;
-	while (s->slots[j] && s->v[s->slots[j] - 1].name != name) {
-		j = (j + 1) & mask;
-	}
-	return j;
-}
-
-static void grow(struct cmd_sources *s)
-{
-	size_t n = s->nslots ? s->nslots * 2 : 64;
-	uint32_t *old = s->slots;
-	size_t nold = s->nslots;
-	s->slots = spy_xcalloc(n, sizeof(*s->slots));
-	s->nslots = n;
-	for (size_t i = 0; i < nold; i++) {
-		if (old[i]) {
-			s->slots[slot_of(s, s->v[old[i] - 1].name)] = old[i];
-		}
-	}
-	free(old);
 }
 
 /* Whole file on fd, at most max bytes; NULL when larger, unreadable or binary. */
@@ -182,18 +157,14 @@ void cmd_sources_note(struct cmd_sources *s, const struct spy_stack *st, pid_t p
 		if (f->kind != SPY_FRAME_PYTHON || !f->line || !is_file_name(f->file)) {
 			continue;
 		}
-		if (2 * (s->n + 1) > s->nslots) {
-			grow(s);
-		}
-		size_t j = slot_of(s, f->file);
-		if (s->slots[j]) {
+		if (spy_hmap_has(&s->index, (uint64_t)(uintptr_t)f->file)) {
 			continue;
 		}
 		/* Known from now on, read or not: each file is tried once. */
 		SPY_GROW(s->v, s->alloc, s->n + 1);
 		struct cmd_source_file *e = &s->v[s->n];
 		*e = (struct cmd_source_file){ f->file, NULL, 0 };
-		s->slots[j] = (uint32_t)++s->n;
+		spy_hmap_add(&s->index, (uint64_t)(uintptr_t)f->file, s->n++);
 		size_t room = s->bytes < CMD_SOURCE_MAX_TOTAL ? CMD_SOURCE_MAX_TOTAL - s->bytes : 0;
 		if (s->n <= CMD_SOURCE_MAX_FILES && room) {
 			uint64_t t0 = spy_thread_cpu_ns();
@@ -212,14 +183,11 @@ void cmd_sources_note(struct cmd_sources *s, const struct spy_stack *st, pid_t p
 int cmd_sources_get(void *ctx, const char *file, const char **data, size_t *len)
 {
 	struct cmd_sources *s = ctx;
-	if (!s->nslots) {
+	uint64_t k = spy_hmap_get(&s->index, (uint64_t)(uintptr_t)file);
+	if (k == SPY_HMAP_NONE || !s->v[k].data) {
 		return -1;
 	}
-	uint32_t k = s->slots[slot_of(s, file)];
-	if (!k || !s->v[k - 1].data) {
-		return -1;
-	}
-	*data = s->v[k - 1].data;
-	*len = s->v[k - 1].len;
+	*data = s->v[k].data;
+	*len = s->v[k].len;
 	return 0;
 }

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "common/hashmap.h"
 #include "common/sample.h"
 
 /* Bytes of one file read (a larger file is not kept), of all files, and files. */
@@ -22,8 +23,7 @@ struct cmd_source_file;
 struct cmd_sources {
 	struct cmd_source_file *v;
 	size_t n, alloc;
-	uint32_t *slots;     /* index + 1 by the file name's pointer, 0 = empty */
-	size_t nslots;
+	struct spy_hmap index; /* the file name's pointer -> index into v */
 	size_t bytes;        /* read and kept */
 	pid_t dir_pid;       /* whose /proc/PID/root and cwd are open: */
 	int rootfd, cwdfd;   /* -1 when not open */

@@ -22,6 +22,7 @@ enum spy_frame_kind {
 enum spy_frame_flags {
 	SPY_FRAME_PY_ENTRY = 1,   /* first Python frame run by one C-level eval call */
 	SPY_FRAME_TRUNCATED = 2,  /* the walk stopped here (bound hit or bad pointer) */
+	SPY_FRAME_INLINED = 4,    /* native: a call inlined at the pc of the frame after it */
 };
 
 struct spy_frame {

@@ -1,5 +1,5 @@
 /*
- * Interned strings in an open-addressing hash table; the string bytes live in
+ * Interned strings, indexed by a hash of their bytes (common/hashmap.h); the string bytes live in
  * large chunks so interning does one allocation per ~64 KB, not per string.
  */
 #include <stdlib.h>
@@ -9,7 +9,6 @@
 #include "common/util.h"
 
 struct spy_strtab_ent {
-	uint64_t hash;
 	size_t len;
 	char s[];
 };
@@ -52,50 +51,22 @@ static struct spy_strtab_ent *alloc_ent(struct spy_strtab *t, size_t len)
 	return e;
 }
 
-static void rehash(struct spy_strtab *t)
-{
-	size_t n = t->nslots ? t->nslots * 2 : 1024;
-	struct spy_strtab_ent **slots = spy_xcalloc(n, sizeof(*slots));
-	for (size_t i = 0; i < t->nslots; i++) {
-		struct spy_strtab_ent *e = t->slots[i];
-		if (!e) {
-			continue;
-		}
-		size_t j = e->hash & (n - 1);
-		while (slots[j]) {
-			j = (j + 1) & (n - 1);
-		}
-		slots[j] = e;
-	}
-	free(t->slots);
-	t->slots = slots;
-	t->nslots = n;
-}
-
 const char *spy_strtab_intern(struct spy_strtab *t, const char *s, size_t len)
 {
-	if ((t->count + 1) * 2 > t->nslots) {
-		rehash(t);
-	}
 	uint64_t h = hash_bytes(s, len);
-	size_t j = h & (t->nslots - 1);
-	for (;;) {
-		struct spy_strtab_ent *e = t->slots[j];
-		if (!e) {
-			break;
-		}
-		if (e->hash == h && e->len == len && !memcmp(e->s, s, len)) {
+	struct spy_hmap_it it;
+	for (uint64_t v = spy_hmap_find(&t->index, h, &it); v != SPY_HMAP_NONE;
+	     v = spy_hmap_next(&t->index, h, &it)) {
+		const struct spy_strtab_ent *e = (const struct spy_strtab_ent *)(uintptr_t)v;
+		if (e->len == len && !memcmp(e->s, s, len)) {
 			return e->s;
 		}
-		j = (j + 1) & (t->nslots - 1);
 	}
 	struct spy_strtab_ent *e = alloc_ent(t, len);
-	e->hash = h;
 	e->len = len;
 	memcpy(e->s, s, len);
 	e->s[len] = '\0';
-	t->slots[j] = e;
-	t->count++;
+	spy_hmap_add(&t->index, h, (uint64_t)(uintptr_t)e);
 	return e->s;
 }
 
@@ -106,7 +77,7 @@ const char *spy_strtab_interns(struct spy_strtab *t, const char *s)
 
 size_t spy_strtab_count(const struct spy_strtab *t)
 {
-	return t->count;
+	return spy_hmap_count(&t->index);
 }
 
 void spy_strtab_release(struct spy_strtab *t)
@@ -117,6 +88,6 @@ void spy_strtab_release(struct spy_strtab *t)
 		free(c);
 		c = next;
 	}
-	free(t->slots);
-	memset(t, 0, sizeof(*t));
+	spy_hmap_release(&t->index);
+	t->chunks = NULL;
 }

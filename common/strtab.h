@@ -10,14 +10,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/hashmap.h"
+
 struct spy_strtab {
 	/* private */
-	struct spy_strtab_ent **slots;
-	size_t nslots, count;
+	struct spy_hmap index; /* hash of the bytes -> struct spy_strtab_ent * */
 	struct spy_strtab_chunk *chunks;
 };
 
-#define SPY_STRTAB_INIT { NULL, 0, 0, NULL }
+#define SPY_STRTAB_INIT { SPY_HMAP_INIT, NULL }
 
 /* Intern len bytes at s (need not be NUL-terminated; must not contain NUL). */
 const char *spy_strtab_intern(struct spy_strtab *t, const char *s, size_t len);

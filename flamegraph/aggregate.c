@@ -29,23 +29,24 @@
 #include "common/util.h"
 #include "flamegraph/internal.h"
 
+/* The map mixes keys (common/hashmap.h), so these only have to combine:
+ * cheaply, and so that order matters. */
 static inline uint64_t frame_hash(const char *func, const char *file, uint32_t line, uint8_t kind)
 {
-	uint64_t h = spy_mix64((uint64_t)(uintptr_t)func);
-	h = spy_mix64(h ^ (uint64_t)(uintptr_t)file);
-	return spy_mix64(h ^ ((uint64_t)line << 8) ^ kind);
+	uint64_t h = (uint64_t)(uintptr_t)func * 0x9e3779b97f4a7c15ULL;
+	h = (h ^ (uint64_t)(uintptr_t)file) * 0xff51afd7ed558ccdULL;
+	return h ^ ((uint64_t)line << 8) ^ kind;
 }
 
 static inline uint64_t path_hash(const uint32_t *ids, size_t n)
 {
-	/* Multiply-xorshift per id, then one full mix: order matters (a;b is
-	 * not b;a) and it runs at a few cycles per frame. */
+	/* Multiply-xorshift per id: a;b is not b;a, at a few cycles per frame. */
 	uint64_t h = 0x9e3779b97f4a7c15ULL ^ n;
 	for (size_t i = 0; i < n; i++) {
 		h = (h ^ ids[i]) * 0xff51afd7ed558ccdULL;
 		h ^= h >> 32;
 	}
-	return spy_mix64(h);
+	return h;
 }
 
 struct fg_profile *fg_profile_new(struct spy_strtab *strtab, unsigned flags)
@@ -70,9 +71,9 @@ void fg_profile_free(struct fg_profile *p)
 	}
 	free(p->meta);
 	free(p->frames);
-	free(p->fslots);
+	spy_hmap_release(&p->frame_index);
 	free(p->stacks);
-	free(p->sslots);
+	spy_hmap_release(&p->stack_index);
 	free(p->pool);
 	free(p->ids);
 	free(p->last);
@@ -101,24 +102,6 @@ void fg_profile_limit_read(struct fg_profile *p, size_t max_bytes)
 	p->max_read = max_bytes;
 }
 
-/* Double the frame hash (or create it) and reinsert every frame. */
-static void grow_frame_hash(struct fg_profile *p)
-{
-	size_t n = p->nfslots ? p->nfslots * 2 : 1024;
-	uint32_t *slots = spy_xcalloc(n, sizeof(*slots));
-	for (size_t id = 0; id < p->nframes; id++) {
-		const struct fg_frame *f = &p->frames[id];
-		size_t j = frame_hash(f->func, f->file, f->line, f->kind) & (n - 1);
-		while (slots[j]) {
-			j = (j + 1) & (n - 1);
-		}
-		slots[j] = (uint32_t)id + 1;
-	}
-	free(p->fslots);
-	p->fslots = slots;
-	p->nfslots = n;
-}
-
 uint32_t fg_intern_frame(struct fg_profile *p, const char *func, const char *file,
 			 uint32_t line, uint8_t kind)
 {
@@ -135,21 +118,14 @@ uint32_t fg_intern_frame(struct fg_profile *p, const char *func, const char *fil
 	if (p->flags & FG_FUNCTION) {
 		line = 0;
 	}
-	if ((p->nframes + 1) * 2 > p->nfslots) {
-		grow_frame_hash(p);
-	}
-	size_t mask = p->nfslots - 1;
-	size_t j = frame_hash(func, file, line, kind) & mask;
-	for (;;) {
-		uint32_t s = p->fslots[j];
-		if (!s) {
-			break;
-		}
-		const struct fg_frame *f = &p->frames[s - 1];
+	uint64_t h = frame_hash(func, file, line, kind);
+	struct spy_hmap_it it;
+	for (uint64_t v = spy_hmap_find(&p->frame_index, h, &it); v != SPY_HMAP_NONE;
+	     v = spy_hmap_next(&p->frame_index, h, &it)) {
+		const struct fg_frame *f = &p->frames[v];
 		if (f->func == func && f->file == file && f->line == line && f->kind == kind) {
-			return s - 1;
+			return (uint32_t)v;
 		}
-		j = (j + 1) & mask;
 	}
 	/* Every new frame comes with a new stack, and stacks are capped below
 	 * 2^32, so reaching this means the cap logic is broken. */
@@ -159,24 +135,8 @@ uint32_t fg_intern_frame(struct fg_profile *p, const char *func, const char *fil
 	SPY_GROW(p->frames, p->frames_alloc, p->nframes + 1);
 	uint32_t id = (uint32_t)p->nframes++;
 	p->frames[id] = (struct fg_frame){ func, file, line, kind };
-	p->fslots[j] = id + 1;
+	spy_hmap_add(&p->frame_index, h, id);
 	return id;
-}
-
-static void grow_stack_hash(struct fg_profile *p)
-{
-	size_t n = p->nsslots ? p->nsslots * 2 : 1024;
-	uint32_t *slots = spy_xcalloc(n, sizeof(*slots));
-	for (size_t i = 0; i < p->nstacks; i++) {
-		size_t j = p->stacks[i].hash & (n - 1);
-		while (slots[j]) {
-			j = (j + 1) & (n - 1);
-		}
-		slots[j] = (uint32_t)i + 1;
-	}
-	free(p->sslots);
-	p->sslots = slots;
-	p->nsslots = n;
 }
 
 int fg_add_path(struct fg_profile *p, const uint32_t *ids, size_t n, uint64_t count)
@@ -187,25 +147,17 @@ int fg_add_path(struct fg_profile *p, const uint32_t *ids, size_t n, uint64_t co
 		p->dropped += count;
 		return -SPY_EBOUND;
 	}
-	if ((p->nstacks + 1) * 2 > p->nsslots) {
-		grow_stack_hash(p);
-	}
 	uint64_t h = path_hash(ids, n);
-	size_t mask = p->nsslots - 1;
-	size_t j = h & mask;
-	for (;;) {
-		uint32_t s = p->sslots[j];
-		if (!s) {
-			break;
-		}
-		struct fg_stack_ent *e = &p->stacks[s - 1];
-		if (e->hash == h && e->depth == n && !memcmp(p->pool + e->off, ids, n * sizeof(*ids))) {
+	struct spy_hmap_it it;
+	for (uint64_t v = spy_hmap_find(&p->stack_index, h, &it); v != SPY_HMAP_NONE;
+	     v = spy_hmap_next(&p->stack_index, h, &it)) {
+		struct fg_stack_ent *e = &p->stacks[v];
+		if (e->depth == n && !memcmp(p->pool + e->off, ids, n * sizeof(*ids))) {
 			e->count += count;
 			p->samples += count;
-			p->last_stack = s - 1;
+			p->last_stack = (uint32_t)v;
 			return 0;
 		}
-		j = (j + 1) & mask;
 	}
 	if (p->nstacks >= p->max_stacks) {
 		p->dropped += count;
@@ -214,9 +166,9 @@ int fg_add_path(struct fg_profile *p, const uint32_t *ids, size_t n, uint64_t co
 	SPY_GROW(p->pool, p->pool_alloc, p->npool + n);
 	memcpy(p->pool + p->npool, ids, n * sizeof(*ids));
 	SPY_GROW(p->stacks, p->stacks_alloc, p->nstacks + 1);
-	p->stacks[p->nstacks] = (struct fg_stack_ent){ h, count, p->npool, (uint32_t)n };
+	p->stacks[p->nstacks] = (struct fg_stack_ent){ count, p->npool, (uint32_t)n };
 	p->npool += n;
-	p->sslots[j] = (uint32_t)++p->nstacks;
+	spy_hmap_add(&p->stack_index, h, p->nstacks++);
 	p->samples += count;
 	p->last_stack = (uint32_t)p->nstacks - 1;
 	return 0;
@@ -262,9 +214,9 @@ void fg_profile_stats(const struct fg_profile *p, struct fg_stats *st)
 	st->stacks = p->nstacks;
 	st->frame_ids = p->npool;
 	st->bytes = p->frames_alloc * sizeof(*p->frames) +
-		    p->nfslots * sizeof(*p->fslots) +
+		    spy_hmap_bytes(&p->frame_index) +
 		    p->stacks_alloc * sizeof(*p->stacks) +
-		    p->nsslots * sizeof(*p->sslots) +
+		    spy_hmap_bytes(&p->stack_index) +
 		    p->pool_alloc * sizeof(*p->pool) +
 		    p->ids_alloc * sizeof(*p->ids) + p->last_alloc * sizeof(*p->last);
 }

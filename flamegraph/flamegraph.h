@@ -43,6 +43,10 @@
 #define FG_META_GC "gc"
 /* The synthetic frame record puts innermost on a sample taken while the garbage collector ran. */
 #define FG_GC_FRAME "<GC>"
+/* Launch mode: the interpreter's start-up (imports before the program's code) folded into one frame. */
+#define FG_STARTUP_FRAME "<start-up>"
+/* "N M": N samples of the start-up folded into FG_STARTUP_FRAME, M of them with a stack the walk cut short. */
+#define FG_META_STARTUP "startup"
 
 /* Profile options, fixed at fg_profile_new. */
 enum fg_flags {
@@ -400,6 +404,7 @@ enum fg_format {
 	FG_FORMAT_PPROF,
 	FG_FORMAT_JSON,
 	FG_FORMAT_LINES,
+	FG_FORMAT_HTML,
 };
 /* Parse a --format name (exact); false if unknown. */
 bool fg_format_parse(const char *name, enum fg_format *out);

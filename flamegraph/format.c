@@ -27,6 +27,7 @@ static const struct {
 	{ "pprof", FG_FORMAT_PPROF, ".pb.gz" },
 	{ "json", FG_FORMAT_JSON, ".json" },
 	{ "lines", FG_FORMAT_LINES, ".lines.txt" },
+	{ "html", FG_FORMAT_HTML, ".html" },
 };
 
 bool fg_format_parse(const char *name, enum fg_format *out)
@@ -81,6 +82,8 @@ enum fg_format fg_format_from_path(const char *path)
 		{ ".txt", FG_FORMAT_TABLE },
 		{ ".table", FG_FORMAT_TABLE },
 		{ ".json", FG_FORMAT_JSON },
+		{ ".html", FG_FORMAT_HTML },
+		{ ".htm", FG_FORMAT_HTML },
 	};
 	for (size_t i = 0; i < SPY_ARRAY_SIZE(exts); i++) {
 		if (spy_ends_with_nocase(path, exts[i].suffix)) {
@@ -131,6 +134,9 @@ int fg_write(void *writer, FILE *f, const char *name, struct spy_err *err)
 		return write_lines(w, f, name, err);
 	case FG_FORMAT_SVG:
 		rc = fg_profile_write_svg(w->profile, f, w->svg, err);
+		break;
+	case FG_FORMAT_HTML:
+		rc = fg_profile_write_html(w->profile, f, w->svg, err);
 		break;
 	case FG_FORMAT_JSON:
 		rc = fg_profile_write_json(w->profile, f, err);

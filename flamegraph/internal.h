@@ -8,6 +8,7 @@
 #ifndef SPY_FLAMEGRAPH_INTERNAL_H
 #define SPY_FLAMEGRAPH_INTERNAL_H
 
+#include "common/hashmap.h"
 #include "common/json.h"
 #include "flamegraph/flamegraph.h"
 
@@ -128,6 +129,37 @@ const struct fg_diff_row *fg_diff_find(const struct fg_diff *d, const char *func
 
 /* The differential flame graph's colour for a self-share delta, scale the largest |delta| (0xRRGGBB). */
 uint32_t fg_diff_colour(double delta, double scale);
+
+/* The (stack, count) pairs of window wi (stack: an index into the profile's stacks), in no set order. */
+void fg_slices_each(const struct fg_slices *s, size_t wi, void (*fn)(void *ctx, uint32_t stack, uint64_t count),
+		    void *ctx);
+
+/*
+ * The errors metadata in words for the SVG's and the report's headers:
+ * "1 stack cut short, in the start-up" for "1 (truncated 1)" with
+ * FG_META_STARTUP saying so (a walk stopped by bad memory or a bound: the
+ * stack is kept from its innermost frame, doc/html-report.md); a kind
+ * it does not know stays "name n". Nothing when the profile has no errors
+ * key. Plain text, for the caller to escape.
+ */
+void fg_errors_words(const struct fg_profile *p, struct spy_buf *out);
+
+/* A frame's colour in the SVG (0xRRGGBB), and its class there: 0 Python, 1 native, 2 synthetic, 3 idle. */
+uint32_t fg_svg_frame_colour(const struct fg_frame *fr, int *cls);
+
+/*
+ * The HTML report (html.c, its fixed parts html-script.c). fg_html_text
+ * appends str as HTML text or a quoted attribute's value, ASCII only;
+ * fg_html_json_string as a JSON string that is safe inside a <script>
+ * element ('<', '>', '&' and all non-ASCII as \u escapes). Invalid UTF-8
+ * reads as U+FFFD in both. opts: the title (NULL: "spy profile") and
+ * whether the graph opens as an icicle.
+ */
+void fg_html_text(struct spy_buf *b, const char *str);
+void fg_html_json_string(struct spy_buf *b, const char *str);
+int fg_profile_write_html(const struct fg_profile *p, FILE *f, const struct fg_svg_opts *opts,
+			  struct spy_err *err);
+extern const char fg_html_css[], fg_html_body[], fg_html_js[];
 
 /* The windows: how many, and their length in seconds. */
 size_t fg_slices_count(const struct fg_slices *s);
@@ -552,7 +584,6 @@ struct fg_meta_ent {
 
 /* One distinct stack: depth frame ids at pool[off], root first. */
 struct fg_stack_ent {
-	uint64_t hash;
 	uint64_t count;
 	size_t off;
 	uint32_t depth;
@@ -566,18 +597,16 @@ struct fg_profile {
 	struct fg_meta_ent *meta;
 	size_t nmeta, meta_alloc;
 
-	/* Frames by id, and an open-addressing hash of id + 1 (0 = empty). */
+	/* Frames by id, and their index by frame_hash. */
 	struct fg_frame *frames;
 	size_t nframes, frames_alloc;
-	uint32_t *fslots;
-	size_t nfslots;
+	struct spy_hmap frame_index;
 
-	/* Distinct stacks, a hash of index + 1 over them, and their frames. */
+	/* Distinct stacks, their index by path_hash, and their frames. */
 	struct fg_stack_ent *stacks;
 	size_t nstacks, stacks_alloc, max_stacks;
 	size_t max_read;       /* fg_profile_limit_read */
-	uint32_t *sslots;
-	size_t nsslots;
+	struct spy_hmap stack_index; /* path_hash -> index into stacks */
 	uint32_t *pool;
 	size_t npool, pool_alloc;
 

@@ -72,71 +72,20 @@ static void put_msg(struct spy_buf *b, unsigned field, struct spy_buf *sub)
 	spy_buf_reset(sub);
 }
 
-/*
- * The string table and the function table: open-addressing hashes keyed by
- * a pair of pointers (func, file) or (string, NULL), value = index + 1.
- */
-struct pp_key {
-	const char *a, *b;
+/* A Function message's identity: its name and file, both interned. */
+struct pp_func {
+	const char *func, *file;
 };
-
-struct pp_map {
-	struct pp_key *keys;
-	uint64_t *vals;   /* 0 = empty slot */
-	size_t nslots, n;
-};
-
-static size_t pp_hash(struct pp_key k, size_t mask)
-{
-	return (size_t)spy_mix64(spy_mix64((uint64_t)(uintptr_t)k.a) ^ (uint64_t)(uintptr_t)k.b) & mask;
-}
-
-/* The value of k, or 0 with *slot where to insert it. */
-static uint64_t pp_find(struct pp_map *m, struct pp_key k, size_t *slot)
-{
-	if (m->n * 2 + 2 > m->nslots) {
-		size_t old = m->nslots;
-		struct pp_key *ok = m->keys;
-		uint64_t *ov = m->vals;
-		m->nslots = old ? old * 2 : 256;
-		m->keys = spy_xcalloc(m->nslots, sizeof(*m->keys));
-		m->vals = spy_xcalloc(m->nslots, sizeof(*m->vals));
-		for (size_t i = 0; i < old; i++) {
-			if (ov[i]) {
-				size_t j = pp_hash(ok[i], m->nslots - 1);
-				while (m->vals[j]) {
-					j = (j + 1) & (m->nslots - 1);
-				}
-				m->keys[j] = ok[i];
-				m->vals[j] = ov[i];
-			}
-		}
-		free(ok);
-		free(ov);
-	}
-	size_t j = pp_hash(k, m->nslots - 1);
-	while (m->vals[j]) {
-		if (m->keys[j].a == k.a && m->keys[j].b == k.b) {
-			return m->vals[j];
-		}
-		j = (j + 1) & (m->nslots - 1);
-	}
-	*slot = j;
-	return 0;
-}
-
-static void pp_map_release(struct pp_map *m)
-{
-	free(m->keys);
-	free(m->vals);
-}
 
 struct pp {
 	const struct fg_profile *p;
 	struct spy_buf out;       /* the Profile message */
 	struct spy_buf strings;   /* string_table entries, already encoded */
 	struct spy_buf sub, sub2; /* scratch for nested messages */
-	struct pp_map strmap, funcmap;
+	struct spy_hmap strmap;   /* interned string -> string_table index */
+	struct spy_hmap funcmap;  /* hash of a pp_func -> its index in funcs */
+	struct pp_func *funcs;    /* Function id - 1 -> its identity */
+	size_t funcs_alloc;
 	uint64_t nstrings;
 	uint64_t nfuncs;
 	int64_t period;           /* ns per sample, 0 when the rate is unknown */
@@ -160,32 +109,29 @@ static uint64_t string_id(struct pp *pp, const char *s)
 	if (!s || !*s) {
 		return 0;
 	}
-	struct pp_key k = { s, NULL };
-	size_t slot;
-	uint64_t v = pp_find(&pp->strmap, k, &slot);
-	if (v) {
-		return v - 1;
+	uint64_t id = spy_hmap_get(&pp->strmap, (uint64_t)(uintptr_t)s);
+	if (id == SPY_HMAP_NONE) {
+		id = string_new(pp, s);
+		spy_hmap_add(&pp->strmap, (uint64_t)(uintptr_t)s, id);
 	}
-	uint64_t id = string_new(pp, s);
-	pp->strmap.keys[slot] = k;
-	pp->strmap.vals[slot] = id + 1;
-	pp->strmap.n++;
 	return id;
 }
 
 /* The function id of a frame, writing the Function message when new. */
 static uint64_t function_id(struct pp *pp, const struct fg_frame *fr)
 {
-	struct pp_key k = { fr->func, fr->file };
-	size_t slot;
-	uint64_t v = pp_find(&pp->funcmap, k, &slot);
-	if (v) {
-		return v;
+	uint64_t k = ((uint64_t)(uintptr_t)fr->func * 0x9e3779b97f4a7c15ULL) ^ (uint64_t)(uintptr_t)fr->file;
+	struct spy_hmap_it it;
+	for (uint64_t v = spy_hmap_find(&pp->funcmap, k, &it); v != SPY_HMAP_NONE;
+	     v = spy_hmap_next(&pp->funcmap, k, &it)) {
+		if (pp->funcs[v].func == fr->func && pp->funcs[v].file == fr->file) {
+			return v + 1;
+		}
 	}
+	SPY_GROW(pp->funcs, pp->funcs_alloc, pp->nfuncs + 1);
+	pp->funcs[pp->nfuncs] = (struct pp_func){ fr->func, fr->file };
+	spy_hmap_add(&pp->funcmap, k, pp->nfuncs);
 	uint64_t id = ++pp->nfuncs;
-	pp->funcmap.keys[slot] = k;
-	pp->funcmap.vals[slot] = id;
-	pp->funcmap.n++;
 	uint64_t name = string_id(pp, fr->func);
 	uint64_t file = string_id(pp, fr->file);
 	put_uint(&pp->sub, 1, id);
@@ -333,7 +279,8 @@ int fg_profile_write_pprof(const struct fg_profile *p, FILE *f, struct spy_err *
 	spy_buf_release(&pp.strings);
 	spy_buf_release(&pp.sub);
 	spy_buf_release(&pp.sub2);
-	pp_map_release(&pp.strmap);
-	pp_map_release(&pp.funcmap);
+	spy_hmap_release(&pp.strmap);
+	spy_hmap_release(&pp.funcmap);
+	free(pp.funcs);
 	return rc;
 }

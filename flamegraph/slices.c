@@ -75,6 +75,17 @@ double fg_slices_len(const struct fg_slices *s)
 	return s->len_s;
 }
 
+void fg_slices_each(const struct fg_slices *s, size_t wi, void (*fn)(void *ctx, uint32_t stack, uint64_t count),
+		    void *ctx)
+{
+	if (wi >= s->nw) {
+		return;
+	}
+	for (size_t i = 0; i < s->w[wi].n; i++) {
+		fn(ctx, s->w[wi].v[i].stack, s->w[wi].v[i].count);
+	}
+}
+
 static int cmp_ent(const void *a, const void *b)
 {
 	const struct slice_ent *x = a, *y = b;

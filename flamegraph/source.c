@@ -40,14 +40,13 @@ struct src_ent {
 struct fg_source {
 	struct src_ent *v;
 	size_t n, alloc;
-	uint32_t *slots;    /* index + 1, 0 = empty */
-	size_t nslots;
+	struct spy_hmap index; /* ent_key -> index into v */
 	size_t bytes;       /* text stored */
 };
 
-static uint64_t ent_hash(const char *file, uint32_t line)
+static uint64_t ent_key(const char *file, uint32_t line)
 {
-	return spy_mix64(spy_mix64((uint64_t)(uintptr_t)file) ^ line);
+	return ((uint64_t)(uintptr_t)file * 0x9e3779b97f4a7c15ULL) ^ line;
 }
 
 void fg_source_free(struct fg_source *s)
@@ -59,39 +58,22 @@ void fg_source_free(struct fg_source *s)
 		free(s->v[i].text);
 	}
 	free(s->v);
-	free(s->slots);
+	spy_hmap_release(&s->index);
 	free(s);
 }
 
-static void grow_slots(struct fg_source *s)
+/* The entry of (file, line), or NULL. */
+static struct src_ent *find_ent(const struct fg_source *s, const char *file, uint32_t line)
 {
-	size_t n = s->nslots ? s->nslots * 2 : 256;
-	uint32_t *slots = spy_xcalloc(n, sizeof(*slots));
-	for (size_t i = 0; i < s->n; i++) {
-		size_t j = ent_hash(s->v[i].file, s->v[i].line) & (n - 1);
-		while (slots[j]) {
-			j = (j + 1) & (n - 1);
+	uint64_t k = ent_key(file, line);
+	struct spy_hmap_it it;
+	for (uint64_t v = spy_hmap_find(&s->index, k, &it); v != SPY_HMAP_NONE;
+	     v = spy_hmap_next(&s->index, k, &it)) {
+		if (s->v[v].file == file && s->v[v].line == line) {
+			return &s->v[v];
 		}
-		slots[j] = (uint32_t)i + 1;
 	}
-	free(s->slots);
-	s->slots = slots;
-	s->nslots = n;
-}
-
-/* The slot of (file, line): holding it, or the empty one where it would go. */
-static size_t find_slot(const struct fg_source *s, const char *file, uint32_t line)
-{
-	size_t mask = s->nslots - 1;
-	size_t j = ent_hash(file, line) & mask;
-	while (s->slots[j]) {
-		const struct src_ent *e = &s->v[s->slots[j] - 1];
-		if (e->file == file && e->line == line) {
-			break;
-		}
-		j = (j + 1) & mask;
-	}
-	return j;
+	return NULL;
 }
 
 const char *fg_profile_source(const struct fg_profile *p, const char *file, uint32_t line)
@@ -100,8 +82,8 @@ const char *fg_profile_source(const struct fg_profile *p, const char *file, uint
 	if (!s || !s->n || !file || !line) {
 		return NULL;
 	}
-	uint32_t k = s->slots[find_slot(s, file, line)];
-	return k ? s->v[k - 1].text : NULL;
+	const struct src_ent *e = find_ent(s, file, line);
+	return e ? e->text : NULL;
 }
 
 size_t fg_profile_source_count(const struct fg_profile *p)
@@ -147,11 +129,7 @@ bool fg_profile_source_set(struct fg_profile *p, const char *file, uint32_t line
 	if (s->n >= FG_MAX_SOURCE_LINES || s->bytes >= FG_MAX_SOURCE_BYTES) {
 		return false;
 	}
-	if (2 * (s->n + 1) > s->nslots) {
-		grow_slots(s);
-	}
-	size_t j = find_slot(s, file, line);
-	if (s->slots[j]) {
+	if (find_ent(s, file, line)) {
 		return true;  /* the first text kept wins: merged profiles agree on a file or not at all */
 	}
 	struct spy_buf raw = SPY_BUF_INIT, esc = SPY_BUF_INIT;
@@ -165,7 +143,7 @@ bool fg_profile_source_set(struct fg_profile *p, const char *file, uint32_t line
 	SPY_GROW(s->v, s->alloc, s->n + 1);
 	s->bytes += esc.len;
 	s->v[s->n] = (struct src_ent){ file, line, spy_buf_detach(&esc, NULL) };
-	s->slots[j] = (uint32_t)++s->n;
+	spy_hmap_add(&s->index, ent_key(file, line), s->n++);
 	return true;
 }
 
@@ -317,30 +295,22 @@ void fg_profile_source_capture(struct fg_profile *p, fg_source_fn get, void *ctx
 	/* Group the lines by file, the file with the hottest line first, so
 	 * each file is indexed once and the budget goes to the hottest. */
 	struct cap_row *rows = spy_xcalloc(t.n ? t.n : 1, sizeof(*rows));
-	size_t nrows = 0, nfiles = 0, nslots = 64;
-	while (nslots < 2 * t.n) {
-		nslots *= 2;
-	}
-	const char **keys = spy_xcalloc(nslots, sizeof(*keys));
-	size_t *rank = spy_xmalloc(nslots * sizeof(*rank));
+	size_t nrows = 0;
+	struct spy_hmap rank = SPY_HMAP_INIT; /* file -> its rank */
 	for (size_t i = 0; i < t.n; i++) {
 		const char *f = t.rows[i].file;
 		/* "<string>", "<frozen os>", "<stdin>": CPython's names for code with no file. */
 		if (!f || !t.rows[i].line || f[0] == '<') {
 			continue;
 		}
-		size_t j = spy_mix64((uint64_t)(uintptr_t)f) & (nslots - 1);
-		while (keys[j] && keys[j] != f) {
-			j = (j + 1) & (nslots - 1);
+		uint64_t r = spy_hmap_get(&rank, (uint64_t)(uintptr_t)f);
+		if (r == SPY_HMAP_NONE) {
+			r = spy_hmap_count(&rank);
+			spy_hmap_add(&rank, (uint64_t)(uintptr_t)f, r);
 		}
-		if (!keys[j]) {
-			keys[j] = f;
-			rank[j] = nfiles++;
-		}
-		rows[nrows++] = (struct cap_row){ rank[j], i };
+		rows[nrows++] = (struct cap_row){ r, i };
 	}
-	free(keys);
-	free(rank);
+	spy_hmap_release(&rank);
 	qsort(rows, nrows, sizeof(*rows), by_file_then_heat);
 
 	bool full = false;

@@ -65,13 +65,6 @@ enum svg_class {
 #define SVG_NODE_ALL (-1)
 #define SVG_NODE_MERGED (-2)
 
-/* An open-addressing map from an interned string's pointer to its index. */
-struct strmap {
-	const char **keys;
-	uint32_t *vals;
-	size_t nslots, n;
-};
-
 struct svg {
 	FILE *f;
 	const struct fg_profile *p;
@@ -84,7 +77,7 @@ struct svg {
 	uint32_t *fmap;
 	uint32_t *frames;    /* emitted frame table: profile frame ids */
 	size_t nframes;
-	struct strmap strs;
+	struct spy_hmap strs;  /* interned string -> its index in strv */
 	const char **strv;   /* the string table, in index order */
 	size_t nstrs, strs_alloc;
 
@@ -313,6 +306,13 @@ static uint32_t frame_colour(const struct fg_frame *fr, enum svg_class cls)
 	return hsl_rgb(0, 0, 78 + (h >> 16) % 6);
 }
 
+uint32_t fg_svg_frame_colour(const struct fg_frame *fr, int *cls)
+{
+	enum svg_class c = frame_class(fr);
+	*cls = (int)c;
+	return frame_colour(fr, c);
+}
+
 /*
  * The caller's colour for fr, if it gives one, and the index in S of its
  * tooltip line, or -1 (fg_svg_style.frame_style).
@@ -339,51 +339,15 @@ static int64_t caller_style(struct svg *g, const struct fg_frame *fr, uint32_t *
 
 /* ---- the emitted tables -------------------------------------------------- */
 
-static uint64_t ptr_hash(const void *ptr)
-{
-	uint64_t x = (uint64_t)(uintptr_t)ptr;
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ULL;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebULL;
-	x ^= x >> 31;
-	return x;
-}
-
 /* Index of interned string s in the emitted string table, adding it if new. */
 static uint32_t str_index(struct svg *g, const char *s)
 {
-	struct strmap *m = &g->strs;
-	if (2 * (m->n + 1) > m->nslots) {
-		size_t nslots = m->nslots ? 2 * m->nslots : 1024;
-		const char **keys = spy_xcalloc(nslots, sizeof(*keys));
-		uint32_t *vals = spy_xmalloc(nslots * sizeof(*vals));
-		for (size_t i = 0; i < m->nslots; i++) {
-			if (m->keys[i]) {
-				size_t j = ptr_hash(m->keys[i]) & (nslots - 1);
-				while (keys[j]) {
-					j = (j + 1) & (nslots - 1);
-				}
-				keys[j] = m->keys[i];
-				vals[j] = m->vals[i];
-			}
-		}
-		free(m->keys);
-		free(m->vals);
-		m->keys = keys;
-		m->vals = vals;
-		m->nslots = nslots;
+	uint64_t k = (uint64_t)(uintptr_t)s;
+	uint64_t v = spy_hmap_get(&g->strs, k);
+	if (v != SPY_HMAP_NONE) {
+		return (uint32_t)v;
 	}
-	size_t j = ptr_hash(s) & (m->nslots - 1);
-	while (m->keys[j]) {
-		if (m->keys[j] == s) {
-			return m->vals[j];
-		}
-		j = (j + 1) & (m->nslots - 1);
-	}
-	m->keys[j] = s;
-	m->vals[j] = (uint32_t)g->nstrs;
-	m->n++;
+	spy_hmap_add(&g->strs, k, g->nstrs);
 	SPY_GROW(g->strv, g->strs_alloc, g->nstrs + 1);
 	g->strv[g->nstrs] = s;
 	return (uint32_t)g->nstrs++;
@@ -467,12 +431,7 @@ static void emit_tables(struct svg *g)
 	 * files, not frames, and the script then never builds a colour string.
 	 */
 	struct spy_buf ft = SPY_BUF_INIT, pal = SPY_BUF_INIT, notes = SPY_BUF_INIT, src = SPY_BUF_INIT;
-	size_t nslots = 16, npal = 0;
-	while (nslots < 2 * g->nframes + 2) {
-		nslots *= 2;
-	}
-	uint32_t *pkeys = spy_xcalloc(nslots, sizeof(*pkeys));  /* rgb + 1, 0 = empty */
-	uint32_t *pvals = spy_xmalloc(nslots * sizeof(*pvals));
+	struct spy_hmap palette = SPY_HMAP_INIT; /* rgb -> index in P */
 	for (size_t i = 0; i < g->nframes; i++) {
 		const struct fg_frame *fr = fg_profile_frame(g->p, g->frames[i]);
 		enum svg_class cls = frame_class(fr);
@@ -485,21 +444,16 @@ static void emit_tables(struct svg *g)
 		const char *text = fr->kind == SPY_FRAME_PYTHON ? fg_profile_source(g->p, fr->file, fr->line) : NULL;
 		spy_buf_addf(&src, "%s%" PRId64, i ? (i % 16 ? "," : ",\n") : "",
 			     text ? (int64_t)str_index(g, text) : -1);
-		size_t j = (size_t)(rgb * 2654435761u) & (nslots - 1);
-		while (pkeys[j] && pkeys[j] != rgb + 1) {
-			j = (j + 1) & (nslots - 1);
+		uint64_t colour = spy_hmap_get(&palette, rgb);
+		if (colour == SPY_HMAP_NONE) {
+			colour = spy_hmap_count(&palette);
+			spy_hmap_add(&palette, rgb, colour);
+			spy_buf_addf(&pal, "%s\"#%06" PRIx32 "\"", colour ? (colour % 8 ? "," : ",\n") : "", rgb);
 		}
-		if (!pkeys[j]) {
-			pkeys[j] = rgb + 1;
-			pvals[j] = (uint32_t)npal;
-			spy_buf_addf(&pal, "%s\"#%06" PRIx32 "\"", npal ? (npal % 8 ? "," : ",\n") : "", rgb);
-			npal++;
-		}
-		spy_buf_addf(&ft, "%s%" PRIu32 ",%" PRId64 ",%" PRIu32 ",%d,%" PRIu32,
-			     i ? (i % 8 ? "," : ",\n") : "", func, file, fr->line, (int)cls, pvals[j]);
+		spy_buf_addf(&ft, "%s%" PRIu32 ",%" PRId64 ",%" PRIu32 ",%d,%" PRIu64,
+			     i ? (i % 8 ? "," : ",\n") : "", func, file, fr->line, (int)cls, colour);
 	}
-	free(pkeys);
-	free(pvals);
+	spy_hmap_release(&palette);
 	spy_buf_adds(&g->out, "var S=[");
 	for (size_t i = 0; i < g->nstrs; i++) {
 		if (i) {
@@ -614,7 +568,7 @@ static const char svg_js[] =
 	" $('reset').setAttribute('opacity',zoom?1:0.35);}\n"
 	"function pos(ev){var box=root.getBoundingClientRect(),s=W/(box.width||W);\n"
 	" return [(ev.clientX-box.left)*s,(ev.clientY-box.top)*s];}\n"
-	"function at(p){if(p[1]<Y0){return -1;}var r=Math.floor((p[1]-Y0)/FH),d=INV?r:MAXD-r;\n"
+	"function at(p){if(p[1]<Y0+(window.pageYOffset||0)){return -1;}var r=Math.floor((p[1]-Y0)/FH),d=INV?r:MAXD-r;\n"
 	" if(d<0||d>MAXD||!rows[d]){return -1;}\n"
 	" var xs=rx[d],lo=0,hi=xs.length-1,k=-1,m;\n"
 	" while(lo<=hi){m=(lo+hi)>>1;if(xs[m]<=p[0]){k=m;lo=m+1;}else{hi=m-1;}}\n"
@@ -663,7 +617,14 @@ static const char svg_js[] =
 	"document.addEventListener('keydown',function(e){\n"
 	" if((e.ctrlKey||e.metaKey)&&(e.key==='f'||e.key==='F')){e.preventDefault();search();}\n"
 	" else if(e.key==='Escape'){if(zoom){unzoom();}else if(term!==null){clear();}}});\n"
-	"draw();\n";
+	"draw();\n"
+	/* The root at the bottom of the first screen: a deep graph opens on its widest frames. */
+	/* Drawn over the frames it passes (after them in the document), under the tooltip. */
+	"var head=$('head');head.parentNode.insertBefore(head,tip);\n"
+	"function follow(){var y=window.pageYOffset||0;head.setAttribute('transform',y?'translate(0,'+y+')':'');}\n"
+	"window.addEventListener('scroll',follow);\n"
+	"if(!INV&&window.innerHeight&&HEIGHT>window.innerHeight){window.scrollTo(0,HEIGHT-window.innerHeight);}\n"
+	"follow();\n";
 
 /* One "key value" item of the header, skipped when the key is unset. */
 static bool meta_item(struct svg *g, bool first, const char *label, const char *key, const char *unit)
@@ -701,10 +662,30 @@ static void emit_resources(struct svg *g)
 	fg_resources_free(r);
 }
 
+/* The errors in words, and launch mode's start-up folded by record (FG_META_STARTUP). */
+static void emit_errors(struct svg *g, bool first)
+{
+	struct spy_buf words = SPY_BUF_INIT;
+	fg_errors_words(g->p, &words);
+	if (words.len) {
+		spy_buf_adds(&g->out, first ? "errors: " : " | errors: ");
+		xml_escape(&g->out, words.buf);
+	}
+	spy_buf_release(&words);
+	unsigned long long n = 0, cut = 0;
+	const char *v = fg_profile_meta_get(g->p, FG_META_STARTUP);
+	if (v && sscanf(v, "%llu %llu", &n, &cut) == 2 && n) {
+			spy_buf_addf(&g->out, " | start-up: %llu sample%s, folded", n, n == 1 ? "" : "s");
+	}
+}
+
 static void emit_header(struct svg *g, const char *title, int height)
 {
 	struct spy_buf *o = &g->out;
 	const char *cmd = fg_profile_meta_get(g->p, FG_META_COMMAND);
+	/* The header follows the view down (the script moves it), so the controls stay at hand. */
+	spy_buf_addf(o, "<g id=\"head\"><rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#fbfbf6\"/>\n",
+		     FG_SVG_WIDTH, FG_SVG_TOP - 8);
 	spy_buf_addf(o, "<text id=\"title\" x=\"%d\" y=\"24\">", FG_SVG_PAD);
 	xml_escape(o, title);
 	spy_buf_adds(o, "</text>\n");
@@ -739,7 +720,7 @@ static void emit_header(struct svg *g, const char *title, int height)
 	}
 	first = false;
 	first = meta_item(g, first, "rate ", FG_META_RATE_HZ, " Hz");
-	first = meta_item(g, first, "errors: ", FG_META_ERRORS, "");
+	emit_errors(g, first);
 	emit_resources(g);
 	first = meta_item(g, first, "pid ", FG_META_PID, "");
 	(void)meta_item(g, first, "spy ", FG_META_SPY_VERSION, "");
@@ -774,6 +755,7 @@ static void emit_header(struct svg *g, const char *title, int height)
 		spy_buf_adds(o, "</text>\n");
 		x += 20 + 7 * (int)strlen(legend[i].label) + 16;
 	}
+	spy_buf_adds(o, "</g>\n");
 	spy_buf_addf(o, "<text id=\"status\" x=\"%d\" y=\"%d\"> </text>\n", FG_SVG_PAD, height - 12);
 }
 
@@ -870,8 +852,7 @@ int fg_profile_write_svg_styled(const struct fg_profile *p, FILE *f, const struc
 	spy_strtab_release(&g.notes);
 	free(g.fmap);
 	free(g.frames);
-	free(g.strs.keys);
-	free(g.strs.vals);
+	spy_hmap_release(&g.strs);
 	free(g.strv);
 	fg_tree_release(&g.t);
 	return rc;

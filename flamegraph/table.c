@@ -29,34 +29,30 @@ struct func_acc {
 struct func_index {
 	struct func_acc *v;
 	size_t n, alloc;
-	uint32_t *slots;  /* id + 1, 0 = empty */
-	size_t nslots;
+	struct spy_hmap index;  /* func_key -> id */
 };
 
-static uint64_t pair_hash(const char *a, const char *b)
+static uint64_t func_key(const char *func, const char *file, uint32_t line)
 {
-	return spy_mix64(spy_mix64((uint64_t)(uintptr_t)a) ^ (uint64_t)(uintptr_t)b);
+	uint64_t h = (uint64_t)(uintptr_t)func * 0x9e3779b97f4a7c15ULL;
+	return ((h ^ (uint64_t)(uintptr_t)file) * 0xff51afd7ed558ccdULL) ^ line;
 }
 
 /* Function id of (func, file, line); both interned, so pointers identify them. line is 0 unless by line. */
 static uint32_t func_id(struct func_index *fi, const char *func, const char *file, uint32_t line)
 {
-	size_t mask = fi->nslots - 1;
-	size_t j = (pair_hash(func, file) ^ (line * 0x9e3779b1u)) & mask;
-	for (;;) {
-		uint32_t s = fi->slots[j];
-		if (!s) {
-			break;
+	uint64_t k = func_key(func, file, line);
+	struct spy_hmap_it it;
+	for (uint64_t v = spy_hmap_find(&fi->index, k, &it); v != SPY_HMAP_NONE;
+	     v = spy_hmap_next(&fi->index, k, &it)) {
+		if (fi->v[v].func == func && fi->v[v].file == file && fi->v[v].line == line) {
+			return (uint32_t)v;
 		}
-		if (fi->v[s - 1].func == func && fi->v[s - 1].file == file && fi->v[s - 1].line == line) {
-			return s - 1;
-		}
-		j = (j + 1) & mask;
 	}
 	SPY_GROW(fi->v, fi->alloc, fi->n + 1);
 	uint32_t id = (uint32_t)fi->n++;
 	fi->v[id] = (struct func_acc){ func, file, line, 0, 0, 0, { 0 } };
-	fi->slots[j] = id + 1;
+	spy_hmap_add(&fi->index, k, id);
 	return id;
 }
 
@@ -191,11 +187,7 @@ static void accumulate(struct func_index *fi, const struct fg_profile *p, const 
 static uint32_t *map_functions(struct func_index *fi, const struct fg_profile *p, bool by_line)
 {
 	memset(fi, 0, sizeof(*fi));
-	fi->nslots = 16;
-	while (fi->nslots < 2 * p->nframes + 2) {
-		fi->nslots *= 2;
-	}
-	fi->slots = spy_xcalloc(fi->nslots, sizeof(*fi->slots));
+	spy_hmap_reserve(&fi->index, p->nframes);
 	uint32_t *fmap = spy_xmalloc((p->nframes + 1) * sizeof(*fmap));
 	for (size_t f = 0; f < p->nframes; f++) {
 		const struct fg_frame *fr = &p->frames[f];
@@ -216,7 +208,7 @@ void fg_funcs_init(struct fg_funcs *fs, const struct fg_profile *p)
 		fs->func[i] = fi.v[i].func;
 		fs->file[i] = fi.v[i].file;
 	}
-	free(fi.slots);
+	spy_hmap_release(&fi.index);
 	free(fi.v);
 }
 
@@ -272,7 +264,7 @@ void fg_table_init(struct fg_table *t, const struct fg_profile *p, const struct 
 	t->n = o->top && o->top < t->nfuncs ? o->top : t->nfuncs;
 
 	free(fmap);
-	free(fi.slots);
+	spy_hmap_release(&fi.index);
 	free(fi.v);
 }
 

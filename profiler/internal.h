@@ -33,6 +33,8 @@ struct prof_thread {
 /* One thread as this tick's walk found it (index i of the process's listing). */
 struct prof_walked {
 	bool holds_gil;
+	bool attached;        /* free-threaded without a GIL: attached to the
+				 interpreter, so running as a GIL holder is */
 	bool gc;              /* the runtime was collecting garbage in this thread */
 	int rc;               /* < 0: the stack could not be read (the thread exited) */
 	const char *name;     /* the interpreter's name for it (interned), or NULL */

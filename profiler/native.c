@@ -13,6 +13,9 @@
 #include "common/util.h"
 #include "profiler/native.h"
 
+/* Maps re-read for pcs in no mapping at most this often. */
+#define NATIVE_MAPS_NS (100 * 1000 * 1000ull)
+
 int native_init(struct native *n, const struct spy_process *h, const char *binary, struct spy_strtab *strs,
 		bool all, struct spy_err *err)
 {
@@ -23,6 +26,7 @@ int native_init(struct native *n, const struct spy_process *h, const char *binar
 	}
 	n->syms = sym_native_new(h->ops->pid(h), strs);
 	n->opts.all = all;
+	n->opts.marker = spy_strtab_interns(strs, "[native stack incomplete]");
 	/* The interpreter's own files: everything in them is the interpreter's business. */
 	n->opts.hide_libs[0] = spy_strtab_interns(strs, spy_basename(binary));
 	if (h->ops->exe(h)[0]) {
@@ -46,13 +50,27 @@ void native_release(struct native *n)
 void native_pcs_release(struct native_pcs *pcs)
 {
 	free(pcs->v);
+	free(pcs->sp);
+	free(pcs->anchors);
 	memset(pcs, 0, sizeof(*pcs));
+}
+
+void native_note_anchors(struct pyrt *rt, struct native_pcs *pcs)
+{
+	const spy_addr_t *a;
+	size_t n = pyrt_stack_anchors(rt, &a);
+	SPY_GROW(pcs->anchors, pcs->aanchors, n);
+	pcs->nanchors = n;
+	if (n) {
+		memcpy(pcs->anchors, a, n * sizeof(*a));
+	}
 }
 
 void native_unwind(struct native *n, const struct spy_process *h, int32_t tid, struct native_pcs *pcs)
 {
 	if (!pcs->v) {
 		pcs->v = spy_xcalloc(SPY_MAX_NATIVE_DEPTH, sizeof(*pcs->v));
+		pcs->sp = spy_xcalloc(SPY_MAX_NATIVE_DEPTH, sizeof(*pcs->sp));
 	}
 	pcs->n = 0;
 	if (n->fail_for_tests) {
@@ -60,13 +78,34 @@ void native_unwind(struct native *n, const struct spy_process *h, int32_t tid, s
 		return;
 	}
 	uint64_t t0 = spy_thread_cpu_ns();
-	pcs->rc = sym_unwind(n->uw, h->ops->mem(h), tid, pcs->v, SPY_MAX_NATIVE_DEPTH, &pcs->n);
+	pcs->rc = sym_unwind(n->uw, h->ops->mem(h), tid, pcs->anchors, pcs->nanchors, pcs->v,
+			     pcs->sp, SPY_MAX_NATIVE_DEPTH, &pcs->n);
 	pcs->cpu_ns = spy_thread_cpu_ns() - t0;
 	n->unwind_ns += pcs->cpu_ns;
 	n->unwinds++;
 }
 
-int native_merge(struct native *n, const struct spy_process *h, const struct native_pcs *pcs,
+/*
+ * A pc in no mapping ran in memory mapped since the maps were read (code a
+ * JIT has just written): read them again, at most every NATIVE_MAPS_NS, so
+ * that its frame is named for what it is.
+ */
+static void refresh_maps_for(struct native *n, struct spy_process *h, const struct native_pcs *pcs)
+{
+	const struct spy_mem *mem = h->ops->mem(h);
+	for (size_t i = 0; i < pcs->n; i++) {
+		if (!spy_mem_find_map(mem, pcs->v[i])) {
+			uint64_t now = ticker_now_ns();
+			if (now - n->maps_read_ns >= NATIVE_MAPS_NS && h->tracer) {
+				n->maps_read_ns = now;
+				h->tracer->read_maps(h);
+			}
+			return;
+		}
+	}
+}
+
+int native_merge(struct native *n, struct spy_process *h, const struct native_pcs *pcs,
 		 struct spy_stack *py)
 {
 	if (pcs->rc == -SPY_EMEM || pcs->n == 0) {
@@ -74,11 +113,13 @@ int native_merge(struct native *n, const struct spy_process *h, const struct nat
 		return -SPY_EMEM;
 	}
 	uint64_t t0 = spy_thread_cpu_ns();
+	refresh_maps_for(n, h, pcs);
 	struct sym_native_stats before, after;
 	sym_native_stats(n->syms, &before);
 	spy_stack_reset(&n->nat);
 	sym_native_resolve(n->syms, h->ops->mem(h), pcs->v, pcs->n, &n->nat);
-	sym_merge(&n->nat, py, &n->opts, &n->merged, &n->mismatch);
+	struct sym_merge_where where = { pcs->sp, pcs->n, pcs->anchors, pcs->nanchors };
+	sym_merge(&n->nat, &where, py, &n->opts, &n->merged, &n->mismatch);
 	if (pcs->rc == -SPY_EBOUND) {
 		n->merged.truncated = 1;
 	}

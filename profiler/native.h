@@ -12,13 +12,18 @@
 
 #include "common/strtab.h"
 #include "common/sample.h"
+#include "pystate/pystate.h"
 #include "sampler/process.h"
 #include "symbolize/symbolize.h"
 
 /* The raw pcs of one thread, kept from the pause to the merge. */
 struct native_pcs {
 	spy_addr_t *v;
+	spy_addr_t *sp;   /* each frame's stack pointer, parallel to v */
 	size_t n;
+	/* The Python stack's anchors (pyrt_stack_anchors), noted when it was walked. */
+	spy_addr_t *anchors;
+	size_t nanchors, aanchors;
 	int rc;   /* of sym_unwind: 0, -SPY_EBOUND (cut), or -SPY_EMEM (failed) */
 	uint64_t cpu_ns;   /* spy's CPU time in the walk */
 };
@@ -36,6 +41,7 @@ struct native {
 	 * cache already: the cost of --native once warmed up. */
 	uint64_t warm, warm_unwind_ns, warm_merge_ns;
 	bool fail_for_tests;            /* SPY_TEST_NATIVE_FAIL: every unwind fails */
+	uint64_t maps_read_ns;          /* when a pc in no mapping last had them re-read */
 };
 
 /* binary: the interpreter's file (its frames are the interpreter's business). */
@@ -44,6 +50,8 @@ int native_init(struct native *n, const struct spy_process *h, const char *binar
 void native_release(struct native *n);
 void native_pcs_release(struct native_pcs *pcs);
 
+/* Right after the thread's pyrt_stack(): keep where its groups ran, for the unwind and the merge. */
+void native_note_anchors(struct pyrt *rt, struct native_pcs *pcs);
 /* While tid is ptrace-stopped: walk its native stack into pcs. */
 void native_unwind(struct native *n, const struct spy_process *h, int32_t tid, struct native_pcs *pcs);
 /*
@@ -51,7 +59,7 @@ void native_unwind(struct native *n, const struct spy_process *h, int32_t tid, s
  * merged stack. A failed walk leaves py as it is, is counted, and returns
  * -SPY_EMEM; otherwise 0.
  */
-int native_merge(struct native *n, const struct spy_process *h, const struct native_pcs *pcs,
+int native_merge(struct native *n, struct spy_process *h, const struct native_pcs *pcs,
 		  struct spy_stack *py);
 /* Log the counters (SPY_LOG=debug): cache hit rate, mismatches, failures. */
 void native_log_stats(const struct native *n);

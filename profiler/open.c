@@ -313,12 +313,17 @@ int prof_process_open(struct prof_process **out, pid_t pid, bool prefetch, struc
 		return 0;
 	}
 #endif
-	int rc = spy_process_open_pid(&pp->h, pid, prefetch, err);
+	int rc = spy_process_open_pid(&pp->h, pid, err);
 	if (rc < 0) {
 		free(pp);
 		return rc;
 	}
-	return opened(out, pp, err);
+	rc = opened(out, pp, err);
+	/* Once the runtime is found: what finding it read is no pattern a walk repeats. */
+	if (rc == 0) {
+		spy_process_prefetch(&pp->h, prefetch);
+	}
+	return rc;
 }
 
 int prof_process_open_core(struct prof_process **out, const char *path, const char *exe, const char *root,

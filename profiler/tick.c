@@ -163,7 +163,7 @@ static int walk_with_retry(struct prof_tick_state *e, struct prof_process *p, si
 static bool is_active(struct prof_process *p, const struct prof_walked *t, struct prof_thread *th,
 		      bool fresh, uint64_t *failed)
 {
-	if (t->holds_gil) {
+	if (t->holds_gil || t->attached) {
 		return true;
 	}
 	if (!th) {
@@ -281,7 +281,7 @@ static long sample_paused(struct prof_tick_state *e, struct prof_process *p, uin
  */
 static bool wanted(struct prof_tick_state *e, const struct prof_walked *t, const struct prof_thread *th)
 {
-	return e->o.idle || t->holds_gil || !th || proc_task_active(&th->task);
+	return e->o.idle || t->holds_gil || t->attached || !th || proc_task_active(&th->task);
 }
 
 /*
@@ -327,7 +327,7 @@ static bool still_stack(struct prof_tick_state *e, struct prof_process *p, size_
 	if (th->kept_valid) {
 		spy_stack_copy(&t->stack, &th->kept);
 		t->rc = 0;
-		t->holds_gil = false;
+		t->holds_gil = t->attached = false;
 		t->gc = false;
 		e->still.kept++;
 		return true;
@@ -336,7 +336,7 @@ static bool still_stack(struct prof_tick_state *e, struct prof_process *p, size_
 	if (t->rc != 0 || t->stack.truncated || !ops->task_still(&th->task)) {
 		return false;
 	}
-	t->holds_gil = false;
+	t->holds_gil = t->attached = false;
 	spy_stack_copy(&th->kept, &t->stack);
 	th->kept_valid = true;
 	th->walked = true;

@@ -90,6 +90,7 @@ int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, stru
 	for (size_t i = 0; i < n; i++) {
 		struct prof_walked *t = &pp->w[i];
 		t->holds_gil = py[i].holds_gil;
+		t->attached = py[i].attached;
 		t->gc = false;
 		t->name = pyrt_thread_name(pp->rt, &py[i]);
 		t->rc = 0;
@@ -122,16 +123,22 @@ void prof_walk_thread(struct prof_process *pp, const struct prof_walk_opts *o, s
 	/* One holder per GIL a tick: the one listed, if it still holds it (see tick.c). */
 	py->holds_gil = py->holds_gil && listed;
 	t->holds_gil = py->holds_gil;
+	t->attached = py->attached;
 	/*
 	 * The collector runs in the thread that holds the GIL (it is
 	 * entered from an allocation or gc.collect()), so only that
 	 * thread's interpreter is asked: one 4-byte read a tick, on a
-	 * page the walk has usually cached.
+	 * page the walk has usually cached. Without a GIL, in a thread
+	 * attached to it, which the collector keeps while the others are
+	 * stopped.
 	 */
-	int gc = o->gc && py->holds_gil ? pyrt_gc_collecting(pp->rt, py->interp) : -1;
+	int gc = o->gc && (py->holds_gil || py->attached) ? pyrt_gc_collecting(pp->rt, py->interp) : -1;
 	t->gc = gc == 1;
 	*gc_known |= gc >= 0;
 	t->rc = pyrt_stack(pp->rt, py, &t->stack, NULL);
+	if (pp->nat) {
+		native_note_anchors(pp->rt, &t->pcs);
+	}
 	if (o->async && t->rc == 0) {
 		attribute_task(pp, i, pp->nat != NULL);
 	}

@@ -14,6 +14,7 @@ const struct pyaio_offsets pyaio_table[] = {
 	 */
 	{
 		.version = 0x03080000,
+		.build = PYBUILD_DEFAULT,
 		.fut_loop = 0x10,
 		.fut_state = 0x48,
 		.task_state = 0x48,
@@ -33,6 +34,7 @@ const struct pyaio_offsets pyaio_table[] = {
 	 */
 	{
 		.version = 0x03090000,
+		.build = PYBUILD_DEFAULT,
 		.fut_loop = 0x10,
 		.fut_state = 0x50,
 		.task_state = 0x50,
@@ -52,6 +54,7 @@ const struct pyaio_offsets pyaio_table[] = {
 	 */
 	{
 		.version = 0x030a0000,
+		.build = PYBUILD_DEFAULT,
 		.fut_loop = 0x10,
 		.fut_state = 0x58,
 		.task_state = 0x58,
@@ -71,6 +74,7 @@ const struct pyaio_offsets pyaio_table[] = {
 	 */
 	{
 		.version = 0x030b0000,
+		.build = PYBUILD_DEFAULT,
 		.fut_loop = 0x10,
 		.fut_state = 0x58,
 		.task_state = 0x58,
@@ -90,6 +94,7 @@ const struct pyaio_offsets pyaio_table[] = {
 	 */
 	{
 		.version = 0x030c0000,
+		.build = PYBUILD_DEFAULT,
 		.fut_loop = 0x10,
 		.fut_state = 0x58,
 		.task_state = 0x58,
@@ -110,6 +115,7 @@ const struct pyaio_offsets pyaio_table[] = {
 	 */
 	{
 		.version = 0x030d0000,
+		.build = PYBUILD_DEFAULT,
 		.fut_loop = 0x10,
 		.fut_state = 0x60,
 		.task_state = 0x60,
@@ -120,6 +126,26 @@ const struct pyaio_offsets pyaio_table[] = {
 		.futureiter_future = 0x10,
 		.fut_size = 0x68,
 		.task_size = 0x90,
+		.state_pending = 0x0,
+		.state_cancelled = 0x1,
+		.state_finished = 0x2,
+	},
+	/*
+	 * 3.13t: DWARF of _asyncio from tools/pyroot build-ft: lib/python3.13t/lib-dynload/_asyncio.cpython-313t-x86_64-linux-gnu.so.
+	 */
+	{
+		.version = 0x030d0000,
+		.build = PYBUILD_FT,
+		.fut_loop = 0x20,
+		.fut_state = 0x70,
+		.task_state = 0x70,
+		.task_loop = 0x20,
+		.task_fut_waiter = 0x80,
+		.task_coro = 0x88,
+		.task_name = 0x90,
+		.futureiter_future = 0x20,
+		.fut_size = 0x78,
+		.task_size = 0xa0,
 		.state_pending = 0x0,
 		.state_cancelled = 0x1,
 		.state_finished = 0x2,

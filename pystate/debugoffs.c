@@ -141,11 +141,13 @@ int pyrt_apply_debug_offsets(struct pyrt *rt, const char *binary, struct spy_err
 	} else {
 		bad++;
 	}
-	/* Free-threaded: whether the GIL is on at all is another int of _gil. */
+	/* Free-threaded: whether the GIL is on at all is another int of _gil,
+	 * which the table gives relative to _gil itself (3.13-3.15:
+	 * offsetof(struct _gil_runtime_state, enabled)), unlike the two above. */
 	if (o->build & PYBUILD_FT) {
 		uint64_t en = pyrt_u64(buf, d->interp_gil_enabled);
-		if (gs && en >= gs && en - gs < 0x1000) {
-			o->gil_enabled = (uint32_t)(en - gs);
+		if (en + 4 <= o->gil_size || (o->gil_size == PYOFF_NONE && en < 0x1000)) {
+			o->gil_enabled = (uint32_t)en;
 		} else {
 			bad++;
 		}

@@ -109,6 +109,9 @@ struct pyrt {
 	 * (SPY_MAX_PY_DEPTH entries, allocated on first use), for locals. */
 	spy_addr_t *frames;
 	size_t nframes;
+	/* The entry frames of the last pyrt_stack() (3.12+), see pyrt_stack_anchors. */
+	spy_addr_t *anchors;
+	size_t nanchors;
 	/* tp_name of types seen by pyrt_frame_locals (locals.c), by address. */
 	struct pytype_memo {
 		spy_addr_t type;

@@ -30,11 +30,11 @@ const struct pyoffsets *pyoffsets_find_build(uint32_t version_hex, unsigned buil
 	return NULL;
 }
 
-const struct pyaio_offsets *pyaio_find(uint32_t version_hex)
+const struct pyaio_offsets *pyaio_find(uint32_t version_hex, unsigned build)
 {
 	uint32_t want = version_hex & 0xffff0000u;
 	for (unsigned i = 0; i < pyaio_count; i++) {
-		if (pyaio_table[i].version == want) {
+		if (pyaio_table[i].version == want && pyaio_table[i].build == build) {
 			return &pyaio_table[i];
 		}
 	}

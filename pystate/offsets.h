@@ -134,6 +134,7 @@ struct pyoffsets {
 	uint32_t tstate_current_frame; /* current_frame (3.13+) */
 	uint32_t tstate_thread_id;     /* thread_id: pthread_t */
 	uint32_t tstate_native_thread_id;
+	uint32_t tstate_state;         /* PyThreadState.state (int, 3.13+): 1 attached */
 
 	/* PyFrameObject (<=3.10) */
 	uint32_t frame_back;           /* f_back */
@@ -317,7 +318,7 @@ struct pyoffsets {
 		uint32_t long_digit;
 		uint32_t iframe_tlbc_index; /* 3.14+ */
 		uint32_t code_tlbc;         /* 3.14+ */
-		uint32_t interp_gil_enabled; /* of _gil.enabled inside the interp (free-threaded) */
+		uint32_t interp_gil_enabled; /* of enabled inside _gil (free-threaded) */
 		uint32_t interp_gc;         /* of the gc state inside the interp */
 		uint32_t gc_collecting;     /* of collecting inside the gc state */
 		uint32_t gen_iframe;        /* 3.14+ */
@@ -375,6 +376,7 @@ const struct pyoffsets *pyoffsets_find_build(uint32_t version_hex, unsigned buil
  */
 struct pyaio_offsets {
 	uint32_t version;          /* PY_VERSION_HEX of major.minor */
+	uint8_t build;             /* enum pybuild: a free-threaded build's objects have a larger header */
 	uint32_t fut_loop;         /* FutureObj.fut_loop */
 	uint32_t fut_state;        /* FutureObj.fut_state (enum, int) */
 	uint32_t task_state;       /* TaskObj.task_state: fut_state under Task's prefix */
@@ -393,7 +395,7 @@ struct pyaio_offsets {
 extern const struct pyaio_offsets pyaio_table[];
 extern const unsigned pyaio_count;
 
-/* The _asyncio row for a version's major.minor, or NULL. */
-const struct pyaio_offsets *pyaio_find(uint32_t version_hex);
+/* The _asyncio row for a version's major.minor and build flavour, or NULL. */
+const struct pyaio_offsets *pyaio_find(uint32_t version_hex, unsigned build);
 
 #endif

@@ -53,6 +53,10 @@ struct py_thread {
 	uint64_t thread_id;   /* pthread_t: threading.get_ident() */
 	int32_t native_tid;   /* kernel TID; 0 if unknown */
 	bool holds_gil;
+	/* A free-threaded build's thread attached to its interpreter (running
+	 * Python, or C that has not detached): what holding the GIL is to a
+	 * GIL build, for telling running from idle. False on a GIL build. */
+	bool attached;
 };
 
 /*
@@ -128,6 +132,17 @@ bool pyrt_gil_freezes(struct pyrt *rt, const struct py_thread *holder, const str
  */
 int pyrt_stack(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out,
 	       struct spy_err *err);
+
+/*
+ * For --native: where the groups of the last pyrt_stack() ran. From 3.12
+ * each C-level eval call keeps a shim frame (its "entry frame") among its
+ * own locals, below the first frame it runs; *out[k] is the address of the
+ * k-th such shim from the innermost, which lies inside the C stack frame of
+ * the eval call that ran the k-th group (the frames through the k-th
+ * SPY_FRAME_PY_ENTRY frame). Returns how many; 0 before 3.12, where frames
+ * carry no such address. Valid until the next pyrt_stack().
+ */
+size_t pyrt_stack_anchors(const struct pyrt *rt, const spy_addr_t **out);
 
 /*
  * The names Python's threading module gave the threads th[0..n): names[i]

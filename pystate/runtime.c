@@ -65,7 +65,7 @@ static void compute_spans(struct pyrt *rt)
 	const struct pyoffsets *o = &rt->off;
 	uint32_t ts[] = { o->tstate_next, o->tstate_interp, o->tstate_thread_id,
 			  o->tstate_native_thread_id, o->tstate_frame, o->tstate_cframe,
-			  o->tstate_current_frame };
+			  o->tstate_current_frame, o->tstate_state };
 	uint32_t fr[] = { o->frame_back, o->frame_code, o->frame_lasti, o->iframe_code,
 			  o->iframe_previous, o->iframe_instr, o->iframe_owner, o->iframe_is_entry,
 			  o->iframe_tlbc_index };
@@ -392,6 +392,7 @@ void pyrt_free(struct pyrt *rt)
 	free(rt->async);
 	free(rt->tmp);
 	free(rt->frames);
+	free(rt->anchors);
 	free(rt->seen);
 	free(rt);
 }
@@ -487,6 +488,13 @@ static void fill_native_tids(struct pyrt *rt, struct py_thread *th, size_t n)
  * the list keeps them. Returns false when the list was cut (bad pointer,
  * back-pointer mismatch, cycle, bound).
  */
+/* tstate (copied to buf) of a free-threaded build is attached (_Py_THREAD_ATTACHED). */
+static bool attached(const struct pyrt *rt, const unsigned char *buf)
+{
+	return (rt->off.build & PYBUILD_FT) && rt->off.tstate_state != PYOFF_NONE &&
+	       pyrt_u32(buf, rt->off.tstate_state) == 1;
+}
+
 static bool interp_threads(struct pyrt *rt, spy_addr_t interp, size_t *k)
 {
 	const struct pyoffsets *o = &rt->off;
@@ -517,6 +525,7 @@ static bool interp_threads(struct pyrt *rt, spy_addr_t interp, size_t *k)
 			p->native_tid = (int32_t)pyrt_u32(buf, o->tstate_native_thread_id);
 		}
 		p->holds_gil = holder && holder == t;
+		p->attached = attached(rt, buf);
 		t = pyrt_u64(buf, o->tstate_next);
 	}
 	return true;
@@ -589,6 +598,7 @@ int pyrt_thread_recheck(struct pyrt *rt, struct py_thread *t)
 	/* A held thread can neither take the GIL nor release it. */
 	spy_addr_t holder = rt->gil_holder(rt, t->interp);
 	t->holds_gil = holder && holder == t->tstate;
+	t->attached = attached(rt, buf);
 	return 0;
 }
 
@@ -604,12 +614,20 @@ int pyrt_stack(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out
 {
 	if (!rt->frames) {
 		rt->frames = spy_xcalloc(SPY_MAX_PY_DEPTH, sizeof(*rt->frames));
+		rt->anchors = spy_xcalloc(SPY_MAX_PY_DEPTH, sizeof(*rt->anchors));
 	}
 	rt->nframes = 0;
+	rt->nanchors = 0;
 	int rc = rt->walk(rt, t, out);
 	if (rc < 0) {
 		return spy_err_set(err, -rc, "cannot read the frames of thread %llu",
 				   (unsigned long long)t->thread_id);
 	}
 	return 0;
+}
+
+size_t pyrt_stack_anchors(const struct pyrt *rt, const spy_addr_t **out)
+{
+	*out = rt->anchors;
+	return rt->anchors ? rt->nanchors : 0;
 }

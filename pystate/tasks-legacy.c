@@ -41,6 +41,7 @@
 
 #include "common/bounds.h"
 #include "common/err.h"
+#include "common/hashmap.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "pystate/internal.h"
@@ -142,32 +143,19 @@ static bool is_gather(struct pyrt *rt, spy_addr_t obj)
 
 /* ---- the task registry ---- */
 
-/* Task addresses found, deduplicated by an open-addressed index. */
+/* Task addresses found, in order, deduplicated by an index. */
 struct taskset {
 	spy_addr_t *v;
 	size_t n, alloc;
-	size_t *slot;       /* index + 1 into v; 0 empty */
-	size_t nslots;      /* power of two, > 2 * alloc */
-	bool cut;           /* a bound or bad memory cut the list */
+	struct spy_hmap index; /* address -> index into v */
+	bool cut;              /* a bound or bad memory cut the list */
 };
-
-static size_t ts_probe(const struct taskset *s, spy_addr_t addr)
-{
-	size_t i = (size_t)(((addr >> 4) * 0x9e3779b97f4a7c15ull) >> 20) & (s->nslots - 1);
-	while (s->slot[i] && s->v[s->slot[i] - 1] != addr) {
-		i = (i + 1) & (s->nslots - 1);
-	}
-	return i;
-}
 
 /* Index of addr in s, or -1. */
 static long ts_find(const struct taskset *s, spy_addr_t addr)
 {
-	if (!s->nslots) {
-		return -1;
-	}
-	size_t i = ts_probe(s, addr);
-	return s->slot[i] ? (long)(s->slot[i] - 1) : -1;
+	uint64_t i = spy_hmap_get(&s->index, addr);
+	return i == SPY_HMAP_NONE ? -1 : (long)i;
 }
 
 static void ts_add(struct taskset *s, spy_addr_t addr)
@@ -176,21 +164,10 @@ static void ts_add(struct taskset *s, spy_addr_t addr)
 		s->cut = true;
 		return;
 	}
-	if (s->n == s->alloc) {
-		size_t alloc = s->alloc ? 2 * s->alloc : 64;
-		s->v = spy_xrealloc(s->v, alloc * sizeof(*s->v));
-		free(s->slot);
-		s->nslots = 4 * alloc;
-		s->slot = spy_xcalloc(s->nslots, sizeof(*s->slot));
-		s->alloc = alloc;
-		for (size_t k = 0; k < s->n; k++) {
-			s->slot[ts_probe(s, s->v[k])] = k + 1;
-		}
-	}
-	size_t i = ts_probe(s, addr);
-	if (!s->slot[i]) {
+	if (!spy_hmap_has(&s->index, addr)) {
+		SPY_GROW(s->v, s->alloc, s->n + 1);
+		spy_hmap_add(&s->index, addr, s->n);
 		s->v[s->n++] = addr;
-		s->slot[i] = s->n;
 	}
 }
 
@@ -247,7 +224,7 @@ static int cmp_named(const void *pa, const void *pb)
 static void ts_free(struct taskset *s)
 {
 	free(s->v);
-	free(s->slot);
+	spy_hmap_release(&s->index);
 }
 
 /*
@@ -534,7 +511,7 @@ static spy_addr_t task_frame(struct pyrt *rt, spy_addr_t coro)
 
 static const struct pyaio_offsets *row(struct pyrt *rt, struct spy_err *err)
 {
-	const struct pyaio_offsets *a = pyaio_find(rt->version);
+	const struct pyaio_offsets *a = pyaio_find(rt->version, rt->off.build & PYBUILD_FT);
 	const struct pyoffsets *o = &rt->off;
 	if (!a || !((o->gen_iframe != PYOFF_NONE && o->iframe_stacktop != PYOFF_NONE) ||
 		    (o->gen_frame != PYOFF_NONE && o->code_code != PYOFF_NONE))) {
@@ -624,29 +601,15 @@ static void loop_threads(struct pyrt *rt, struct pyrt_task *out, size_t n)
 
 const bool pyrt_tasks_legacy_ready = true;
 
-int pyrt_tasks_legacy(struct pyrt *rt, struct pyrt_task *out, size_t max, size_t *n,
-		      struct spy_err *err)
+/*
+ * Every interpreter's registry of tasks into s, and the running ones into
+ * run. Each interpreter has its own sys.modules, so its own asyncio.
+ * Returns whether any interpreter has asyncio loaded.
+ */
+static bool registries(struct pyrt *rt, const struct pyaio_offsets *a, const struct py_thread *th,
+		       size_t nth, struct taskset *s, struct running *run)
 {
-	const struct pyaio_offsets *a = row(rt, err);
-	struct taskset s = { 0 };
-	struct py_thread *th = spy_xcalloc(SPY_MAX_THREADS, sizeof(*th));
-	size_t nth = 0;
 	bool asyncio = false;
-	*n = 0;
-	if (!a) {
-		free(th);
-		return -SPY_EVERSION;
-	}
-	int rc = pyrt_threads(rt, th, SPY_MAX_THREADS, &nth, err);
-	if (rc < 0) {
-		free(th);
-		return rc;
-	}
-	if (nth > SPY_MAX_THREADS) {
-		nth = SPY_MAX_THREADS;
-	}
-	struct running run = { .a = a };
-	/* Each interpreter has its own sys.modules, so its own asyncio. */
 	for (size_t i = 0; i < nth; i++) {
 		bool seen = false;
 		for (size_t j = 0; j < i && !seen; j++) {
@@ -661,14 +624,122 @@ int pyrt_tasks_legacy(struct pyrt *rt, struct pyrt_task *out, size_t max, size_t
 		if (!ws) {
 			ws = pyrt_dict_get(rt, md, "_all_tasks");
 		}
-		if (!ws || !(data = pyrt_attr_get(rt, ws, "data")) || set_tasks(rt, a, data, true, &s) < 0) {
-			s.cut = true;
+		if (!ws || !(data = pyrt_attr_get(rt, ws, "data")) || set_tasks(rt, a, data, true, s) < 0) {
+			s->cut = true;
 		}
-		if ((eager = pyrt_dict_get(rt, md, "_eager_tasks")) && set_tasks(rt, a, eager, false, &s) < 0) {
-			s.cut = true;
+		if ((eager = pyrt_dict_get(rt, md, "_eager_tasks")) && set_tasks(rt, a, eager, false, s) < 0) {
+			s->cut = true;
 		}
-		current_tasks(rt, md, &run);
+		current_tasks(rt, md, run);
 	}
+	return asyncio;
+}
+
+/*
+ * s in name order ("Task-2" before "Task-10"), then address: the
+ * registry is a hash set and nothing before 3.14 keeps the order tasks
+ * were made in (3.14's per-thread lists do), so the next best is an
+ * order a reader can follow, the same on every dump. s's index is stale
+ * afterwards: s is a list from here on.
+ */
+static void sort_by_name(struct pyrt *rt, const struct pyaio_offsets *a, struct taskset *s)
+{
+	if (!s->n) {
+		return;
+	}
+	struct named *nv = spy_xcalloc(s->n, sizeof(*nv));
+	for (size_t i = 0; i < s->n; i++) {
+		spy_addr_t name = 0;
+		nv[i].addr = s->v[i];
+		nv[i].name = read_ptr(rt, s->v[i] + a->task_name, &name) == 0 ? pyrt_task_name(rt, name) : NULL;
+	}
+	qsort(nv, s->n, sizeof(*nv), cmp_named);
+	for (size_t i = 0; i < s->n; i++) {
+		s->v[i] = nv[i].addr;
+	}
+	free(nv);
+}
+
+/*
+ * The running tasks (those of run that kept indexes into out): the thread
+ * whose stack holds the coroutine's frame runs it, and the coroutine
+ * frames of that stack inward of it are its chain. Each thread's stack is
+ * walked once, and searched for every frame.
+ */
+static void running_chains(struct pyrt *rt, const struct running *run, const struct taskset *kept,
+			   const struct py_thread *th, size_t nth, struct pyrt_task *out)
+{
+	long idx[SPY_ARRAY_SIZE(run->v)];
+	spy_addr_t frame[SPY_ARRAY_SIZE(run->v)];
+	size_t left = 0;
+	for (size_t r = 0; r < run->n; r++) {
+		idx[r] = ts_find(kept, run->v[r].task);
+		frame[r] = idx[r] < 0 ? 0 : task_frame(rt, run->v[r].coro);
+		if (idx[r] >= 0) {
+			out[idx[r]].running = true;
+		}
+		left += frame[r] != 0;
+	}
+	struct spy_stack st = SPY_STACK_INIT;
+	for (size_t t = 0; t < nth && left; t++) {
+		spy_stack_reset(&st);
+		if (pyrt_stack(rt, &th[t], &st, NULL) < 0) {
+			continue;
+		}
+		for (size_t r = 0; r < run->n; r++) {
+			size_t f = 0;
+			while (frame[r] && f < rt->nframes && f < st.n && rt->frames[f] != frame[r]) {
+				f++;
+			}
+			if (!frame[r] || f == rt->nframes || f == st.n) {
+				continue;
+			}
+			/* The coroutines' frames of it, as a suspended task's chain
+			 * (what they call is the thread's stack). */
+			struct pyrt_task *rk = &out[idx[r]];
+			rk->thread_id = th[t].thread_id;
+			rk->nchain = 0;
+			rk->chain_truncated = false;
+			for (size_t j = 0; j <= f; j++) {
+				if (!coro_owns(rt, rt->frames[j])) {
+					continue;
+				}
+				if (rk->nchain == PYRT_TASK_MAX_CHAIN) {
+					rk->chain_truncated = true;
+					break;
+				}
+				rk->chain[rk->nchain] = st.v[j];
+				rk->chain[rk->nchain++].flags = 0;
+			}
+			frame[r] = 0;
+			left--;
+		}
+	}
+	spy_stack_release(&st);
+}
+
+int pyrt_tasks_legacy(struct pyrt *rt, struct pyrt_task *out, size_t max, size_t *n,
+		      struct spy_err *err)
+{
+	const struct pyaio_offsets *a = row(rt, err);
+	struct taskset s = { 0 };
+	struct py_thread *th = spy_xcalloc(SPY_MAX_THREADS, sizeof(*th));
+	size_t nth = 0;
+	*n = 0;
+	if (!a) {
+		free(th);
+		return -SPY_EVERSION;
+	}
+	int rc = pyrt_threads(rt, th, SPY_MAX_THREADS, &nth, err);
+	if (rc < 0) {
+		free(th);
+		return rc;
+	}
+	if (nth > SPY_MAX_THREADS) {
+		nth = SPY_MAX_THREADS;
+	}
+	struct running run = { .a = a };
+	bool asyncio = registries(rt, a, th, nth, &s, &run);
 	if (!asyncio) {
 		ts_free(&s);
 		free(th);
@@ -683,31 +754,13 @@ int pyrt_tasks_legacy(struct pyrt *rt, struct pyrt_task *out, size_t max, size_t
 				   "spy knows for %u.%u", rt->version_str, rt->version >> 24,
 				   (rt->version >> 16) & 0xff);
 	}
+	sort_by_name(rt, a, &s);
 	/*
 	 * Pending tasks only: the registry keeps a finished task until it is
 	 * collected, where 3.14 unregisters it when it finishes (and
 	 * asyncio.all_tasks() leaves it out). Past max, pending tasks are
 	 * only counted.
 	 */
-	/*
-	 * In name order ("Task-2" before "Task-10"), then address: the
-	 * registry is a hash set and nothing before 3.14 keeps the order tasks
-	 * were made in (3.14's per-thread lists do), so the next best is an
-	 * order a reader can follow, the same on every dump.
-	 */
-	if (s.n) {
-		struct named *nv = spy_xcalloc(s.n, sizeof(*nv));
-		for (size_t i = 0; i < s.n; i++) {
-			spy_addr_t name = 0;
-			nv[i].addr = s.v[i];
-			nv[i].name = read_ptr(rt, s.v[i] + a->task_name, &name) == 0 ? pyrt_task_name(rt, name) : NULL;
-		}
-		qsort(nv, s.n, sizeof(*nv), cmp_named);
-		for (size_t i = 0; i < s.n; i++) {
-			s.v[i] = nv[i].addr; /* s.slot is stale: a list from here on */
-		}
-		free(nv);
-	}
 	spy_addr_t *waiter = spy_xcalloc(max ? max : 1, sizeof(*waiter));
 	size_t k = 0, pending = 0;
 	for (size_t i = 0; i < s.n; i++) {
@@ -738,59 +791,7 @@ int pyrt_tasks_legacy(struct pyrt *rt, struct pyrt_task *out, size_t max, size_t
 		}
 	}
 	loop_threads(rt, out, k);
-	/*
-	 * The running tasks: the thread whose stack holds the coroutine's
-	 * frame runs it, and the coroutine frames of that stack inward of it
-	 * are its chain.
-	 */
-	/* Each thread's stack is walked once, and searched for every frame. */
-	long idx[SPY_ARRAY_SIZE(run.v)];
-	spy_addr_t frame[SPY_ARRAY_SIZE(run.v)];
-	size_t left = 0;
-	for (size_t r = 0; r < run.n; r++) {
-		idx[r] = ts_find(&kept, run.v[r].task);
-		frame[r] = idx[r] < 0 ? 0 : task_frame(rt, run.v[r].coro);
-		if (idx[r] >= 0) {
-			out[idx[r]].running = true;
-		}
-		left += frame[r] != 0;
-	}
-	struct spy_stack st = SPY_STACK_INIT;
-	for (size_t t = 0; t < nth && left; t++) {
-		spy_stack_reset(&st);
-		if (pyrt_stack(rt, &th[t], &st, NULL) < 0) {
-			continue;
-		}
-		for (size_t r = 0; r < run.n; r++) {
-			size_t f = 0;
-			while (frame[r] && f < rt->nframes && f < st.n && rt->frames[f] != frame[r]) {
-				f++;
-			}
-			if (!frame[r] || f == rt->nframes || f == st.n) {
-				continue;
-			}
-			/* The coroutines' frames of it, as a suspended task's chain
-			 * (what they call is the thread's stack). */
-			struct pyrt_task *rk = &out[idx[r]];
-			rk->thread_id = th[t].thread_id;
-			rk->nchain = 0;
-			rk->chain_truncated = false;
-			for (size_t j = 0; j <= f; j++) {
-				if (!coro_owns(rt, rt->frames[j])) {
-					continue;
-				}
-				if (rk->nchain == PYRT_TASK_MAX_CHAIN) {
-					rk->chain_truncated = true;
-					break;
-				}
-				rk->chain[rk->nchain] = st.v[j];
-				rk->chain[rk->nchain++].flags = 0;
-			}
-			frame[r] = 0;
-			left--;
-		}
-	}
-	spy_stack_release(&st);
+	running_chains(rt, &run, &kept, th, nth, out);
 	*n = pending;
 	free(waiter);
 	free(th);

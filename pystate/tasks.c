@@ -88,8 +88,9 @@ struct pyrt_async {
 int pyrt_tasks_supported(const struct pyrt *rt, struct spy_err *err)
 {
 	uint32_t mm = rt->version & 0xffff0000u;
-	if (mm >= V(3, 13) && (rt->off.build & PYBUILD_FT)) {
-		/* Untested: no free-threaded build to verify the walk against. */
+	if (mm >= V(3, 14) && (rt->off.build & PYBUILD_FT)) {
+		/* Untested: no free-threaded 3.14+ build to verify the walk
+		 * against (3.13t's is tools/pyroot build-ft's). */
 		return spy_err_set(err, SPY_EVERSION,
 				   "asyncio tasks: not supported on a free-threaded Python %u.%u",
 				   rt->version >> 24, (rt->version >> 16) & 0xff);

@@ -377,9 +377,19 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 		spy_addr_t prev = pyrt_u64(fb, o->iframe_previous);
 		uint8_t owner = fb[o->iframe_owner];
 		if (owner >= o->owner_shim) {
-			/* The frame above the shim is the first of its eval-loop call. */
-			if (out->n) {
+			/*
+			 * The frame above the shim is the first of its eval-loop
+			 * call, and the shim itself is that call's local: where it
+			 * lies on the C stack tells which native frame ran the
+			 * group. A shim with no frame of its own above it (a call
+			 * that has not pushed one yet, or the thread's base frame)
+			 * ends no group.
+			 */
+			if (out->n && !(out->v[out->n - 1].flags & SPY_FRAME_PY_ENTRY)) {
 				out->v[out->n - 1].flags |= SPY_FRAME_PY_ENTRY;
+				if (rt->anchors && rt->nanchors < SPY_MAX_PY_DEPTH) {
+					rt->anchors[rt->nanchors++] = f;
+				}
 			}
 			f = prev;
 			continue;

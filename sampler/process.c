@@ -249,14 +249,13 @@ static const struct spy_process_ops core_ops = {
 
 /* ---- opening ---- */
 
-int spy_process_open_pid(struct spy_process *out, pid_t pid, bool prefetch, struct spy_err *err)
+int spy_process_open_pid(struct spy_process *out, pid_t pid, struct spy_err *err)
 {
 	struct proc *p = NULL;
 	int rc = proc_open(&p, pid, err);
 	if (rc < 0) {
 		return rc;
 	}
-	proc_mem_prefetch(p, prefetch);
 	*out = (struct spy_process){ &live_ops, &live_tracer, p };
 	return 0;
 }
@@ -271,6 +270,13 @@ int spy_process_open_core(struct spy_process *out, const char *path, const char 
 	}
 	*out = (struct spy_process){ &core_ops, NULL, c };
 	return 0;
+}
+
+void spy_process_prefetch(struct spy_process *p, bool on)
+{
+	if (p->ops == &live_ops) {
+		proc_mem_prefetch(live(p), on);
+	}
 }
 
 void spy_process_close(struct spy_process *p)

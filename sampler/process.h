@@ -85,8 +85,10 @@ struct spy_process {
 	void *impl;   /* the backend's: struct proc, struct core, a test's fake */
 };
 
-/* Open pid (live; prefetch: see proc_mem_prefetch) or a core file (see core_open) into a handle; spy_process_close frees it. */
-int spy_process_open_pid(struct spy_process *out, pid_t pid, bool prefetch, struct spy_err *err);
+/* Open pid (live) or a core file (see core_open) into a handle; spy_process_close frees it. */
+int spy_process_open_pid(struct spy_process *out, pid_t pid, struct spy_err *err);
+/* A live process's memory reads fetch the lines a walk goes on to need (see proc_mem_prefetch); nothing for others. */
+void spy_process_prefetch(struct spy_process *p, bool on);
 int spy_process_open_core(struct spy_process *out, const char *path, const char *exe, const char *root,
 			  struct spy_err *err);
 void spy_process_close(struct spy_process *p);

@@ -4,16 +4,26 @@
  * Both stacks are innermost first. Every C-level call of the eval loop runs
  * one group of Python frames, and pystate flags the outermost frame of each
  * group SPY_FRAME_PY_ENTRY (before 3.11 every frame is its own group; from
- * 3.11 on, Python-to-Python calls stay inside one eval call). So the i-th
- * eval frame from the inside gets the i-th group, and no address matching is
- * needed: the order alone pairs them.
+ * 3.11 on, Python-to-Python calls stay inside one eval call). Which native
+ * frame is the eval call of a group is known one of two ways:
  *
- * The stacks are read at one moment, but they can still disagree: a native
- * walk cut short, an eval frame the symbolizer could not name (a stripped
- * build), a frame chain ahead of the C stack by one call. Rather than guess,
- * the rule is fixed: eval frames with no group left are dropped, groups
- * with no eval frame left go at the root end, in order, and both are
- * counted so a profile that relies on this says so.
+ *   - by where it lies (3.12+): the eval call keeps a shim frame among its
+ *     locals, pystate reports its address (the group's anchor), and the
+ *     native frame whose stretch of stack holds that address is the call.
+ *     This needs no symbol at all, so it places frames in a stripped build
+ *     whose eval loop is mostly an unnamed ".cold" part, or in one whose
+ *     names are all unknown.
+ *   - by name (before 3.12): the i-th frame of the eval loop's function
+ *     from the inside gets the i-th group.
+ *
+ * The stacks can still disagree: a native walk cut short, an eval loop the
+ * symbolizer cannot name (a stripped build before 3.12), a frame chain
+ * ahead of the C stack by one call. Rather than guess, the rule is fixed:
+ * groups are placed in order until one cannot be; from there on the native
+ * frames are dropped (their place among the remaining groups is unknown)
+ * and one marker frame says so, followed by the remaining groups. Eval
+ * frames found by name with no group left are dropped. Both are counted, so
+ * a profile that relies on this says so.
  */
 #include <string.h>
 
@@ -110,31 +120,110 @@ static void push_group(const struct spy_stack *py, size_t *pos, struct spy_stack
 	}
 }
 
-void sym_merge(const struct spy_stack *native, const struct spy_stack *py,
-	       const struct sym_merge_opts *opts, struct spy_stack *out, struct sym_merge_counts *c)
+static size_t count_groups(const struct spy_stack *py)
 {
-	spy_stack_reset(out);
-	out->tid = py->tid;
-	out->truncated = py->truncated;
-	const char *eval = has_default_eval(native) ? "_PyEval_EvalFrameDefault" : "PyEval_EvalFrameEx";
-	size_t pos = 0;
+	size_t g = 0;
+	for (size_t i = 0; i < py->n; i++) {
+		g += (py->v[i].flags & SPY_FRAME_PY_ENTRY) || i + 1 == py->n;
+	}
+	return g;
+}
+
+/* How one merge places groups: by anchor or by name. */
+struct placer {
+	const struct sym_merge_where *w;
+	const char *eval;     /* by name: the eval loop's function */
+	size_t ngroups;
+};
+
+/*
+ * Whether the frame f, the last of native pc j, runs group k. By anchor:
+ * the group's shim lies in the frame's stretch of stack (the outermost
+ * frame walked has no known end, so it runs none).
+ */
+static bool runs_group(const struct placer *p, const struct spy_frame *f, size_t j, size_t k)
+{
+	const struct sym_merge_where *w = p->w;
+	if (w) {
+		return k < w->nanchors && j + 1 < w->nsps && w->sps[j] <= w->anchors[k] &&
+		       w->anchors[k] < w->sps[j + 1];
+	}
+	return name_is(f->func, p->eval);
+}
+
+/*
+ * The first pass: how many groups are placed in order (*placed), and the
+ * pc after which the native frames stop mattering (*cut: all of them when
+ * every group is placed, else the pc of the last placed group, or none).
+ */
+static void plan(const struct placer *p, const struct spy_stack *native, size_t *placed,
+		 size_t *cut, struct sym_merge_counts *c)
+{
+	size_t k = 0, j = 0, last = 0;
 	for (size_t i = 0; i < native->n; i++) {
 		const struct spy_frame *f = &native->v[i];
-		if (name_is(f->func, eval)) {
-			if (pos < py->n) {
-				push_group(py, &pos, out);
+		if (f->flags & SPY_FRAME_INLINED) {
+			continue;
+		}
+		if (runs_group(p, f, j, k)) {
+			if (k < p->ngroups) {
+				last = j + 1;
+				k++;
 			} else if (c) {
 				c->extra_eval++;
 			}
 		}
-		if (!hidden(f, opts)) {
+		j++;
+	}
+	*placed = k;
+	*cut = k == p->ngroups ? j : last;
+}
+
+static bool is_jit(const struct spy_frame *f)
+{
+	return f->func[0] == '[' && !strcmp(f->func, SYM_JIT_FRAME);
+}
+
+void sym_merge(const struct spy_stack *native, const struct sym_merge_where *where,
+	       const struct spy_stack *py, const struct sym_merge_opts *opts, struct spy_stack *out,
+	       struct sym_merge_counts *c)
+{
+	spy_stack_reset(out);
+	out->tid = py->tid;
+	out->truncated = py->truncated;
+	struct placer p = { where && where->nanchors ? where : NULL,
+			    has_default_eval(native) ? "_PyEval_EvalFrameDefault" : "PyEval_EvalFrameEx",
+			    count_groups(py) };
+	size_t placed, cut;
+	plan(&p, native, &placed, &cut, c);
+	size_t pos = 0, k = 0, j = 0;
+	bool after_jit = false;
+	for (size_t i = 0; i < native->n && j < cut; i++) {
+		const struct spy_frame *f = &native->v[i];
+		bool last_of_pc = !(f->flags & SPY_FRAME_INLINED);
+		if (last_of_pc && k < placed && runs_group(&p, f, j, k)) {
+			push_group(py, &pos, out);
+			k++;
+			after_jit = false;
+		}
+		j += last_of_pc;
+		/* Code a JIT wrote shows once, however many frames of it there are. */
+		bool jit = is_jit(f);
+		if (!hidden(f, opts) && !(jit && after_jit)) {
 			*spy_stack_push(out) = *f;
+			after_jit = jit;
 		}
 	}
-	if (pos < py->n && c) {
-		c->extra_py++;
-	}
-	while (pos < py->n) {
-		push_group(py, &pos, out);
+	if (pos < py->n) {
+		if (c) {
+			c->extra_py += p.ngroups - placed;
+		}
+		if (opts->marker) {
+			struct spy_frame *m = spy_stack_push(out);
+			*m = (struct spy_frame){ .func = opts->marker, .kind = SPY_FRAME_SYNTHETIC };
+		}
+		while (pos < py->n) {
+			push_group(py, &pos, out);
+		}
 	}
 }

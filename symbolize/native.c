@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "common/buf.h"
+#include "common/hashmap.h"
 #include "common/log.h"
 #include "common/mapfile.h"
 #include "common/util.h"
@@ -61,7 +62,7 @@ struct load {
 
 /* What find_debuginfo keeps for one module (its libdwfl userdata). */
 struct dbg {
-	const struct sym_native *s;
+	struct sym_native *s;
 	bool found;                   /* its debug file is found */
 	char dir[80];                 /* the directory of that file */
 	unsigned char alt_id[64];     /* and the dwz file that one links to: its build-id */
@@ -82,7 +83,7 @@ struct nfile {
 };
 
 struct centry {
-	const struct nfile *file;   /* NULL: empty slot */
+	const struct nfile *file;
 	uint64_t vaddr;
 	uint32_t first, count;      /* into names[] */
 };
@@ -104,13 +105,19 @@ struct sym_native {
 	Dwfl_Callbacks cb;
 	struct nfile *files;
 	size_t nfiles, afiles;
-	struct centry *slots;
-	size_t nslots, nused;
+	struct centry *cache;       /* resolved (file, vaddr)s */
+	size_t ncache, acache;
+	struct spy_hmap cache_index; /* centry_key -> index into cache */
 	const char **names;
 	size_t nnames, anames;
 	const char *unknown;
+	const char *jit, *anon;   /* SYM_JIT_FRAME, SYM_JIT_FILE */
 	void *cxx;
 	demangle_fn demangle;
+	/* debuginfod_fetch's library and client, looked for on first use. */
+	bool dbgi_tried;
+	void *dbgi, *dbgi_client;
+	void *dbgi_find;
 	struct sym_native_stats st;
 };
 
@@ -199,8 +206,50 @@ out:
 }
 
 /*
+ * debuginfod (libdebuginfod, loaded at run time only when the user set
+ * DEBUGINFOD_URLS, as gdb and libdw's own look-ups do): a debug file by
+ * build-id from the servers named there, into its cache. The descriptor it
+ * returns is of that cached file; *path gets its name.
+ */
+typedef void *(*dbgi_begin_fn)(void);
+typedef int (*dbgi_find_fn)(void *, const unsigned char *, int, char **);
+typedef void (*dbgi_end_fn)(void *);
+
+static int debuginfod_fetch(struct sym_native *s, const unsigned char *id, int n, char *path,
+			    size_t size)
+{
+	if (!s->dbgi_tried) {
+		s->dbgi_tried = true;
+		const char *urls = getenv("DEBUGINFOD_URLS");
+		s->dbgi = urls && *urls ? dlopen("libdebuginfod.so.1", RTLD_LAZY | RTLD_LOCAL) : NULL;
+		dbgi_begin_fn begin = s->dbgi ? (dbgi_begin_fn)dlsym(s->dbgi, "debuginfod_begin") : NULL;
+		s->dbgi_find = s->dbgi ? (dbgi_find_fn)dlsym(s->dbgi, "debuginfod_find_debuginfo") : NULL;
+		s->dbgi_client = begin && s->dbgi_find ? begin() : NULL;
+		if (urls && *urls) {
+			spy_log(SPY_LOG_DEBUG, "native symbols: debuginfod %s",
+				s->dbgi_client ? "in use (DEBUGINFOD_URLS)" : "unavailable (no libdebuginfod.so.1)");
+		}
+	}
+	if (!s->dbgi_client) {
+		return -1;
+	}
+	char *got = NULL;
+	int fd = ((dbgi_find_fn)s->dbgi_find)(s->dbgi_client, id, n, &got);
+	if (fd >= 0 && got) {
+		snprintf(path, size, "%s", got);
+	}
+	free(got);
+	/* A server may answer anything: only the file asked for is taken. */
+	if (fd >= 0 && !has_build_id(fd, id, n)) {
+		close(fd);
+		fd = -1;
+	}
+	return fd >= 0 ? fd : -1;
+}
+
+/*
  * The separate debug file of a module, by build-id, in the target's
- * /usr/lib/debug, then ours. The .gnu_debuglink name is not followed: it
+ * /usr/lib/debug, then ours, then from debuginfod if the user asked. The .gnu_debuglink name is not followed: it
  * is a name chosen by the file, and every distro ships build-id paths.
  * libdwfl calls this again, once the debug file is found, for the dwz file
  * it links to (debuglink_file is then that link's name, the CRC 0): that
@@ -232,6 +281,9 @@ static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname
 			}
 			fd = open_debug_file(d->s, path, d->alt_id, d->alt_n);
 		}
+		if (fd < 0) {
+			fd = debuginfod_fetch(d->s, d->alt_id, d->alt_n, path, sizeof(path));
+		}
 		if (fd >= 0) {
 			*debuginfo_file_name = spy_xstrdup(path);
 		}
@@ -245,6 +297,9 @@ static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname
 	}
 	build_id_path(id, n, path, sizeof(path));
 	int fd = open_debug_file(d->s, path, id, n);
+	if (fd < 0) {
+		fd = debuginfod_fetch(d->s, id, n, path, sizeof(path));
+	}
 	if (fd >= 0) {
 		d->found = true;
 		note_altlink(d, fd);
@@ -267,6 +322,8 @@ struct sym_native *sym_native_new(pid_t pid, struct spy_strtab *strs)
 	s->cb.find_debuginfo = find_debuginfo;
 	s->cb.section_address = dwfl_offline_section_address;
 	s->unknown = spy_strtab_interns(strs, "[unknown]");
+	s->jit = spy_strtab_interns(strs, SYM_JIT_FRAME);
+	s->anon = spy_strtab_interns(strs, SYM_JIT_FILE);
 	s->cxx = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_LOCAL);
 	if (s->cxx) {
 		*(void **)&s->demangle = dlsym(s->cxx, "__cxa_demangle");
@@ -292,13 +349,23 @@ void sym_native_free(struct sym_native *s)
 		free(s->files[i].loads);
 	}
 	free(s->files);
-	free(s->slots);
+	free(s->cache);
+	spy_hmap_release(&s->cache_index);
 	free(s->names);
 	if (s->rootfd >= 0) {
 		close(s->rootfd);
 	}
 	if (s->cxx) {
 		dlclose(s->cxx);
+	}
+	if (s->dbgi_client) {
+		dbgi_end_fn end = (dbgi_end_fn)dlsym(s->dbgi, "debuginfod_end");
+		if (end) {
+			end(s->dbgi_client);
+		}
+	}
+	if (s->dbgi) {
+		dlclose(s->dbgi);
 	}
 	free(s);
 }
@@ -426,38 +493,22 @@ static bool file_vaddr(const struct nfile *f, uint64_t off, uint64_t *vaddr)
 
 /* ---- the cache ---- */
 
-static size_t slot_of(const struct nfile *f, uint64_t vaddr, size_t mask)
+static uint64_t centry_key(const struct nfile *f, uint64_t vaddr)
 {
-	uint64_t h = (uint64_t)(uintptr_t)f * 0x9e3779b97f4a7c15ull ^ vaddr * 0xff51afd7ed558ccdull;
-	return (size_t)(h ^ (h >> 29)) & mask;
+	return (uint64_t)(uintptr_t)f * 0x9e3779b97f4a7c15ull ^ vaddr;
 }
 
-static struct centry *cache_find(struct sym_native *s, const struct nfile *f, uint64_t vaddr)
+static const struct centry *cache_find(const struct sym_native *s, const struct nfile *f, uint64_t vaddr)
 {
-	if (!s->nslots) {
-		return NULL;
-	}
-	size_t mask = s->nslots - 1;
-	for (size_t i = slot_of(f, vaddr, mask);; i = (i + 1) & mask) {
-		struct centry *e = &s->slots[i];
-		if (!e->file || (e->file == f && e->vaddr == vaddr)) {
-			return e;
+	uint64_t k = centry_key(f, vaddr);
+	struct spy_hmap_it it;
+	for (uint64_t v = spy_hmap_find(&s->cache_index, k, &it); v != SPY_HMAP_NONE;
+	     v = spy_hmap_next(&s->cache_index, k, &it)) {
+		if (s->cache[v].file == f && s->cache[v].vaddr == vaddr) {
+			return &s->cache[v];
 		}
 	}
-}
-
-static void cache_grow(struct sym_native *s)
-{
-	struct centry *old = s->slots;
-	size_t nold = s->nslots;
-	s->nslots = nold ? nold * 2 : 1024;
-	s->slots = spy_xcalloc(s->nslots, sizeof(*s->slots));
-	for (size_t i = 0; i < nold; i++) {
-		if (old[i].file) {
-			*cache_find(s, old[i].file, old[i].vaddr) = old[i];
-		}
-	}
-	free(old);
+	return NULL;
 }
 
 /* ---- names ---- */
@@ -486,6 +537,18 @@ static void push_name(struct sym_native *s, const char *name)
 {
 	SPY_GROW(s->names, s->anames, s->nnames + 1);
 	s->names[s->nnames++] = name ? intern_name(s, name) : s->unknown;
+}
+
+/*
+ * A pc no symbol covers: its file and address in the file's own terms,
+ * "libfoo.so+0x1234", which addr2line -e or a debug file found later can
+ * still turn into a name.
+ */
+static const char *offset_name(struct sym_native *s, const char *lib, uint64_t addr)
+{
+	char buf[PATH_MAX + 24];
+	snprintf(buf, sizeof(buf), "%s+0x%llx", lib, (unsigned long long)addr);
+	return spy_strtab_interns(s->strs, buf);
 }
 
 /* Names of the calls inlined at addr, innermost first, from DWARF if the file has any. */
@@ -517,7 +580,8 @@ static uint32_t resolve_into(struct sym_native *s, const struct nfile *f, uint64
 {
 	uint32_t first = (uint32_t)s->nnames;
 	if (!f->mod) {
-		push_name(s, NULL);
+		SPY_GROW(s->names, s->anames, s->nnames + 1);
+		s->names[s->nnames++] = offset_name(s, f->lib, vaddr);
 		return first;
 	}
 	Dwarf_Addr addr = vaddr + f->bias;
@@ -529,7 +593,12 @@ static uint32_t resolve_into(struct sym_native *s, const struct nfile *f, uint64
 	if (name && sym.st_size && off >= sym.st_size) {
 		name = NULL;
 	}
-	push_name(s, name);
+	if (name) {
+		push_name(s, name);
+	} else {
+		SPY_GROW(s->names, s->anames, s->nnames + 1);
+		s->names[s->nnames++] = offset_name(s, f->lib, vaddr);
+	}
 	return first;
 }
 
@@ -542,8 +611,8 @@ static bool lookup(struct sym_native *s, const struct nfile *f, uint64_t vaddr, 
 		   uint32_t *count)
 {
 	s->st.lookups++;
-	struct centry *e = cache_find(s, f, vaddr);
-	if (e && e->file) {
+	const struct centry *e = cache_find(s, f, vaddr);
+	if (e) {
 		s->st.hits++;
 		*first = e->first;
 		*count = e->count;
@@ -551,22 +620,20 @@ static bool lookup(struct sym_native *s, const struct nfile *f, uint64_t vaddr, 
 	}
 	*first = resolve_into(s, f, vaddr);
 	*count = (uint32_t)(s->nnames - *first);
-	if (s->nused >= MAX_CACHED) {
+	if (s->ncache >= MAX_CACHED) {
 		return false;
 	}
-	if (!e || (s->nused + 1) * 2 > s->nslots) {
-		cache_grow(s);
-		e = cache_find(s, f, vaddr);
-	}
-	*e = (struct centry){ f, vaddr, *first, *count };
-	s->nused++;
+	SPY_GROW(s->cache, s->acache, s->ncache + 1);
+	s->cache[s->ncache] = (struct centry){ f, vaddr, *first, *count };
+	spy_hmap_add(&s->cache_index, centry_key(f, vaddr), s->ncache++);
 	return true;
 }
 
-static void push_frame(struct spy_stack *out, const char *func, const char *lib, spy_addr_t pc)
+static void push_frame(struct spy_stack *out, const char *func, const char *lib, spy_addr_t pc,
+		       uint8_t flags)
 {
 	struct spy_frame *fr = spy_stack_push(out);
-	*fr = (struct spy_frame){ func, lib, 0, SPY_FRAME_NATIVE, 0, pc };
+	*fr = (struct spy_frame){ func, lib, 0, SPY_FRAME_NATIVE, flags, pc };
 }
 
 static void resolve_pc(struct sym_native *s, const struct spy_mem *mem, spy_addr_t pc,
@@ -575,16 +642,22 @@ static void resolve_pc(struct sym_native *s, const struct spy_mem *mem, spy_addr
 	/* A return address points after the call: look up the call itself. */
 	spy_addr_t at = is_return && pc ? pc - 1 : pc;
 	const struct spy_map *m = spy_mem_find_map(mem, at);
+	if (m && sym_map_is_jit(m)) {
+		push_frame(out, s->jit, s->anon, pc, 0);
+		return;
+	}
 	struct nfile *f = m && m->path[0] ? find_file(s, m) : NULL;
 	uint64_t vaddr;
 	if (!f || !file_vaddr(f, at - m->lo + m->offset, &vaddr)) {
-		push_frame(out, s->unknown, f ? f->lib : s->unknown, pc);
+		/* Unreadable, or not of a loaded segment: the offset in the file. */
+		push_frame(out, f ? offset_name(s, f->lib, at - m->lo + m->offset) : s->unknown,
+			   f ? f->lib : s->unknown, pc, 0);
 		return;
 	}
 	uint32_t first, count;
 	bool cached = lookup(s, f, vaddr, &first, &count);
 	for (uint32_t i = 0; i < count; i++) {
-		push_frame(out, s->names[first + i], f->lib, pc);
+		push_frame(out, s->names[first + i], f->lib, pc, i + 1 < count ? SPY_FRAME_INLINED : 0);
 	}
 	/* Uncached answers must not pile up in names[]. */
 	if (!cached) {

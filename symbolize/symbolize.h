@@ -64,13 +64,25 @@ int sym_unwinder_new(struct sym_unwinder **out, struct spy_err *err);
 void sym_unwinder_free(struct sym_unwinder *u);
 /*
  * Walk tid's stack into pcs (innermost first; pcs[0] is the current pc, the
- * rest are return addresses), at most max (and SPY_MAX_NATIVE_DEPTH)
- * entries; *n is how many. Returns 0 when the walk reached the outermost
- * frame, -SPY_EBOUND when it was cut by max, -SPY_EMEM when libunwind could
- * not start or a step failed (*n then holds what was walked, maybe 0).
+ * rest are return addresses) and sps (each frame's stack pointer: frame j
+ * spans [sps[j], sps[j + 1]) of the stack), at most max (and
+ * SPY_MAX_NATIVE_DEPTH) entries; *n is how many. anchors[0..nanchors) are
+ * the thread's Python entry frames (pyrt_stack_anchors), or none: they
+ * confirm where a frame in JIT code returns to (see step_past_jit).
+ * Returns 0 when the walk reached the outermost frame (or a frame it cannot
+ * step past), -SPY_EBOUND when it was cut by max, -SPY_EMEM when libunwind
+ * could not start or a step failed (*n then holds what was walked, maybe 0).
  */
 int sym_unwind(struct sym_unwinder *u, const struct spy_mem *mem, int32_t tid,
-	       spy_addr_t *pcs, size_t max, size_t *n);
+	       const spy_addr_t *anchors, size_t nanchors, spy_addr_t *pcs, spy_addr_t *sps,
+	       size_t max, size_t *n);
+/* Whether m is anonymous executable memory: code a JIT wrote. */
+static inline bool sym_map_is_jit(const struct spy_map *m)
+{
+	return !m->path[0] && (m->perms & SPY_MAP_X);
+}
+/* Whether pc lies in such memory. */
+bool sym_is_jit_pc(const struct spy_mem *mem, spy_addr_t pc);
 
 /*
  * Native symbols of one process, from the ELF files behind its mappings
@@ -92,40 +104,61 @@ struct sym_native *sym_native_new(pid_t pid, struct spy_strtab *strs);
 void sym_native_free(struct sym_native *s);
 /*
  * Append the frames of pcs[0..n) (as from sym_unwind) to out, innermost
- * first: for each pc its inlined calls, then the function containing it.
- * Frames are SPY_FRAME_NATIVE, func the (demangled) symbol or "[unknown]",
- * file the basename of the mapping, addr the pc. mem supplies the mappings.
+ * first: for each pc its inlined calls (flagged SPY_FRAME_INLINED), then the
+ * function containing it. Frames are SPY_FRAME_NATIVE, func the (demangled)
+ * symbol, or "file+0xADDR" where no symbol covers the pc (ADDR in the
+ * file's own terms, as addr2line takes it), file the basename of the
+ * mapping, addr the pc. A pc in anonymous executable memory is one
+ * SYM_JIT_FRAME frame of file SYM_JIT_FILE; one in no mapping "[unknown]".
+ * mem supplies the mappings.
  */
+#define SYM_JIT_FRAME "[jit]"
+#define SYM_JIT_FILE "//anon"
+
 void sym_native_resolve(struct sym_native *s, const struct spy_mem *mem, const spy_addr_t *pcs,
 			size_t n, struct spy_stack *out);
 void sym_native_stats(const struct sym_native *s, struct sym_native_stats *out);
 
 /*
- * Merging a native stack with the Python stack of the same thread. Each
- * frame of the eval loop (_PyEval_EvalFrameDefault; PyEval_EvalFrameEx on
- * 2.7) is where the Python frames of one C-level eval call go: the Python
- * stack is cut after every SPY_FRAME_PY_ENTRY frame into such groups, and the
- * i-th eval frame from the innermost gets the i-th group.
+ * Merging a native stack with the Python stack of the same thread (see
+ * merge.c): each group of Python frames (the frames through a
+ * SPY_FRAME_PY_ENTRY frame) goes just outward of the native frame that ran
+ * it, found by the group's anchor when there are anchors, else by the name
+ * of the eval loop (_PyEval_EvalFrameDefault; PyEval_EvalFrameEx on 2.7).
  */
 struct sym_merge_opts {
 	bool all;                  /* keep interpreter internals (--native-all) */
 	/* Libraries whose frames are internals, or NULL: interned in the table
 	 * that holds the native frames' file names (compared as pointers). */
 	const char *hide_libs[2];
+	/* The frame that stands where groups could not be placed (interned; NULL: none). */
+	const char *marker;
+};
+
+/* Where the frames lie: from sym_unwind and pyrt_stack_anchors. */
+struct sym_merge_where {
+	const spy_addr_t *sps;       /* per pc of the native stack */
+	size_t nsps;
+	const spy_addr_t *anchors;   /* per group, innermost first */
+	size_t nanchors;
 };
 
 struct sym_merge_counts {
-	uint64_t extra_eval;       /* eval frames with no Python group left (dropped) */
-	uint64_t extra_py;         /* Python groups with no eval frame (appended at the root) */
+	uint64_t extra_eval;       /* eval frames by name with no Python group left (dropped) */
+	uint64_t extra_py;         /* Python groups that could not be placed (after the marker) */
 };
 
 /*
- * out = native and py merged, innermost first (out is reset first). Without
+ * out = native and py merged, innermost first (out is reset first). native
+ * is as sym_native_resolve gives it (SPY_FRAME_INLINED tells its pcs
+ * apart); where may be NULL or hold no anchors (placing by name). Without
  * opts->all, eval frames, frames of hide_libs and known call trampolines are
- * dropped. Counts mismatches into *c (may be NULL).
+ * dropped; consecutive JIT frames show as one. Counts mismatches into *c
+ * (may be NULL).
  */
-void sym_merge(const struct spy_stack *native, const struct spy_stack *py,
-	       const struct sym_merge_opts *opts, struct spy_stack *out, struct sym_merge_counts *c);
+void sym_merge(const struct spy_stack *native, const struct sym_merge_where *where,
+	       const struct spy_stack *py, const struct sym_merge_opts *opts, struct spy_stack *out,
+	       struct sym_merge_counts *c);
 /* Whether a native symbol is the eval loop's, or an internal hidden by default. Exposed for tests. */
 bool sym_is_eval(const char *func);
 bool sym_is_internal(const char *func);

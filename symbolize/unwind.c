@@ -81,6 +81,9 @@ struct walk {
 	struct sym_unwinder *u;
 	const struct spy_mem *mem;
 	int32_t tid;
+	const spy_addr_t *anchors;   /* the Python stack's entry frames (sym_unwind) */
+	size_t nanchors;
+	int jit_steps;               /* JIT frames stepped past so far */
 #if defined(__x86_64__)
 	int regs_state;   /* 0: not read yet, 1: read, -1: PTRACE_GETREGS failed */
 	struct user_regs_struct regs;
@@ -217,7 +220,10 @@ static const unw_dyn_info_t *table_for(struct sym_unwinder *u, const struct spy_
 				       unw_word_t ip)
 {
 	const struct spy_map *m = spy_mem_find_map(mem, ip);
-	const struct spy_map *b = m && m->path[0] == '/' ? object_start(mem, m) : NULL;
+	/* The vDSO is an ELF image in memory like any other (a clock read stops there often). */
+	const struct spy_map *b = m && (m->path[0] == '/' || !strcmp(m->path, "[vdso]"))
+					  ? object_start(mem, m)
+					  : NULL;
 	if (!b) {
 		return NULL;
 	}
@@ -369,12 +375,206 @@ void sym_unwinder_free(struct sym_unwinder *u)
 	free(u);
 }
 
+/*
+ * Code in anonymous executable memory: what a JIT wrote (CPython 3.13+'s
+ * experimental JIT, perf trampolines). It has no unwind tables, and the
+ * frame-pointer guess libunwind falls back on is wrong for 3.14's JIT
+ * (rbp there is still the eval loop's), so such a frame is stepped past
+ * here: to its caller's return address, found through the frame pointer
+ * (a JIT built with them, 3.15) or else by scanning the stack above it,
+ * and accepted only if the frame it leads to holds the entry frame CPython
+ * keeps in the eval call that called the JIT code (the first anchor above
+ * the JIT frame): the JIT runs inside that eval call's frame, nowhere else.
+ */
+/* Stack scanned above a JIT frame for its caller's return address. */
+#define JIT_SCAN_BYTES 16384
+/* Candidate return addresses tried past one JIT frame. */
+#define JIT_MAX_TRIES 32
+/* Callers of a candidate checked to be return addresses too. */
+#define JIT_CHECK_CALLERS 3
+/* JIT frames stepped past in one walk (each costs up to a stack scan). */
+#define JIT_MAX_PER_WALK 8
+
+bool sym_is_jit_pc(const struct spy_mem *mem, spy_addr_t pc)
+{
+	const struct spy_map *m = spy_mem_find_map(mem, pc);
+	return m && sym_map_is_jit(m);
+}
+
+#if defined(__x86_64__)
+/*
+ * Whether ret could be a return address: in the code of a mapped file, right
+ * after a call instruction (E8 rel32, or FF /2 in any addressing form; a REX
+ * prefix before the FF changes nothing of where the instruction ends).
+ */
+static bool returns_into_code(const struct spy_mem *mem, spy_addr_t ret)
+{
+	const struct spy_map *m = spy_mem_find_map(mem, ret);
+	uint8_t b[8];
+	if (!m || m->path[0] != '/' || !(m->perms & SPY_MAP_X) || ret - m->lo < sizeof(b) ||
+	    spy_mem_read(mem, ret - sizeof(b), b, sizeof(b)) < 0) {
+		return false;
+	}
+	/* b[8 - k] is the byte k before ret. */
+	if (b[3] == 0xe8) {
+		return true;
+	}
+	for (size_t k = 2; k <= 7; k++) {
+		uint8_t modrm = b[8 - k + 1];
+		if (b[8 - k] != 0xff || ((modrm >> 3) & 7) != 2) {
+			continue;
+		}
+		unsigned mod = modrm >> 6, rm = modrm & 7;
+		size_t len = 2;
+		if (mod != 3 && rm == 4) {
+			if (k < 3) {
+				continue;
+			}
+			len += 1 + (mod == 0 && (b[8 - k + 2] & 7) == 5 ? 4 : 0);
+		}
+		len += mod == 1 ? 1 : mod == 2 ? 4 : mod == 0 && rm == 5 ? 4 : 0;
+		if (len == k) {
+			return true;
+		}
+	}
+	return false;
+}
+
+/*
+ * Restart the walk at a frame with pc ip, stack pointer sp and frame pointer
+ * bp (the other callee-saved registers as base has them), if ip looks like a
+ * return address and, with an anchor, the frame it starts holds it.
+ */
+static bool try_caller(struct walk *w, unw_cursor_t *cur, const struct user_regs_struct *base,
+		       spy_addr_t ip, spy_addr_t sp, spy_addr_t bp, spy_addr_t anchor, int *tries)
+{
+	if (!returns_into_code(w->mem, ip)) {
+		return false;
+	}
+	(*tries)++;
+	w->regs = *base;
+	w->regs.rip = ip;
+	w->regs.rsp = sp;
+	w->regs.rbp = bp;
+	w->regs_state = 1;
+	if (unw_init_remote(cur, w->u->as, w) < 0) {
+		return false;
+	}
+	if (!anchor) {
+		return true;
+	}
+	/*
+	 * A cursor is plain data: a copy steps on its own. A stale return
+	 * address left in the JIT frame's slots can pass the anchor test by
+	 * chance; the walk it starts soon leaves the code, so the callers it
+	 * leads to must look like return addresses too.
+	 */
+	unw_cursor_t probe = *cur;
+	unw_word_t caller_sp, caller_ip;
+	if (anchor < sp || unw_step(&probe) <= 0 ||
+	    unw_get_reg(&probe, UNW_REG_SP, &caller_sp) < 0 || anchor >= caller_sp) {
+		return false;
+	}
+	for (int i = 0; i < JIT_CHECK_CALLERS; i++) {
+		if (unw_get_reg(&probe, UNW_REG_IP, &caller_ip) < 0 ||
+		    !returns_into_code(w->mem, caller_ip)) {
+			return false;
+		}
+		if (unw_step(&probe) <= 0) {
+			return true;
+		}
+	}
+	return true;
+}
+
+/*
+ * The caller found at slot s may keep its frame pointer as the CFA's base
+ * (3.14's eval loop does), and the JIT code may have used rbp for its own
+ * ends after saving the caller's among its slots [sp, s): the caller's rbp
+ * then is one of those words, above the anchor (the anchor is a local of
+ * that frame, below where its rbp points).
+ */
+static bool try_saved_fp(struct walk *w, unw_cursor_t *cur, const struct user_regs_struct *base,
+			 spy_addr_t ret, spy_addr_t sp, spy_addr_t s, spy_addr_t anchor, int *tries)
+{
+	if (!anchor) {
+		return false;
+	}
+	for (spy_addr_t at = s; at > sp && *tries < JIT_MAX_TRIES;) {
+		at -= 8;
+		spy_addr_t bp;
+		if (spy_mem_read(w->mem, at, &bp, sizeof(bp)) < 0) {
+			return false;
+		}
+		if (bp > anchor && bp - anchor < JIT_SCAN_BYTES && bp != base->rbp &&
+		    try_caller(w, cur, base, ret, s + 8, bp, anchor, tries)) {
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Move cur from a JIT frame whose stack pointer is sp to its caller; -1 if not found. */
+static int step_past_jit(struct walk *w, unw_cursor_t *cur, spy_addr_t sp)
+{
+	if (++w->jit_steps > JIT_MAX_PER_WALK) {
+		return -1;
+	}
+	static const unw_regnum_t keep[] = { UNW_X86_64_RBX, UNW_X86_64_RBP, UNW_X86_64_R12,
+					     UNW_X86_64_R13, UNW_X86_64_R14, UNW_X86_64_R15 };
+	unw_word_t v[SPY_ARRAY_SIZE(keep)];
+	for (size_t i = 0; i < SPY_ARRAY_SIZE(keep); i++) {
+		if (unw_get_reg(cur, keep[i], &v[i]) < 0) {
+			v[i] = 0;
+		}
+	}
+	struct user_regs_struct base;
+	memset(&base, 0, sizeof(base));
+	base.rbx = v[0];
+	base.rbp = v[1];
+	base.r12 = v[2];
+	base.r13 = v[3];
+	base.r14 = v[4];
+	base.r15 = v[5];
+	spy_addr_t anchor = 0;
+	for (size_t i = 0; i < w->nanchors; i++) {
+		if (w->anchors[i] > sp && (!anchor || w->anchors[i] < anchor)) {
+			anchor = w->anchors[i];
+		}
+	}
+	spy_addr_t end = anchor && anchor - sp < JIT_SCAN_BYTES ? anchor : sp + JIT_SCAN_BYTES;
+	int tries = 0;
+	spy_addr_t fp = base.rbp, saved[2];
+	if (fp >= sp && fp < end && spy_mem_read(w->mem, fp, saved, sizeof(saved)) == 0 &&
+	    try_caller(w, cur, &base, saved[1], fp + 16, saved[0], anchor, &tries)) {
+		return 0;
+	}
+	for (spy_addr_t s = sp; s < end && tries < JIT_MAX_TRIES; s += 8) {
+		spy_addr_t ret;
+		if (spy_mem_read(w->mem, s, &ret, sizeof(ret)) < 0) {
+			break;
+		}
+		if (try_caller(w, cur, &base, ret, s + 8, base.rbp, anchor, &tries) ||
+		    try_saved_fp(w, cur, &base, ret, sp, s, anchor, &tries)) {
+			return 0;
+		}
+	}
+	return -1;
+}
+#else
+static int step_past_jit(struct walk *w, unw_cursor_t *cur, spy_addr_t sp)
+{
+	return -1;
+}
+#endif
+
 /* The walk proper, once the cursor is set up. */
-static int walk_frames(unw_cursor_t *cur, spy_addr_t *pcs, size_t max, size_t *n)
+static int walk_frames(struct walk *w, unw_cursor_t *cur, spy_addr_t *pcs, spy_addr_t *sps,
+		       size_t max, size_t *n)
 {
 	for (;;) {
-		unw_word_t ip;
-		if (unw_get_reg(cur, UNW_REG_IP, &ip) < 0) {
+		unw_word_t ip, sp;
+		if (unw_get_reg(cur, UNW_REG_IP, &ip) < 0 || unw_get_reg(cur, UNW_REG_SP, &sp) < 0) {
 			return -SPY_EMEM;
 		}
 		if (ip == 0) {
@@ -383,7 +583,21 @@ static int walk_frames(unw_cursor_t *cur, spy_addr_t *pcs, size_t max, size_t *n
 		if (*n >= max) {
 			return -SPY_EBOUND;
 		}
-		pcs[(*n)++] = ip;
+		pcs[*n] = ip;
+		sps[(*n)++] = sp;
+		/*
+		 * A pc in no mapping at all is in memory mapped since the maps
+		 * were read: in a Python process, most likely code the JIT has
+		 * just written. Stepped past the same way, but only where an
+		 * anchor can confirm the step.
+		 */
+		const struct spy_map *m = spy_mem_find_map(w->mem, ip);
+		if (m ? sym_map_is_jit(m) : w->nanchors > 0) {
+			if (step_past_jit(w, cur, sp) < 0) {
+				return *n > 1 ? 0 : -SPY_EMEM;
+			}
+			continue;
+		}
 		int rc = unw_step(cur);
 		if (rc == 0) {
 			return 0;
@@ -399,7 +613,8 @@ static int walk_frames(unw_cursor_t *cur, spy_addr_t *pcs, size_t max, size_t *n
 	}
 }
 
-int sym_unwind(struct sym_unwinder *u, const struct spy_mem *mem, int32_t tid, spy_addr_t *pcs,
+int sym_unwind(struct sym_unwinder *u, const struct spy_mem *mem, int32_t tid,
+	       const spy_addr_t *anchors, size_t nanchors, spy_addr_t *pcs, spy_addr_t *sps,
 	       size_t max, size_t *n)
 {
 	*n = 0;
@@ -409,7 +624,8 @@ int sym_unwind(struct sym_unwinder *u, const struct spy_mem *mem, int32_t tid, s
 	if (tid <= 0) {
 		return -SPY_EMEM;
 	}
-	struct walk w = { .magic = WALK_MAGIC, .upt = _UPT_create(tid), .u = u, .mem = mem, .tid = tid };
+	struct walk w = { .magic = WALK_MAGIC, .upt = _UPT_create(tid), .u = u, .mem = mem, .tid = tid,
+			  .anchors = anchors, .nanchors = nanchors };
 	if (!w.upt) {
 		return -SPY_EMEM;
 	}
@@ -419,7 +635,7 @@ int sym_unwind(struct sym_unwinder *u, const struct spy_mem *mem, int32_t tid, s
 		spy_log(SPY_LOG_TRACE, "unwind %d: init failed (%d)", (int)tid, rc);
 		rc = -SPY_EMEM;
 	} else {
-		rc = walk_frames(&cur, pcs, max, n);
+		rc = walk_frames(&w, &cur, pcs, sps, max, n);
 	}
 	_UPT_destroy(w.upt);
 	return rc;

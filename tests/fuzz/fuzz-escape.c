@@ -6,7 +6,10 @@
  *    DEL, C1, bidi, line separators), at most max bytes, and escaping it
  *    again changes nothing;
  *  - fg_escape's is the same, without ';', at most SPY_MAX_STR bytes;
- *  - spy_json_string's is valid UTF-8, quoted, with no raw byte < 0x20.
+ *  - spy_json_string's is valid UTF-8, quoted, with no raw byte < 0x20;
+ *  - the HTML report's (flamegraph/html.c): fg_html_json_string's is
+ *    printable ASCII, quoted, without '<', '>' or '&'; fg_html_text's is
+ *    printable ASCII without '<', '>', '"' or '\''.
  * A violation aborts (the fuzzer's crash). Input: byte 0 picks max (for
  * spy_term_escape), the rest is the string.
  */
@@ -84,6 +87,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		}
 		i += len;
+	}
+
+	spy_buf_reset(&a);
+	fg_html_json_string(&a, z);
+	if (a.len < 2 || a.buf[0] != '"' || a.buf[a.len - 1] != '"') {
+		abort();
+	}
+	for (size_t i = 0; i < a.len; i++) {
+		unsigned char c = (unsigned char)a.buf[i];
+		if (c < 0x20 || c >= 0x7f || c == '<' || c == '>' || c == '&') {
+			abort(); /* could end the script element or reach a parser raw */
+		}
+	}
+	spy_buf_reset(&a);
+	fg_html_text(&a, z);
+	for (size_t i = 0; i < a.len; i++) {
+		unsigned char c = (unsigned char)a.buf[i];
+		if (c < 0x20 || c >= 0x7f || c == '<' || c == '>' || c == '"' || c == '\'') {
+			abort();
+		}
 	}
 	free(z);
 	spy_buf_release(&a);

@@ -469,7 +469,7 @@ static void build(struct scene *s, const uint8_t *data, size_t size)
 		}
 	}
 	/* micro's bit 2: asyncio tasks, where the version has a reader. */
-	const struct pyaio_offsets *aio = pyaio_find(o->version);
+	const struct pyaio_offsets *aio = pyaio_find(o->version, o->build & PYBUILD_FT);
 	if ((micro & 4) && o->version >= 0x030e0000) {
 		tasks_debug(s, ip, t1);
 		s->tasks = true;

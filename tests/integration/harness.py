@@ -13,10 +13,10 @@ then exits 0 (something ran, nothing failed), 1 (something failed) or 77,
 meson's skip code, only when nothing could run at all, saying why.
 
 What is in here:
-  - interpreter discovery (SPY_PYTHONS overrides; else pyenv, PATH, /usr/bin,
-    and the Debian development-suite root of tools/pyroot: each of its
-    interpreters run inside it as a container would, and under a plain
-    chroot),
+  - interpreter discovery (SPY_PYTHONS overrides; else pyenv, the
+    free-threaded 3.13t of tools/pyroot build-ft, PATH, /usr/bin, and the
+    Debian development-suite root of tools/pyroot: each of its interpreters
+    run inside it as a container would, and under a plain chroot),
   - starting a target and waiting for its "ready {json}" line,
   - running spy with a timeout,
   - parsing `spy dump` text output,
@@ -31,6 +31,7 @@ signalled or killed (see cleanup()).
 
 import ast
 import atexit
+import copy
 import glob
 import json
 import os
@@ -60,15 +61,16 @@ PYROOT = os.path.join(REPO, "tools", "pyroot")
 # every release build both ways (a container keeps the target's files
 # behind /proc/PID/root, a chroot shows them with the root's prefix in
 # /proc/PID/maps) in the tests that concern those files (for_each_interp's
-# chroot), in a container in the rest; the debug and free-threaded builds,
-# whose runtime differs, in a container, on the version that has both.
+# chroot), in a container in the rest; the debug build, whose runtime
+# differs, in a container, on one version.
 ROOT_RUNS = (("release", None, ("container", "chroot")),
-             ("debug", "3.14", ("container",)),
-             ("free-threaded", "3.14", ("container",)))
+             ("debug", "3.14", ("container",)))
 ROOT_NAME = "debian sid root"
+# The free-threaded build of tools/pyroot build-ft, run on this machine.
+FT_NAME = "free-threaded, tools/pyroot build-ft"
 # What a target reads from its environment: pyroot runs programs with a
 # clean one, so these are passed in by name.
-TARGET_ENV = ("SPY_TARGET_LIFETIME",)
+TARGET_ENV = ("SPY_TARGET_LIFETIME", "PYTHON_JIT")
 
 EXIT_SKIP = 77
 
@@ -147,7 +149,7 @@ class Interp(object):
     """
 
     def __init__(self, path, version, executable, origin, root=None,
-                 mode=None):
+                 mode=None, free_threaded=False, nodebug=False, env=None):
         # Run its sys.executable: a pyenv shim given in SPY_PYTHONS would
         # otherwise stand between us and the interpreter (a shell process
         # whose pid is not the target's).
@@ -161,6 +163,14 @@ class Interp(object):
         self.origin = origin              # "pyenv", or where it was found
         self.root = root                  # the pyroot's host path, or None
         self.mode = mode                  # "container" or "chroot" with root
+        # A --disable-gil build; gil: whether it runs with a GIL, which a
+        # free-threaded build does only when told (with_gil()).
+        self.free_threaded = free_threaded
+        self.gil = not free_threaded
+        # The root's debug files hidden (tools/pyroot run --no-debug), as
+        # on a machine without the -dbg packages.
+        self.nodebug = nodebug
+        self.env = dict(env or {})        # set in the target's environment
         self.minor = "%d.%d" % version[:2]
         vs = "%d.%d.%d" % version
         self.vstring = vs
@@ -170,15 +180,34 @@ class Interp(object):
         """The command line of the interpreter's process running args."""
         return [self.path] + list(args)
 
+    def with_gil(self):
+        """This free-threaded interpreter run with PYTHON_GIL=1, which spy
+        must treat as a GIL build: a copy, labelled so."""
+        c = copy.copy(self)
+        c.gil, c.env = True, dict(self.env, PYTHON_GIL="1")
+        c.label = "%s, PYTHON_GIL=1)" % self.label[:-1]
+        return c
+
     def command(self, args, binds=()):
         """What to start (spawn it, or give it to spy to launch) to run the
         interpreter with args. In the root, targets/ and each directory of
         binds (shared with the target) are at the same path as here, so
         file names compare as they do outside; every step of tools/pyroot
         execs, so the process started is the interpreter itself."""
+        # env execs too: the process keeps the pid started.
+        argv = ((["env"] + ["%s=%s" % kv for kv in sorted(self.env.items())]
+                 if self.env else []) + self.argv(args))
         if not self.root:
-            return self.argv(args)
-        return _pyroot_run(self.mode, self.argv(args), binds)
+            return argv
+        return _pyroot_run(self.mode, argv, binds, self.nodebug)
+
+    def variant(self, what, nodebug=False, env=None):
+        """The same interpreter run another way, labelled with what."""
+        v = Interp(self.given, self.version, self.executable,
+                   "%s, %s" % (self.origin, what), self.root, self.mode,
+                   self.free_threaded, nodebug, env)
+        v.path = self.path
+        return v
 
     def tool(self, argv, binds=()):
         """argv to run a program of the interpreter's own system: inside
@@ -198,8 +227,8 @@ class Interp(object):
         return "Interp(%r, %r)" % (self.path, self.label)
 
 
-def _pyroot_run(mode, argv, binds=()):
-    cmd = [PYROOT, "run", "--" + mode]
+def _pyroot_run(mode, argv, binds=(), nodebug=False):
+    cmd = [PYROOT, "run", "--" + mode] + (["--no-debug"] if nodebug else [])
     for d in (TARGETS,) + tuple(binds):
         cmd += ["--bind", d]
     for name in TARGET_ENV:
@@ -207,7 +236,7 @@ def _pyroot_run(mode, argv, binds=()):
     return cmd + ["--"] + list(argv)
 
 
-_PY_NAME = re.compile(r"^python(2\.7|3\.\d+)$")
+_PY_NAME = re.compile(r"^python(2\.7|3\.\d+t?)$")
 
 
 def _pyenv_root():
@@ -251,6 +280,9 @@ def _candidates():
                   if not names and os.path.exists(os.path.join(bindir, n))]
         if names:
             out.append((os.path.join(bindir, names[0]), "pyenv", False))
+    ft = ft_interp()
+    if ft:
+        out.append((ft, FT_NAME, False))
     for d in os.environ.get("PATH", "").split(os.pathsep):
         for n in sorted(_listdir(d)):
             p = os.path.join(d, n)
@@ -269,12 +301,15 @@ def _listdir(d):
         return []
 
 
-_PROBE = "import sys; print(tuple(sys.version_info[:3])); print(sys.executable)"
+_PROBE = ("import sys, sysconfig; print(tuple(sys.version_info[:3])); "
+          "print(sys.executable); "
+          "print(bool(sysconfig.get_config_var('Py_GIL_DISABLED')))")
 
 
 def probe(path, wrap=lambda argv: argv):
-    """Run an interpreter to learn its exact version: ((x, y, z), executable).
-    wrap(argv) gives the command that runs argv (for the root's)."""
+    """Run an interpreter to learn its exact version: ((x, y, z), executable,
+    free-threaded). wrap(argv) gives the command that runs argv (for the
+    root's)."""
     r = subprocess.run(wrap([path, "-c", _PROBE]), stdin=subprocess.DEVNULL,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        universal_newlines=True, timeout=60)
@@ -286,13 +321,17 @@ def probe(path, wrap=lambda argv: argv):
     if len(version) != 3 or not all(isinstance(v, int) for v in version):
         raise HarnessError("unexpected version output %r" % r.stdout)
     executable = lines[1].strip() if len(lines) > 1 else ""
-    return version, executable or path
+    ft = len(lines) > 2 and lines[2].strip() == "True"
+    return version, executable or path, ft
 
 
 _discovered = []
 
 
-def discover(chroot=False):
+_variants = []
+
+
+def discover(chroot=False, variants=False):
     """Find interpreters. Returns (interps, problems).
 
     interps are deduplicated by the real path of their sys.executable and
@@ -301,6 +340,10 @@ def discover(chroot=False):
     (explicit: it came from SPY_PYTHONS, or the root has it and it does not
     run) and for the root's that are absent, saying why. Found once per
     process.
+
+    variants: also the root's release interpreters without their debug
+    files, and with the JIT (root_variants), for the tests of what debug
+    files change (native symbols).
 
     chroot: also the root's interpreters in chroot mode. Only tests of how
     spy reaches the target's files (its ELF files, sources, core mappings)
@@ -312,9 +355,49 @@ def discover(chroot=False):
     if not _discovered:
         _discovered.append(_discover())
     interps, problems = _discovered[0]
+    if variants:
+        if not _variants:
+            _variants.append(root_variants(interps))
+        interps = sorted(interps + _variants[0][0],
+                         key=lambda i: (i.version, i.label))
+        problems = problems + _variants[0][1]
     if not chroot and not os.environ.get("SPY_PYTHONS", "").strip():
         interps = [i for i in interps if i.mode != "chroot"]
     return list(interps), list(problems)
+
+
+_JIT_PROBE = "import sys; j = getattr(sys, '_jit', None); print(bool(j and j.is_available()))"
+
+
+def root_variants(interps):
+    """(interps, problems): each release interpreter of the root also
+    without its debug files, and, from 3.14 (Debian builds them with the
+    experimental JIT), without them and with PYTHON_JIT=1: the builds users
+    run, which the -dbg packages the root installs would otherwise hide."""
+    out, problems = [], []
+    for i in interps:
+        if not i.root or i.origin.split(",")[0] != _root_kind_name("release"):
+            continue
+        out.append(i.variant("no debug files", nodebug=True))
+        if i.version < (3, 14):
+            continue
+        try:
+            r = subprocess.run(i.command(["-c", _JIT_PROBE]),
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, universal_newlines=True,
+                               timeout=60)
+            jit = r.stdout.strip() == "True"
+        except (OSError, subprocess.SubprocessError) as e:
+            problems.append((i.label + " JIT", "cannot probe: %s" % e, True))
+            continue
+        if jit:
+            out.append(i.variant("no debug files, PYTHON_JIT=1", nodebug=True,
+                                 env={"PYTHON_JIT": "1"}))
+        else:
+            problems.append(("%s (%s, PYTHON_JIT=1)" % (i.vstring, i.origin),
+                             "this build has no JIT (sys._jit.is_available() "
+                             "is false)", False))
+    return out, problems
 
 
 def _discover():
@@ -325,16 +408,21 @@ def _discover():
             explicit_root.append(path)
             continue
         try:
-            version, executable = probe(path)
+            version, executable, ft = probe(path)
         except (OSError, ValueError, SyntaxError, IndexError,
                 subprocess.SubprocessError, HarnessError) as e:
-            problems.append((path, "cannot run it: %s" % e, explicit))
+            # The free-threaded build is there, so not running is a breakage.
+            problems.append((path, "cannot run it: %s" % e,
+                             explicit or origin == FT_NAME))
             continue
         key = os.path.realpath(executable)
         if key in seen:
             continue
         seen.add(key)
-        interps.append(Interp(path, version, executable, origin))
+        interps.append(Interp(path, version, executable, origin,
+                              free_threaded=ft))
+    if not os.environ.get("SPY_PYTHONS", "").strip() and not ft_interp():
+        problems.append(("3.13t (%s)" % FT_NAME, _ft_missing[0], False))
     if explicit_root or not os.environ.get("SPY_PYTHONS", "").strip():
         found, absent = root_interps(explicit_root)
         interps += found
@@ -350,11 +438,35 @@ def _discover():
     return interps, problems
 
 
+_ft_missing = []
+
+
+def ft_interp():
+    """The free-threaded python3.13t of tools/pyroot build-ft, or None (then
+    _ft_missing[0] says why: not built, or how its build failed)."""
+    if _ft_missing:
+        return None
+    try:
+        r = subprocess.run([PYROOT, "ft-path"], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        _ft_missing.append("cannot run tools/pyroot: %s" % e)
+        return None
+    if r.returncode != 0 or not r.stdout.strip():
+        why = _last_line(r.stderr)
+        _ft_missing.append(why[len("pyroot: "):] if why.startswith("pyroot: ")
+                           else why or "tools/pyroot ft-path failed")
+        return None
+    return os.path.join(r.stdout.strip(), "bin", "python3.13t")
+
+
 def searched_where():
     if os.environ.get("SPY_PYTHONS", "").strip():
         return "SPY_PYTHONS=%s" % os.environ["SPY_PYTHONS"]
-    return "%s/versions/*/bin, python2.7/python3.N on PATH, " \
-        "/usr/bin/python3.N, the %s (tools/pyroot)" % (_pyenv_root(), ROOT_NAME)
+    return "%s/versions/*/bin, tools/pyroot build-ft's python3.13t, " \
+        "python2.7/python3.N on PATH, /usr/bin/python3.N, the %s " \
+        "(tools/pyroot)" % (_pyenv_root(), ROOT_NAME)
 
 
 SEARCHED = "searched pyenv, PATH, /usr/bin, %s" % ROOT_NAME
@@ -365,8 +477,7 @@ SEARCHED = "searched pyenv, PATH, /usr/bin, %s" % ROOT_NAME
 
 def _root_kind_name(kind):
     return {"release": "debian sid",
-            "debug": "debian sid debug",
-            "free-threaded": "debian sid free-threaded"}.get(kind, kind)
+            "debug": "debian sid debug"}.get(kind, kind)
 
 
 def root_interps(explicit=()):
@@ -435,13 +546,14 @@ def root_interps(explicit=()):
         origin = "%s, %s" % (_root_kind_name(kind), mode)
         wrap = lambda argv, mode=mode: _pyroot_run(mode, argv)
         try:
-            version, executable = probe(path, wrap)
+            version, executable, ft = probe(path, wrap)
         except (OSError, ValueError, SyntaxError, IndexError,
                 subprocess.SubprocessError, HarnessError) as e:
             problems.append(("%s (%s)" % (path, origin),
                              "cannot run it: %s" % e, True))
             continue
-        interps.append(Interp(path, version, executable, origin, root, mode))
+        interps.append(Interp(path, version, executable, origin, root, mode,
+                              ft))
     return interps, problems
 
 
@@ -555,6 +667,9 @@ class Target(object):
         self.script = script
         self.argv = interp.argv([script] + list(args))
         self._err = tempfile.TemporaryFile()
+        if interp.env:
+            env = dict(os.environ if env is None else env)
+            env.update(interp.env)
         self.proc = spawn(interp.command([script] + list(args), binds),
                           stdout=subprocess.PIPE, stderr=self._err, env=env)
         self.pid = self.proc.pid
@@ -711,6 +826,9 @@ class Dump(object):
         self.cmdline = None
         self.version = None      # "3.11.7"
         self.binary = None       # file holding the runtime
+        # A free-threaded build: None if not, else whether it runs without
+        # a GIL (True) or with the GIL switched on (False).
+        self.no_gil = None
         self.threads = []
         self.hint = None         # the "Hint: ..." line's text, if any
 
@@ -725,11 +843,13 @@ _LOCAL = re.compile(r"^        (arg  |local) (\S+) = (.*)$")
 GIL_MARK = ", holds the GIL"
 _THREAD = re.compile(r'^Thread (\d+) \(python 0x([0-9a-fA-F]+)\) "(.*)" (.+)$')
 _PROCESS = re.compile(r"^Process (\d+): (.*)$")
-_PYTHON = re.compile(r"^Python (\S+) \((.*)\)$")
+_PYTHON = re.compile(r"^Python (\S+)(?: free-threaded, (running without a GIL|"
+                     r"GIL switched on))? \((.*)\)$")
 
 
 def parse_frame(body):
-    """`function (file:line)` -> Frame; `symbol (library)` -> Frame(line=None).
+    """`function (file:line)` -> Frame; `symbol (library)` -> Frame(line=None);
+    `[marker]` -> Frame(file="").
 
     File paths may hold spaces and parens, so the location is what follows a
     " (" up to the final ")", and the line number what follows its last ':'.
@@ -738,6 +858,8 @@ def parse_frame(body):
     ends the name, which keeps a path like "/a (copy)/x.py" whole; native
     symbols (C++ may have " (" in them) end at the last " (".
     """
+    if body.startswith("[") and body.endswith("]") and " (" not in body:
+        return Frame(body, "", None)    # a marker: --native frames not placed
     if not body.endswith(")") or " (" not in body:
         raise DumpParseError("bad frame %r" % body)
     m = re.match(r"^(.+?) \((.*):(\d+)\)$", body)
@@ -750,7 +872,7 @@ def parse_frame(body):
 
 
 def parse_dump(text):
-    """Parse `spy dump` text output (README "Output"); DumpParseError if bad."""
+    """Parse `spy dump` text output (doc/spy-dump.md, "Output"); DumpParseError if bad."""
     d = Dump()
     lines = text.split("\n")
     while lines and lines[-1] == "":
@@ -764,9 +886,11 @@ def parse_dump(text):
     d.pid, d.cmdline = int(m.group(1)), m.group(2)
     m = _PYTHON.match(lines[1])
     if not m:
-        raise DumpParseError("line 2: expected 'Python X.Y.Z (binary)', got %r"
-                             % lines[1])
-    d.version, d.binary = m.group(1), m.group(2)
+        raise DumpParseError("line 2: expected 'Python X.Y.Z[ free-threaded, "
+                             "...] (binary)', got %r" % lines[1])
+    d.version, d.binary = m.group(1), m.group(3)
+    if m.group(2):
+        d.no_gil = m.group(2) == "running without a GIL"
     cur = None
     expect_blank = True
     for n, line in enumerate(lines[2:], 3):
@@ -986,7 +1110,8 @@ class Reporter(object):
         sys.exit(EXIT_SKIP)
 
 
-def for_each_interp(rep, run_one, need_ptrace=True, expect=(), chroot=False):
+def for_each_interp(rep, run_one, need_ptrace=True, expect=(), chroot=False,
+                    gil_too=False, variants=False):
     """The common main loop: discover interpreters, skip what cannot run,
     call run_one(interp) -> list of problems for the rest, report each.
 
@@ -995,9 +1120,15 @@ def for_each_interp(rep, run_one, need_ptrace=True, expect=(), chroot=False):
     where the caller chose). A failure on one interpreter never stops the
     others.
 
-    chroot: as discover's.
+    chroot, variants: as discover's.
+
+    gil_too: also run each free-threaded interpreter with its GIL switched
+    on (PYTHON_GIL=1), for the tests of what spy says about the GIL.
     """
-    interps, problems = discover(chroot)
+    interps, problems = discover(chroot, variants)
+    if gil_too:
+        interps = [v for i in interps
+                   for v in ((i, i.with_gil()) if i.free_threaded else (i,))]
     report_problems(rep, problems)
     missing = []
     if not os.environ.get("SPY_PYTHONS", "").strip():

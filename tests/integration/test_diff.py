@@ -3,9 +3,10 @@
 (targets/diff_target.py), on Python 3.11 and 2.7 (the first of each found;
 other interpreters of the machine print a SKIP line: the diff reads files,
 not processes, so one old and one new interpreter cover it, and the test
-stays short), and on every interpreter of the Debian root (tools/pyroot):
-what they record differs (newer runtimes, debug and free-threaded builds,
-files seen through a container or a chroot).
+stays short), on the free-threaded 3.13t (tools/pyroot build-ft), and on
+every interpreter of the Debian root (tools/pyroot): what they record
+differs (newer runtimes, debug and free-threaded builds, files seen through
+a container or a chroot).
 
 Per interpreter, one PASS/FAIL line covering:
   - two recordings of the same version (one with -F, one without and
@@ -215,19 +216,23 @@ def main():
     no_ptrace = harness.ptrace_problem()
     chosen = {}
     for i in interps:
-        if not i.root and i.minor in WANTED and i.minor not in chosen:
+        if not i.root and not i.free_threaded and i.minor in WANTED \
+                and i.minor not in chosen:
             chosen[i.minor] = i
     d = tempfile.mkdtemp(prefix="spy-diff-")
     try:
         for n, i in enumerate(interps):
-            if not i.root and chosen.get(i.minor) is not i:
-                rep.skip(i.label, "diff is checked on %s and the Debian root "
-                         "only (it reads files)" % " and ".join(WANTED))
+            # Builds whose runtime differs (the root's, a free-threaded
+            # one) record differently: each is run.
+            if not i.root and not i.free_threaded and chosen.get(i.minor) is not i:
+                rep.skip(i.label, "diff is checked on %s, the free-threaded "
+                         "build and the Debian root only (it reads files)"
+                         % " and ".join(WANTED))
                 continue
             if no_ptrace:
                 rep.skip(i.label, no_ptrace)
                 continue
-            sub = os.path.join(d, i.minor if not i.root else "root%d" % n)
+            sub = os.path.join(d, i.minor if chosen.get(i.minor) is i else "run%d" % n)
             os.mkdir(sub)
             try:
                 rep.check(i.label, run_one(i, sub))

@@ -20,7 +20,9 @@ What is checked, for each target:
     as X.Y.Z (not just X.Y), and a runtime file really mapped in the target;
   - the threads: their number, order (by native TID), native TIDs and
     Python thread ids (as the target itself reports them), states, name,
-    and which one holds the GIL (exactly the spinning one);
+    and which one holds the GIL (exactly the spinning one; none on a
+    free-threaded build, whose header says it runs without a GIL, unless
+    run again with PYTHON_GIL=1: then it is a GIL build to spy);
   - every frame of every thread: function name, file and line. Names are
     written out here (qualified -- Klass.method, outer.<locals>.<lambda> --
     on 3.11+, bare co_name before); lines come from "# @name" markers in
@@ -93,6 +95,12 @@ def check_header(interp, target, d):
     if d.version != interp.vstring:
         p.append("header: Python %s, expected %s" % (d.version,
                                                      interp.vstring))
+    # A free-threaded build says so, and whether its GIL is on (PYTHON_GIL).
+    no_gil = None if not interp.free_threaded else not interp.gil
+    if d.no_gil != no_gil:
+        p.append("header: %s, expected %s" % tuple(
+            {None: "no free-threaded build", True: "free-threaded without a GIL",
+             False: "free-threaded with its GIL on"}[x] for x in (d.no_gil, no_gil)))
     if d.binary not in harness.mapped_files(target.pid):
         p.append("header: runtime binary %r is not mapped in the target"
                  % d.binary)
@@ -184,7 +192,8 @@ def nested_wants(interp, target):
                                m["call_sleeper_inner"])], "sleeper")
     sleeper_tid = info.get("sleeper_native_id") or \
         next((t for t in sorted(harness.task_states(pid)) if t != pid), None)
-    return [Want("main", pid, info["main_ident"], "running", True, main),
+    # Only a GIL build has a holder (a free-threaded one run with PYTHON_GIL=1).
+    return [Want("main", pid, info["main_ident"], "running", interp.gil, main),
             Want("sleeping", sleeper_tid, info["sleeper_ident"], "idle",
                  False, sleeper)]
 
@@ -234,14 +243,14 @@ def matrix_wants(interp, target):
     main = [Frame("<module>", MATRIX, m["main_sleep"])]
 
     def names(tid, threading_name):
-        # The name threading gave the thread, not the kernel's (README).
+        # The name threading gave the thread, not the kernel's (doc/spy-dump.md).
         return (threading_name,)
 
     spin_tid, sleep_tid = info["spinner_native_id"], info["sleeper_native_id"]
     return lambda d: [
         Want("main", pid, info["main_ident"], "idle", False, main,
              names(pid, "MainThread")),
-        Want("spinning", spin_tid, info["spinner_ident"], "running", True,
+        Want("spinning", spin_tid, info["spinner_ident"], "running", interp.gil,
              spinner, names(spin_tid, "spinner")),
         Want("sleeping", sleep_tid, info["sleeper_ident"], "idle", False,
              sleeper, names(sleep_tid, "sleeper"))]
@@ -289,7 +298,8 @@ def run_one(interp):
 
 def main():
     rep = harness.reporter("dump")
-    harness.for_each_interp(rep, run_one, expect=harness.SUPPORTED, chroot=True)
+    harness.for_each_interp(rep, run_one, expect=harness.SUPPORTED, chroot=True,
+                            gil_too=True)
 
 
 if __name__ == "__main__":

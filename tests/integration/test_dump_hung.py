@@ -10,7 +10,9 @@ Targets are modes of targets/hung.py (see its header). For each interpreter:
     (threads, TIDs, names, states, GIL holder, every frame, the hint);
   - recv: the receiver is idle at the @recv line;
   - gil: the spinner is "waiting for the GIL" while the main thread holds
-    it, asleep in libc's sleep(), and the hint says so;
+    it, asleep in libc's sleep(), and the hint says so (a free-threaded
+    build: the spinner runs, nothing holds a GIL, no hint; the same run
+    again with PYTHON_GIL=1 is checked as a GIL build);
   - --locals: work()'s arguments and locals are shown with the reprs (or
     type and length, or type) the target itself computed for them, those
     captured by a closure (held in cells) included;
@@ -173,6 +175,16 @@ def check_gil(interp, target):
         p = []
         if not main or top(main[0]) != Frame("gil", HUNG, m["gil_sleep"]):
             return ["main thread not yet at @gil_sleep: %r" % (main and top(main[0]))]
+        if not interp.gil:
+            # Free-threaded, without a GIL: nothing holds one, nothing
+            # waits, the spinner runs, and no hint blames a GIL.
+            if main[0].gil or (t is not None and t.gil):
+                p.append("a thread holds the GIL of a build running without one")
+            if t is None or t.state != "running":
+                p.append("spinner is %r, expected 'running'" % (t and t.state))
+            if d.hint:
+                p.append("a hint without a GIL: %r" % d.hint)
+            return p
         if not main[0].gil:
             p.append("main thread, asleep in PyDLL sleep(), does not hold the GIL")
         if t is None or t.state != "waiting for the GIL":
@@ -233,7 +245,7 @@ def check_core(interp, target, live):
         if r.returncode != 0 or not os.path.exists(core):
             return ["gcore failed: %s" % err.decode(errors="replace")[-200:]]
         # A container's core names paths of its root, which spy reads only
-        # when told where that is (README); a chroot's names ours.
+        # when told where that is (doc/spy-dump.md); a chroot's names ours.
         root = ["--root", interp.root] if interp.mode == "container" else []
         res = harness.run_spy(["dump", "--core", core] + root, timeout=60)
         if res.rc != 0:
@@ -314,7 +326,7 @@ def bad_inputs():
 def main():
     rep = harness.reporter("dump-hung")
     rep.check("bad --core input", bad_inputs())
-    harness.for_each_interp(rep, run_one, expect=harness.SUPPORTED)
+    harness.for_each_interp(rep, run_one, expect=harness.SUPPORTED, gil_too=True)
 
 
 if __name__ == "__main__":

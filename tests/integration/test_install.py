@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What `meson install` puts on a machine, and that --help, the man pages,
-the completions and the README agree (issue 16). Installs the build into a
+the completions and the reference pages of doc/ agree (issue 16). Installs the build into a
 scratch DESTDIR, then checks:
 
 - every file: the binary, spy(1) and spy-COMMAND(1) for each command `spy
@@ -9,8 +9,8 @@ scratch DESTDIR, then checks:
 - each man page renders with groff without a warning, and `man` finds it;
 - `man spy-COMMAND` shows every option `spy COMMAND --help` lists, with its
   argument and its help text, and no option --help lacks;
-- the README names every option of every command in that command's
-  sections;
+- doc/spy-COMMAND.md's Options table has one row for every option `spy
+  COMMAND --help` lists, and none for an option it does not list;
 - the bash completion (its function called as bash would) and the zsh
   completion (TAB in a real interactive zsh, through zpty) offer exactly the
   --help options of each command, and the command names after `spy`.
@@ -42,7 +42,8 @@ HELP_ROW = re.compile(r"^    ((?:-(\S), |    )--([a-z0-9-]+)(?: (\[?[A-Z][A-Z_=]
 
 
 def gen_docs():
-    """tools/gen-docs as a module: the README sections each page is made of."""
+    """tools/gen-docs as a module: which doc/ pages each man page is made
+    of, and how a page's Options table is read."""
     path = os.path.join(SOURCE, "tools", "gen-docs")
     loader = importlib.machinery.SourceFileLoader("gen_docs", path)
     spec = importlib.util.spec_from_loader("gen_docs", loader)
@@ -168,26 +169,21 @@ def check_man_options(text, rows):
     return p
 
 
-def check_readme(docs, cmd, rows):
-    """Each option of cmd, by its long or its short name, in the README
-    sections its man page is made of (or the Usage overview's lines for
-    cmd)."""
-    readme = docs.readme_sections(os.path.join(SOURCE, "README.md"))
-    text = []
-    for title in docs.DESCRIPTION[cmd]:
-        text += readme[title][1]
-    text += [l for l in readme["Usage"][1] if l.startswith("spy %s " % cmd)]
-    text = "\n".join(text)
-    missing = []
-    for _, short, long_, _, _ in rows:
-        if long_ == "help":
-            continue
-        if "--" + long_ in text:
-            continue
-        if short and re.search(r"(?<![\w-])-%s(?![\w-])" % re.escape(short), text):
-            continue
-        missing.append("--" + long_)
-    return ["README's %s sections never name %s" % (cmd, ", ".join(missing))] if missing else []
+def check_doc_options(docs, cmd, rows):
+    """The command's doc/ page has a row in its Options table for each
+    option --help lists (by its long name), and no row for another."""
+    page = docs.PAGES[cmd][0]
+    table = docs.option_rows(os.path.join(SOURCE, "doc", page))
+    helped = [long_ for _, _, long_, _, _ in rows if long_ != "help"]
+    p = []
+    missing = [o for o in helped if o not in table]
+    if missing:
+        p.append("doc/%s has no Options row for %s" % (page, ", ".join("--" + o for o in missing)))
+    extra = sorted(set(table) - set(helped))
+    if extra:
+        p.append("doc/%s documents %s, which spy %s --help does not list"
+                 % (page, ", ".join("--" + o for o in extra), cmd))
+    return p
 
 
 def bash_complete(script, words):
@@ -316,8 +312,8 @@ def main():
                 rep.run("man spy-%s shows spy %s --help's options" % (cmd, cmd),
                         lambda c=cmd: check_man_options(man_text(mandir, "spy-" + c),
                                                         rows_by_cmd[c]))
-            rep.run("README names spy %s's options" % cmd,
-                    check_readme, docs, cmd, rows_by_cmd[cmd])
+            rep.run("doc/%s has a row for each of spy %s's options" % (docs.PAGES[cmd][0], cmd),
+                    check_doc_options, docs, cmd, rows_by_cmd[cmd])
 
         bash = [p for p, kind in expected.items() if kind == "bash"]
         if not bash:

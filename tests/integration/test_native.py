@@ -17,14 +17,30 @@ in a loop. One PASS/FAIL line covers:
   - failed unwinds (SPY_TEST_NATIVE_FAIL makes every native walk fail): the
     Python stacks are still recorded, and the failures are counted in the
     profile's errors.
+Then targets/native_loop.py, a pure-Python loop (<module> -> outer ->
+inner), checks that Python frames sit where they run, whatever symbols the
+interpreter has:
+  - record --native: every sample's Python frames are <module>;outer or
+    <module>;outer;inner, adjacent; a sample ending in inner ends there (or
+    in one [jit] frame), one ending in outer ends there or in the clock read
+    it makes, never in a frame of the process's start (the symptom of frames
+    appended below _start); no frame is a bare [unknown]; the JIT variants
+    show [jit] in at least a quarter of the samples, at most once per sample;
+  - record --native-all: nothing sits outward of _start;
+  - dump --native-all: inner, outer, <module> in order, _start last.
+The root's release builds run here also without their debug files and, from
+3.14, with PYTHON_JIT=1 (harness.root_variants): Debian's stripped builds
+name only the hot part of their eval loop.
 Once, first: --native with --nonblocking, and dump --native --core, are
 usage errors (exit 2).
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import harness
 from test_record import Profile, func_of
@@ -140,7 +156,16 @@ def check_plain(p):
     return probs
 
 
-def check_all(p):
+def check_all(p, interp):
+    """The interpreter's internals show. Without debug files the eval loop's
+    frames are mostly unnamed (its .cold part): the interpreter's own
+    frames, by file and offset, are what shows."""
+    if interp.nodebug:
+        exe = os.path.basename(interp.path)
+        if not any(f.endswith(" (%s)" % exe) and func_of(f).startswith(exe + "+0x")
+                   for fr, _ in p.stacks for f in fr):
+            return ["--native-all: no frame of %s by offset shows" % exe]
+        return []
     if not any(is_eval(f) for fr, _ in p.stacks for f in fr):
         return ["--native-all: no eval-loop frame shows"]
     return []
@@ -173,6 +198,182 @@ def check_dump(pid):
     return ["dump --native: in 20 dumps, never callback; %s; caller" % C_FUNC]
 
 
+LOOP = harness.target_path("native_loop.py")
+MARKER = "[native stack incomplete]"
+# What only the process's start runs: outward of every Python frame.
+START_FUNCS = ("_start", "__libc_start_main", "__libc_start_call_main", "main",
+               "Py_BytesMain", "Py_RunMain", "Py_Main")
+
+
+def is_python(frame):
+    return frame.endswith(")") and not is_native(frame) and " (" in frame
+
+
+def loop_sample_problem(fr, jit):
+    """Why one --native sample of the loop is wrong, or None."""
+    fr = [f for f in fr if " (" in f or f == MARKER]    # the synthetic roots off
+    py = [i for i, f in enumerate(fr) if is_python(f)]
+    names = [func_of(fr[i]) for i in py]
+    if names not in (["<module>", "outer"], ["<module>", "outer", "inner"]):
+        return "Python frames %s" % names
+    if py != list(range(py[0], py[0] + len(py))):
+        return "Python frames not adjacent"
+    if any(func_of(f) == "[unknown]" for f in fr):
+        return "an [unknown] frame"
+    tail = fr[py[-1] + 1:]
+    jits = [f for f in tail if func_of(f) == "[jit]"]
+    if len(jits) > 1 or (jits and not jit):
+        return "%d [jit] frames" % len(jits)
+    rest = [f for f in tail if func_of(f) != "[jit]"]
+    # What the loop calls is the C library's (the clock, a copy, a TLS
+    # lookup; by offset where not exported), never what started the process
+    # (its unnamed start routine sits among the named ones: --native-all's
+    # check sees that).
+    if any(func_of(f) in START_FUNCS or func_of(f) == MARKER for f in rest):
+        return "frames of the process's start inward of %s" % names[-1]
+    return None
+
+
+def check_loop_record(p, jit, interp):
+    probs = []
+    bad = {}
+    for fr, c in p.stacks:
+        why = loop_sample_problem(fr, jit)
+        if why:
+            bad.setdefault(why, [0, ";".join(fr)])[0] += c
+    for why, (c, example) in sorted(bad.items(), key=lambda kv: -kv[1][0])[:3]:
+        probs.append("--native, pure-Python loop: %d of %d samples: %s (e.g. %s)"
+                     % (c, p.total(), why, example[-300:]))
+    inner = p.count_with("inner")
+    if inner * 10 < p.total() * 8:
+        probs.append("--native, pure-Python loop: %d of %d samples in inner (want >= 80%%)"
+                     % (inner, p.total()))
+    if jit:
+        with_jit = p.count_with("[jit]")
+        if with_jit * 4 < p.total():
+            probs.append("PYTHON_JIT=1: %d of %d samples show [jit] (want >= 25%%)"
+                         % (with_jit, p.total()))
+    return probs
+
+
+def check_loop_all(p):
+    """--native-all: the process's start is the outermost native frame."""
+    for fr, c in p.stacks:
+        fs = [func_of(f) for f in fr if " (" in f]
+        if "_start" in fs and fs.index("_start") != 0:
+            return ["--native-all, pure-Python loop: %d samples have %r outward of _start"
+                    " (e.g. %s)" % (c, fs[:fs.index("_start")][-1], ";".join(fr)[-300:])]
+    return []
+
+
+def check_loop_dump(pid):
+    for _ in range(5):
+        r = harness.run_spy(["dump", "--native-all", "--pid", str(pid)], timeout=30,
+                            env=harness.spy_env(keep_log=False))
+        if r.rc != 0:
+            return ["dump --native-all: " + r.describe()]
+        d = harness.parse_dump(r.out)
+        fs = [f.func for f in d.threads[0].frames] if d.threads else []
+        py = [f for f in fs if f in ("inner", "outer", "<module>")]
+        if py not in (["inner", "outer", "<module>"], ["outer", "<module>"]):
+            return ["dump --native-all, pure-Python loop: Python frames %s: %s" % (py, fs)]
+        if "_start" in fs and fs[-1] != "_start":
+            return ["dump --native-all, pure-Python loop: %s below _start: %s"
+                    % (fs[-1], fs)]
+        if MARKER in fs:
+            return ["dump --native-all, pure-Python loop: frames not placed: %s" % fs]
+    return []
+
+
+def run_loop(interp, outdir):
+    with harness.Target(interp, LOOP) as t:
+        jit = bool(t.info.get("jit"))
+        if interp.env.get("PYTHON_JIT") == "1" and not jit:
+            return ["PYTHON_JIT=1 but the JIT is not enabled in the target"]
+        probs = check_loop_record(record(t.pid, outdir, "loop", ["--native"], seconds="1"),
+                                  jit, interp)
+        probs += check_loop_all(record(t.pid, outdir, "loop-all", ["--native-all"],
+                                       seconds="0.5"))
+        probs += check_loop_dump(t.pid)
+        if not t.alive():
+            probs.append("loop target died: %s" % t.stderr())
+        return probs
+
+
+def serve_debug_files(root):
+    """A debuginfod server on localhost: /buildid/ID/debuginfo is the
+    root's /usr/lib/debug/.build-id file for ID. Returns (server, hits)."""
+    import http.server
+    import threading
+    hits = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            parts = self.path.strip("/").split("/")
+            path = None
+            if len(parts) == 3 and parts[0] == "buildid" and parts[2] == "debuginfo" \
+                    and re.match(r"^[0-9a-f]{4,128}$", parts[1]):
+                path = os.path.join(root, "usr/lib/debug/.build-id", parts[1][:2],
+                                    parts[1][2:] + ".debug")
+            if not path or not os.path.isfile(path):
+                self.send_error(404)
+                return
+            with open(path, "rb") as f:
+                data = f.read()
+            hits.append(parts[1])
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, hits
+
+
+def check_debuginfod(rep):
+    """DEBUGINFOD_URLS set: a build without its debug files gets them from
+    the server, and its eval loop's unexported .cold part is named."""
+    interps, _ = harness.discover(variants=True)
+    cands = [i for i in interps if i.nodebug and not i.env and i.mode == "container"]
+    if not cands:
+        rep.skip("native debuginfod", "no interpreter of the root without its debug "
+                 "files (%s)" % harness.SEARCHED)
+        return
+    interp = cands[-1]
+    tmp = tempfile.mkdtemp(prefix="spy-debuginfod-")
+    server, hits = serve_debug_files(interp.root)
+    probs = []
+    try:
+        env = {"DEBUGINFOD_URLS": "http://127.0.0.1:%d" % server.server_address[1],
+               "DEBUGINFOD_CACHE_PATH": tmp, "DEBUGINFOD_TIMEOUT": "20"}
+        with harness.Target(interp, LOOP) as t:
+            names = set()
+            for _ in range(5):
+                r = harness.run_spy(["dump", "--native-all", "--pid", str(t.pid)], timeout=60,
+                                    env=harness.spy_env(env, keep_log=False))
+                if r.rc != 0:
+                    probs.append("dump --native-all: " + r.describe())
+                    break
+                d = harness.parse_dump(r.out)
+                if d.threads:
+                    names.update(f.func for f in d.threads[0].frames)
+            exe = os.path.basename(interp.path)
+            if not hits:
+                probs.append("DEBUGINFOD_URLS set: the server was never asked")
+            if not any(n.startswith("_PyEval_EvalFrameDefault") for n in names):
+                probs.append("DEBUGINFOD_URLS set: no eval-loop frame named: %s" % sorted(names))
+            if any(n.startswith(exe + "+0x") for n in names):
+                probs.append("DEBUGINFOD_URLS set: %s frames still by offset" % exe)
+    finally:
+        server.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+    rep.check("native debuginfod, %s" % interp.label, probs)
+
+
 def check_usage():
     """--native needs paused threads and a live process: usage errors (exit 2)."""
     probs = []
@@ -192,20 +393,28 @@ def run_one(interp):
     # both see at one path, also inside the root.
     outdir = harness.shared_dir("spy-native-")
     try:
-        build_ext(interp, outdir)
+        loop = run_loop(interp, outdir)
+        try:
+            build_ext(interp, outdir)
+        except harness.SkipInterp:
+            if loop:
+                return loop
+            raise
         with harness.Target(interp, TARGET, [outdir, "callback", ITERS],
                             binds=[outdir]) as t:
             probs = check_native(record(t.pid, outdir, "native", ["--native"]))
-            probs += check_plain(record(t.pid, outdir, "plain", []))
             probs += check_all(record(t.pid, outdir, "all", ["--native-all"],
-                                      seconds="0.5"))
-            probs += check_failed_unwind(record(
-                t.pid, outdir, "fail", ["--native"],
-                env={"SPY_TEST_NATIVE_FAIL": "1"}, seconds="0.5"))
+                                      seconds="0.5"), interp)
             probs += check_dump(t.pid)
+            # What debug files and the JIT change nothing of: once per build.
+            if not interp.nodebug:
+                probs += check_plain(record(t.pid, outdir, "plain", []))
+                probs += check_failed_unwind(record(
+                    t.pid, outdir, "fail", ["--native"],
+                    env={"SPY_TEST_NATIVE_FAIL": "1"}, seconds="0.5"))
             if not t.alive():
                 probs.append("target died: %s" % t.stderr())
-        return probs
+        return loop + probs
     finally:
         harness.remove_shared_dir(interp, outdir)
 
@@ -213,9 +422,11 @@ def run_one(interp):
 def main():
     rep = harness.reporter("native")
     rep.check("native usage errors", check_usage())
+    if harness.ptrace_problem() is None:
+        check_debuginfod(rep)
     harness.for_each_interp(rep, run_one,
                             expect=("2.7", "3.8", "3.11", "3.12", "3.13",
-                                    "3.14", "3.15"), chroot=True)
+                                    "3.14", "3.15"), chroot=True, variants=True)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ Per interpreter, one PASS/FAIL line covering:
   - formats: -o f.json, f.speedscope.json, f.pb.gz, f.trace.json write
     documents that parse and hold the loop's functions (the chrome trace
     checked by tests/unit/check-chrome.py, its slices covering the samples'
-    time);
+    time); -f pprof -o - writes the gzip'd pprof to stdout (a pipe) and no
+    file in the working directory;
   - launch: `spy record -- PYTHON target short` (exits after 0.5 s): exit 0,
     a non-empty profile, the program's exit status in the summary;
   - subprocesses: -s on a program with a child started before spy attached and one after: all three processes sampled, each under its own process root;
@@ -228,6 +229,13 @@ def check_gil(interp, d):
         counts = {}
         for mode in (["-i"], ["-i", "-g"]):
             r = record(["--pid", str(t.pid), "-d", "1", "-o", out] + mode)
+            if "-g" in mode and not interp.gil:
+                # A free-threaded build running without a GIL: -g is a
+                # usage error that says why, and what would make it work.
+                p += expect_rc(r, 2, "gil -g without a GIL")
+                if "running without a GIL" not in r.err or "PYTHON_GIL=1" not in r.err:
+                    p.append("gil -g without a GIL: unclear error %r" % r.err.strip())
+                continue
             p += expect_rc(r, 0, "gil %s" % " ".join(mode))
             if r.rc:
                 return p
@@ -237,7 +245,7 @@ def check_gil(interp, d):
         if both < 1.8 * samples:
             p.append("gil: with -i, %d stacks for %d samples of two threads"
                      % (both, samples))
-        only, samples = counts[2]
+        only, samples = counts.get(2, (1, 1))
         # 2.7 hands the GIL over often between two spinners, and a sample
         # taken mid-handover has no holder: only a floor is asked for.
         if only > 1.05 * samples or only < 0.25 * samples:
@@ -250,10 +258,45 @@ def check_gil(interp, d):
 THREAD_ROOT = re.compile(r'^thread (\d+) "(.*)"$')
 
 
+def check_four(interp, d):
+    """Four CPU-bound threads of a free-threaded build, recorded without -i:
+    run without a GIL, all four run at once, so each thread is in (nearly)
+    every sample, under its own -t root; run with PYTHON_GIL=1, they take
+    turns, so a sample has about one."""
+    if not interp.free_threaded:
+        return []
+    out = os.path.join(d, "four.folded")
+    with harness.Target(interp, TARGET, ["gil", "4"]) as t:
+        r = record(["--pid", str(t.pid), "-d", "1", "-t", "-o", out])
+        p = expect_rc(r, 0, "four threads")
+        if p:
+            return p
+        prof = Profile(out)
+    samples = int(prof.meta.get("samples", 0))
+    per = {}
+    for fr, c in prof.stacks:
+        m = THREAD_ROOT.match(fr[1]) if len(fr) > 1 else None
+        if m:
+            per[m.group(2)] = per.get(m.group(2), 0) + c
+    want = ["MainThread", "spinner-1", "spinner-2", "spinner-3"]
+    shares = ", ".join("%s %d" % (n, per.get(n, 0)) for n in want)
+    if samples < 50:
+        return ["four threads: %d samples in 1 s" % samples]
+    if not interp.gil:
+        low = [n for n in want if per.get(n, 0) < 0.8 * samples]
+        if low:
+            p.append("four threads without a GIL: %s below 80%% of %d samples "
+                     "(%s)" % (", ".join(low), samples, shares))
+    elif prof.total() > 1.6 * samples:
+        p.append("four threads with PYTHON_GIL=1: %d stacks for %d samples, "
+                 "expected about one a sample (%s)" % (prof.total(), samples, shares))
+    return p
+
+
 def check_thread_roots(t, out):
     """-t on the gil target: spin_one runs in the main thread, spin_two in
     the other one ("spinner"); each under its own `thread TID "name"`
-    root, named as threading names the thread (README)."""
+    root, named as threading names the thread (doc/spy-dump.md)."""
     others = [tid for tid in harness.task_states(t.pid) if tid != t.pid]
     if len(others) != 1:
         raise harness.HarnessError("gil target has threads %s, expected "
@@ -329,6 +372,29 @@ def check_formats(interp, d):
                     p.append("formats: f.speedscope.json has no samples")
             except (OSError, ValueError, KeyError, TypeError) as e:
                 p.append("formats: cannot read %s: %s" % (name, e))
+        p += stdout_problems(t, d)
+    return p
+
+
+def stdout_problems(t, d):
+    """-o -: a binary format on stdout, through a pipe; nothing in the cwd."""
+    cwd = os.path.join(d, "dash")
+    os.makedirs(cwd, exist_ok=True)
+    argv = [os.path.abspath(harness.spy_path()), "record", "-q", "--pid", str(t.pid),
+            "-d", "0.5", "-f", "pprof", "-o", "-"]
+    r = subprocess.run(argv, cwd=cwd, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, env=harness.spy_env(keep_log=False), timeout=60)
+    p = []
+    if r.returncode != 0:
+        p.append("-f pprof -o -: exit %d (%s)"
+                 % (r.returncode, r.stderr.decode("utf-8", "replace")[-200:]))
+    try:
+        if b"work_a" not in gzip.decompress(r.stdout):
+            p.append("-f pprof -o -: the pprof on stdout lacks work_a")
+    except (OSError, EOFError) as e:
+        p.append("-f pprof -o -: stdout is not gzip'd pprof (%s): %r" % (e, r.stdout[:40]))
+    if os.listdir(cwd):
+        p.append("-f pprof -o - left %s in the working directory" % os.listdir(cwd))
     return p
 
 
@@ -418,7 +484,7 @@ def check_signals(interp, d):
 # themselves (meson runs `test_record.py shares` alone), and the rest
 # (`test_record.py rest`, beside other tests). Without an argument, both.
 PARTS = {
-    "shares": (check_split, check_gil),
+    "shares": (check_split, check_gil, check_four),
     "rest": (check_deep, check_launch, check_formats, check_subprocesses, check_signals),
 }
 
@@ -607,7 +673,8 @@ def main():
     checks = [c for p in parts for c in PARTS[p]]
     harness.for_each_interp(rep, runner(checks),
                             expect=("2.7", "3.8", "3.11", "3.12", "3.13",
-                                    "3.14", "3.15"))
+                                    "3.14", "3.15"),
+                            gil_too="shares" in parts)
 
 
 if __name__ == "__main__":

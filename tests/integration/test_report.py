@@ -8,7 +8,12 @@ The output path against what can be planted at a name in a shared
 directory (sticky like /tmp, and not): report and diff, in every format
 family (folded, folded.gz, svg, json), given a link to a victim file never
 write the victim (a link of ours is replaced; someone else's, made by chown
-when run as root, is refused with exit 5); given a FIFO they write through it."""
+when run as root, is refused with exit 5); given a FIFO they write through it.
+
+`-o -` is standard output for every format, binary ones too: folded, svg,
+pprof and the diff's json through a pipe, a folded profile piped from one
+report into another, and never a file named "-" (or any other) in the
+working directory."""
 
 import gzip
 import json
@@ -116,6 +121,71 @@ def planted_problems(d, plain):
     return p
 
 
+def piped(args, cwd, stdin=None):
+    """spy's exit code, stdout as bytes through a pipe, stderr."""
+    p = subprocess.Popen([os.path.abspath(harness.spy_path())] + list(args), cwd=cwd, stdin=stdin,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=harness.spy_env(keep_log=False))
+    try:
+        out, err = p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+    return p.returncode, out, err.decode("utf-8", "replace")
+
+
+def stdout_problems(d, plain):
+    """-o - in each format family, run in an empty directory that must stay so."""
+    cwd = os.path.join(d, "dash")
+    os.mkdir(cwd)
+    p = []
+
+    def run(label, args, stdin=None):
+        rc, out, err = piped(args, cwd, stdin)
+        if rc != 0:
+            p.append("%s: exit %s (%s)" % (label, rc, err.strip()[:200]))
+        left = os.listdir(cwd)
+        if left:
+            p.append("%s left %s in the working directory" % (label, left))
+            for f in left:
+                os.unlink(os.path.join(cwd, f))
+        return out
+
+    out = run("report -f folded -o -", ["report", "-f", "folded", "-o", "-", plain])
+    if out.decode("utf-8", "replace") != PROFILE:
+        p.append("report -f folded -o -: stdout is not the profile: %r" % out[:200])
+    out = run("report -f pprof -o -", ["report", "-f", "pprof", "-o", "-", plain])
+    try:
+        data = gzip.decompress(out)
+        if b"work" not in data or b"app.py" not in data:
+            p.append("report -f pprof -o -: the pprof's strings lack work/app.py")
+    except (OSError, EOFError) as e:
+        p.append("report -f pprof -o -: stdout is not gzip'd pprof (%s): %r" % (e, out[:40]))
+    out = run("report -o - (svg)", ["report", "-o", "-", plain])
+    svg = os.path.join(d, "from-stdout.svg")
+    with open(svg, "wb") as f:
+        f.write(out)
+    p += ["report -o -: %s" % e for e in svg_problems(svg)]
+    # One report's stdout as the next one's stdin, through a real pipe.
+    first = subprocess.Popen([os.path.abspath(harness.spy_path()), "report", "-f", "folded",
+                              "-o", "-", plain], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             env=harness.spy_env(keep_log=False))
+    out = run("report -f folded -o - | report -f table -", ["report", "-f", "table", "-"],
+              stdin=first.stdout)
+    first.stdout.close()
+    if first.wait(timeout=30) != 0:
+        p.append("report -f folded -o - (piped): exit %s" % first.returncode)
+    if b"work (app.py:20)" not in out:
+        p.append("report -f table - of the piped profile lacks work: %r" % out[:200])
+    out = run("diff -f json -o -", ["diff", "-f", "json", "-o", "-", plain, plain])
+    try:
+        if json.loads(out.decode("utf-8")).get("format") != "spy-diff":
+            p.append("diff -f json -o -: not the diff document")
+    except ValueError as e:
+        p.append("diff -f json -o -: stdout is not JSON: %s" % e)
+    return p
+
+
 def main():
     rep = harness.reporter("report")
     d = tempfile.mkdtemp(prefix="spy-report-")
@@ -213,6 +283,8 @@ def main():
             p.append("cannot read %s: %s" % (out, e))
         rep.check(label, p)
 
+    rep.check("spy report/diff -o - (stdout, every format, through a pipe)",
+              stdout_problems(d, plain))
     rep.check("spy report/diff -o <link or FIFO planted in a shared directory>",
               planted_problems(d, plain))
 

@@ -660,7 +660,10 @@ static void write_debug_offsets(struct fakepy *fp)
 	W(interp_gil_locked, 0x1000 + o->gil_locked);
 	W(interp_gil_holder, 0x1000 + o->gil_last_holder);
 	if (o->build & PYBUILD_FT) {
-		W(interp_gil_enabled, 0x1000 + o->gil_enabled);
+		/* Unlike locked and holder, CPython gives this one relative to
+		 * the _gil_runtime_state (offsetof(struct _gil_runtime_state,
+		 * enabled)), not to the interpreter. */
+		W(interp_gil_enabled, o->gil_enabled);
 	}
 	/* The gc state at an arbitrary place before the flag: only the sum matters. */
 	W(interp_gc, o->interp_gc_collecting - 0x20);

@@ -6,7 +6,7 @@ Two checks:
      build it was made from has no DWARF here);
   2. every Python 3.8-3.13 the integration harness finds, including the
      stripped builds no DWARF describes (Debian's /usr/bin/python3.11, the
-     root's python3.13), agrees with its row: a probe run by that
+     root's python3.13), and the free-threaded 3.13t, agrees with its row: a probe run by that
      interpreter creates a task blocked on a future and reads the task's
      and the future's own memory through ctypes at the row's offsets,
      comparing with what the objects say (get_loop(), get_coro(),
@@ -27,9 +27,10 @@ sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 import harness  # noqa: E402
 
 PROBE = r'''
-import asyncio, ctypes, json, sys
+import asyncio, ctypes, json, sys, sysconfig
 rows = json.loads(sys.argv[1])
-row = rows.get("%d.%d" % sys.version_info[:2])
+ft = "t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""
+row = rows.get("%d.%d%s" % (sys.version_info[0], sys.version_info[1], ft))
 if row is None:
     print("NOROW"); sys.exit(0)
 def ptr(o, k): return ctypes.c_void_p.from_address(id(o) + row[k]).value
@@ -73,7 +74,8 @@ def committed_rows(text):
     rows = {}
     for m in re.finditer(r"\.version = 0x03([0-9a-f]{2})0000,(.*?)\}", text, re.S):
         row = {k: int(v, 16) for k, v in re.findall(r"\.(\w+) = 0x([0-9a-f]+)", m.group(2))}
-        rows["3.%d" % int(m.group(1), 16)] = row
+        ft = "t" if ".build = PYBUILD_FT," in m.group(2) else ""
+        rows["3.%d%s" % (int(m.group(1), 16), ft)] = row
     return rows
 
 

@@ -28,7 +28,8 @@ Usage:
       SVG from a folded profile with `spy report`, computes the expected
       match share from that profile itself, saves DIR/browser-svg.png)
   check-browser.py --render SVG PNG            (only the screenshot of SVG,
-      unmodified: tools/screenshot-svg uses it for the README picture)
+      unmodified, the first screen of a 1280x800 window, or the whole of a
+      taller one: tools/screenshot-svg uses it for the README picture)
 
 Exits 77 (skip) only when no Chromium is installed, saying so.
 """
@@ -160,11 +161,13 @@ def svg_height(text):
     return int(m.group(1)) if m else 800
 
 
-def screenshot(chromium, svg_path, png_path):
+def screenshot(chromium, svg_path, png_path, size=None):
+    """The whole SVG, or with size (width, height) the first screen of a
+    window that size, as a user opening the file sees it."""
     with open(svg_path, encoding="utf-8") as f:
         height = min(max(svg_height(f.read()), 100), 4000)
     run_chromium(chromium, ["--screenshot=" + os.path.abspath(png_path),
-                            "--window-size=1200,%d" % height],
+                            "--window-size=%d,%d" % (size or (1200, height))],
                  "file://" + os.path.abspath(svg_path))
     with open(png_path, "rb") as f:
         if f.read(8) != b"\x89PNG\r\n\x1a\n":
@@ -363,7 +366,12 @@ def main():
         return 77
     try:
         if a.render:
-            screenshot(chromium, a.render[0], a.render[1])
+            # The first screen of a 1280x800 window; a taller SVG whole, in a
+            # window its height (headless Chromium's screenshots do not show
+            # the scroll the SVG makes to its root in a shorter window).
+            with open(a.render[0], encoding="utf-8") as f:
+                height = min(max(svg_height(f.read()), 800), 4000)
+            screenshot(chromium, a.render[0], a.render[1], (1280, height))
             print("screenshot: %s" % os.path.abspath(a.render[1]))
             return 0
         if a.svg:

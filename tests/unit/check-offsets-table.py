@@ -3,7 +3,8 @@
 
 pystate/offsets_table.c is generated, never edited by hand. This runs the
 generator against every header set it finds (pyenv, /usr/include, the
-tools/pyroot root) and compares its output with the committed file, so that
+tools/pyroot root, the free-threaded 3.13t of tools/pyroot build-ft) and
+compares its output with the committed file, so that
 a hand edit, or a header set that changed under us (a new Debian micro
 release in the root), shows up as a failure with the diff. When some header
 set the committed table was made from is missing here, the comparison
@@ -23,7 +24,8 @@ TOOL = os.path.join(REPO, "tools", "gen-offsets")
 
 def sources(text):
     """The header sets a table names, one per row and per comparison note."""
-    return sorted(set(re.findall(r"CPython ([0-9][^ ]*(?: debug build)?) headers", text)))
+    return sorted(set(re.findall(r"CPython ([0-9][^ ]*(?: debug build| free-threaded build)?) headers",
+                                 text)))
 
 
 def main():
@@ -37,7 +39,8 @@ def main():
     missing = [s for s in sources(committed) if s not in sources(r.stdout)]
     if missing:
         print("SKIP offsets table: the headers of %s are not installed here "
-              "(tools/pyroot build, pyenv) so the table cannot be regenerated to compare"
+              "(tools/pyroot build, tools/pyroot build-ft, pyenv) so the table cannot be "
+              "regenerated to compare"
               % ", ".join(missing))
         return 77
     if r.stdout == committed:

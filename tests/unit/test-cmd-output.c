@@ -4,6 +4,7 @@
  * /tmp), a non-sticky one, and a private one. Whatever is planted, no
  * other file is ever written; a FIFO swapped for a link between the start
  * and the end of a recording is not followed; files are 0600 as root.
+ * "-" is standard output, never a file of that name.
  * Cases that need another user's files are made by chown as root; run
  * unprivileged, they SKIP and say so.
  */
@@ -189,6 +190,51 @@ static void test_fifos(const char *dir, bool shared)
 	unlink(theirs);
 }
 
+/*
+ * "-": standard output, after what stdio already holds for it, and still
+ * open afterwards; no file named "-" appears in the working directory.
+ */
+static void test_stdout(void)
+{
+	struct spy_err err = SPY_ERR_INIT;
+	char *cap = path_in("private", "stdout.txt");
+	char old_cwd[4096];
+	CHECK(getcwd(old_cwd, sizeof(old_cwd)) != NULL);
+	char dir[256];
+	snprintf(dir, sizeof(dir), "%s/private", base);
+	CHECK_INT(chdir(dir), 0);
+	fflush(stdout);
+	int saved = dup(STDOUT_FILENO);
+	int fd = open(cap, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	CHECK(saved >= 0 && fd >= 0);
+	CHECK_INT(dup2(fd, STDOUT_FILENO), STDOUT_FILENO);
+	close(fd);
+
+	fputs("before;", stdout);  /* buffered in stdio: must come out first */
+	CHECK_INT(cmd_output_file("-", write_hello, "hello;", &err), 0);
+	struct cmd_output o;
+	CHECK_INT(cmd_output_open(&o, "-", &err), 0);
+	CHECK(o.is_stdout && o.in_place && !o.tmp);
+	CHECK(!strcmp(o.path, CMD_OUTPUT_STDOUT_NAME));
+	/* A failed writer is reported with stdout's name; nothing to remove. */
+	CHECK_INT(cmd_output_commit(&o, write_fail, NULL, &err), -SPY_EIO);
+	fputs(";after", stdout);  /* descriptor 1 survived both */
+	fflush(stdout);
+
+	CHECK_INT(dup2(saved, STDOUT_FILENO), STDOUT_FILENO);
+	close(saved);
+	CHECK(holds(cap, "before;hello;partial;after"));
+	CHECK(access("-", F_OK) != 0);
+	CHECK_INT(chdir(old_cwd), 0);
+
+	/* A file of that name is still reachable as ./- */
+	char dash[300];
+	snprintf(dash, sizeof(dash), "%s/./-", dir);
+	CHECK_INT(cmd_output_file(dash, write_hello, "dash", &err), 0);
+	CHECK(holds(dash, "dash"));
+	unlink(dash);
+}
+
 static void cleanup(void)
 {
 	char cmd[128];
@@ -207,6 +253,7 @@ int main(void)
 	make_dir("sticky", 01777);
 	make_dir("shared", 0777);
 	test_regular_and_mode();
+	test_stdout();
 	test_links("sticky", true);
 	test_links("shared", true);
 	test_links("private", false);

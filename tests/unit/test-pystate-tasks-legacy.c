@@ -178,7 +178,7 @@ static void img_init(struct img *m, const struct pyoffsets *row)
 	struct spy_strtab init = SPY_STRTAB_INIT;
 	m->strs = init;
 	m->o = row;
-	m->a = pyaio_find(row->version);
+	m->a = pyaio_find(row->version, row->build & PYBUILD_FT);
 	m->fp = fakepy_new(row, row->version | 0x01f0);
 	const struct pyoffsets *o = row;
 	m->interp = fakepy_main_interp(m->fp);
@@ -446,14 +446,13 @@ int main(void)
 	unsigned rows = 0;
 	for (unsigned i = 0; i < pyoffsets_count; i++) {
 		const struct pyoffsets *row = &pyoffsets_table[i];
-		if (row->build == PYBUILD_DEFAULT &&
-		    (row->gen_iframe != PYOFF_NONE || row->gen_frame != PYOFF_NONE) &&
-		    pyaio_find(row->version)) {
+		if ((row->gen_iframe != PYOFF_NONE || row->gen_frame != PYOFF_NONE) &&
+		    pyaio_find(row->version, row->build & PYBUILD_FT)) {
 			test_row(row);
 			test_damage(row);
 			rows++;
 		}
 	}
-	CHECK_INT(rows, 6); /* 3.8 to 3.13 */
+	CHECK_INT(rows, 7); /* 3.8 to 3.13, and 3.13t */
 	return check_done();
 }

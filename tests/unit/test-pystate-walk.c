@@ -34,6 +34,7 @@ struct scene {
 	spy_addr_t interp, t1, t2;
 	spy_addr_t f_module, f_cafe, f_func, f_klass; /* t1's frames */
 	spy_addr_t c_func;
+	spy_addr_t shim;   /* t1's C-stack shim (3.12+), or 0 */
 	struct exp e1[8], e2[4];
 	size_t n1, n2;
 	size_t entry_idx; /* index in e1 of the frame above the 3.12+ shim, or SIZE_MAX */
@@ -92,7 +93,7 @@ static void scene_init(struct scene *s, const struct pyoffsets *row)
 	c = fakepy_code(fp, "café", "main.py", 20, 400, 300, 320); /* 300-line gap, > 255 bytes in */
 	s->f_cafe = fakepy_push_frame(fp, s->t1, c, 300, 0);
 	if (row->owner_shim != PYOWNER_NONE) {
-		fakepy_push_shim(fp, s->t1);
+		s->shim = fakepy_push_shim(fp, s->t1);
 	}
 	s->c_func = fakepy_code(fp, "Outer.функция", "lib/мод.py", 400, 10, 5, u8 ? 402 : 398);
 	s->f_func = fakepy_push_frame(fp, s->t1, s->c_func, 5, 0);
@@ -216,6 +217,13 @@ static void test_row(const struct pyoffsets *row)
 		CHECK(st.v[s.entry_idx].flags & SPY_FRAME_PY_ENTRY);
 		CHECK(!(st.v[0].flags & SPY_FRAME_PY_ENTRY));
 	}
+	/* The shim's address is the anchor of the group it ends (--native's placing). */
+	const spy_addr_t *anchors;
+	size_t nanchors = pyrt_stack_anchors(rt, &anchors);
+	CHECK_INT(nanchors, s.shim ? 1 : 0);
+	if (s.shim && nanchors == 1) {
+		CHECK(anchors[0] == s.shim);
+	}
 	/* Steady state: the second walk decodes nothing new, and (but in a
 	 * free-threaded build) reads no code object: every frame is memoized. */
 	uint64_t misses = rt->cache_misses, hits = rt->cache_hits + rt->memo_hits;
@@ -277,10 +285,54 @@ static void test_row(const struct pyoffsets *row)
 }
 
 /*
- * Free-threaded rows: a thread running its own copy of the bytecode
+ * 3.14+ free-threaded rows: a thread running its own copy of the bytecode
  * (co_tlbc->entries[tlbc_index]) gets the same lines as one running
- * co_code_adaptive; a bad index truncates instead of guessing; and with
- * the GIL off nobody holds it.
+ * co_code_adaptive; a bad index truncates instead of guessing.
+ */
+static void check_tlbc(struct scene *s, struct pyrt *rt, const struct pyoffsets *row,
+		       const struct py_thread *t, struct spy_stack *st)
+{
+	/* Every frame of t1 moves to thread-local copy 2 of its code. */
+	size_t moved = 0;
+	spy_addr_t first = 0;
+	for (spy_addr_t f = fakepy_r64(s->fp, fakepy_top_slot(s->fp, s->t1)); f && moved < 64;
+	     f = fakepy_r64(s->fp, fakepy_back_slot(s->fp, f)), moved++) {
+		spy_addr_t code = fakepy_r64(s->fp, fakepy_code_slot(s->fp, f)) & ~(uint64_t)3;
+		if (!code || fakepy_r64(s->fp, code + row->ob_type) != fakepy_code_type(s->fp)) {
+			continue; /* a shim */
+		}
+		spy_addr_t instr = fakepy_r64(s->fp, f + row->iframe_instr);
+		uint64_t units = instr - (code + row->code_adaptive);
+		spy_addr_t copy = fakepy_alloc(s->fp, units + 64);
+		spy_addr_t arr = fakepy_alloc(s->fp, row->codearray_entries + 3 * 8);
+		fakepy_w64(s->fp, arr + row->codearray_size, 3);
+		fakepy_w64(s->fp, arr + row->codearray_entries, code + row->code_adaptive);
+		fakepy_w64(s->fp, arr + row->codearray_entries + 8, 0);
+		fakepy_w64(s->fp, arr + row->codearray_entries + 16, copy);
+		fakepy_w64(s->fp, code + row->code_tlbc, arr);
+		fakepy_w32(s->fp, f + row->iframe_tlbc_index, 2);
+		first = first ? first : f;
+		fakepy_w64(s->fp, f + row->iframe_instr, copy + units);
+	}
+	/* The code cache would hide nothing here: it keys on the code object,
+	 * and the index is read from the frame on every walk. */
+	spy_stack_reset(st);
+	CHECK_INT(pyrt_stack(rt, t, st, NULL), 0);
+	check_stack(st, s->e1, s->n1, s->version);
+
+	/* An index past the array: the walk stops there, truncated. */
+	CHECK(first != 0);
+	fakepy_w32(s->fp, first + row->iframe_tlbc_index, 7);
+	spy_stack_reset(st);
+	CHECK_INT(pyrt_stack(rt, t, st, NULL), 0);
+	CHECK_INT(st->truncated, 1);
+	fakepy_w32(s->fp, first + row->iframe_tlbc_index, 2);
+}
+
+/*
+ * Free-threaded rows: the walk is the release build's (3.13t: one copy of
+ * the bytecode) or per-thread bytecode's (3.14+), and with the GIL off
+ * nobody holds it.
  */
 static void test_free_threaded(const struct pyoffsets *row)
 {
@@ -296,41 +348,15 @@ static void test_free_threaded(const struct pyoffsets *row)
 	t.interp = s.interp;
 	struct spy_stack st = SPY_STACK_INIT;
 
-	/* Every frame of t1 moves to thread-local copy 2 of its code. */
-	size_t moved = 0;
-	spy_addr_t first = 0;
-	for (spy_addr_t f = fakepy_r64(s.fp, fakepy_top_slot(s.fp, s.t1)); f && moved < 64;
-	     f = fakepy_r64(s.fp, fakepy_back_slot(s.fp, f)), moved++) {
-		spy_addr_t code = fakepy_r64(s.fp, fakepy_code_slot(s.fp, f)) & ~(uint64_t)3;
-		if (!code || fakepy_r64(s.fp, code + row->ob_type) != fakepy_code_type(s.fp)) {
-			continue; /* a shim */
-		}
-		spy_addr_t instr = fakepy_r64(s.fp, f + row->iframe_instr);
-		uint64_t units = instr - (code + row->code_adaptive);
-		spy_addr_t copy = fakepy_alloc(s.fp, units + 64);
-		spy_addr_t arr = fakepy_alloc(s.fp, row->codearray_entries + 3 * 8);
-		fakepy_w64(s.fp, arr + row->codearray_size, 3);
-		fakepy_w64(s.fp, arr + row->codearray_entries, code + row->code_adaptive);
-		fakepy_w64(s.fp, arr + row->codearray_entries + 8, 0);
-		fakepy_w64(s.fp, arr + row->codearray_entries + 16, copy);
-		fakepy_w64(s.fp, code + row->code_tlbc, arr);
-		fakepy_w32(s.fp, f + row->iframe_tlbc_index, 2);
-		first = first ? first : f;
-		fakepy_w64(s.fp, f + row->iframe_instr, copy + units);
+	/* 3.13t runs co_code_adaptive like a release build; 3.14t+ always has
+	 * its thread-local bytecode fields. */
+	CHECK((row->version >= 0x030e0000) == (row->code_tlbc != PYOFF_NONE));
+	if (row->code_tlbc != PYOFF_NONE) {
+		check_tlbc(&s, rt, row, &t, &st);
+	} else {
+		CHECK_INT(pyrt_stack(rt, &t, &st, NULL), 0);
+		check_stack(&st, s.e1, s.n1, s.version);
 	}
-	/* The code cache would hide nothing here: it keys on the code object,
-	 * and the index is read from the frame on every walk. */
-	spy_stack_reset(&st);
-	CHECK_INT(pyrt_stack(rt, &t, &st, NULL), 0);
-	check_stack(&st, s.e1, s.n1, s.version);
-
-	/* An index past the array: the walk stops there, truncated. */
-	CHECK(first != 0);
-	fakepy_w32(s.fp, first + row->iframe_tlbc_index, 7);
-	spy_stack_reset(&st);
-	CHECK_INT(pyrt_stack(rt, &t, &st, NULL), 0);
-	CHECK_INT(st.truncated, 1);
-	fakepy_w32(s.fp, first + row->iframe_tlbc_index, 2);
 
 	/* GIL switched off (a free-threaded build's default). */
 	CHECK(pyrt_has_gil(rt));
@@ -341,6 +367,21 @@ static void test_free_threaded(const struct pyoffsets *row)
 	size_t n = 0;
 	CHECK_INT(pyrt_threads(rt, th, 4, &n, NULL), 0);
 	CHECK(n == 2 && !th[0].holds_gil && !th[1].holds_gil);
+
+	/* Without a GIL, the thread attached to the interpreter (tstate->state
+	 * _Py_THREAD_ATTACHED) is the running one; detached (0) or suspended
+	 * (2, stopped for the collector) are not; a recheck reads it again. */
+	CHECK(row->tstate_state != PYOFF_NONE);
+	fakepy_w32(s.fp, s.t1 + row->tstate_state, 1);
+	fakepy_w32(s.fp, s.t2 + row->tstate_state, 2);
+	CHECK_INT(pyrt_threads(rt, th, 4, &n, NULL), 0);
+	for (size_t i = 0; i < n && n == 2; i++) {
+		CHECK(th[i].attached == (th[i].tstate == s.t1));
+	}
+	fakepy_w32(s.fp, s.t1 + row->tstate_state, 0);
+	struct py_thread again = th[0].tstate == s.t1 ? th[0] : th[1];
+	CHECK_INT(pyrt_thread_recheck(rt, &again), 0);
+	CHECK(!again.attached);
 
 	spy_stack_release(&st);
 	pyrt_free(rt);
@@ -783,10 +824,14 @@ static void test_debug_offsets(void)
 	rt = NULL;
 	CHECK_INT(pyrt_new(&rt, fakepy_mem(s.fp), fakepy_hints(s.fp), &s.strs, &err), -SPY_EVERSION);
 	CHECK(!strncmp(err.msg, "Python 3.14: unsupported layout", 31));
-	/* Free-threaded builds are refused. */
+	/* The table's free-threaded flag picks the free-threaded row (3.13t
+	 * has one), whose layout the same table then refines. */
 	fakepy_w64(s.fp, fakepy_hints(s.fp)->runtime + 8, s.version);
 	fakepy_w64(s.fp, fakepy_hints(s.fp)->runtime + row->dbg.free_threaded, 1);
-	CHECK_INT(pyrt_new(&rt, fakepy_mem(s.fp), fakepy_hints(s.fp), &s.strs, &err), -SPY_EVERSION);
+	rt = NULL;
+	CHECK_INT(pyrt_new(&rt, fakepy_mem(s.fp), fakepy_hints(s.fp), &s.strs, &err), 0);
+	CHECK(rt && pyrt_free_threaded(rt));
+	pyrt_free(rt);
 	scene_release(&s);
 }
 

@@ -23,8 +23,8 @@ static struct spy_strtab strs = SPY_STRTAB_INIT;
 
 /*
  * A stack from a spec, innermost first, frames separated by ';'. Native
- * frames are "func@lib"; Python frames are "func", with a trailing '!' for
- * SPY_FRAME_PY_ENTRY.
+ * frames are "func@lib", with a trailing '^' for SPY_FRAME_INLINED; Python
+ * frames are "func", with a trailing '!' for SPY_FRAME_PY_ENTRY.
  */
 static void build(struct spy_stack *s, const char *spec)
 {
@@ -36,9 +36,11 @@ static void build(struct spy_stack *s, const char *spec)
 		char *at = strchr(tok, '@');
 		size_t len = strlen(tok);
 		if (at) {
+			bool inl = len && tok[len - 1] == '^';
 			f->kind = SPY_FRAME_NATIVE;
 			f->func = spy_strtab_intern(&strs, tok, (size_t)(at - tok));
-			f->file = spy_strtab_interns(&strs, at + 1);
+			f->file = spy_strtab_intern(&strs, at + 1, (size_t)(tok + len - at - 1 - inl));
+			f->flags = inl ? SPY_FRAME_INLINED : 0;
 		} else {
 			bool entry = len && tok[len - 1] == '!';
 			f->kind = SPY_FRAME_PYTHON;
@@ -65,16 +67,18 @@ static char *render(const struct spy_stack *s)
 	return spy_buf_detach(&b, NULL);
 }
 
-static struct sym_merge_counts merge_check(const char *native, const char *py, bool all,
-					   const char *want, int line)
+static struct sym_merge_counts merge_where(const char *native, const struct sym_merge_where *w,
+					   const char *py, bool all, const char *want, int line)
 {
 	struct spy_stack n = SPY_STACK_INIT, p = SPY_STACK_INIT, out = SPY_STACK_INIT;
 	struct sym_merge_counts c = { 0, 0 };
-	struct sym_merge_opts o = { all, { spy_strtab_interns(&strs, "libpython3.so"),
-					   spy_strtab_interns(&strs, "python3") } };
+	struct sym_merge_opts o = { all,
+				     { spy_strtab_interns(&strs, "libpython3.so"),
+				       spy_strtab_interns(&strs, "python3") },
+				     spy_strtab_interns(&strs, "[incomplete]") };
 	build(&n, native);
 	build(&p, py);
-	sym_merge(&n, &p, &o, &out, &c);
+	sym_merge(&n, w, &p, &o, &out, &c);
 	char *got = render(&out);
 	if (strcmp(got, want)) {
 		fprintf(stderr, "line %d: merged %s\n  expected %s\n", line, got, want);
@@ -85,6 +89,12 @@ static struct sym_merge_counts merge_check(const char *native, const char *py, b
 	spy_stack_release(&p);
 	spy_stack_release(&out);
 	return c;
+}
+
+static struct sym_merge_counts merge_check(const char *native, const char *py, bool all,
+					   const char *want, int line)
+{
+	return merge_where(native, NULL, py, all, want, line);
 }
 
 /* Before 3.11: one eval call per Python frame; C calls back into Python. */
@@ -151,18 +161,74 @@ static void test_merge_mismatch(void)
 		"f!", false, "f;c1@ext.so;c2@ext.so", __LINE__);
 	CHECK_INT(c.extra_eval, 2);
 	CHECK_INT(c.extra_py, 0);
-	/* More groups than eval frames (a walk cut short): the rest go at the root end. */
-	c = merge_check("c1@ext.so;_PyEval_EvalFrameDefault@libpython3.so", "f!;g;h!;k!", false,
-			"c1@ext.so;f;g;h;k", __LINE__);
+	/*
+	 * More groups than eval frames (a walk cut short, an eval loop with no
+	 * name): the rest follow a marker, and the native frames outward of the
+	 * last group placed are dropped (where they go among the rest is not
+	 * known), never left inward of Python frames they called.
+	 */
+	c = merge_check("c1@ext.so;_PyEval_EvalFrameDefault@libpython3.so;c2@ext.so;_start@python3",
+			"f!;g;h!;k!", false, "c1@ext.so;f;[incomplete];g;h;k", __LINE__);
 	CHECK_INT(c.extra_eval, 0);
-	CHECK_INT(c.extra_py, 1);
-	/* No native frames at all: the Python stack alone. */
-	c = merge_check("", "f!;g!", false, "f;g", __LINE__);
-	CHECK_INT(c.extra_py, 1);
+	CHECK_INT(c.extra_py, 2);
+	/* No eval frame at all (a stripped 3.11): the marker, then the Python stack. */
+	c = merge_check("x@python3;y@python3;main@python3;_start@python3", "f!;g!", true,
+			"[incomplete];f;g", __LINE__);
+	CHECK_INT(c.extra_py, 2);
 	/* No Python frames: the native stack alone, eval frames counted. */
 	c = merge_check("n@ext.so;_PyEval_EvalFrameDefault@libpython3.so;m@ext.so", "", false,
 			"n@ext.so;m@ext.so", __LINE__);
 	CHECK_INT(c.extra_eval, 1);
+}
+
+/*
+ * 3.12+: each group's anchor (its eval call's shim, a local of that call)
+ * picks the native frame whose stretch of stack holds it; no name needed.
+ */
+static void test_merge_anchors(void)
+{
+	/* pcs: leaf, eval A, ccall, eval B, main, _start; frame j spans [sps[j], sps[j + 1]). */
+	const char *native = "leaf@libm.so;python3+0x10@python3;ccall@ext.so;python3+0x20@python3;"
+			     "main@python3;_start@python3";
+	spy_addr_t sps[] = { 0x1000, 0x1008, 0x1020, 0x1028, 0x1040, 0x1050 };
+	spy_addr_t anchors[] = { 0x1010, 0x1030 };
+	struct sym_merge_where w = { sps, 6, anchors, 2 };
+	struct sym_merge_counts c = merge_where(native, &w, "c;b;a!;z;y!", false,
+						"leaf@libm.so;c;b;a;ccall@ext.so;z;y", __LINE__);
+	CHECK_INT(c.extra_eval + c.extra_py, 0);
+	merge_where(native, &w, "c;b;a!;z;y!", true,
+		    "leaf@libm.so;c;b;a;python3+0x10@python3;ccall@ext.so;z;y;python3+0x20@python3;"
+		    "main@python3;_start@python3",
+		    __LINE__);
+	/* Names do not count once anchors are known: this eval frame ran nothing. */
+	spy_addr_t sps1[] = { 0x1000, 0x1004, 0x1008, 0x1020, 0x1028, 0x1040, 0x1050 };
+	struct sym_merge_where w1 = { sps1, 7, anchors, 2 };
+	merge_where("leaf@libm.so;_PyEval_EvalFrameDefault@python3;python3+0x10@python3;ccall@ext.so;"
+		    "python3+0x20@python3;main@python3;_start@python3",
+		    &w1, "c;b;a!;z;y!", true,
+		    "leaf@libm.so;_PyEval_EvalFrameDefault@python3;c;b;a;python3+0x10@python3;"
+		    "ccall@ext.so;z;y;python3+0x20@python3;main@python3;_start@python3",
+		    __LINE__);
+	/* The second anchor in no frame walked (the walk stopped at ccall). */
+	w.nsps = 3;
+	c = merge_where("leaf@libm.so;python3+0x10@python3;ccall@ext.so", &w, "c;b;a!;z;y!", false,
+			"leaf@libm.so;c;b;a;[incomplete];z;y", __LINE__);
+	CHECK_INT(c.extra_py, 1);
+	/* A group with no anchor (a walk of the frame chain cut short) is not placed. */
+	w.nsps = 6;
+	w.nanchors = 1;
+	merge_where(native, &w, "c;b;a!;z;y!", false, "leaf@libm.so;c;b;a;[incomplete];z;y", __LINE__);
+	/* Inlined calls at the eval call's pc are its callees: the group goes outward of them. */
+	spy_addr_t sps2[] = { 0x1000, 0x1008, 0x1040 };
+	spy_addr_t anchors2[] = { 0x1010 };
+	struct sym_merge_where w2 = { sps2, 3, anchors2, 1 };
+	merge_where("x@ext.so;inl@lib.so^;evalfn@lib.so;_start@lib.so", &w2, "f!", true,
+		    "x@ext.so;inl@lib.so;f;evalfn@lib.so;_start@lib.so", __LINE__);
+	/* JIT code shows once, attributed to the frame it runs. */
+	spy_addr_t sps3[] = { 0x1000, 0x1004, 0x1008, 0x1040 };
+	struct sym_merge_where w3 = { sps3, 4, anchors2, 1 };
+	merge_where("[jit]@//anon;[jit]@//anon;python3+0x10@python3;_start@python3", &w3, "f!", false,
+		    "[jit]@//anon;f", __LINE__);
 }
 
 /* ---- resolving our own pcs ---- */
@@ -227,6 +293,8 @@ static void test_resolve_inline(struct sym_native *s, const struct spy_mem *mem)
 		CHECK_STR(out.v[1].func, "spy_test_inlined");
 		CHECK_STR(out.v[2].func, "spy_test_outer");
 		CHECK(out.v[1].addr == pcs[1]);
+		CHECK_INT(out.v[1].flags, SPY_FRAME_INLINED);
+		CHECK_INT(out.v[2].flags, 0);
 	}
 	spy_stack_release(&out);
 }
@@ -272,6 +340,22 @@ static void test_resolve_self(void)
 	sym_native_resolve(s, &mem, &bad, 1, &out);
 	CHECK_INT(out.n, 1);
 	CHECK_STR(out.v[0].func, "[unknown]");
+	/* A pc no symbol covers (our own ELF header) is its file and address there. */
+	const struct spy_map *self = NULL;
+	for (size_t i = 0; i < nmaps && !self; i++) {
+		if (maps[i].offset == 0 && strstr(maps[i].path, "test-symbolize-native")) {
+			self = &maps[i];
+		}
+	}
+	CHECK(self != NULL);
+	if (self) {
+		spy_addr_t hdr = self->lo + 0x10;
+		spy_stack_reset(&out);
+		sym_native_resolve(s, &mem, &hdr, 1, &out);
+		CHECK_INT(out.n, 1);
+		CHECK(!strncmp(out.v[0].func, "test-symbolize-native+0x", 24));
+		CHECK_STR(out.v[0].file, "test-symbolize-native");
+	}
 	test_resolve_inline(s, &mem);
 	sym_native_free(s);
 	spy_stack_release(&out);
@@ -280,18 +364,41 @@ static void test_resolve_self(void)
 	free(text);
 }
 
+/* Code in anonymous executable memory is a JIT's: one marker frame, and the unwinder knows it. */
+static void test_resolve_jit(void)
+{
+	struct spy_map maps[] = {
+		{ 0x10000, 0x20000, 0, SPY_MAP_R | SPY_MAP_X | SPY_MAP_P, 0, 0, "" },
+		{ 0x20000, 0x30000, 0, SPY_MAP_R | SPY_MAP_W | SPY_MAP_P, 0, 0, "" },
+	};
+	struct spy_mem mem = { self_read, NULL, maps, 2 };
+	struct sym_native *s = sym_native_new(getpid(), &strs);
+	struct spy_stack out = SPY_STACK_INIT;
+	spy_addr_t pcs[2] = { 0x10010, 0x20010 };
+	sym_native_resolve(s, &mem, pcs, 2, &out);
+	CHECK_INT(out.n, 2);
+	CHECK_STR(out.v[0].func, SYM_JIT_FRAME);
+	CHECK_STR(out.v[0].file, SYM_JIT_FILE);
+	CHECK_STR(out.v[1].func, "[unknown]");
+	CHECK(sym_is_jit_pc(&mem, 0x10010));
+	CHECK(!sym_is_jit_pc(&mem, 0x20010));
+	CHECK(!sym_is_jit_pc(&mem, 0x40000));
+	sym_native_free(s);
+	spy_stack_release(&out);
+}
+
 /* An unwind of a thread we do not trace fails cleanly, with nothing walked. */
 static void test_unwind_fails(void)
 {
 	struct sym_unwinder *u = NULL;
 	CHECK_INT(sym_unwinder_new(&u, NULL), 0);
 	struct spy_mem mem = { self_read, NULL, NULL, 0 };
-	spy_addr_t pcs[8];
+	spy_addr_t pcs[8], sps[8];
 	size_t n = 99;
-	CHECK_INT(sym_unwind(u, &mem, 0, pcs, 8, &n), -SPY_EMEM);
+	CHECK_INT(sym_unwind(u, &mem, 0, NULL, 0, pcs, sps, 8, &n), -SPY_EMEM);
 	CHECK_INT(n, 0);
 	n = 99;
-	CHECK_INT(sym_unwind(u, &mem, (int32_t)getpid(), pcs, 8, &n), -SPY_EMEM);
+	CHECK_INT(sym_unwind(u, &mem, (int32_t)getpid(), NULL, 0, pcs, sps, 8, &n), -SPY_EMEM);
 	CHECK_INT(n, 0);
 	sym_unwinder_free(u);
 	sym_unwinder_free(NULL);
@@ -303,7 +410,9 @@ int main(void)
 	test_merge_groups();
 	test_merge_eval_names();
 	test_merge_mismatch();
+	test_merge_anchors();
 	test_resolve_self();
+	test_resolve_jit();
 	test_unwind_fails();
 	spy_strtab_release(&strs);
 	return check_done();

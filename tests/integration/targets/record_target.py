@@ -9,11 +9,12 @@
 #            recurse, then spins in deep_leaf; with THREADS (argv[3]) > 1,
 #            that many threads do so, taking turns at the GIL.
 #   gil      two threads spin in spin_one and spin_two; only one holds the GIL
-#            at a time.
+#            at a time. With N (argv[2]) > 2, N - 1 threads spin in spin_two
+#            (named spinner-1 ...); without a GIL all N run at once.
 #   short    spins in short_work for 0.5 s, then exits 0.
-#   parent   starts a child (this script, mode child) at once and another
-#            0.3 s after it is ready, then spins in parent_work; the children
-#            spin in child_work. For -s: children present and future.
+#   parent   starts a child (this script, mode child) at once and forks
+#            another 0.3 s after it is ready, then spins in parent_work; the
+#            children spin in child_work. For -s: children present and future.
 #   bench    spins N (argv[2]) units in bench_unit at depth argv[3], prints
 #            the wall time it took, and exits (bench/record-overhead).
 #
@@ -98,10 +99,12 @@ def spin_two():
         unit()
 
 
-def gil():
-    t = threading.Thread(target=spin_two, name="spinner")
-    t.daemon = True
-    t.start()
+def gil(n=2):
+    for i in range(n - 1):
+        t = threading.Thread(target=spin_two,
+                             name="spinner" if n == 2 else "spinner-%d" % (i + 1))
+        t.daemon = True
+        t.start()
     ready()
     spin_one()
 
@@ -131,13 +134,20 @@ def parent():
     children = [subprocess.Popen(argv)]
     ready()
     # Started after spy has attached, so -s must find a future child too.
+    # Forked, not a new interpreter: it runs child_work at once, where a new
+    # interpreter can take seconds to start on a loaded machine (3.13t's
+    # start-up spins in sched_yield, some 1,800 times).
     time.sleep(0.3)
-    children.append(subprocess.Popen(argv))
+    forked = os.fork()
+    if forked == 0:
+        child_work()
+        os._exit(0)
     try:
         parent_work()
     finally:
         for child in children:
             child.kill()
+        os.kill(forked, 9)
 
 
 def bench_depth(n, units):
@@ -163,7 +173,7 @@ def main():
             t.start()
         recurse(depth)
     elif mode == "gil":
-        gil()
+        gil(int(sys.argv[2]) if len(sys.argv) > 2 else 2)
     elif mode == "short":
         short_work()
     elif mode == "parent":
