@@ -80,6 +80,7 @@ static const struct pyquirk quirks[] = {
 	{ 0x03070000, 0x030703ff, offsetof(struct pyoffsets, rt_gilstate_tstate_current), 0x570 },
 	{ 0x03070000, 0x030703ff, offsetof(struct pyoffsets, rt_gil_last_holder), PYOFF_NONE },
 	{ 0x03070000, 0x030703ff, offsetof(struct pyoffsets, rt_gil_locked), PYOFF_NONE },
+	{ 0x03070000, 0x030703ff, offsetof(struct pyoffsets, rt_gil_switch_number), PYOFF_NONE },
 };
 
 unsigned pyoffsets_apply_quirks(struct pyoffsets *o, uint32_t version)

@@ -130,9 +130,8 @@ bool pyrt_gil_freezes(struct pyrt *rt, const struct py_thread *holder, const str
  * walked running, the count read again, equal: the walk saw frames that
  * did not change. *count and *last_holder of the GIL interp runs under;
  * 0, or -1 where it cannot be read: a free-threaded build, 2.7/3.6,
- * rows without the GIL's place, unreadable memory. switch_number is the
- * unsigned long after the int locked in every 3.7-3.15 header
- * (tools/gen-offsets measured locked + 8 for each, 3.13t/3.14t/3.15t too).
+ * a row without the count (3.7.0-3.7.3; a target whose _Py_DebugOffsets
+ * move locked from where the row has it), unreadable memory.
  */
 int pyrt_gil_switches(struct pyrt *rt, spy_addr_t interp, uint64_t *count, spy_addr_t *last_holder);
 

@@ -561,32 +561,28 @@ spy_addr_t pyrt_gil_interp(struct pyrt *rt, spy_addr_t interp)
 	return holder;
 }
 
-/* Where switch_number follows locked (an int, then an unsigned long aligned to 8). */
-#define GIL_SWITCHES_AFTER_LOCKED 8
-
 int pyrt_gil_switches(struct pyrt *rt, spy_addr_t interp, uint64_t *count, spy_addr_t *last_holder)
 {
 	const struct pyoffsets *o = &rt->off;
-	spy_addr_t g, locked, last;
+	spy_addr_t g, switches, last;
 	if (o->build & PYBUILD_FT) {
 		return -1;
 	}
-	if (o->gil_model == PYGIL_RUNTIME && o->rt_gil_locked != PYOFF_NONE &&
+	if (o->gil_model == PYGIL_RUNTIME && o->rt_gil_switch_number != PYOFF_NONE &&
 	    o->rt_gil_last_holder != PYOFF_NONE && rt->runtime) {
-		locked = rt->runtime + o->rt_gil_locked;
+		switches = rt->runtime + o->rt_gil_switch_number;
 		last = rt->runtime + o->rt_gil_last_holder;
-	} else if (o->gil_model == PYGIL_INTERP && o->gil_locked != PYOFF_NONE &&
+	} else if (o->gil_model == PYGIL_INTERP && o->gil_switch_number != PYOFF_NONE &&
 		   o->gil_last_holder != PYOFF_NONE &&
-		   (o->gil_size == PYOFF_NONE || o->gil_locked + GIL_SWITCHES_AFTER_LOCKED + 8 <= o->gil_size) &&
 		   spy_mem_read_addr(rt->mem, interp + o->interp_ceval_gil, &g) == 0 &&
 		   spy_mem_plausible(rt->mem, g, 8)) {
-		locked = g + o->gil_locked;
+		switches = g + o->gil_switch_number;
 		last = g + o->gil_last_holder;
 	} else {
 		return -1;
 	}
 	/* The count first: a holder read after it is at least as new. */
-	if (spy_mem_read(rt->mem, locked + GIL_SWITCHES_AFTER_LOCKED, count, sizeof(*count)) < 0 ||
+	if (spy_mem_read(rt->mem, switches, count, sizeof(*count)) < 0 ||
 	    spy_mem_read_addr(rt->mem, last, last_holder) < 0) {
 		return -1;
 	}
