@@ -7,8 +7,9 @@
  * read running under the GIL's switch count (read_running); thread states
  * are read before anything is stopped (a ptrace-stopped thread reads
  * 't'), and everything done with the stacks (native symbols, the
- * command's aggregation) happens after the thread runs again. The whole-process pause (sample_paused) is left for a thread
- * whose TID the walk cannot tell. With --nonblocking nothing is stopped; a
+ * command's aggregation) happens after the thread runs again. The
+ * whole-process pause (sample_paused) is left for a thread whose TID the
+ * walk cannot tell. With --nonblocking nothing is stopped; a
  * walk that does not reach the root may then be torn, and is counted
  * rather than handed on.
  */
@@ -446,6 +447,8 @@ static void hold_one(struct prof_tick_state *e, struct prof_process *p, size_t i
 		t->rc = rc == -SPY_EGONE ? rc : 0;
 		e->st.errors[PROF_ERR_PAUSE] += rc != -SPY_EGONE && rc != -SPY_ENOPROC;
 		t->holds_gil = false;
+		/* Nor is what a walk running left (a warm-up, a read whose count moved) handed on. */
+		spy_stack_reset(&t->stack);
 		return;
 	}
 	/* Held from its stop, not from the interrupt: until then it ran. */
@@ -532,6 +535,8 @@ static void hold_pass(struct prof_tick_state *e, struct prof_process *p, size_t 
 		return;
 	}
 	if (rc != READ_NOT && pass == 1) {
+		/* A read whose count moved may be torn: nothing of it is kept if the tick ends first. */
+		spy_stack_reset(&t->stack);
 		t->retry = true;
 		e->holds.retried += rc == READ_MOVED;
 		return;
