@@ -44,6 +44,7 @@ struct prof_walked {
 	bool fresh;           /* its thread was first seen now */
 	bool listed_gil;      /* it held the GIL when listed */
 	bool frozen;          /* walked behind the GIL holder's hold */
+	bool retry;           /* read running while the GIL changed hands: once more, or held */
 	struct native_pcs pcs;   /* --native: from the stop to the merge */
 	const char *task;     /* --async --native: its running task (name), cut after the merge */
 	size_t task_keep;
@@ -173,6 +174,12 @@ struct prof_holds {
 	uint64_t stops, stop_sum_ns;   /* one thread at a time: from the interrupt to its stop */
 	uint64_t frozen;           /* threads walked behind the GIL holder's hold, not stopped */
 	uint64_t offcpu;           /* threads held off a CPU: interrupted, not yet stopped (stop_thread 1) */
+	uint64_t running;          /* threads read running under the GIL's switch count, not stopped */
+	uint64_t retried;          /* ... whose count moved during a first read */
+	uint64_t fell_back;        /* ... and again during the second: held */
+	uint64_t last_holder;      /* threads held as their GIL's last holder (see read_running) */
+	uint64_t stopped;          /* threads stopped, one at a time */
+	uint64_t most_stopped;     /* the most threads stopped in one tick */
 };
 /* -i: stacks of sleeping threads taken without a stop (still_stack in tick.c): kept, read. */
 struct prof_still {

@@ -3,11 +3,13 @@
  * walked, what is kept.
  *
  * By default one thread is stopped at a time, for its own walk only
- * (sample_held): thread states are read before anything is stopped (a
- * ptrace-stopped thread reads 't'), and everything done with the stacks
- * (native symbols, the command's aggregation) happens after the thread
- * runs again. The whole-process pause (sample_paused) is left for a thread
- * whose TID the walk cannot tell. With --nonblocking nothing is stopped; a
+ * (sample_held): on a GIL build only the GIL holder, the others being
+ * read running under the GIL's switch count (read_running); thread states
+ * are read before anything is stopped (a ptrace-stopped thread reads
+ * 't'), and everything done with the stacks (native symbols, the
+ * command's aggregation) happens after the thread runs again. The
+ * whole-process pause (sample_paused) is left for a thread whose TID the
+ * walk cannot tell. With --nonblocking nothing is stopped; a
  * walk that does not reach the root may then be torn, and is counted
  * rather than handed on.
  */
@@ -278,7 +280,8 @@ static bool wanted(struct prof_tick_state *e, const struct prof_walked *t, const
 }
 
 /*
- * Walk listed thread i while held. A walk that met trouble may have met
+ * Walk listed thread i while held, or under its GIL's switch count
+ * (read_running). A walk that met trouble may have met
  * memory mapped since the maps were read: as walk_with_retry, once, with
  * the same backoff.
  */
@@ -341,7 +344,9 @@ static bool still_stack(struct prof_tick_state *e, struct prof_process *p, size_
 struct hold_tick {
 	size_t n;                  /* threads listed */
 	uint64_t longest, total;   /* ns held */
+	uint64_t stopped;          /* threads stopped */
 	bool stop;                 /* a stop was requested while waiting */
+	bool counted;              /* the GIL's switch count can be read (see read_running) */
 };
 
 /*
@@ -378,7 +383,8 @@ static struct prof_thread *hold_prepare(struct prof_tick_state *e, struct prof_p
 static void walk_frozen(struct prof_tick_state *e, struct prof_process *p, size_t h, uint64_t held_from,
 			const struct hold_tick *ht)
 {
-	if (p->nat || !p->w[h].holds_gil) {
+	/* With the switch count the others are read running, with no hold to lengthen. */
+	if (p->nat || !p->w[h].holds_gil || ht->counted) {
 		return;
 	}
 	for (size_t j = 0; j < ht->n && !proc_stop_requested; j++) {
@@ -409,16 +415,12 @@ static void walk_frozen(struct prof_tick_state *e, struct prof_process *p, size_
 	}
 }
 
-/* Stop listed thread i alone (if worth it), walk it (and what its GIL freezes), restart it. */
-static void hold_one(struct prof_tick_state *e, struct prof_process *p, size_t i, uint64_t now,
-		     struct hold_tick *ht)
+/* Stop listed thread i (th, worth it) alone, walk it (and what its GIL freezes), restart it. */
+static void hold_one(struct prof_tick_state *e, struct prof_process *p, size_t i, struct prof_thread *th,
+		     uint64_t now, struct hold_tick *ht)
 {
 	const struct spy_tracer_ops *ops = p->h.tracer;
 	struct prof_walked *t = &p->w[i];
-	struct prof_thread *th = hold_prepare(e, p, i);
-	if (!th) {
-		return;
-	}
 	/*
 	 * A thread walked for the first time has code objects pystate has
 	 * not decoded yet, which would triple its first hold: walk it once
@@ -445,6 +447,8 @@ static void hold_one(struct prof_tick_state *e, struct prof_process *p, size_t i
 		t->rc = rc == -SPY_EGONE ? rc : 0;
 		e->st.errors[PROF_ERR_PAUSE] += rc != -SPY_EGONE && rc != -SPY_ENOPROC;
 		t->holds_gil = false;
+		/* Nor is what a walk running left (a warm-up, a read whose count moved) handed on. */
+		spy_stack_reset(&t->stack);
 		return;
 	}
 	/* Held from its stop, not from the interrupt: until then it ran. */
@@ -462,6 +466,84 @@ static void hold_one(struct prof_tick_state *e, struct prof_process *p, size_t i
 	uint64_t held = ticker_now_ns() - t1;
 	ht->longest = held > ht->longest ? held : ht->longest;
 	ht->total += held;
+	ht->stopped++;
+}
+
+/*
+ * Listed thread i (th, worth walking, not the GIL holder as listed) read
+ * running under its GIL's switch count (pyrt_gil_switches): taken if the
+ * count did not move and the thread was not the GIL's last holder, when
+ * it could not have run Python all along. Its thread state is looked at
+ * again inside the window, as a held thread's is. Not read: the GIL's
+ * last holder, which may take the GIL back without a switch counted (it
+ * holds the GIL, or did last; later in the tick the GIL may have moved
+ * on).
+ */
+enum read_rc {
+	READ_NOT = -1,   /* no count to read: held */
+	READ_MOVED,      /* the count moved: read again, or held */
+	READ_OK,
+	READ_LAST,       /* the GIL's last holder: looked at again, or held */
+};
+static enum read_rc read_running(struct prof_tick_state *e, struct prof_process *p, size_t i,
+				 struct prof_thread *th, uint64_t now)
+{
+	struct py_thread *py = &p->py[i];
+	struct prof_walked *t = &p->w[i];
+	uint64_t before, after;
+	spy_addr_t last;
+	if (pyrt_gil_switches(p->rt, py->interp, &before, &last) < 0) {
+		return READ_NOT;
+	}
+	if (last == py->tstate) {
+		return READ_LAST;
+	}
+	walk_held(e, p, i, now);
+	/* Its code objects are decoded now: a hold after this needs no warm-up walk. */
+	th->walked = true;
+	if (pyrt_gil_switches(p->rt, py->interp, &after, &last) < 0 || after != before) {
+		return READ_MOVED;
+	}
+	/* Not holding the GIL since the count was read, whatever the recheck saw. */
+	py->holds_gil = t->holds_gil = false;
+	e->holds.running++;
+	return READ_OK;
+}
+
+/*
+ * Pass pass of sample_held over listed thread i: 0, the GIL holder as
+ * listed, held (nothing else can change hands while it is); 1, every other
+ * thread, read running under the switch count where it can be read, else
+ * held; 2, those whose count moved, or that were the GIL's last holder:
+ * read once more (the GIL may have moved on), then held. At most one
+ * retry a thread a tick.
+ */
+static void hold_pass(struct prof_tick_state *e, struct prof_process *p, size_t i, int pass, uint64_t now,
+		      struct hold_tick *ht)
+{
+	struct prof_walked *t = &p->w[i];
+	if (t->frozen || (pass == 0) != t->listed_gil || (pass == 2 && !t->retry)) {
+		return;
+	}
+	struct prof_thread *th = pass == 2 ? thread_find(p, p->py[i].native_tid) : hold_prepare(e, p, i);
+	if (!th) {
+		return;
+	}
+	t->retry = false;
+	enum read_rc rc = pass > 0 && ht->counted ? read_running(e, p, i, th, now) : READ_NOT;
+	if (rc == READ_OK) {
+		return;
+	}
+	if (rc != READ_NOT && pass == 1) {
+		/* A read whose count moved may be torn: nothing of it is kept if the tick ends first. */
+		spy_stack_reset(&t->stack);
+		t->retry = true;
+		e->holds.retried += rc == READ_MOVED;
+		return;
+	}
+	e->holds.fell_back += rc == READ_MOVED;
+	e->holds.last_holder += rc == READ_LAST;
+	hold_one(e, p, i, th, now, ht);
 }
 
 /*
@@ -473,6 +555,10 @@ static void hold_one(struct prof_tick_state *e, struct prof_process *p, size_t i
  * thread's frames, and the code objects they reach are kept alive by
  * them), and restarted before the next is touched. The GIL is read while
  * the thread is held, when it cannot change hands to or from that thread.
+ * Where the GIL's switch count can be read (a GIL build, 3.7+, without
+ * --native, whose unwinds need the thread stopped), only the GIL holder
+ * is held, and the rest read running (hold_pass): one stop a tick per
+ * GIL, and a thread waiting for a CPU costs no wait for it to stop.
  * n, -1 for nothing, or -2 to take the whole-process pause instead (a
  * thread without a known TID cannot be held alone).
  */
@@ -516,17 +602,22 @@ static long sample_held(struct prof_tick_state *e, struct prof_process *p, uint6
 	 */
 	for (size_t i = 0; i < n; i++) {
 		p->w[i].listed_gil = p->w[i].holds_gil;
-		p->w[i].frozen = false;
+		p->w[i].frozen = p->w[i].retry = false;
 	}
-	struct hold_tick ht = { .n = n };
-	for (int pass = 0; pass < 2 && !ht.stop; pass++) {
+	uint64_t count;
+	spy_addr_t last;
+	struct hold_tick ht = {
+		.n = n,
+		.counted = !p->nat && n && pyrt_gil_switches(p->rt, p->py[0].interp, &count, &last) == 0,
+	};
+	for (int pass = 0; pass < 3 && !ht.stop; pass++) {
 		for (size_t i = 0; i < n && !ht.stop && !proc_stop_requested; i++) {
-			if ((pass == 0) == p->w[i].listed_gil && !p->w[i].frozen) {
-				hold_one(e, p, i, now, &ht);
-			}
+			hold_pass(e, p, i, pass, now, &ht);
 		}
 	}
 	hold_account(e, ht.longest, ht.total, false);
+	e->holds.stopped += ht.stopped;
+	e->holds.most_stopped = ht.stopped > e->holds.most_stopped ? ht.stopped : e->holds.most_stopped;
 	return (long)n;
 }
 
@@ -685,13 +776,19 @@ void prof_holds_log(const struct prof_tick_state *e)
 			"all threads %.1f us mean, %.1f us max; the whole process in %llu of %llu ticks; "
 			"%llu ticks held a thread over %llu us; a thread took %.1f us to stop (mean); "
 			"%llu walks behind the GIL holder's hold, without a stop; "
-			"%llu threads held off a CPU, interrupted before they stopped",
+			"%llu threads held off a CPU, interrupted before they stopped; "
+			"%llu threads read running under the GIL's switch count, %llu read again, "
+			"%llu held after all, %llu held as the GIL's last holder; "
+			"%llu threads stopped in all, at most %llu in one tick",
 			(double)h->longest_sum_ns / 1e3 / (double)h->ticks, (double)h->longest_max_ns / 1e3,
 			(double)h->total_sum_ns / 1e3 / (double)h->ticks, (double)h->total_max_ns / 1e3,
 			(unsigned long long)h->whole_ticks, (unsigned long long)h->ticks,
 			(unsigned long long)h->over_goal, (unsigned long long)(PROF_HOLD_GOAL_NS / 1000),
 			h->stops ? (double)h->stop_sum_ns / 1e3 / (double)h->stops : 0.0,
-			(unsigned long long)h->frozen, (unsigned long long)h->offcpu);
+			(unsigned long long)h->frozen, (unsigned long long)h->offcpu,
+			(unsigned long long)h->running, (unsigned long long)h->retried,
+			(unsigned long long)h->fell_back, (unsigned long long)h->last_holder,
+			(unsigned long long)h->stopped, (unsigned long long)h->most_stopped);
 	}
 	if (e->still.ticks) {
 		spy_log(SPY_LOG_DEBUG, "engine: %llu process ticks repeated the last: none of its threads had run",

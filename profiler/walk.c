@@ -108,7 +108,8 @@ int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, stru
 }
 
 /*
- * Listed thread i's stack. held: it alone is stopped, the others run, so
+ * Listed thread i's stack. held: it alone is stopped, the others run (or
+ * it is read under its GIL's switch count, see tick.c's read_running), so
  * its thread state is looked at again first (freed or reused since the
  * listing: gone) and the GIL read again while it cannot change hands: it
  * holds the GIL if it did when listed and still does; with --native it is

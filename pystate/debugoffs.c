@@ -136,6 +136,10 @@ int pyrt_apply_debug_offsets(struct pyrt *rt, const char *binary, struct spy_err
 	uint64_t gs = pyrt_u64(buf, d->interp_gil_state);
 	uint64_t lk = pyrt_u64(buf, d->interp_gil_locked), hd = pyrt_u64(buf, d->interp_gil_holder);
 	if (gs && lk >= gs && hd >= gs && lk - gs < 0x1000 && hd - gs < 0x1000) {
+		/* switch_number is not in the table: the row's stands while locked stays where the row has it. */
+		if (lk - gs != o->gil_locked) {
+			o->gil_switch_number = PYOFF_NONE;
+		}
 		o->gil_locked = (uint32_t)(lk - gs);
 		o->gil_last_holder = (uint32_t)(hd - gs);
 	} else {

@@ -87,6 +87,7 @@ static const struct pyquirk quirks[] = {
 	{ 0x03070000, 0x030703ff, offsetof(struct pyoffsets, rt_gilstate_tstate_current), false, -0x58 },
 	{ 0x03070000, 0x030703ff, offsetof(struct pyoffsets, rt_gil_last_holder), true, 0 },
 	{ 0x03070000, 0x030703ff, offsetof(struct pyoffsets, rt_gil_locked), true, 0 },
+	{ 0x03070000, 0x030703ff, offsetof(struct pyoffsets, rt_gil_switch_number), true, 0 },
 };
 
 unsigned pyoffsets_apply_quirks(struct pyoffsets *o, uint32_t version)

@@ -113,6 +113,7 @@ struct pyoffsets {
 	uint32_t rt_gilstate_tstate_current;
 	uint32_t rt_gil_last_holder;   /* ceval.gil.last_holder */
 	uint32_t rt_gil_locked;        /* ceval.gil.locked (int) */
+	uint32_t rt_gil_switch_number; /* ceval.gil.switch_number (unsigned long) */
 
 	/* PyInterpreterState */
 	uint32_t interp_size;
@@ -124,6 +125,7 @@ struct pyoffsets {
 	uint32_t interp_ceval_gil;     /* ceval.gil: pointer to _gil_runtime_state (3.12+) */
 	uint32_t gil_last_holder;      /* _gil_runtime_state.last_holder */
 	uint32_t gil_locked;           /* _gil_runtime_state.locked (int) */
+	uint32_t gil_switch_number;    /* _gil_runtime_state.switch_number (unsigned long) */
 
 	/* PyThreadState */
 	uint32_t tstate_size;

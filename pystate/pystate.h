@@ -121,6 +121,21 @@ int pyrt_thread_recheck(struct pyrt *rt, struct py_thread *t);
 bool pyrt_gil_freezes(struct pyrt *rt, const struct py_thread *holder, const struct py_thread *t);
 
 /*
+ * The GIL's switch count, as a sequence lock for reading a thread without
+ * stopping it. take_gil() sets last_holder and counts a switch whenever a
+ * thread takes the GIL from another, before that thread runs any Python,
+ * and pushing or popping a frame needs the GIL: a thread that is not
+ * last_holder when the count is read cannot change its frames until the
+ * count moves. So: count then holder read (in that order), the thread
+ * walked running, the count read again, equal: the walk saw frames that
+ * did not change. *count and *last_holder of the GIL interp runs under;
+ * 0, or -1 where it cannot be read: a free-threaded build, 2.7/3.6,
+ * a row without the count (3.7.0-3.7.3; a target whose _Py_DebugOffsets
+ * move locked from where the row has it), unreadable memory.
+ */
+int pyrt_gil_switches(struct pyrt *rt, spy_addr_t interp, uint64_t *count, spy_addr_t *last_holder);
+
+/*
  * The Python stack of one thread, innermost frame first, appended to out
  * (which the caller resets). Frames carry interned strings; addr is the code
  * object; line is 0 when unknown. SPY_FRAME_PY_ENTRY marks the first frame

@@ -561,6 +561,34 @@ spy_addr_t pyrt_gil_interp(struct pyrt *rt, spy_addr_t interp)
 	return holder;
 }
 
+int pyrt_gil_switches(struct pyrt *rt, spy_addr_t interp, uint64_t *count, spy_addr_t *last_holder)
+{
+	const struct pyoffsets *o = &rt->off;
+	spy_addr_t g, switches, last;
+	if (o->build & PYBUILD_FT) {
+		return -1;
+	}
+	if (o->gil_model == PYGIL_RUNTIME && o->rt_gil_switch_number != PYOFF_NONE &&
+	    o->rt_gil_last_holder != PYOFF_NONE && rt->runtime) {
+		switches = rt->runtime + o->rt_gil_switch_number;
+		last = rt->runtime + o->rt_gil_last_holder;
+	} else if (o->gil_model == PYGIL_INTERP && o->gil_switch_number != PYOFF_NONE &&
+		   o->gil_last_holder != PYOFF_NONE &&
+		   spy_mem_read_addr(rt->mem, interp + o->interp_ceval_gil, &g) == 0 &&
+		   spy_mem_plausible(rt->mem, g, 8)) {
+		switches = g + o->gil_switch_number;
+		last = g + o->gil_last_holder;
+	} else {
+		return -1;
+	}
+	/* The count first: a holder read after it is at least as new. */
+	if (spy_mem_read(rt->mem, switches, count, sizeof(*count)) < 0 ||
+	    spy_mem_read_addr(rt->mem, last, last_holder) < 0) {
+		return -1;
+	}
+	return 0;
+}
+
 size_t pyrt_gil_ranges(struct pyrt *rt, spy_addr_t interp, struct pyrt_range *out, size_t max)
 {
 	const struct pyoffsets *o = &rt->off;

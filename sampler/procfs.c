@@ -137,7 +137,7 @@ static bool parse_u64_field(const char **s, const char *end, uint64_t *out)
 	return true;
 }
 
-bool proc_parse_schedstat(const char *text, size_t len, uint64_t *run_ns, uint64_t *pcount)
+bool proc_parse_schedstat(const char *text, size_t len, uint64_t *run_ns, uint64_t *delay_ns, uint64_t *pcount)
 {
 	/* "RUN_NS WAIT_NS TIMESLICES\n" */
 	uint64_t v[3];
@@ -148,6 +148,7 @@ bool proc_parse_schedstat(const char *text, size_t len, uint64_t *run_ns, uint64
 		}
 	}
 	*run_ns = v[0];
+	*delay_ns = v[1];
 	*pcount = v[2];
 	return true;
 }

@@ -127,6 +127,24 @@ void proc_task_close(struct proc_task *t);
  */
 void proc_task_refresh(struct proc_task *t, bool with_cpu);
 /*
+ * Whether a thread read R is active: a pause interrupts sleeping syscalls,
+ * and a thread restarting one stays runnable (R) until a CPU is free,
+ * which on a loaded machine can outlast a tick; so an R is trusted when
+ * the thread was R at the previous refresh too (was: the state letter
+ * then; states are read before anything is stopped, so that one saw no
+ * pause of its own tick), or it ran a real share of the elapsed_ns since
+ * its previous R reading. A thread starved of CPU, by load or by its
+ * cgroup's cpu.max, runs only a sliver of each tick and is active all the
+ * same: it reads R tick after tick, waiting for a CPU.
+ *
+ * Not used: schedstat's run_delay (the runqueue wait). The kernel adds a
+ * wait only when it ends, so a starved thread's shows in few ticks; and a
+ * sleeper that a hold woke has waited for a CPU too, so on a loaded
+ * machine "waited longer than it ran" called sleepers busy
+ * (test_kinds: in_sleep 81% idle, wanted 90).
+ */
+bool proc_task_ran(char was, uint64_t ran_ns, uint64_t elapsed_ns);
+/*
  * The rule behind slept, pure: t's last refresh read a state that is not R
  * (and had read schedstat before it), and schedstat now says the same run
  * time and the same number of times scheduled. The kernel counts a
@@ -256,8 +274,12 @@ bool proc_execed(const struct proc *p);
 
 /* Parse the text of /proc/.../stat: state letter, or 0 if malformed. Exposed for unit tests. */
 char proc_parse_stat_state(const char *text, size_t len);
-/* Parse task/TID/schedstat: run time (ns) and times scheduled; false if malformed. */
-bool proc_parse_schedstat(const char *text, size_t len, uint64_t *run_ns, uint64_t *pcount);
+/*
+ * Parse task/TID/schedstat: run time, time spent waiting on a runqueue
+ * (ns; the kernel adds a wait when it ends, as the thread gets a CPU) and
+ * times scheduled; false if malformed.
+ */
+bool proc_parse_schedstat(const char *text, size_t len, uint64_t *run_ns, uint64_t *delay_ns, uint64_t *pcount);
 /*
  * Parse /proc/PID/maps text into a sorted array of spy_map (paths copied into
  * *paths_out storage owned by the caller, freed with free()). Exposed for unit

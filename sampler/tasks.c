@@ -22,12 +22,9 @@
 #include "sampler/internal.h"
 
 /*
- * A thread that reads R but ran less than this share of the wall time since
- * the previous read is taken as idle. Each pause interrupts sleeping
- * syscalls, and a thread restarting one stays runnable (R) until a CPU is
- * free: on a loaded machine that can outlast a tick, so a sleeper would read
- * R. It runs microseconds per tick; a thread doing work, even one starved
- * of CPU, runs far more.
+ * A thread that reads R but ran less than this share of the wall time
+ * since its previous R reading, and was not R at the previous refresh, is
+ * taken as idle (see proc_task_ran).
  */
 #define ACTIVE_MIN_SHARE 0.05
 
@@ -159,19 +156,26 @@ bool proc_task_slept(const struct proc_task *t, uint64_t run_ns, uint64_t pcount
 	return t->state && t->state != 'R' && t->pcount && t->pcount == pcount && t->run_ns == run_ns;
 }
 
+bool proc_task_ran(char was, uint64_t ran_ns, uint64_t elapsed_ns)
+{
+	double floor = ACTIVE_MIN_SHARE * (double)elapsed_ns;
+	return was == 'R' || (double)ran_ns >= floor;
+}
+
 void proc_task_refresh(struct proc_task *t, bool with_cpu)
 {
 	/* A prefix is enough: nothing after the state letter contains ')'. */
 	char buf[128];
 	t->failed = false;
 	t->slept = false;
-	uint64_t now = 0, cpu = 0, pcount = 0;
+	uint64_t now = 0, cpu = 0, delay = 0, pcount = 0;
 	bool sched = false;
+	char was = t->state;
 	if (with_cpu) {
 		/* Before stat: a schedule-in after this read shows at the next one. */
 		now = ticker_now_ns();
 		ssize_t n = read_task_file(t, &t->sched_fd, "schedstat", buf, sizeof(buf));
-		sched = n > 0 && proc_parse_schedstat(buf, (size_t)n, &cpu, &pcount);
+		sched = n > 0 && proc_parse_schedstat(buf, (size_t)n, &cpu, &delay, &pcount);
 		if (sched && proc_task_slept(t, cpu, pcount)) {
 			/* Not run since it was read asleep: the state letter is the same. */
 			t->slept = true;
@@ -197,14 +201,26 @@ void proc_task_refresh(struct proc_task *t, bool with_cpu)
 		/* stat is there and schedstat is not: this kernel has none; not asked again. */
 		t->sched_fd = TASK_FILE_ABSENT;
 	}
+	/*
+	 * Attached, a tracing stop (t) is spy's own: a thread left interrupted
+	 * by a hold traps as it gets a CPU, until the next poll restarts it.
+	 * But a sleeper a hold woke traps too, having waited for a CPU, and
+	 * held every tick (-i) it traps every tick: neither its wait nor its
+	 * state before vouches for it. Only a real share of CPU time makes it
+	 * an R; else it stays t (not active).
+	 */
+	if (with_cpu && t->state == 't' && sched && t->read_ns && now > t->read_ns && cpu >= t->cpu_ns &&
+	    proc_task_ran(0, cpu - t->cpu_ns, now - t->read_ns)) {
+		t->state = 'R';
+	}
 	/* Only R is ambiguous; any other state decides alone. */
 	if (!with_cpu || t->state != 'R' || !sched) {
 		t->ran = true;
 		return;
 	}
 	/* The first read has nothing to compare with. */
-	t->ran = !t->read_ns || now <= t->read_ns ||
-		 (double)(cpu - t->cpu_ns) >= ACTIVE_MIN_SHARE * (double)(now - t->read_ns);
+	t->ran = !t->read_ns || now <= t->read_ns || cpu < t->cpu_ns ||
+		 proc_task_ran(was, cpu - t->cpu_ns, now - t->read_ns);
 	t->cpu_ns = cpu;
 	t->read_ns = now;
 }
@@ -212,11 +228,11 @@ void proc_task_refresh(struct proc_task *t, bool with_cpu)
 bool proc_task_still(struct proc_task *t)
 {
 	char buf[128];
-	uint64_t cpu, pcount;
+	uint64_t cpu, delay, pcount;
 	bool failed = t->failed;
 	ssize_t n = read_task_file(t, &t->sched_fd, "schedstat", buf, sizeof(buf));
 	t->failed = failed;
-	return n > 0 && proc_parse_schedstat(buf, (size_t)n, &cpu, &pcount) &&
+	return n > 0 && proc_parse_schedstat(buf, (size_t)n, &cpu, &delay, &pcount) &&
 	       proc_task_slept(t, cpu, pcount);
 }
 

@@ -79,8 +79,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		}
 		/* And the thread's schedstat, read every tick to tell who slept. */
-		uint64_t run = 0, pcount = 0;
-		(void)proc_parse_schedstat(text, n, &run, &pcount);
+		uint64_t run = 0, delay = 0, pcount = 0;
+		(void)proc_parse_schedstat(text, n, &run, &delay, &pcount);
 		break;
 	}
 	case 2:

@@ -21,6 +21,13 @@ Per interpreter, one PASS/FAIL line covering:
     file in the working directory;
   - launch: `spy record -- PYTHON target short` (exits after 0.5 s): exit 0,
     a non-empty profile, the program's exit status in the summary;
+  - one stop: 12 threads hashing with the GIL released and the main
+    thread spinning in Python, with -i at 200 Hz and SPY_LOG=debug: on a
+    GIL build of 3.7+ the threads besides the GIL holder are read running
+    under the GIL's switch count, about one thread stopped a tick (its
+    log's counts: at most 10% more stops than ticks, 3 in one); 2.7 and
+    3.6, whose count spy does not read, hold threads and read none
+    running; not run on a free-threaded build (per-thread holds);
   - subprocesses: -s on a program with a child started before spy attached and one after: all three processes sampled, each under its own process root;
   - sigint: SIGINT to spy mid-record: exit 0, profile written, target
     still running and not stopped;
@@ -293,6 +300,39 @@ def check_four(interp, d):
     return p
 
 
+HELD = re.compile(r"the whole process in \d+ of (\d+) ticks; .*; (\d+) threads read running "
+                  r"under the GIL's switch count, (\d+) read again, (\d+) held after all, "
+                  r"\d+ held as the GIL's last holder; (\d+) threads stopped in all, "
+                  r"at most (\d+) in one tick")
+
+
+def check_one_stop(interp, d):
+    """Many threads running, one GIL: one thread stopped a tick (see above)."""
+    if interp.free_threaded:
+        return []
+    out = os.path.join(d, "stop.folded")
+    with harness.Target(interp, TARGET, ["hash", "12"]) as t:
+        r = harness.run_spy(["record", "-q", "-i", "--pid", str(t.pid), "-r", "200", "-d", "1",
+                             "-o", out], env=harness.spy_env({"SPY_LOG": "debug"}))
+        p = expect_rc(r, 0, "one stop") + not_stopped(t.pid)
+    m = HELD.search(r.err)
+    if p or not m:
+        return p or ["one stop: no count of reads and stops in the debug log: %r" % r.err[-600:]]
+    ticks, running, again, held, stops, most = (int(x) for x in m.groups())
+    what = "one stop: %d ticks, %d threads read running (%d again, %d held), %d stopped, " \
+           "at most %d in a tick" % (ticks, running, again, held, stops, most)
+    if interp.version[:2] < (3, 7):
+        if running or not stops:
+            p.append(what + ": expected holds alone on %s" % interp.minor)
+        return p
+    # With -i every hasher is walked every tick, most of them running. A
+    # second stop in a tick takes a thread that is the GIL's last holder
+    # at both its reads, or the count moving during both: a few ticks.
+    if ticks < 50 or running < 2 * ticks or stops > ticks * 11 // 10 or most > 3:
+        p.append(what + ": expected the holder alone stopped, the others read running")
+    return p
+
+
 def check_thread_roots(t, out):
     """-t on the gil target: spin_one runs in the main thread, spin_two in
     the other one ("spinner"); each under its own `thread TID "name"`
@@ -485,7 +525,8 @@ def check_signals(interp, d):
 # (`test_record.py rest`, beside other tests). Without an argument, both.
 PARTS = {
     "shares": (check_split, check_gil, check_four),
-    "rest": (check_deep, check_launch, check_formats, check_subprocesses, check_signals),
+    "rest": (check_deep, check_launch, check_formats, check_one_stop, check_subprocesses,
+             check_signals),
 }
 
 

@@ -855,9 +855,28 @@ uint64_t fakepy_thread_id(struct fakepy *fp, spy_addr_t tstate)
 	return fakepy_r64(fp, tstate + fp->row.tstate_thread_id);
 }
 
+spy_addr_t fakepy_gil_switches(struct fakepy *fp, spy_addr_t interp)
+{
+	const struct pyoffsets *o = &fp->row;
+	if (o->gil_model == PYGIL_RUNTIME && o->rt_gil_switch_number != PYOFF_NONE) {
+		return fp->runtime + o->rt_gil_switch_number;
+	}
+	if (o->gil_model == PYGIL_INTERP && o->gil_switch_number != PYOFF_NONE) {
+		return fakepy_r64(fp, interp + o->interp_ceval_gil) + o->gil_switch_number;
+	}
+	return 0;
+}
+
 void fakepy_set_gil(struct fakepy *fp, spy_addr_t interp, spy_addr_t tstate)
 {
 	const struct pyoffsets *o = &fp->row;
+	/* As take_gil(): a switch counted when the GIL goes to another thread than the last. */
+	spy_addr_t sw = fakepy_gil_switches(fp, interp);
+	spy_addr_t last = o->gil_model == PYGIL_INTERP ? sw - o->gil_switch_number + o->gil_last_holder
+			  : fp->runtime + o->rt_gil_last_holder;
+	if (sw && tstate && fakepy_r64(fp, last) != tstate) {
+		fakepy_w64(fp, sw, fakepy_r64(fp, sw) + 1);
+	}
 	switch (o->gil_model) {
 	case PYGIL_TSTATE_CURRENT:
 		fakepy_w64(fp, fp->tstate_current_var, tstate);

@@ -147,8 +147,10 @@ spy_addr_t fakepy_new_interp(struct fakepy *fp, int64_t id);
  */
 spy_addr_t fakepy_thread(struct fakepy *fp, spy_addr_t interp, int32_t tid);
 uint64_t fakepy_thread_id(struct fakepy *fp, spy_addr_t tstate);
-/* Mark tstate (or 0) as holding the GIL, per the row's GIL model. */
+/* Mark tstate (or 0) as holding the GIL, per the row's GIL model (a holder counts a switch). */
 void fakepy_set_gil(struct fakepy *fp, spy_addr_t interp, spy_addr_t tstate);
+/* Where the GIL interp runs under counts its switches (switch_number, 3.7+), or 0. */
+spy_addr_t fakepy_gil_switches(struct fakepy *fp, spy_addr_t interp);
 
 /*
  * Push a new innermost frame running code at code unit idx (the current

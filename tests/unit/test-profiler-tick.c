@@ -4,9 +4,11 @@
  * for ptrace and /proc: every stop is matched by a resume and nothing is
  * left attached; never two threads held at once, the GIL holder first,
  * sleepers not stopped without -i, and with -i not when their stacks are
- * known unchanged; a process none of whose threads ran is not touched; threads frozen behind the holder's GIL walked without a
- * stop of their own (not those of an interpreter with its own GIL, nor
- * with --native); the whole-process pause where a thread has no TID, with
+ * known unchanged; a process none of whose threads ran is not touched;
+ * where the GIL's switch count can be read, only the GIL holder stopped,
+ * the others read running while the count stays; else threads frozen
+ * behind the holder's GIL walked without a stop of their own (not those
+ * of an interpreter with its own GIL, nor with --native); the whole-process pause where a thread has no TID, with
  * no read while the process runs; the activity rule; torn and truncated
  * stacks; the maps retry; -s follows descendants; the loop ends when the
  * process does; continuous mode's windows (cmd/session.h) are whole
@@ -36,7 +38,10 @@ struct fake_thread {
 	bool runs_in_read;   /* scheduled while its stack is read running */
 	bool offcpu;         /* a stop with a wait finds it off a CPU (stop_thread 1) */
 	bool own_interp;     /* in a subinterpreter with a GIL of its own */
+	bool last_holder;    /* (not holding it) the last thread to hold its GIL */
+	int switch_reads;    /* this many reads of its frame, unstopped, see its GIL change hands */
 	spy_addr_t tstate, frame;
+	spy_addr_t switches; /* its GIL's switch count */
 };
 
 struct fake_proc {
@@ -56,6 +61,8 @@ struct fake_proc {
 	pid_t gone_tid;            /* stop_thread says this one exited */
 	int stops, first_stop_not_holder, waitless_stops, offcpu_holds;
 	int stops_of[MAX_FAKE_THREADS];
+	int tick_stops, most_tick_stops;   /* threads stopped since the last track; the most in a tick */
+	bool no_switches;          /* the GIL's switch count cannot be read (as on 2.7, 3.6, free-threaded) */
 	bool in_tick;              /* a stop happened since the last track */
 	bool no_still;             /* the backend cannot tell a thread stayed asleep */
 	bool only_python;          /* the tracer seizes the Python threads alone (traces_only can say yes) */
@@ -84,6 +91,18 @@ static int counted_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
 	/* The listing reads thread states with the process running; frames only while it is stopped. */
 	for (size_t i = 0; f->paused_mode && f->attached && !f->paused && i < f->nth; i++) {
 		f->reads_running += addr >= f->th[i].frame && addr < f->th[i].frame + 0x80;
+	}
+	for (size_t i = 0; i < f->nth; i++) {
+		struct fake_thread *t = &f->th[i];
+		if (f->no_switches && addr < t->switches + 8 && addr + len > t->switches) {
+			return -SPY_EMEM;
+		}
+		/* Another thread takes the GIL while this one's frame is read running. */
+		if (t->switch_reads > 0 && f->held != t->tid && !f->paused && addr < t->frame + 0x80 &&
+		    addr + len > t->frame) {
+			t->switch_reads--;
+			fakepy_w64(f->fp, t->switches, fakepy_r64(f->fp, t->switches) + 1);
+		}
 	}
 	return fakepy_mem(f->fp)->read(fakepy_mem(f->fp)->ctx, addr, dst, len);
 }
@@ -293,6 +312,7 @@ static int f_track(struct spy_process *p)
 	CHECK(f->attached && !f->paused && !f->held);
 	f->tracks++;
 	f->in_tick = false;
+	f->tick_stops = 0;
 	return 0;
 }
 
@@ -312,6 +332,8 @@ static int f_stop_thread(struct spy_process *p, pid_t tid, uint64_t wait_ns)
 		f->in_tick = true;
 		f->stops++;
 		f->stops_of[i]++;
+		f->tick_stops++;
+		f->most_tick_stops = f->tick_stops > f->most_tick_stops ? f->tick_stops : f->most_tick_stops;
 		f->held = tid;
 		f->waitless_stops += wait_ns == 0;
 		if (wait_ns && f->th[i].offcpu) {
@@ -398,9 +420,13 @@ static void image(struct fake_proc *f)
 		if (t->truncated || (k == 1 && f->broken_until_maps)) {
 			fakepy_w64(f->fp, fakepy_back_slot(f->fp, t->frame), 0x10);
 		}
-		if (t->gil) {
+		if (t->gil || t->last_holder) {
 			fakepy_set_gil(f->fp, interp, t->tstate);
 		}
+		if (t->last_holder) {
+			fakepy_set_gil(f->fp, interp, 0);
+		}
+		t->switches = fakepy_gil_switches(f->fp, interp);
 	}
 }
 
@@ -496,6 +522,8 @@ static void test_one_at_a_time(void)
 		w.procs[0].th[0].own_interp = w.procs[0].th[1].own_interp = true;
 		/* Nothing tells the sleeper stayed asleep: -i stops it for its walk (see test_sleepers_not_stopped). */
 		w.procs[0].no_still = true;
+		/* Holds for every thread, as where the GIL's switch count is unknown (see test_read_running). */
+		w.procs[0].no_switches = true;
 		struct prof_opts o = { .idle = idle };
 		struct profiler *p = run(&w, o, 10, &strs);
 		struct fake_proc *f = &w.procs[0];
@@ -529,6 +557,7 @@ static void test_one_at_a_time(void)
 	struct fake_world w;
 	struct spy_strtab strs = SPY_STRTAB_INIT;
 	setup(&w);
+	w.procs[0].no_switches = true;
 	struct profiler *p = run(&w, (struct prof_opts){ .gil = true }, 5, &strs);
 	CHECK_INT(w.stacks, 5);
 	teardown(&w, p, &strs);
@@ -537,6 +566,7 @@ static void test_one_at_a_time(void)
 	setup(&w);
 	w.procs[0].gone_tid = 101;
 	w.procs[0].th[1].own_interp = true;
+	w.procs[0].no_switches = true;
 	p = run(&w, (struct prof_opts){ 0 }, 5, &strs);
 	CHECK_INT(w.stacks, 5);
 	CHECK_INT(stats(p).errors[PROF_ERR_GONE], 5);
@@ -560,6 +590,7 @@ static void test_frozen_behind_holder(void)
 		struct spy_strtab strs = SPY_STRTAB_INIT;
 		setup(&w);
 		w.procs[0].th[1].own_interp = cases[c].own_interp;
+		w.procs[0].no_switches = true;
 		struct profiler *p = run(&w, (struct prof_opts){ .native = cases[c].native }, 10, &strs);
 		struct fake_proc *f = &w.procs[0];
 		bool frozen = !cases[c].own_interp && !cases[c].native;
@@ -580,6 +611,56 @@ static void test_frozen_behind_holder(void)
 	unsetenv("SPY_TEST_NATIVE_FAIL");
 }
 
+/*
+ * Where the GIL's switch count can be read, only the GIL holder is
+ * stopped: the others are read running, and taken if the count did not
+ * move meanwhile. One whose count moves during its read is read once
+ * more, and held if it moves again; the GIL's last holder (it may take the
+ * GIL back without a switch counted) is held, and so is every thread with
+ * --native.
+ */
+static void test_read_running(void)
+{
+	static const struct {
+		int switch_reads;   /* th[1]'s reads that see the GIL change hands */
+		bool last_holder, native, idle;
+		int stops, most;    /* th[1]'s stops; the most threads stopped in a tick */
+	} cases[] = {
+		{ 0, false, false, false, 0, 1 },
+		{ 0, false, false, true, 0, 1 },
+		{ 1, false, false, false, 0, 1 },
+		{ 1000, false, false, false, 10, 2 },
+		{ 0, true, false, false, 10, 2 },
+		{ 0, false, true, false, 10, 2 },
+	};
+	setenv("SPY_TEST_NATIVE_FAIL", "1", 1);
+	for (size_t c = 0; c < SPY_ARRAY_SIZE(cases); c++) {
+		struct fake_world w;
+		struct spy_strtab strs = SPY_STRTAB_INIT;
+		setup(&w);
+		struct fake_proc *f = &w.procs[0];
+		f->th[1].switch_reads = cases[c].switch_reads;
+		/* Not holding a GIL of its own, but the last to have held it. */
+		f->th[1].own_interp = f->th[1].last_holder = cases[c].last_holder;
+		struct prof_opts o = { .native = cases[c].native, .idle = cases[c].idle };
+		struct profiler *p = run(&w, o, 10, &strs);
+		CHECK_INT(f->stops_of[0], 10);
+		CHECK_INT(f->stops_of[1], cases[c].stops);
+		CHECK_INT(f->stops_of[2], 0);
+		CHECK_INT(f->most_tick_stops, cases[c].most);
+		/* One switch seen: the second read stands. Always: read twice a tick, then held. */
+		CHECK_INT(f->th[1].switch_reads, cases[c].switch_reads == 1 ? 0 : cases[c].switch_reads > 1 ? 1000 - 20 : 0);
+		/* The same stacks whichever way they were read (the sleeper's with -i, marked idle). */
+		CHECK_INT(w.stacks, cases[c].idle ? 30 : 10 + 9);
+		struct prof_stats s = stats(p);
+		CHECK_INT(s.samples, 10);
+		CHECK_INT(prof_errors(&s), cases[c].native ? s.errors[PROF_ERR_NATIVE] : 0);
+		CHECK(!f->held);
+		teardown(&w, p, &strs);
+	}
+	unsetenv("SPY_TEST_NATIVE_FAIL");
+}
+
 /* A thread the stop finds off a CPU is walked as held, and let go as any held thread. */
 static void test_offcpu_held(void)
 {
@@ -588,6 +669,7 @@ static void test_offcpu_held(void)
 	setup(&w);
 	w.procs[0].th[1].offcpu = true;
 	w.procs[0].th[1].own_interp = true;
+	w.procs[0].no_switches = true;
 	struct profiler *p = run(&w, (struct prof_opts){ 0 }, 10, &strs);
 	struct fake_proc *f = &w.procs[0];
 	CHECK_INT(f->stops_of[1], 10);
@@ -624,6 +706,7 @@ static void test_sleepers_not_stopped(void)
 		w.procs[0].th[2].scheduled = cases[c].scheduled;
 		w.procs[0].th[2].runs_in_read = cases[c].runs_in_read;
 		w.procs[0].no_still = cases[c].no_still;
+		w.procs[0].no_switches = true;
 		struct profiler *p = run(&w, (struct prof_opts){ .idle = true }, 10, &strs);
 		struct fake_proc *f = &w.procs[0];
 		CHECK_INT(f->stops_of[2], cases[c].stops);
@@ -849,6 +932,7 @@ int main(void)
 {
 	test_one_at_a_time();
 	test_frozen_behind_holder();
+	test_read_running();
 	test_offcpu_held();
 	test_sleepers_not_stopped();
 	test_still_process_repeated();

@@ -484,6 +484,49 @@ static void test_runtime_scan(const struct pyoffsets *row)
 	img_release(&m);
 }
 
+/* ---- the GIL's switch count ---- */
+
+/*
+ * pyrt_gil_switches for every row: on a GIL build of 3.7+ the count moves
+ * when the GIL goes to another thread than its last holder, not on a
+ * release nor a take by the same thread, and the last holder is read with
+ * it; elsewhere (2.7, 3.6, free-threaded, 3.7.0-3.7.3) there is none.
+ */
+static void test_gil_switches(const struct pyoffsets *row, uint32_t version)
+{
+	struct img m;
+	struct pyrt *rt;
+	img_init(&m, row, version);
+	CHECK_INT(img_open(&m, &rt), 0);
+	if (!rt) {
+		img_release(&m);
+		return;
+	}
+	bool counted = !(row->build & PYBUILD_FT) && version >= 0x03070400;
+	uint64_t c0 = 0, c;
+	spy_addr_t last = 0;
+	CHECK_INT(pyrt_gil_switches(rt, m.interp, &c0, &last), counted ? 0 : -1);
+	if (counted) {
+		CHECK_INT(last, m.t1);
+		static const struct {
+			int holder;   /* 1: t1, 2: t2, 0: released */
+			uint64_t moved;
+		} steps[] = { { 2, 1 }, { 0, 1 }, { 2, 1 }, { 0, 1 }, { 1, 2 } };
+		for (size_t i = 0; i < SPY_ARRAY_SIZE(steps); i++) {
+			spy_addr_t t = steps[i].holder == 1 ? m.t1 : steps[i].holder == 2 ? m.t2 : 0;
+			fakepy_set_gil(m.fp, m.interp, t);
+			CHECK_INT(pyrt_gil_switches(rt, m.interp, &c, &last), 0);
+			CHECK_INT(c - c0, steps[i].moved);
+			CHECK_INT(last, steps[i].holder == 1 ? m.t1 : m.t2);
+		}
+		/* The count where the headers put it: the int locked, then the unsigned long. */
+		CHECK_INT(row->gil_model == PYGIL_RUNTIME ? row->rt_gil_switch_number - row->rt_gil_locked
+			  : row->gil_switch_number - row->gil_locked, 8);
+	}
+	pyrt_free(rt);
+	img_release(&m);
+}
+
 /* ---- per-micro quirks ---- */
 
 static void test_quirks(void)
@@ -493,13 +536,14 @@ static void test_quirks(void)
 	CHECK_INT(pyoffsets_apply_quirks(&o, 0x030710f0), 0);
 	CHECK_INT(o.rt_gilstate_tstate_current, r37->rt_gilstate_tstate_current);
 	CHECK_INT(pyoffsets_apply_quirks(&o, 0x030704f0), 0);
-	CHECK_INT(pyoffsets_apply_quirks(&o, 0x030703f0), 3);
+	CHECK_INT(pyoffsets_apply_quirks(&o, 0x030703f0), 4);
 	/* 0x570 on x86-64 (py-spy's number); the same shift on arm64. */
 	CHECK_INT(o.rt_gilstate_tstate_current, r37->rt_gilstate_tstate_current - 0x58);
 	CHECK_INT(o.rt_gil_last_holder, PYOFF_NONE);
+	CHECK_INT(o.rt_gil_switch_number, PYOFF_NONE);
 	CHECK_INT(o.rt_interpreters_head, r37->rt_interpreters_head);
 	o = *r37;
-	CHECK_INT(pyoffsets_apply_quirks(&o, 0x030700a1), 3);
+	CHECK_INT(pyoffsets_apply_quirks(&o, 0x030700a1), 4);
 	CHECK_INT(pyoffsets_apply_quirks(&o, 0x030800f0), 0);
 
 	/* A 3.7.2 image has its GIL holder there; pyrt finds it there. */
@@ -765,7 +809,9 @@ int main(void)
 		} else {
 			test_runtime_scan(row);
 		}
+		test_gil_switches(row, row->version | 0x05f0);
 	}
+	test_gil_switches(pyoffsets_find(0x03070000), 0x030702f0);
 	test_quirks();
 	test_debug_layouts();
 	test_moved_known();

@@ -330,13 +330,14 @@ static void test_stat(void)
 
 static bool schedstat(const char *s, uint64_t *run, uint64_t *pcount)
 {
-	return proc_parse_schedstat(s, strlen(s), run, pcount);
+	uint64_t delay;
+	return proc_parse_schedstat(s, strlen(s), run, &delay, pcount);
 }
 
 /* schedstat's three numbers, and the rule that skips stat for a thread not scheduled since. */
 static void test_schedstat(void)
 {
-	uint64_t run = 7, pc = 7;
+	uint64_t run = 7, pc = 7, dl = 7;
 	CHECK(schedstat("123456789 2000 42\n", &run, &pc));
 	CHECK_INT(run, 123456789);
 	CHECK_INT(pc, 42);
@@ -347,7 +348,7 @@ static void test_schedstat(void)
 
 	/* malformed: nothing is written */
 	run = pc = 7;
-	CHECK(!proc_parse_schedstat(NULL, 0, &run, &pc));
+	CHECK(!proc_parse_schedstat(NULL, 0, &run, &dl, &pc));
 	CHECK(!schedstat("", &run, &pc));
 	CHECK(!schedstat("1 2", &run, &pc));
 	CHECK(!schedstat("1 2\n", &run, &pc));
@@ -357,11 +358,25 @@ static void test_schedstat(void)
 	CHECK(!schedstat("18446744073709551616 1 2", &run, &pc));
 	CHECK(!schedstat(" 1 2 3", &run, &pc));
 	/* len is honoured */
-	CHECK(!proc_parse_schedstat("1 2 3", 3, &run, &pc));
+	CHECK(!proc_parse_schedstat("1 2 3", 3, &run, &dl, &pc));
 	CHECK_INT(run, 7);
 	CHECK_INT(pc, 7);
-	CHECK(proc_parse_schedstat("1 2 345", 6, &run, &pc));
+	CHECK(proc_parse_schedstat("1 2 345", 6, &run, &dl, &pc));
 	CHECK_INT(pc, 34);
+	/* the second number is the runqueue wait */
+	CHECK(proc_parse_schedstat("10 98765 3\n", 11, &run, &dl, &pc));
+	CHECK_INT(dl, 98765);
+
+	/*
+	 * The activity rule for a thread read R, over 10 ms: a sleeper woken
+	 * by a pause runs microseconds; a starved thread runs as little but
+	 * was R at the previous refresh too.
+	 */
+	CHECK(proc_task_ran('S', 1000000, 10000000));
+	CHECK(!proc_task_ran('S', 20000, 10000000));
+	CHECK(!proc_task_ran('t', 20000, 10000000));
+	CHECK(!proc_task_ran(0, 0, 10000000));
+	CHECK(proc_task_ran('R', 0, 10000000));
 
 	/* our own: readable, and we have been scheduled */
 	char buf[128];
@@ -371,7 +386,7 @@ static void test_schedstat(void)
 		close(fd);
 	}
 	if (n > 0) {
-		CHECK(proc_parse_schedstat(buf, (size_t)n, &run, &pc));
+		CHECK(proc_parse_schedstat(buf, (size_t)n, &run, &dl, &pc));
 		CHECK(pc > 0);
 	} else {
 		printf("SKIP own schedstat: this kernel has none\n");

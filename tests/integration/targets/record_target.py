@@ -11,6 +11,9 @@
 #   gil      two threads spin in spin_one and spin_two; only one holds the GIL
 #            at a time. With N (argv[2]) > 2, N - 1 threads spin in spin_two
 #            (named spinner-1 ...); without a GIL all N run at once.
+#   hash     N (argv[2]) threads hash in hash_work with the GIL released
+#            (in C all along but for a moment a call), the main thread spins
+#            in spin_one: many threads running, one holding the GIL.
 #   short    spins in short_work for 0.5 s, then exits 0.
 #   parent   starts a child (this script, mode child) at once and forks
 #            another 0.3 s after it is ready, then spins in parent_work; the
@@ -109,6 +112,22 @@ def gil(n=2):
     spin_one()
 
 
+def hash_work():
+    import hashlib
+    data = b"x" * (1 << 20)
+    while time.time() - START < LIFETIME:
+        hashlib.sha1(data).digest()
+
+
+def hash_threads(n):
+    for i in range(n):
+        t = threading.Thread(target=hash_work, name="hasher-%d" % (i + 1))
+        t.daemon = True
+        t.start()
+    ready()
+    spin_one()
+
+
 def short_work():
     ready()
     end = time.time() + 0.5
@@ -174,6 +193,8 @@ def main():
         recurse(depth)
     elif mode == "gil":
         gil(int(sys.argv[2]) if len(sys.argv) > 2 else 2)
+    elif mode == "hash":
+        hash_threads(int(sys.argv[2]))
     elif mode == "short":
         short_work()
     elif mode == "parent":
