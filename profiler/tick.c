@@ -488,19 +488,31 @@ enum read_rc {
 static enum read_rc read_running(struct prof_tick_state *e, struct prof_process *p, size_t i,
 				 struct prof_thread *th, uint64_t now)
 {
+	const struct spy_tracer_ops *ops = p->h.tracer;
 	struct py_thread *py = &p->py[i];
 	struct prof_walked *t = &p->w[i];
 	uint64_t before, after;
 	spy_addr_t last;
+	/*
+	 * The count is read from the target itself, not from a memory view:
+	 * a view serves a line as it was when first fetched (the listing's,
+	 * for the GIL's), and a count read twice from one view never moves.
+	 * The walk gets a view of its own, begun after the first read, so
+	 * that nothing it reads is older than the count it is checked
+	 * against.
+	 */
+	ops->end_view(&p->h);
 	if (pyrt_gil_switches(p->rt, py->interp, &before, &last) < 0) {
 		return READ_NOT;
 	}
 	if (last == py->tstate) {
 		return READ_LAST;
 	}
+	ops->fresh_view(&p->h);
 	walk_held(e, p, i, now);
 	/* Its code objects are decoded now: a hold after this needs no warm-up walk. */
 	th->walked = true;
+	ops->end_view(&p->h);
 	if (pyrt_gil_switches(p->rt, py->interp, &after, &last) < 0 || after != before) {
 		return READ_MOVED;
 	}

@@ -249,6 +249,11 @@ void memcache_view_held(struct proc *p, pid_t tid)
 	view_start(p, t);
 }
 
+void proc_mem_uncached(struct proc *p)
+{
+	memcache_view(p, false);
+}
+
 void proc_mem_prefetch(struct proc *p, bool on)
 {
 	p->mc.prefetch = on;

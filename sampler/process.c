@@ -134,6 +134,11 @@ static void live_fresh_view(struct spy_process *p)
 	proc_mem_invalidate(live(p));
 }
 
+static void live_end_view(struct spy_process *p)
+{
+	proc_mem_uncached(live(p));
+}
+
 static void live_read_maps(struct spy_process *p)
 {
 	proc_read_maps(live(p), NULL);
@@ -193,6 +198,7 @@ static const struct spy_tracer_ops live_tracer = {
 	.exit_status = live_exit_status,
 	.execed = live_execed,
 	.fresh_view = live_fresh_view,
+	.end_view = live_end_view,
 	.read_maps = live_read_maps,
 	.resources = live_resources,
 	.task_open = live_task_open,

@@ -65,6 +65,8 @@ struct spy_tracer_ops {
 	bool (*execed)(const struct spy_process *p);
 	/* A fresh memory view for a walk of the running process; re-read the maps. */
 	void (*fresh_view)(struct spy_process *p);
+	/* No view: each read goes to the target until the next (proc_mem_uncached). */
+	void (*end_view)(struct spy_process *p);
 	void (*read_maps)(struct spy_process *p);
 	/* CPU time, RSS, threads, switches and I/O now. */
 	void (*resources)(struct spy_process *p, struct proc_resources *out);

@@ -460,6 +460,12 @@ struct proc_mem_stats {
 /* Drop every cached line (O(1)) and serve later reads from a fresh view. */
 void proc_mem_invalidate(struct proc *p);
 /*
+ * End the current view: reads go to the target, uncached, until the next
+ * view. For a value read twice around a walk (a sequence count), whose
+ * second read must not be served from what the first one fetched.
+ */
+void proc_mem_uncached(struct proc *p);
+/*
  * With on, each new view (a pause, proc_mem_invalidate) starts by fetching,
  * in one syscall, every line the previous such view read, and each hold of
  * one thread (proc_stop_thread) what that thread's previous hold read: for

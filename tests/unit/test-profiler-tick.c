@@ -42,6 +42,8 @@ struct fake_thread {
 	int switch_reads;    /* this many reads of its frame, unstopped, see its GIL change hands */
 	spy_addr_t tstate, frame;
 	spy_addr_t switches; /* its GIL's switch count */
+	uint64_t seen_switches; /* the count as the current view first read it */
+	bool seen;           /* read in the current view */
 };
 
 struct fake_proc {
@@ -67,6 +69,7 @@ struct fake_proc {
 	bool no_still;             /* the backend cannot tell a thread stayed asleep */
 	bool only_python;          /* the tracer seizes the Python threads alone (traces_only can say yes) */
 	int fresh_views;
+	bool view;                 /* a memory view is on: a line read again is served as first read */
 };
 
 struct fake_world {
@@ -96,6 +99,15 @@ static int counted_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
 		struct fake_thread *t = &f->th[i];
 		if (f->no_switches && addr < t->switches + 8 && addr + len > t->switches) {
 			return -SPY_EMEM;
+		}
+		/* As a view of the real cache: the count as this view first read it. */
+		if (f->view && addr == t->switches && len == 8) {
+			if (!t->seen) {
+				t->seen_switches = fakepy_r64(f->fp, t->switches);
+				t->seen = true;
+			}
+			memcpy(dst, &t->seen_switches, 8);
+			return 0;
 		}
 		/* Another thread takes the GIL while this one's frame is read running. */
 		if (t->switch_reads > 0 && f->held != t->tid && !f->paused && addr < t->frame + 0x80 &&
@@ -153,12 +165,15 @@ static int f_attach(struct spy_process *p, struct spy_err *err)
 	return 0;
 }
 
+static void view_set(struct fake_proc *f, bool on);
+
 static int f_pause(struct spy_process *p, struct spy_err *err)
 {
 	struct fake_proc *f = fp_of(p);
 	CHECK(f->attached && !f->paused && !f->held);
 	f->pauses++;
 	f->paused = true;
+	view_set(f, true);
 	return 0;
 }
 
@@ -168,6 +183,7 @@ static void f_resume(struct spy_process *p)
 	CHECK(f->paused);
 	f->resumes++;
 	f->paused = false;
+	view_set(f, false);
 }
 
 static bool f_gone(const struct fake_proc *f)
@@ -204,9 +220,24 @@ static bool f_execed(const struct spy_process *p)
 	return false;
 }
 
+/* A new view (a hold's, or one for a walk of the running process), or none. */
+static void view_set(struct fake_proc *f, bool on)
+{
+	f->view = on;
+	for (size_t i = 0; i < f->nth; i++) {
+		f->th[i].seen = false;
+	}
+}
+
 static void f_fresh_view(struct spy_process *p)
 {
 	fp_of(p)->fresh_views++;
+	view_set(fp_of(p), true);
+}
+
+static void f_end_view(struct spy_process *p)
+{
+	view_set(fp_of(p), false);
 }
 
 /* The memory a cut chain lacked was mapped since: a new maps read finds it. */
@@ -335,6 +366,7 @@ static int f_stop_thread(struct spy_process *p, pid_t tid, uint64_t wait_ns)
 		f->tick_stops++;
 		f->most_tick_stops = f->tick_stops > f->most_tick_stops ? f->tick_stops : f->most_tick_stops;
 		f->held = tid;
+		view_set(f, true);
 		f->waitless_stops += wait_ns == 0;
 		if (wait_ns && f->th[i].offcpu) {
 			f->offcpu_holds++;
@@ -350,6 +382,7 @@ static void f_resume_thread(struct spy_process *p)
 	struct fake_proc *f = fp_of(p);
 	CHECK(f->held != 0);
 	f->held = 0;
+	view_set(f, false);
 }
 
 static const struct spy_tracer_ops fake_tracer = {
@@ -366,6 +399,7 @@ static const struct spy_tracer_ops fake_tracer = {
 	.exit_status = f_exit_status,
 	.execed = f_execed,
 	.fresh_view = f_fresh_view,
+	.end_view = f_end_view,
 	.read_maps = f_read_maps,
 	.resources = f_resources,
 	.task_open = f_task_open,
@@ -661,6 +695,27 @@ static void test_read_running(void)
 	unsetenv("SPY_TEST_NATIVE_FAIL");
 }
 
+/*
+ * No thread holds the GIL when listed, so no hold ends the listing's memory
+ * view before the others are read running: the switch count must still be
+ * read from the target, not from that view, or a count that moves during
+ * every read would be taken for one that stays.
+ */
+static void test_read_running_fresh(void)
+{
+	struct fake_world w;
+	struct spy_strtab strs = SPY_STRTAB_INIT;
+	setup(&w);
+	struct fake_proc *f = &w.procs[0];
+	f->th[0].gil = false;
+	f->th[1].switch_reads = 1000;
+	struct profiler *p = run(&w, (struct prof_opts){ 0 }, 10, &strs);
+	CHECK_INT(f->stops_of[0], 0);
+	CHECK_INT(f->stops_of[1], 10);
+	CHECK(!f->held);
+	teardown(&w, p, &strs);
+}
+
 /* A thread the stop finds off a CPU is walked as held, and let go as any held thread. */
 static void test_offcpu_held(void)
 {
@@ -933,6 +988,7 @@ int main(void)
 	test_one_at_a_time();
 	test_frozen_behind_holder();
 	test_read_running();
+	test_read_running_fresh();
 	test_offcpu_held();
 	test_sleepers_not_stopped();
 	test_still_process_repeated();
