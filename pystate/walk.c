@@ -23,6 +23,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "common/bounds.h"
 #include "common/err.h"
@@ -67,12 +68,21 @@ static void truncate_stack(struct spy_stack *out)
 	}
 }
 
+/* Grown as deep as the stacks go (SPY_MAX_PY_DEPTH at most), not to the bound at once: an agent holds many processes. */
+static void note_addr(spy_addr_t **v, size_t *n, size_t *alloc, spy_addr_t a)
+{
+	if (*n < SPY_MAX_PY_DEPTH) {
+		SPY_GROW(*v, *alloc, *n + 1);
+		(*v)[(*n)++] = a;
+	}
+}
+
 /* Also remembers the frame's address, for pyrt_frame_locals(). */
 static struct spy_frame *push(struct pyrt *rt, spy_addr_t frame, struct spy_stack *out,
 			      const struct pycode *c, uint32_t line, uint8_t flags)
 {
-	if (rt->frames && rt->nframes < SPY_MAX_PY_DEPTH) {
-		rt->frames[rt->nframes++] = frame;
+	if (rt->keep_frames) {
+		note_addr(&rt->frames, &rt->nframes, &rt->frames_alloc, frame);
 	}
 	struct spy_frame *f = spy_stack_push(out);
 	f->func = c->func;
@@ -100,7 +110,9 @@ struct pyframe_memo {
 
 void pyframe_memo_release(struct pyrt *rt)
 {
-	free(rt->memo);
+	if (rt->memo) {
+		munmap(rt->memo, PYFRAME_MEMO_SLOTS * rt->memo_stride);
+	}
 	rt->memo = NULL;
 	rt->memo_stride = 0;
 }
@@ -114,8 +126,20 @@ static struct pyframe_memo *memo_slot(struct pyrt *rt, spy_addr_t f)
 			/* Free-threaded: the line also depends on co_tlbc's entries. */
 			return NULL;
 		}
-		rt->memo_stride = (sizeof(struct pyframe_memo) + rt->frame_span + 7) & ~(size_t)7;
-		rt->memo = spy_xcalloc(PYFRAME_MEMO_SLOTS, rt->memo_stride);
+		/*
+		 * Mapped, not allocated: a walk fills the few slots its
+		 * frames' addresses pick, and only their pages cost memory,
+		 * where calloc from a reused heap would clear (touch) all of
+		 * it, a quarter MiB a process held.
+		 */
+		size_t stride = (sizeof(struct pyframe_memo) + rt->frame_span + 7) & ~(size_t)7;
+		void *m = mmap(NULL, PYFRAME_MEMO_SLOTS * stride, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			       -1, 0);
+		if (m == MAP_FAILED) {
+			return NULL;
+		}
+		rt->memo = m;
+		rt->memo_stride = stride;
 	}
 	/* By address, not hashed: a thread's frames lie next to each other, at
 	 * least 64 bytes apart, so they take neighbouring slots without
@@ -160,8 +184,8 @@ static void memo_store(struct pyrt *rt, struct pyframe_memo *m, spy_addr_t f,
 static void push_memo(struct pyrt *rt, spy_addr_t frame, struct spy_stack *out,
 		      const struct pyframe_memo *m)
 {
-	if (rt->frames && rt->nframes < SPY_MAX_PY_DEPTH) {
-		rt->frames[rt->nframes++] = frame;
+	if (rt->keep_frames) {
+		note_addr(&rt->frames, &rt->nframes, &rt->frames_alloc, frame);
 	}
 	struct spy_frame *f = spy_stack_push(out);
 	f->func = m->func;
@@ -355,8 +379,8 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 			 */
 			if (out->n && !(out->v[out->n - 1].flags & SPY_FRAME_PY_ENTRY)) {
 				out->v[out->n - 1].flags |= SPY_FRAME_PY_ENTRY;
-				if (rt->anchors && rt->nanchors < SPY_MAX_PY_DEPTH) {
-					rt->anchors[rt->nanchors++] = f;
+				if (rt->keep_frames) {
+					note_addr(&rt->anchors, &rt->nanchors, &rt->anchors_alloc, f);
 				}
 			}
 			f = prev;
