@@ -95,8 +95,23 @@ struct pending {
 	unsigned tries;     /* opens that found no interpreter, since the last exec */
 	uint64_t at_ns;     /* the next try; UINT64_MAX while one runs, or given up */
 	bool given_up;
-	char exe[PATH_MAX]; /* given up: what it ran then */
+	uint64_t exe;       /* given up: what it ran then (its exe link, hashed: an entry stays small) */
 };
+
+/* The exe link of pid, hashed (FNV-1a); false for a process gone or unreadable. */
+static bool exe_hash(const struct prof_fleet *f, pid_t pid, uint64_t *out)
+{
+	char exe[PATH_MAX];
+	if (prof_fleet_exe(f, pid, exe, sizeof(exe)) < 0) {
+		return false;
+	}
+	uint64_t h = 14695981039346656037ull;
+	for (const char *c = exe; *c; c++) {
+		h = (h ^ (unsigned char)*c) * 1099511628211ull;
+	}
+	*out = h;
+	return true;
+}
 
 /*
  * A young candidate the filters did not choose, looked at again each scan
@@ -432,7 +447,7 @@ static void worker_ended(struct agent *a, pid_t pid, enum worker_end how, uint64
 	}
 	pd->given_up = true;
 	pd->at_ns = UINT64_MAX;
-	if (prof_fleet_exe(a->fleet, pid, pd->exe, sizeof(pd->exe)) < 0) {
+	if (!exe_hash(a->fleet, pid, &pd->exe)) {
 		drop_pending(a, pid);
 		return;
 	}
@@ -468,9 +483,8 @@ static void retry(struct agent *a, uint64_t now)
 	for (size_t i = 0; i < a->npending;) {
 		struct pending *pd = &a->pending[i];
 		if (pd->given_up) {
-			char exe[PATH_MAX];
-			int rc = prof_fleet_exe(a->fleet, pd->pid, exe, sizeof(exe));
-			if (rc < 0 || !strcmp(exe, pd->exe)) {
+			uint64_t exe;
+			if (!exe_hash(a->fleet, pd->pid, &exe) || exe == pd->exe) {
 				i++;
 				continue;
 			}
