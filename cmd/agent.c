@@ -21,6 +21,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <regex.h>
 #include <signal.h>
@@ -35,6 +36,7 @@
 #include "cmd/cmd.h"
 #include "cmd/opts.h"
 #include "cmd/push.h"
+#include "common/log.h"
 #include "common/util.h"
 #include "flamegraph/flamegraph.h"
 #include "profiler/fleet.h"
@@ -53,8 +55,13 @@
 #define AGENT_SCAN_NS (500 * 1000 * 1000ull)
 #define AGENT_BUDGET_NS (3 * 1000 * 1000 * 1000ull)
 #define AGENT_STATUS_S 60
-/* A process too young to show its interpreter is tried again after 0.25, 0.5, ... 8 s, then left. */
+/*
+ * A process too young to show its interpreter is tried again after 0.25,
+ * 0.5, ... 8 s (AGENT_RETRIES tries after the first), then given up on
+ * until it replaces its program.
+ */
 #define AGENT_RETRIES 6
+#define AGENT_RETRY_NS (250 * 1000 * 1000ull)
 #define AGENT_CMDLINE_MAX 4096
 /* Below this rate a window would hold too few samples to mean anything. */
 #define AGENT_MIN_RATE_HZ 0.5
@@ -71,11 +78,41 @@ struct worker {
 	struct worker *next;
 };
 
+/* How a worker ended. */
+enum worker_end {
+	WORKER_LET_GO = 0,   /* the process exited, or a stop, or it could not be profiled (said) */
+	WORKER_NO_PYTHON,    /* no interpreter found in it (yet) */
+	WORKER_EXECED,       /* it replaced its program: perhaps by another Python */
+};
+
+/*
+ * A process in which no interpreter was found (yet), or that replaced its
+ * program: one entry a PID, until it is profiled or gone. The fleet's
+ * scan reports a candidate born once only, so a process given up on is
+ * looked at again here when its executable changes (an exec).
+ */
 struct pending {
 	pid_t pid;
-	unsigned tries;
-	uint64_t at_ns;
+	unsigned tries;     /* opens that found no interpreter, since the last exec */
+	uint64_t at_ns;     /* the next try; UINT64_MAX while one runs, or given up */
+	bool given_up;
+	uint64_t exe;       /* given up: what it ran then (its exe link, hashed: an entry stays small) */
 };
+
+/* The exe link of pid, hashed (FNV-1a); false for a process gone or unreadable. */
+static bool exe_hash(const struct prof_fleet *f, pid_t pid, uint64_t *out)
+{
+	char exe[PATH_MAX];
+	if (prof_fleet_exe(f, pid, exe, sizeof(exe)) < 0) {
+		return false;
+	}
+	uint64_t h = 14695981039346656037ull;
+	for (const char *c = exe; *c; c++) {
+		h = (h ^ (unsigned char)*c) * 1099511628211ull;
+	}
+	*out = h;
+	return true;
+}
 
 /*
  * A young candidate the filters did not choose, looked at again each scan
@@ -235,7 +272,7 @@ static void *worker_main(void *arg)
 		prof_close(p);
 		spy_strtab_release(&strs);
 		atomic_store(&w->done, true);
-		return (void *)(intptr_t)(err.code == SPY_ENOPY ? 1 : 0);
+		return (void *)(intptr_t)(err.code == SPY_ENOPY ? WORKER_NO_PYTHON : WORKER_LET_GO);
 	}
 	/* Ten looks a second at each process, not a hundred: exits and stops are noticed within 0.1 s. */
 	prof_set_poll(p, 100 * 1000 * 1000ull);
@@ -298,7 +335,7 @@ static void *worker_main(void *arg)
 		fprintf(stderr, "spy agent: process %d exited, let go\n", (int)w->pid);
 	}
 	atomic_store(&w->done, true);
-	return (void *)(intptr_t)(replaced ? 1 : 0);
+	return (void *)(intptr_t)(replaced ? WORKER_EXECED : WORKER_LET_GO);
 }
 
 /* ---- choosing processes ---- */
@@ -344,17 +381,82 @@ static bool has_worker(const struct agent *a, pid_t pid)
 	return false;
 }
 
-static void add_pending(struct agent *a, pid_t pid, unsigned tries, uint64_t now)
+/* The first retry's delay; doubled for each further one. */
+static uint64_t retry_ns(void)
 {
-	SPY_GROW(a->pending, a->alloc_pending, a->npending + 1);
-	a->pending[a->npending++] = (struct pending){ pid, tries, now + (250 * 1000 * 1000ull << (tries - 1)) };
+#ifdef SPY_TEST_HOOKS
+	/* Tests: the whole backoff in a second, not 16. */
+	const char *v = getenv("SPY_TEST_AGENT_RETRY_MS");
+	if (v) {
+		return (uint64_t)strtoul(v, NULL, 10) * 1000000ull;
+	}
+#endif
+	return AGENT_RETRY_NS;
 }
 
-/*
- * Join the workers that ended. One that found no interpreter may have come
- * too early (a process that has not loaded it yet): tried again, a few
- * times further apart, then remembered as not Python.
- */
+static struct pending *find_pending(struct agent *a, pid_t pid)
+{
+	for (size_t i = 0; i < a->npending; i++) {
+		if (a->pending[i].pid == pid) {
+			return &a->pending[i];
+		}
+	}
+	return NULL;
+}
+
+static struct pending *get_pending(struct agent *a, pid_t pid)
+{
+	struct pending *pd = find_pending(a, pid);
+	if (!pd) {
+		SPY_GROW(a->pending, a->alloc_pending, a->npending + 1);
+		pd = &a->pending[a->npending++];
+		memset(pd, 0, sizeof(*pd));
+		pd->pid = pid;
+	}
+	return pd;
+}
+
+static void drop_pending(struct agent *a, pid_t pid)
+{
+	struct pending *pd = find_pending(a, pid);
+	if (pd) {
+		*pd = a->pending[--a->npending];
+	}
+}
+
+/* A worker ended: what next for its process. */
+static void worker_ended(struct agent *a, pid_t pid, enum worker_end how, uint64_t now)
+{
+	if (how == WORKER_LET_GO || prof_stop_signal()) {
+		drop_pending(a, pid);
+		atomic_fetch_add(&a->left, 1);
+		return;
+	}
+	struct pending *pd = get_pending(a, pid);
+	pd->given_up = false;
+	if (how == WORKER_EXECED) {
+		/* A new program: the tries start again, once it has had time to load its interpreter. */
+		pd->tries = 0;
+		pd->at_ns = now + retry_ns();
+		return;
+	}
+	if (++pd->tries <= AGENT_RETRIES) {
+		pd->at_ns = now + (retry_ns() << (pd->tries - 1));
+		spy_log(SPY_LOG_DEBUG, "agent: process %d: no Python interpreter found yet; retry %u of %u in %.2f s",
+			(int)pid, pd->tries, AGENT_RETRIES, (double)(pd->at_ns - now) / 1e9);
+		return;
+	}
+	pd->given_up = true;
+	pd->at_ns = UINT64_MAX;
+	if (!exe_hash(a->fleet, pid, &pd->exe)) {
+		drop_pending(a, pid);
+		return;
+	}
+	fprintf(stderr, "spy agent: process %d: no Python interpreter found in %u tries; looked at again if it "
+		"replaces its program\n", (int)pid, pd->tries);
+}
+
+/* Join the workers that ended. */
 static void reap(struct agent *a, uint64_t now)
 {
 	for (struct worker **pw = &a->workers; *pw;) {
@@ -365,20 +467,41 @@ static void reap(struct agent *a, uint64_t now)
 		}
 		void *ret = NULL;
 		pthread_join(w->th, &ret);
-		if (ret && !prof_stop_signal()) {
-			unsigned tries = 1;
-			for (size_t i = 0; i < a->npending; i++) {
-				tries = a->pending[i].pid == w->pid ? a->pending[i].tries + 1 : tries;
-			}
-			if (tries <= AGENT_RETRIES) {
-				add_pending(a, w->pid, tries, now);
-			}
-		} else {
-			atomic_fetch_add(&a->left, 1);
-		}
+		worker_ended(a, w->pid, (enum worker_end)(intptr_t)ret, now);
 		*pw = w->next;
 		a->nworkers--;
 		free(w);
+	}
+}
+
+/*
+ * The retries due; a process given up on is tried afresh once its
+ * executable changed (and it still passes the filters: its command line
+ * changed too).
+ */
+static void retry(struct agent *a, uint64_t now)
+{
+	for (size_t i = 0; i < a->npending;) {
+		struct pending *pd = &a->pending[i];
+		if (pd->given_up) {
+			uint64_t exe;
+			if (!exe_hash(a->fleet, pd->pid, &exe) || exe == pd->exe) {
+				i++;
+				continue;
+			}
+			pd->given_up = false;
+			pd->tries = 0;
+			pd->at_ns = now;
+			if (!chosen(a, pd->pid)) {
+				*pd = a->pending[--a->npending];
+				continue;
+			}
+		}
+		if (pd->at_ns <= now && !has_worker(a, pd->pid)) {
+			start_worker(a, pd->pid);
+			pd->at_ns = UINT64_MAX;
+		}
+		i++;
 	}
 }
 
@@ -418,24 +541,10 @@ static void scan(struct agent *a, uint64_t now)
 		a->recheck[kept++] = rc;
 	}
 	a->nrecheck = kept;
-	/* The retries due (a gone process fails its open quietly). */
-	size_t keep = 0;
-	for (size_t i = 0; i < a->npending; i++) {
-		struct pending pd = a->pending[i];
-		if (pd.at_ns <= now && !has_worker(a, pd.pid)) {
-			start_worker(a, pd.pid);
-			/* Kept to count its tries until the worker says how it went. */
-			pd.at_ns = UINT64_MAX;
-		}
-		bool dead = false;
-		for (size_t j = 0; j < ng; j++) {
-			dead = dead || gone[j] == pd.pid;
-		}
-		if (!dead && (pd.at_ns != UINT64_MAX || pd.tries < AGENT_RETRIES)) {
-			a->pending[keep++] = pd;
-		}
+	for (size_t j = 0; j < ng; j++) {
+		drop_pending(a, gone[j]);
 	}
-	a->npending = keep;
+	retry(a, now);
 }
 
 /* ---- the budget and the status line ---- */
@@ -496,10 +605,13 @@ static void status_line(struct agent *a, uint64_t since_ns, uint64_t since_cpu)
 		fclose(f);
 	}
 	double cpu = since_ns ? 100.0 * (double)(cpu_ns() - since_cpu) / (double)(prof_now_ns() - since_ns) : 0;
+	/* The heap in use against what the allocator keeps free: a leak from fragmentation, at a glance. */
+	struct mallinfo2 mi = mallinfo2();
 	fprintf(stderr, "spy agent: %zu processes at %.3g Hz, %llu samples; windows sent %llu, kept %zu, "
-		"dropped %llu; cpu %.1f%% (%.0f us a sample), rss %ld KiB\n", live_workers(a), atomic_load(&a->rate_now),
-		(unsigned long long)atomic_load(&a->ticks), (unsigned long long)st.sent, st.queued,
-		(unsigned long long)(st.dropped + st.rejected), cpu, a->cost_ns / 1000, rss_kb);
+		"dropped %llu; cpu %.1f%% (%.0f us a sample), rss %ld KiB (heap %zu KiB, %zu free)\n",
+		live_workers(a), atomic_load(&a->rate_now), (unsigned long long)atomic_load(&a->ticks),
+		(unsigned long long)st.sent, st.queued, (unsigned long long)(st.dropped + st.rejected), cpu,
+		a->cost_ns / 1000, rss_kb, (mi.uordblks + mi.hblkhd) >> 10, mi.fordblks >> 10);
 }
 
 /* ---- the command ---- */
@@ -620,6 +732,16 @@ int cmd_agent(int argc, char **argv)
 		return rc;
 	}
 	atomic_init(&a->rate_now, a->rate);
+	/*
+	 * One heap for every thread. glibc gives threads arenas of their own
+	 * (up to 8 a core), and what a worker frees stays in its arena: each
+	 * window's encoding (zlib's state, a quarter MiB) left that much free
+	 * in every arena whose thread had pushed once, and the agent's RSS
+	 * rose for as long as idle processes were pushing their first window
+	 * (bench/agent: 3-4 MiB kept free against 0.2 with one arena, at the
+	 * same CPU per sample: a worker allocates little per tick).
+	 */
+	mallopt(M_ARENA_MAX, 1);
 	if (gethostname(a->host, sizeof(a->host) - 1) != 0 || !a->host[0]) {
 		snprintf(a->host, sizeof(a->host), "unknown");
 	}

@@ -66,3 +66,8 @@ int prof_fleet_owner(const struct prof_fleet *f, pid_t pid, uid_t *uid, char *cm
 {
 	return proc_read_owner(f->d, pid, uid, cmdline, size);
 }
+
+int prof_fleet_exe(const struct prof_fleet *f, pid_t pid, char *buf, size_t size)
+{
+	return proc_read_exe(f->d, pid, buf, size);
+}

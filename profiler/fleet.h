@@ -39,5 +39,7 @@ int prof_fleet_about(const struct prof_fleet *f, pid_t pid, struct prof_fleet_ab
  * (at most size - 1 bytes): what --uid, --match and --exclude look at.
  */
 int prof_fleet_owner(const struct prof_fleet *f, pid_t pid, uid_t *uid, char *cmdline, size_t size);
+/* The executable pid runs (its exe link, cut to size - 1 bytes): another one after an exec. */
+int prof_fleet_exe(const struct prof_fleet *f, pid_t pid, char *buf, size_t size);
 
 #endif

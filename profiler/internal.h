@@ -68,10 +68,10 @@ struct prof_process {
 	struct prof_thread *th;
 	size_t nth, th_alloc;
 	struct spy_hmap th_index;
-	/* this tick's walk: w[i] is listed thread py[i] (SPY_MAX_THREADS each, allocated on first use) */
+	/* this tick's walk: w[i] is listed thread py[i] (walloc each, grown to the threads listed) */
 	struct py_thread *py;
 	struct prof_walked *w;
-	size_t nw;
+	size_t nw, walloc;
 	/* --async: the root frame of each task name (names are interned:
 	 * compared by pointer), so a sample interns nothing. */
 	struct {
@@ -80,6 +80,7 @@ struct prof_process {
 	uint64_t last_maps_ns;
 	uint64_t maps_retry_ns;   /* how long after the last maps read a failed walk may read them again */
 	uint64_t last_alive_ns;
+	uint64_t last_trim_ns;    /* when its memory cache last gave back what went unread (PROF_TRIM_NS) */
 	/*
 	 * The last tick walked every thread the process has, cleanly: if none
 	 * has been on a CPU since, the next tick is the same (see tick.c's
@@ -201,6 +202,13 @@ struct prof_tick_state {
 	size_t nkept, kept_alloc;
 };
 
+/*
+ * How often a process's memory cache gives back the lines no walk read
+ * since the last time (spy_process_trim): a line unread for 10 to 20 s
+ * costs no memory, and a line a walk reads every tick is never fetched
+ * again for it.
+ */
+#define PROF_TRIM_NS (10 * 1000 * 1000 * 1000ull)
 /* One tick of pp: stop, walk, resume, keep (into ts->kept). */
 void prof_tick_process(struct prof_tick_state *ts, struct prof_process *pp, bool *gil_held);
 /*

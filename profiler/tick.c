@@ -757,6 +757,11 @@ void prof_tick_process(struct prof_tick_state *e, struct prof_process *p, bool *
 
 void prof_side_reads(struct prof_tick_state *e, struct prof_process *p, uint64_t now)
 {
+	/* Asleep or not: a process that stopped reading memory holds no cache for it. */
+	if (!p->gone && now - p->last_trim_ns >= PROF_TRIM_NS) {
+		spy_process_trim(&p->h);
+		p->last_trim_ns = now;
+	}
 	/* Nothing ran since the last look: nothing new is mapped, no module loaded. */
 	if (p->gone || p->still) {
 		return;

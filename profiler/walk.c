@@ -70,20 +70,41 @@ static void attribute_task(struct prof_process *pp, size_t i, bool native)
 	}
 }
 
+/* Room for at least n listed threads (at most SPY_MAX_THREADS), the new entries zeroed. */
+static void grow_walked(struct prof_process *pp, size_t n)
+{
+	size_t want = pp->walloc ? pp->walloc : 8;
+	while (want < n) {
+		want *= 2;
+	}
+	want = want > SPY_MAX_THREADS ? SPY_MAX_THREADS : want;
+	pp->w = spy_xrealloc(pp->w, want * sizeof(*pp->w));
+	pp->py = spy_xrealloc(pp->py, want * sizeof(*pp->py));
+	memset(pp->w + pp->walloc, 0, (want - pp->walloc) * sizeof(*pp->w));
+	memset(pp->py + pp->walloc, 0, (want - pp->walloc) * sizeof(*pp->py));
+	pp->walloc = want;
+}
+
 int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, struct spy_err *err)
 {
-	if (!pp->w) {
-		pp->w = spy_xcalloc(SPY_MAX_THREADS, sizeof(*pp->w));
-		pp->py = spy_xcalloc(SPY_MAX_THREADS, sizeof(*pp->py));
+	size_t n = 0;
+	int rc = pyrt_threads(pp->rt, pp->py, pp->walloc, &n, err);
+	n = n > SPY_MAX_THREADS ? SPY_MAX_THREADS : n;
+	if (rc == 0 && n > pp->walloc) {
+		/*
+		 * Sized to the threads the process has, not to the bound: an
+		 * agent holds hundreds of processes, most with a thread or two,
+		 * and a table of SPY_MAX_THREADS each was 700 KiB a process.
+		 */
+		grow_walked(pp, n);
+		rc = pyrt_threads(pp->rt, pp->py, pp->walloc, &n, err);
+		n = n > pp->walloc ? pp->walloc : n;
 	}
 	struct py_thread *py = pp->py;
-	size_t n = 0;
-	int rc = pyrt_threads(pp->rt, py, SPY_MAX_THREADS, &n, err);
 	pp->nw = 0;
 	if (rc < 0) {
 		return rc;
 	}
-	n = n > SPY_MAX_THREADS ? SPY_MAX_THREADS : n;
 	/* threading's names: looked up for new threads, all again each second. */
 	uint64_t now = ticker_now_ns();
 	pyrt_names_update(pp->rt, py, n, now, NAMES_REFRESH_NS,

@@ -110,12 +110,13 @@ struct pyrt {
 	size_t seen_n;
 
 	/* Frame addresses of the last pyrt_stack(), parallel to its frames
-	 * (SPY_MAX_PY_DEPTH entries, allocated on first use), for locals. */
+	 * (at most SPY_MAX_PY_DEPTH), for locals; kept from the first on. */
 	spy_addr_t *frames;
-	size_t nframes;
+	size_t nframes, frames_alloc;
+	bool keep_frames;
 	/* The entry frames of the last pyrt_stack() (3.12+), see pyrt_stack_anchors. */
 	spy_addr_t *anchors;
-	size_t nanchors;
+	size_t nanchors, anchors_alloc;
 	/* tp_name of types seen by pyrt_frame_locals (locals.c), by address. */
 	struct pytype_memo {
 		spy_addr_t type;

@@ -637,10 +637,7 @@ bool pyrt_gil_freezes(struct pyrt *rt, const struct py_thread *holder, const str
 
 int pyrt_stack(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out, struct spy_err *err)
 {
-	if (!rt->frames) {
-		rt->frames = spy_xcalloc(SPY_MAX_PY_DEPTH, sizeof(*rt->frames));
-		rt->anchors = spy_xcalloc(SPY_MAX_PY_DEPTH, sizeof(*rt->anchors));
-	}
+	rt->keep_frames = true;
 	rt->nframes = 0;
 	rt->nanchors = 0;
 	int rc = rt->walk(rt, t, out);

@@ -23,6 +23,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "common/bounds.h"
 #include "common/err.h"
@@ -67,12 +68,21 @@ static void truncate_stack(struct spy_stack *out)
 	}
 }
 
+/* Grown as deep as the stacks go (SPY_MAX_PY_DEPTH at most), not to the bound at once: an agent holds many processes. */
+static void note_addr(spy_addr_t **v, size_t *n, size_t *alloc, spy_addr_t a)
+{
+	if (*n < SPY_MAX_PY_DEPTH) {
+		SPY_GROW(*v, *alloc, *n + 1);
+		(*v)[(*n)++] = a;
+	}
+}
+
 /* Also remembers the frame's address, for pyrt_frame_locals(). */
 static struct spy_frame *push(struct pyrt *rt, spy_addr_t frame, struct spy_stack *out,
 			      const struct pycode *c, uint32_t line, uint8_t flags)
 {
-	if (rt->frames && rt->nframes < SPY_MAX_PY_DEPTH) {
-		rt->frames[rt->nframes++] = frame;
+	if (rt->keep_frames) {
+		note_addr(&rt->frames, &rt->nframes, &rt->frames_alloc, frame);
 	}
 	struct spy_frame *f = spy_stack_push(out);
 	f->func = c->func;
@@ -98,9 +108,16 @@ struct pyframe_memo {
 	bool skip;                /* not a frame of its own (not code, not started) */
 };
 
+static size_t memo_bytes(size_t stride)
+{
+	return (size_t)PYFRAME_MEMO_WAYS * PYFRAME_MEMO_SETS * stride;
+}
+
 void pyframe_memo_release(struct pyrt *rt)
 {
-	free(rt->memo);
+	if (rt->memo) {
+		munmap(rt->memo, memo_bytes(rt->memo_stride));
+	}
 	rt->memo = NULL;
 	rt->memo_stride = 0;
 }
@@ -117,8 +134,20 @@ static struct pyframe_memo *memo_slot(struct pyrt *rt, spy_addr_t f)
 			/* Free-threaded: the line also depends on co_tlbc's entries. */
 			return NULL;
 		}
-		rt->memo_stride = (sizeof(struct pyframe_memo) + rt->frame_span + 7) & ~(size_t)7;
-		rt->memo = spy_xcalloc((size_t)PYFRAME_MEMO_WAYS * PYFRAME_MEMO_SETS, rt->memo_stride);
+		/*
+		 * Mapped, not allocated: a walk fills the few entries its
+		 * frames' addresses pick, and only their pages cost memory,
+		 * where calloc from a reused heap would clear (touch) all of
+		 * it, a megabyte a process held.
+		 */
+		size_t stride = (sizeof(struct pyframe_memo) + rt->frame_span + 7) & ~(size_t)7;
+		void *m = mmap(NULL, memo_bytes(stride), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			       -1, 0);
+		if (m == MAP_FAILED) {
+			return NULL;
+		}
+		rt->memo = m;
+		rt->memo_stride = stride;
 	}
 	/*
 	 * The set by address, not hashed: a thread's frames lie next to each
@@ -181,8 +210,8 @@ static void memo_store(struct pyrt *rt, struct pyframe_memo *m, spy_addr_t f,
 static void push_memo(struct pyrt *rt, spy_addr_t frame, struct spy_stack *out,
 		      const struct pyframe_memo *m)
 {
-	if (rt->frames && rt->nframes < SPY_MAX_PY_DEPTH) {
-		rt->frames[rt->nframes++] = frame;
+	if (rt->keep_frames) {
+		note_addr(&rt->frames, &rt->nframes, &rt->frames_alloc, frame);
 	}
 	struct spy_frame *f = spy_stack_push(out);
 	f->func = m->func;
@@ -376,8 +405,8 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 			 */
 			if (out->n && !(out->v[out->n - 1].flags & SPY_FRAME_PY_ENTRY)) {
 				out->v[out->n - 1].flags |= SPY_FRAME_PY_ENTRY;
-				if (rt->anchors && rt->nanchors < SPY_MAX_PY_DEPTH) {
-					rt->anchors[rt->nanchors++] = f;
+				if (rt->keep_frames) {
+					note_addr(&rt->anchors, &rt->nanchors, &rt->anchors_alloc, f);
 				}
 			}
 			f = prev;

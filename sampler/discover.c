@@ -590,6 +590,18 @@ int proc_read_about(const struct discover *d, pid_t pid, struct proc_about *out)
 	return 0;
 }
 
+int proc_read_exe(const struct discover *d, pid_t pid, char *buf, size_t size)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "%d/exe", (int)pid);
+	ssize_t n = size > 1 ? readlinkat(d->procfd, path, buf, size - 1) : -1;
+	if (n < 0) {
+		return procfs_errno_code(errno);
+	}
+	buf[n] = 0;
+	return 0;
+}
+
 int proc_read_owner(const struct discover *d, pid_t pid, uid_t *uid, char *cmdline, size_t size)
 {
 	struct spy_buf b = SPY_BUF_INIT;

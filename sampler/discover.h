@@ -60,6 +60,8 @@ struct proc_about {
  * gone or unreadable (the struct is then all empty). */
 int proc_read_about(const struct discover *d, pid_t pid, struct proc_about *out);
 
+/* The target of pid's exe link (cut to size - 1 bytes): it changes when the process execs. */
+int proc_read_exe(const struct discover *d, pid_t pid, char *buf, size_t size);
 /* The real uid of pid and its command line (NULs as spaces, at most
  * size - 1 bytes): what an agent's filters look at. 0 or a negative SPY_E*. */
 int proc_read_owner(const struct discover *d, pid_t pid, uid_t *uid, char *cmdline, size_t size);

@@ -92,6 +92,8 @@ struct memcache {
 	uint64_t line_gen[MEMCACHE_LINES];
 	/* The view in which each slot's line was last read from (see proc_mem_prefetch). */
 	uint64_t line_used[MEMCACHE_LINES];
+	/* The last view before the last proc_mem_trim(): lines last read in it or before go back at the next. */
+	uint64_t trim_mark;
 	/*
 	 * Bytes [lo, hi) of a valid line are what it holds (a prefetch copies
 	 * only the part of a line the last view read: the whole 4 KiB of a

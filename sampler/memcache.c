@@ -169,29 +169,34 @@ static void prefetch_trail(struct proc *p, const struct memcache_trail *t)
 	c->stats.prefetched += whole;
 }
 
-/*
- * Every MEMCACHE_TRIM_VIEWS views, the lines no view read in that long are
- * given back to the kernel (their pages are only ever read once fetched
- * into again: a line is valid in the view that fetched it alone). Without
- * it a cache kept its every page once touched, 2 MiB a process however
- * little its walks read: a long `spy agent` grew towards that times the
- * processes it profiles. Only where a line is a page.
- */
-#define MEMCACHE_TRIM_VIEWS 1024u
+static void view_start(struct proc *p, struct memcache_trail *t);
 
-static void trim(struct memcache *c)
+/*
+ * The lines no view read since the last call are given back to the kernel
+ * (their pages are only ever read once fetched into again: a line is
+ * valid in the view that fetched it alone). Without it a cache kept its
+ * every page once touched, 2 MiB a process however little its walks
+ * read. On the caller's clock, not per so many views: a process that
+ * sleeps takes no view for minutes, and its lines would wait as long.
+ * Only where a line is a page.
+ */
+void proc_mem_trim(struct proc *p)
 {
-	if (!c->data || c->gen % MEMCACHE_TRIM_VIEWS || sysconf(_SC_PAGESIZE) != MEMCACHE_LINE) {
+	struct memcache *c = &p->mc;
+	/* Ends the current view, as a resume does: every read after this call is in a later one. */
+	view_start(p, NULL);
+	if (!c->data || sysconf(_SC_PAGESIZE) != MEMCACHE_LINE) {
 		return;
 	}
 	for (size_t i = 0; i < MEMCACHE_LINES; i++) {
-		if (c->line_used[i] && c->line_used[i] + MEMCACHE_TRIM_VIEWS < c->gen) {
+		if (c->line_used[i] && c->line_used[i] <= c->trim_mark) {
 			madvise(c->data[i], MEMCACHE_LINE, MADV_DONTNEED);
 			c->line_used[i] = 0;
 			c->line_gen[i] = 0;
 			c->stats.trimmed++;
 		}
 	}
+	c->trim_mark = c->gen;
 }
 
 /* A new view recording into t (NULL: off), first fetching what t read last time. */
@@ -200,7 +205,6 @@ static void view_start(struct proc *p, struct memcache_trail *t)
 	struct memcache *c = &p->mc;
 	view_end(c);
 	c->gen++;
-	trim(c);
 	c->on = t != NULL;
 	if (!t) {
 		return;

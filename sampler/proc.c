@@ -231,7 +231,8 @@ static void read_cmdline(struct proc *p)
 		}
 	}
 	s[len] = '\0';
-	p->cmdline = s;
+	/* Read in 64 KiB pieces: what is kept is the line alone (an agent keeps hundreds). */
+	p->cmdline = spy_xrealloc(s, len + 1);
 }
 
 static void read_exe(struct proc *p)

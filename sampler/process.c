@@ -291,6 +291,13 @@ void spy_process_prefetch(struct spy_process *p, bool on)
 	}
 }
 
+void spy_process_trim(struct spy_process *p)
+{
+	if (p->ops == &live_ops) {
+		proc_mem_trim(live(p));
+	}
+}
+
 void spy_process_close(struct spy_process *p)
 {
 	if (p->ops == &live_ops) {

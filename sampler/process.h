@@ -93,6 +93,8 @@ struct spy_process {
 int spy_process_open_pid(struct spy_process *out, pid_t pid, struct spy_err *err);
 /* A live process's memory reads fetch the lines a walk goes on to need (see proc_mem_prefetch); nothing for others. */
 void spy_process_prefetch(struct spy_process *p, bool on);
+/* A live process's memory cache gives back what no read used since the last call (proc_mem_trim); nothing for others. */
+void spy_process_trim(struct spy_process *p);
 int spy_process_open_core(struct spy_process *out, const char *path, const char *exe, const char *root,
 			  struct spy_err *err);
 void spy_process_close(struct spy_process *p);

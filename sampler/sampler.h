@@ -454,7 +454,7 @@ struct proc_mem_stats {
 	uint64_t fallbacks; /* of the misses, those whose fetch fell short (also uncached) */
 	uint64_t syscalls;  /* process_vm_readv / pread / preadv issued by the reader */
 	uint64_t prefetched; /* lines fetched ahead by proc_mem_prefetch's views */
-	uint64_t trimmed;   /* lines given back to the kernel, unread for long (memcache.c) */
+	uint64_t trimmed;   /* lines given back to the kernel by proc_mem_trim() */
 };
 
 /* Drop every cached line (O(1)) and serve later reads from a fresh view. */
@@ -473,6 +473,13 @@ void proc_mem_uncached(struct proc *p);
  * Needs process_vm_readv (no effect over the /proc/PID/mem fallback).
  */
 void proc_mem_prefetch(struct proc *p, bool on);
+/*
+ * Give back to the kernel the cached lines no view read since the
+ * previous call (none at the first): a caller that holds a process for long
+ * calls it on a clock, so a process that stops reading some memory, or
+ * sleeps, holds none of the cache's pages for it after two periods.
+ */
+void proc_mem_trim(struct proc *p);
 /* Counters since proc_open(). */
 void proc_mem_stats(const struct proc *p, struct proc_mem_stats *out);
 

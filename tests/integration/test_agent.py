@@ -24,7 +24,10 @@ last (none lost across the outage), the ended one's stop early; SIGTERM
 exits 0 after pushing what is held; the status lines keep the agent's CPU
 under --max-cpu. Then a budget run, over mutual TLS (a CA made for the
 test) with a bearer token: --rate 400 with --max-cpu 1 must lower the
-rate, in the status line and in the windows' rate.
+rate, in the status line and in the windows' rate. Then the retries: two
+processes whose executable is named like Python's but holds none are tried
+6 times with backoff and given up on in one line; the one that later execs
+a real Python is profiled then.
 
 Usage errors: no --push, a bad regex, a bad --uid: exit 2, one line.
 Run by Debian's /usr/bin/python3 (meson.build), which sees python3-protobuf.
@@ -318,6 +321,62 @@ def budget(rep, interp):
         ca.close()
 
 
+def retries(rep, interp):
+    """A process that looks like Python (an executable named python*) but has no interpreter is tried
+    again with backoff, AGENT_RETRIES (6) times, then given up on in one line and left alone; one that
+    later replaces its program by a real Python is then profiled. SPY_TEST_AGENT_RETRY_MS shortens the
+    backoff (0.25 s doubling: 16 s in all) to 20 ms doubling; retries start on the agent's 0.5 s scans."""
+    harness.require_test_hooks("SPY_TEST_AGENT_RETRY_MS")
+    recv = pushrecv.Receiver()
+    marker = "spyagentretry%d%s" % (os.getpid(), os.urandom(4).hex())
+    script = harness.target_path("agent_target.py")
+    tmp = tempfile.mkdtemp(prefix="spy-agent-retry-")
+    procs = []
+    try:
+        # A shell under a name the agent's scan takes for Python's: no interpreter in it.
+        fake = os.path.join(tmp, "python-not")
+        shutil.copy("/bin/sh", fake)
+        agent = Agent(["--push", recv.url(), "--push-every", str(EVERY), "--match", marker,
+                       "--uid", str(os.getuid()), "--status-every", "60"],
+                      {"SPY_TEST_AGENT_RETRY_MS": "20", "SPY_LOG": "debug"})
+        time.sleep(0.5)
+        never = harness.spawn([fake, "-c", "sleep 60", "never", marker], stdout=subprocess.DEVNULL)
+        # Given up on after 4 to 7 s (7 looks, each on a scan); its exec comes well after.
+        later = harness.spawn([fake, "-c", 'sleep 12; exec "$0" "$@"'] + interp.command([script, marker, "idle"]),
+                              stdout=subprocess.DEVNULL)
+        procs += [never, later]
+        time.sleep(18)
+        rc = agent.stop()
+        text = agent.text()
+        p = []
+        if rc != 0:
+            p.append("SIGTERM: exit %r" % rc)
+        for name, pr in (("never Python", never), ("Python later", later)):
+            tries = [l for l in text.splitlines()
+                     if l.startswith("spy[debug]: agent: process %d: no Python interpreter found yet" % pr.pid)]
+            gave_up = [(t, l) for t, l in agent.lines
+                       if l.startswith("spy agent: process %d: no Python interpreter found in 7 tries" % pr.pid)]
+            if len(tries) != 6 or len(gave_up) != 1:
+                p.append("%s: %d retries and %d lines giving up (expected 6 and 1)" % (name, len(tries), len(gave_up)))
+        if agent.attached_at(never.pid) is not None:
+            p.append("never Python: profiled")
+        at = agent.attached_at(later.pid)
+        gave = [t for t, l in agent.lines if l.startswith("spy agent: process %d: no Python" % later.pid)]
+        if at is None:
+            p.append("Python later: not profiled after it replaced its program")
+        elif gave and at < gave[0]:
+            p.append("Python later: profiled before it was given up on (the test's timing is off)")
+        if p:
+            p.append("agent's stderr (engine lines left out):\n" + "\n".join(
+                l for l in text.splitlines() if "engine:" not in l and "pystate:" not in l))
+        return p
+    finally:
+        for pr in procs:
+            harness.kill(pr)
+        recv.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def usage(rep):
     spy = harness.spy_path()
     cases = [([], "--push URL is required"),
@@ -341,6 +400,7 @@ def main():
     rep.run("fleet %s" % ", ".join(i.label for i in chosen), fleet, rep, chosen)
     host_newest = [i for i in chosen if not i.root][-1]
     rep.run("budget %s" % host_newest.label, budget, rep, host_newest)
+    rep.run("retries %s" % host_newest.label, retries, rep, host_newest)
     rep.finish()
 
 

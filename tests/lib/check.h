@@ -10,7 +10,12 @@
 #include <stdio.h>
 #include <string.h>
 
-static int check_passed, check_failed;
+/*
+ * One count per test program, whichever of its files check (a fake backend
+ * in tests/lib checks as it is driven): weak, so that each file including
+ * this defines them and the linker keeps one.
+ */
+__attribute__((weak)) int check_passed, check_failed;
 
 #define CHECK(cond)                                                              \
 	do {                                                                     \

@@ -22,15 +22,18 @@ def main():
     sys.stdout.write("ready %s\n" % json.dumps({"pid": os.getpid()}))
     sys.stdout.flush()
     units = 0
+    cpu0 = sum(os.times()[:2])
     while time.time() < end:
         if mode == "busy":
             units += agent_busy(time.time() + 0.09)
             time.sleep(0.01)
         else:
             time.sleep(0.5)
-    # For bench/agent: how much work was done (loop turns while spinning,
-    # which the CPU it got decides), to compare with a run without the agent.
-    sys.stdout.write("units %d\n" % units)
+    # For bench/agent: how much work was done (loop turns while spinning)
+    # and on how much CPU (its own user and system time): work per
+    # CPU-second is what a profiler's stops cost it, whatever share of the
+    # cores the scheduler gave it.
+    sys.stdout.write("units %d cpu %.3f\n" % (units, sum(os.times()[:2]) - cpu0))
     sys.stdout.flush()
 
 
