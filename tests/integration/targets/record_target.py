@@ -120,11 +120,21 @@ def hash_work():
 
 
 def hash_threads(n):
+    # The hashers start once ready is out: on 2.7's GIL, with no handoff,
+    # a dozen of them retaking it after each hash kept the main thread
+    # from starting the rest, and from printing, for over a minute.
+    go = threading.Event()
+
+    def hasher():
+        go.wait()
+        hash_work()
+
     for i in range(n):
-        t = threading.Thread(target=hash_work, name="hasher-%d" % (i + 1))
+        t = threading.Thread(target=hasher, name="hasher-%d" % (i + 1))
         t.daemon = True
         t.start()
     ready()
+    go.set()
     spin_one()
 
 
