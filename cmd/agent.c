@@ -106,11 +106,7 @@ static bool exe_hash(const struct prof_fleet *f, pid_t pid, uint64_t *out)
 	if (prof_fleet_exe(f, pid, exe, sizeof(exe)) < 0) {
 		return false;
 	}
-	uint64_t h = 14695981039346656037ull;
-	for (const char *c = exe; *c; c++) {
-		h = (h ^ (unsigned char)*c) * 1099511628211ull;
-	}
-	*out = h;
+	*out = spy_hash_bytes(exe, strlen(exe));
 	return true;
 }
 

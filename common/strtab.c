@@ -21,18 +21,6 @@ struct spy_strtab_chunk {
 
 #define CHUNK_SIZE (64 * 1024)
 
-static uint64_t hash_bytes(const char *s, size_t len)
-{
-	/* FNV-1a: short keys, no adversary gains much from collisions here
-	 * because the table is bounded by what the target names. */
-	uint64_t h = 1469598103934665603ULL;
-	for (size_t i = 0; i < len; i++) {
-		h ^= (unsigned char)s[i];
-		h *= 1099511628211ULL;
-	}
-	return h;
-}
-
 static struct spy_strtab_ent *alloc_ent(struct spy_strtab *t, size_t len)
 {
 	size_t need = sizeof(struct spy_strtab_ent) + len + 1;
@@ -53,7 +41,7 @@ static struct spy_strtab_ent *alloc_ent(struct spy_strtab *t, size_t len)
 
 const char *spy_strtab_intern(struct spy_strtab *t, const char *s, size_t len)
 {
-	uint64_t h = hash_bytes(s, len);
+	uint64_t h = spy_hash_bytes(s, len);
 	struct spy_hmap_it it;
 	SPY_HMAP_FOR_KEY(&t->index, h, it, v) {
 		const struct spy_strtab_ent *e = (const struct spy_strtab_ent *)(uintptr_t)v;

@@ -71,4 +71,10 @@ _Noreturn void spy_bug(const char *file, int line, const char *fmt, ...)
 
 #include "common/banned.h"
 
+/*
+ * FNV-1a over n bytes: for short keys whose collisions cost an adversary
+ * nothing (tables bounded by what a target names, a file name compared).
+ */
+uint64_t spy_hash_bytes(const void *p, size_t n);
+
 #endif
