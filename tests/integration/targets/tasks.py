@@ -25,6 +25,7 @@ import time
 LIFETIME = 120.0
 BUSY = sys.argv[1:] == ["busy"]
 side_ready = threading.Event()
+workers_started = 0
 
 
 async def leaf(never):
@@ -44,6 +45,8 @@ async def consume(q):
 
 
 async def worker(never):
+    global workers_started
+    workers_started += 1
     await never  # @worker
 
 
@@ -128,7 +131,10 @@ async def main():
     t = threading.Thread(target=side_thread, args=(deadline,), name="side-loop")
     t.daemon = True
     t.start()
-    while not side_ready.is_set():
+    # Not side_ready alone: on a loaded machine the side thread can set it
+    # before this first looks, and go set now would let the cruncher spin
+    # for good before w1 and w2 (created a loop iteration later) ever ran.
+    while not side_ready.is_set() or workers_started < 2:
         await asyncio.sleep(0.01)
     # Every task has reached its await: let the cruncher run, for good.
     go.set_result(None)
