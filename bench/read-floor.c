@@ -7,9 +7,13 @@
  *   /proc/PID/task/TID/stat, opened once and kept open (its state).
  * Flat out (PERIOD_US 0) and with a sleep of PERIOD_US between samples (a
  * sampler at 1e6 / PERIOD_US Hz, whose caches go cold while it sleeps).
- * Prints the median CPU time of the reads alone and this process's whole
- * CPU time (user + system, the sleeps' own cost included) per sample, in
- * microseconds:
+ * With a fifth argument "stop", each sample also holds TID as spy's default
+ * mode holds the GIL holder (seized once; PTRACE_INTERRUPT, a blocking
+ * wait for the stop, the reads, PTRACE_CONT): the floor of a stopping
+ * sample.
+ * Prints the median CPU time of the reads (and the stop) alone and this
+ * process's whole CPU time (user + system, the sleeps' own cost included)
+ * per sample, in microseconds:
  *   reads_us X total_us X
  * Built by the script with one cc call.
  */
@@ -21,7 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/ptrace.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -71,10 +77,11 @@ static uint64_t pick_addr(int pid)
 
 int main(int argc, char **argv)
 {
-	if (argc != 5) {
-		fprintf(stderr, "usage: read-floor PID TID N PERIOD_US\n");
+	if (argc != 5 && !(argc == 6 && strcmp(argv[5], "stop") == 0)) {
+		fprintf(stderr, "usage: read-floor PID TID N PERIOD_US [stop]\n");
 		return 2;
 	}
+	int stop = argc == 6;
 	int pid = atoi(argv[1]), tid = atoi(argv[2]), n = atoi(argv[3]);
 	long period = atol(argv[4]);
 	char path[64], stat[1024];
@@ -82,7 +89,8 @@ int main(int argc, char **argv)
 	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	uint64_t addr = pick_addr(pid);
-	if (n < 1 || n > 10000000 || period < 0 || fd < 0 || !addr) {
+	if (n < 1 || n > 10000000 || period < 0 || fd < 0 || !addr ||
+	    (stop && ptrace(PTRACE_SEIZE, tid, 0, 0) < 0)) {
 		perror("read-floor");
 		return 1;
 	}
@@ -95,9 +103,19 @@ int main(int argc, char **argv)
 	for (int pass = 0; pass < 2; pass++) {
 		for (int i = 0; i < n; i++) {
 			uint64_t t0 = pass ? cpu_ns(CLOCK_THREAD_CPUTIME_ID) : 0;
+			int st;
+			if (stop && (ptrace(PTRACE_INTERRUPT, tid, 0, 0) < 0 ||
+				     waitpid(tid, &st, __WALL) != tid || !WIFSTOPPED(st))) {
+				perror("read-floor: stop");
+				return 1;
+			}
 			if (process_vm_readv(pid, &local, 1, &remote, 1, 0) != SPAN ||
 			    pread(fd, stat, sizeof(stat), 0) <= 0) {
 				perror("read-floor");
+				return 1;
+			}
+			if (stop && ptrace(PTRACE_CONT, tid, 0, 0) < 0) {
+				perror("read-floor: restart");
 				return 1;
 			}
 			if (pass) {
@@ -110,6 +128,9 @@ int main(int argc, char **argv)
 		if (!pass) {
 			all1 = cpu_ns(CLOCK_PROCESS_CPUTIME_ID);
 		}
+	}
+	if (stop) {
+		ptrace(PTRACE_DETACH, tid, 0, 0);
 	}
 	double total = (double)(all1 - all0) / n;
 	qsort(reads, (size_t)n, sizeof(*reads), cmp);

@@ -8,6 +8,10 @@
 #   deep     the main thread recurses DEPTH (argv[2], default 200) levels in
 #            recurse, then spins in deep_leaf; with THREADS (argv[3]) > 1,
 #            that many threads do so, taking turns at the GIL.
+#   churn    the main thread recurses DEPTH (argv[2], default 100) levels
+#            in churn, spins UNITS (argv[3], default 20) units at the
+#            bottom, unwinds and starts again: a deep stack that is torn
+#            down and rebuilt every 1-2 ms (bench/sample-cost --target).
 #   gil      two threads spin in spin_one and spin_two; only one holds the GIL
 #            at a time. With N (argv[2]) > 2, N - 1 threads spin in spin_two
 #            (named spinner-1 ...); without a GIL all N run at once.
@@ -90,6 +94,19 @@ def recurse(n, announce=True):
         deep_leaf(announce)
     else:
         recurse(n - 1, announce)
+
+
+def churn(n, units):
+    if n > 1:
+        return churn(n - 1, units)
+    for _ in range(units):
+        unit()
+
+
+def churn_loop(depth, units):
+    ready()
+    while time.time() - START < LIFETIME:
+        churn(depth, units)
 
 
 def spin_one():
@@ -201,6 +218,10 @@ def main():
             t.daemon = True
             t.start()
         recurse(depth)
+    elif mode == "churn":
+        depth = int(sys.argv[2]) if len(sys.argv) > 2 else 100
+        sys.setrecursionlimit(depth + 100)
+        churn_loop(depth, int(sys.argv[3]) if len(sys.argv) > 3 else 20)
     elif mode == "gil":
         gil(int(sys.argv[2]) if len(sys.argv) > 2 else 2)
     elif mode == "hash":
