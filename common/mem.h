@@ -41,6 +41,14 @@ struct spy_mem {
 	 * not print or allocate per call.
 	 */
 	int (*read)(void *ctx, spy_addr_t addr, void *dst, size_t len);
+	/*
+	 * Optional (NULL: none). The len bytes at addr where the backend
+	 * already holds them (a cache), without copying, or NULL when it does
+	 * not (then read). The bytes are the same a read would give, and stay
+	 * so only until the next call on this spy_mem: copy what must outlive
+	 * it. Never fetches, prints or allocates.
+	 */
+	const void *(*peek)(void *ctx, spy_addr_t addr, size_t len);
 	void *ctx;
 	/* The target's mappings, sorted by lo; may be empty (nmaps == 0). */
 	const struct spy_map *maps;
@@ -50,6 +58,11 @@ struct spy_mem {
 static inline int spy_mem_read(const struct spy_mem *m, spy_addr_t addr, void *dst, size_t len)
 {
 	return m->read(m->ctx, addr, dst, len);
+}
+
+static inline const void *spy_mem_peek(const struct spy_mem *m, spy_addr_t addr, size_t len)
+{
+	return m->peek ? m->peek(m->ctx, addr, len) : NULL;
 }
 
 /* Read one little-endian pointer-sized word. */

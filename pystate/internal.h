@@ -36,6 +36,11 @@
 /* Addresses one linked walk remembers (pyrt_seen): more than a stack's
  * SPY_MAX_PY_DEPTH frames or a list's SPY_MAX_THREADS thread states. */
 #define PYRT_SEEN_MAX 8192
+/* A walk's first PYRT_SEEN_SCAN addresses are kept in seen_log alone, with
+ * a PYRT_SEEN_BITS-bit filter in front: only a filter hit scans the log.
+ * Past that, the hash map holds them all (a walk's cost stays linear). */
+#define PYRT_SEEN_SCAN 256
+#define PYRT_SEEN_BITS 4096
 
 /* Largest fixed part of a struct we copy in one read (PyCodeObject,
  * _PyInterpreterFrame, the PyThreadState fields we use, PyFrameObject). */
@@ -105,8 +110,12 @@ struct pyrt {
 	uint64_t walks;             /* stacks walked so far: the memo's clock */
 	uint64_t memo_hits, memo_misses;
 
-	struct spy_hmap seen;       /* the current walk's addresses, see pyrt_seen() */
-	spy_addr_t seen_log[PYRT_SEEN_MAX]; /* the same, in the order seen */
+	/* The current walk's addresses, see pyrt_seen(): all in seen_log,
+	 * in the order seen; in seen (the map) too once seen_map is set. */
+	uint64_t seen_filter[PYRT_SEEN_BITS / 64];
+	struct spy_hmap seen;
+	bool seen_map;
+	spy_addr_t seen_log[PYRT_SEEN_MAX];
 	size_t seen_n;
 
 	/* Frame addresses of the last pyrt_stack(), parallel to its frames

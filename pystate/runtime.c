@@ -389,9 +389,18 @@ static int counted_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
 	return c->in->read(c->in->ctx, addr, dst, len);
 }
 
+static const void *counted_peek(void *ctx, spy_addr_t addr, size_t len)
+{
+	struct pyrt_counted *c = ctx;
+	c->reads++;
+	return spy_mem_peek(c->in, addr, len);
+}
+
 void pyrt_count_begin(struct pyrt *rt, struct pyrt_counted *c)
 {
-	*c = (struct pyrt_counted){ { counted_read, c, rt->mem->maps, rt->mem->nmaps }, rt->mem, 0 };
+	*c = (struct pyrt_counted){ { .read = counted_read, .peek = counted_peek, .ctx = c,
+				      .maps = rt->mem->maps, .nmaps = rt->mem->nmaps },
+				    rt->mem, 0 };
 	rt->mem = &c->m;
 }
 

@@ -13,9 +13,9 @@
  *       tagged _PyStackRef, and a free-threaded build runs each thread's
  *       own copy of the bytecode (co_tlbc->entries[tlbc_index]).
  *
- * Each frame is copied in one read into a local buffer and decoded from that
- * copy: under a non-stopping sampler separate reads could straddle two
- * different frames. A frame whose copy equals the one it was last decoded
+ * Each frame is decoded from one copy of it, made by one read (into a local
+ * buffer, or the reader's cache that one fetch filled): under a
+ * non-stopping sampler separate reads could straddle two different frames. A frame whose copy equals the one it was last decoded
  * from is not decoded again (the frame memo, internal.h): a steady-state
  * sample of a deep stack reads no code object for most of its frames. A walk that meets unreadable memory, a bad pointer, a
  * cycle or the depth bound keeps the frames it has, marks the stack (and its
@@ -35,27 +35,58 @@ _Static_assert(PYRT_SEEN_MAX > SPY_MAX_PY_DEPTH && PYRT_SEEN_MAX > SPY_MAX_THREA
 
 void pyrt_seen_reset(struct pyrt *rt)
 {
-	/* Clearing costs the table's size, which the deepest walk so far
-	 * set; deleting what this walk added costs what adding it did. The
-	 * cheaper of the two, so a walk is never slower for a deep one before. */
-	if (spy_hmap_bytes(&rt->seen) <= 64 * rt->seen_n) {
-		spy_hmap_clear(&rt->seen);
-	} else {
-		for (size_t i = 0; i < rt->seen_n; i++) {
-			spy_hmap_del(&rt->seen, rt->seen_log[i]);
+	memset(rt->seen_filter, 0, sizeof(rt->seen_filter));
+	if (rt->seen_map) {
+		/* Clearing costs the table's size, which the deepest walk so
+		 * far set; deleting what this walk added costs what adding it
+		 * did. The cheaper of the two. */
+		if (spy_hmap_bytes(&rt->seen) <= 64 * rt->seen_n) {
+			spy_hmap_clear(&rt->seen);
+		} else {
+			for (size_t i = 0; i < rt->seen_n; i++) {
+				spy_hmap_del(&rt->seen, rt->seen_log[i]);
+			}
 		}
+		rt->seen_map = false;
 	}
 	rt->seen_n = 0;
 }
 
+/*
+ * Called for every frame of every sample: a deep stack's walk spent more
+ * in a hash map here than in decoding its frames. Most walks are shorter
+ * than PYRT_SEEN_SCAN, where a bit per address (Fibonacci hashing) answers
+ * "new" at once and only a collision, one in 16 at worst, scans the log.
+ */
 bool pyrt_seen(struct pyrt *rt, spy_addr_t addr)
 {
 	if (rt->seen_n == PYRT_SEEN_MAX) {
 		return true; /* cannot happen under the callers' caps; treat as a loop */
 	}
-	if (!spy_hmap_put(&rt->seen, addr, 0)) {
-		return true;
+	_Static_assert(PYRT_SEEN_BITS == 1u << 12, "the hash below keeps 12 bits");
+	uint64_t h = (addr * 0x9e3779b97f4a7c15ull) >> 52, bit = 1ull << (h & 63);
+	uint64_t *word = &rt->seen_filter[h >> 6];
+	if (rt->seen_map) {
+		if (!spy_hmap_put(&rt->seen, addr, 0)) {
+			return true;
+		}
+	} else {
+		if (*word & bit) {
+			for (size_t i = 0; i < rt->seen_n; i++) {
+				if (rt->seen_log[i] == addr) {
+					return true;
+				}
+			}
+		}
+		if (rt->seen_n == PYRT_SEEN_SCAN) {
+			for (size_t i = 0; i < rt->seen_n; i++) {
+				spy_hmap_put(&rt->seen, rt->seen_log[i], 0);
+			}
+			spy_hmap_put(&rt->seen, addr, 0);
+			rt->seen_map = true;
+		}
 	}
+	*word |= bit;
 	rt->seen_log[rt->seen_n++] = addr;
 	return false;
 }
@@ -339,26 +370,36 @@ static int tlbc_start(struct pyrt *rt, spy_addr_t arr, int32_t index, spy_addr_t
 #define FRAME_PAGE 4096u
 
 struct frame_win {
-	spy_addr_t lo, hi;                 /* [lo, hi) is in buf; lo == hi: empty */
+	spy_addr_t lo, hi;                 /* [lo, hi) is at p; lo == hi: empty */
+	const unsigned char *p;            /* buf, or the reader's cache (peeked) */
+	bool peeked;                       /* p is valid until the next read only */
 	unsigned char buf[FRAME_WIN];
 };
 
-/* frame_span bytes of frame f: in w, or read into fbuf; NULL if unreadable. */
+/*
+ * frame_span bytes of frame f, NULL if unreadable. Frames lie below one
+ * another, so the FRAME_WIN bytes that end with f's (within its page) are
+ * taken at once and the next frames are found there: in the reader's cache
+ * when it holds them (no copy, no lookup per frame), else read into w.
+ */
 static const unsigned char *read_frame(struct pyrt *rt, struct frame_win *w, spy_addr_t f,
 				       unsigned char *fbuf)
 {
 	size_t span = rt->frame_span;
 	if (f >= w->lo && f < w->hi && w->hi - f >= span) {
-		return w->buf + (f - w->lo);
+		return w->p + (f - w->lo);
 	}
 	if (f <= UINT64_MAX - span && span <= FRAME_WIN) {
 		spy_addr_t end = f + span, page = f & ~(spy_addr_t)(FRAME_PAGE - 1);
 		if (((end - 1) & ~(spy_addr_t)(FRAME_PAGE - 1)) == page) {
 			spy_addr_t lo = end - page > FRAME_WIN ? end - FRAME_WIN : page;
-			if (spy_mem_read(rt->mem, lo, w->buf, (size_t)(end - lo)) == 0) {
+			const unsigned char *held = spy_mem_peek(rt->mem, lo, (size_t)(end - lo));
+			if (held || spy_mem_read(rt->mem, lo, w->buf, (size_t)(end - lo)) == 0) {
 				w->lo = lo;
 				w->hi = end;
-				return w->buf + (f - lo);
+				w->p = held ? held : w->buf;
+				w->peeked = held != NULL;
+				return w->p + (f - lo);
 			}
 			w->lo = w->hi = 0;
 		}
@@ -370,7 +411,7 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 {
 	const struct pyoffsets *o = &rt->off;
 	unsigned char fbuf[PYRT_MAX_SPAN], cbuf[PYRT_MAX_SPAN];
-	struct frame_win win = { 0, 0, { 0 } };
+	struct frame_win win = { .lo = 0 };
 	spy_addr_t f;
 	bool exec_any = o->frame_model == PYFRAME_IFRAME_EXEC;
 
@@ -418,6 +459,16 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 			}
 			f = prev;
 			continue;
+		}
+		if (win.peeked) {
+			/* What follows reads more, which the reader's cache may not
+			 * outlive: keep this frame, drop the window. */
+			if (fb != fbuf) {
+				memcpy(fbuf, fb, rt->frame_span);
+				fb = fbuf;
+			}
+			win.lo = win.hi = 0;
+			win.peeked = false;
 		}
 		spy_addr_t code = pyrt_ref(o, pyrt_u64(fb, o->iframe_code));
 		struct pycode *c;

@@ -212,6 +212,8 @@ pid_t procfs_tracer_pid(int dirfd, pid_t tid);
 void memcache_init(struct proc *p);
 void memcache_free(struct proc *p);
 int memcache_read(void *ctx, spy_addr_t addr, void *dst, size_t len);
+/* The spy_mem peek: bytes within one line this view holds, counted used as a read is. */
+const void *memcache_peek(void *ctx, spy_addr_t addr, size_t len);
 void memcache_view(struct proc *p, bool on);
 /*
  * A new view for thread tid held alone: it fetches ahead what the view of

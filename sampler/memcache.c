@@ -356,6 +356,24 @@ static int read_exact(struct proc *p, spy_addr_t addr, void *dst, size_t len)
 	return p->raw_read(p, addr, dst, len);
 }
 
+const void *memcache_peek(void *ctx, spy_addr_t addr, size_t len)
+{
+	struct proc *p = ctx;
+	struct memcache *c = &p->mc;
+	size_t off = (size_t)(addr % MEMCACHE_LINE);
+	if (!c->on || !c->data || len == 0 || len > MEMCACHE_LINE - off) {
+		return NULL;
+	}
+	ptrdiff_t slot = find_bytes(c, addr / MEMCACHE_LINE, off, off + len);
+	if (slot < 0) {
+		return NULL;
+	}
+	c->stats.reads++;
+	c->stats.hits++;
+	mark_used(c, (size_t)slot, off, off + len);
+	return c->data[slot] + off;
+}
+
 int memcache_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
 {
 	struct proc *p = ctx;

@@ -362,6 +362,7 @@ int proc_open(struct proc **out, pid_t pid, struct spy_err *err)
 	p->iofd = -1;
 	p->raw_read = mem_read_vm;
 	p->mem.read = memcache_read;
+	p->mem.peek = memcache_peek;
 	p->mem.ctx = p;
 	memcache_init(p);
 

@@ -161,7 +161,7 @@ static void test_mem(void)
 		{ .lo = 0x2000, .hi = 0x3000, .perms = SPY_MAP_R | SPY_MAP_W, .path = "" },
 		{ .lo = 0x5000, .hi = 0x6000, .perms = 0, .path = "guard" },
 	};
-	struct spy_mem m = { fake_read, NULL, maps, 3 };
+	struct spy_mem m = { .read = fake_read, .maps = maps, .nmaps = 3 };
 	CHECK(spy_mem_find_map(&m, 0x1000) == &maps[0]);
 	CHECK(spy_mem_find_map(&m, 0x2fff) == &maps[1]);
 	CHECK(spy_mem_find_map(&m, 0x3000) == NULL);

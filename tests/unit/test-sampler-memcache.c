@@ -39,6 +39,7 @@
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/util.h"
+#include "sampler/internal.h"
 #include "sampler/sampler.h"
 #include "tests/lib/check.h"
 #include "tests/lib/ptrace-helpers.h"
@@ -193,6 +194,37 @@ static void test_repeated_hits(struct proc *p)
 	CHECK_INT(b.hits - a.hits, 99);
 	CHECK_INT(b.syscalls - a.syscalls, 1);
 	CHECK(b.hits > a.hits);
+}
+
+/*
+ * spy_mem_peek: only bytes the view already holds, within one line, with
+ * the same content a read gives and counted as a hit; never a fetch.
+ */
+static void test_peek(struct child *c, struct proc *p)
+{
+	struct proc_mem_stats a, b;
+	const struct spy_mem *m = proc_mem(p);
+	spy_addr_t at = (spy_addr_t)(uintptr_t)region + MEMCACHE_LINE + 64;
+	proc_mem_uncached(p);
+	CHECK(spy_mem_peek(m, at, 64) == NULL); /* no view: nothing held */
+	proc_mem_invalidate(p);
+	proc_mem_stats(p, &a);
+	CHECK(spy_mem_peek(m, at, 64) == NULL); /* not fetched yet, and not fetched by a peek */
+	proc_mem_stats(p, &b);
+	CHECK_INT(b.syscalls - a.syscalls, 0);
+	CHECK(read_matches(p, region + MEMCACHE_LINE + 64, 8));
+	proc_mem_stats(p, &a);
+	const uint8_t *got = spy_mem_peek(m, at, 256);
+	CHECK(got != NULL && !memcmp(got, region + MEMCACHE_LINE + 64, 256));
+	proc_mem_stats(p, &b);
+	CHECK_INT(b.hits - a.hits, 1);
+	CHECK_INT(b.syscalls - a.syscalls, 0);
+	/* Across the line's end: a read's job. */
+	CHECK(spy_mem_peek(m, at + MEMCACHE_LINE - 128, 256) == NULL);
+	/* The view holds what it fetched even if the target moves on. */
+	CHECK(child_set(c, 30));
+	proc_mem_invalidate(p);
+	CHECK(spy_mem_peek(m, at, 64) == NULL);
 }
 
 /*
@@ -478,6 +510,7 @@ static void test_reads(struct child *c, struct proc *p)
 	test_trim(p);
 	test_boundaries(p);
 	test_guard(p);
+	test_peek(c, p);
 }
 
 /* The same reads through /proc/PID/mem, in a helper where process_vm_readv is refused. */

@@ -126,7 +126,7 @@ static void test_maps_sorting(void)
 		CHECK_STR(r.maps[2].path, "/three");
 		CHECK(r.maps[3].lo == 0x5000);
 		CHECK_STR(r.maps[3].path, "/five");
-		struct spy_mem m = { NULL, NULL, r.maps, r.n };
+		struct spy_mem m = { .read = NULL, .maps = r.maps, .nmaps = r.n };
 		CHECK(spy_mem_find_map(&m, 0x2fff) == &r.maps[1]);
 		CHECK(spy_mem_find_map(&m, 0x4000) == NULL);
 	}
@@ -262,7 +262,7 @@ static void test_maps_self(void)
 		CHECK(r.maps[i - 1].hi <= r.maps[i].lo);
 	}
 	/* This very function lives in an executable mapping of this binary. */
-	struct spy_mem m = { NULL, NULL, r.maps, r.n };
+	struct spy_mem m = { .read = NULL, .maps = r.maps, .nmaps = r.n };
 	const struct spy_map *mp = spy_mem_find_map(&m, (spy_addr_t)(uintptr_t)&test_maps_self);
 	CHECK(mp != NULL);
 	if (mp) {

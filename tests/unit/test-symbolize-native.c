@@ -315,7 +315,7 @@ static void test_resolve_self(void)
 	size_t nmaps = 0;
 	char *paths = NULL;
 	CHECK(proc_parse_maps(text, len, &maps, &nmaps, &paths, NULL) >= 0);
-	struct spy_mem mem = { self_read, NULL, maps, nmaps };
+	struct spy_mem mem = { .read = self_read, .maps = maps, .nmaps = nmaps };
 
 	struct sym_native *s = sym_native_new(getpid(), &strs);
 	struct spy_stack out = SPY_STACK_INIT;
@@ -371,7 +371,7 @@ static void test_resolve_jit(void)
 		{ 0x10000, 0x20000, 0, SPY_MAP_R | SPY_MAP_X | SPY_MAP_P, 0, 0, "" },
 		{ 0x20000, 0x30000, 0, SPY_MAP_R | SPY_MAP_W | SPY_MAP_P, 0, 0, "" },
 	};
-	struct spy_mem mem = { self_read, NULL, maps, 2 };
+	struct spy_mem mem = { .read = self_read, .maps = maps, .nmaps = 2 };
 	struct sym_native *s = sym_native_new(getpid(), &strs);
 	struct spy_stack out = SPY_STACK_INIT;
 	spy_addr_t pcs[2] = { 0x10010, 0x20010 };
@@ -392,7 +392,7 @@ static void test_unwind_fails(void)
 {
 	struct sym_unwinder *u = NULL;
 	CHECK_INT(sym_unwinder_new(&u, NULL), 0);
-	struct spy_mem mem = { self_read, NULL, NULL, 0 };
+	struct spy_mem mem = { .read = self_read, .maps = NULL, .nmaps = 0 };
 	spy_addr_t pcs[8], sps[8];
 	size_t n = 99;
 	CHECK_INT(sym_unwind(u, &mem, 0, NULL, 0, pcs, sps, 8, &n), -SPY_EMEM);
