@@ -56,6 +56,7 @@ struct fg_profile *fg_profile_new(struct spy_strtab *strtab, unsigned flags)
 	p->max_stacks = FG_MAX_STACKS;
 	p->max_read = FG_MAX_READ_BYTES;
 	p->last_stack = FG_NONE;
+	p->same_stack = FG_NONE;
 	return p;
 }
 
@@ -188,6 +189,7 @@ int fg_profile_add(struct fg_profile *p, const struct spy_stack *s, uint64_t cou
 	}
 	SPY_GROW(p->ids, p->ids_alloc, n);
 	SPY_GROW(p->last, p->last_alloc, n);
+	bool same = n == p->nlast;
 	for (size_t k = 0; k < n; k++) {
 		const struct spy_frame *f = &s->v[s->n - 1 - k];
 		struct fg_frame *l = &p->last[k];
@@ -195,11 +197,20 @@ int fg_profile_add(struct fg_profile *p, const struct spy_stack *s, uint64_t cou
 		    l->kind == f->kind) {
 			continue; /* ids[k] is still this frame's */
 		}
+		same = false;
 		*l = (struct fg_frame){ f->func, f->file, f->line, f->kind };
 		p->ids[k] = fg_intern_frame(p, f->func, f->file, f->line, f->kind);
 	}
 	p->nlast = n;
-	return fg_add_path(p, p->ids, n, count);
+	if (same && p->same_stack != FG_NONE && count <= FG_MAX_TOTAL - p->samples) {
+		p->stacks[p->same_stack].count += count;
+		p->samples += count;
+		p->last_stack = p->same_stack;
+		return 0;
+	}
+	int rc = fg_add_path(p, p->ids, n, count);
+	p->same_stack = p->last_stack;
+	return rc;
 }
 
 void fg_profile_stats(const struct fg_profile *p, struct fg_stats *st)

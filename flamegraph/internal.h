@@ -625,6 +625,10 @@ struct fg_profile {
 	/* Index of the stack the last add counted, FG_NONE if it counted none
 	 * (fg_profile_last_stack, for the time windows of slices.c). */
 	uint32_t last_stack;
+	/* The stack the last fg_profile_add counted, FG_NONE if none: while
+	 * ids and last stay as they were, the same path is that stack, with
+	 * no hash or compare of its ids. */
+	uint32_t same_stack;
 };
 
 /*

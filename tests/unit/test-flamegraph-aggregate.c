@@ -542,8 +542,38 @@ static void test_last_stack(void)
 	fg_profile_free(p);
 }
 
+/* The same stack added again and again counts on the one entry, also
+ * across a path added by id in between (which leaves the frame cache). */
+static void test_same_stack(void)
+{
+	struct fg_profile *p = fg_profile_new(NULL, 0);
+	struct spy_stack s = SPY_STACK_INIT;
+	add(p, &s, "main@app.py:1|f@app.py:5", 1);
+	uint32_t a = fg_profile_last_stack(p);
+	CHECK(fg_profile_add(p, &s, 1) == 0 && fg_profile_last_stack(p) == a);
+	CHECK(fg_profile_add(p, &s, 2) == 0 && fg_profile_last_stack(p) == a);
+	uint32_t ids[1] = { fg_intern_frame(p, spy_strtab_interns(fg_profile_strtab(p), "other"), NULL, 0,
+					   SPY_FRAME_PYTHON) };
+	CHECK_INT(fg_add_path(p, ids, 1, 1), 0);
+	CHECK(fg_profile_last_stack(p) != a);
+	CHECK(fg_profile_add(p, &s, 1) == 0 && fg_profile_last_stack(p) == a);
+	add(p, &s, "main@app.py:1|f@app.py:6", 1);
+	CHECK(fg_profile_last_stack(p) != a);
+	add(p, &s, "main@app.py:1|f@app.py:5", 1);
+	CHECK(fg_profile_last_stack(p) == a);
+	char *text = folded(p);
+	CHECK_STR(text,
+		  "main (app.py:1);f (app.py:5) 6\n"
+		  "main (app.py:1);f (app.py:6) 1\n"
+		  "other () 1\n");
+	free(text);
+	spy_stack_release(&s);
+	fg_profile_free(p);
+}
+
 int main(void)
 {
+	test_same_stack();
 	test_counts();
 	test_function_mode();
 	test_recursion_and_synthetic();
