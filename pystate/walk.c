@@ -15,11 +15,13 @@
  *
  * Each frame is decoded from one copy of it, made by one read (into a local
  * buffer, or the reader's cache that one fetch filled): under a
- * non-stopping sampler separate reads could straddle two different frames. A frame whose copy equals the one it was last decoded
- * from is not decoded again (the frame memo, internal.h): a steady-state
- * sample of a deep stack reads no code object for most of its frames. A walk that meets unreadable memory, a bad pointer, a
- * cycle or the depth bound keeps the frames it has, marks the stack (and its
- * last frame) truncated, and returns 0: a partial stack is a normal sample.
+ * non-stopping sampler separate reads could straddle two different frames.
+ * A frame whose copy equals the one it was last decoded from is not decoded
+ * again (the frame memo, internal.h): a steady-state sample of a deep stack
+ * reads no code object for most of its frames. A walk that meets
+ * unreadable memory, a bad pointer, a cycle or the depth bound keeps the
+ * frames it has, marks the stack (and its last frame) truncated, and
+ * returns 0: a partial stack is a normal sample.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -404,6 +406,9 @@ static const unsigned char *read_frame(struct pyrt *rt, struct frame_win *w, spy
 			w->lo = w->hi = 0;
 		}
 	}
+	/* A read may refill the cache line a peeked window lies in. */
+	w->lo = w->hi = 0;
+	w->peeked = false;
 	return spy_mem_read(rt->mem, f, fbuf, span) == 0 ? fbuf : NULL;
 }
 
