@@ -416,7 +416,10 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 {
 	const struct pyoffsets *o = &rt->off;
 	unsigned char fbuf[PYRT_MAX_SPAN], cbuf[PYRT_MAX_SPAN];
-	struct frame_win win = { .lo = 0 };
+	struct frame_win win; /* buf is filled before it is read: not cleared per walk */
+	win.lo = win.hi = 0;
+	win.p = NULL;
+	win.peeked = false;
 	spy_addr_t f;
 	bool exec_any = o->frame_model == PYFRAME_IFRAME_EXEC;
 

@@ -356,22 +356,29 @@ static int read_exact(struct proc *p, spy_addr_t addr, void *dst, size_t len)
 	return p->raw_read(p, addr, dst, len);
 }
 
-const void *memcache_peek(void *ctx, spy_addr_t addr, size_t len)
+/* Bytes [addr, addr + len) of one line, if this view holds them: counted a hit, and used. */
+static const uint8_t *held_bytes(struct memcache *c, spy_addr_t addr, size_t len)
 {
-	struct proc *p = ctx;
-	struct memcache *c = &p->mc;
 	size_t off = (size_t)(addr % MEMCACHE_LINE);
-	if (!c->on || !c->data || len == 0 || len > MEMCACHE_LINE - off) {
-		return NULL;
-	}
 	ptrdiff_t slot = find_bytes(c, addr / MEMCACHE_LINE, off, off + len);
 	if (slot < 0) {
 		return NULL;
 	}
-	c->stats.reads++;
 	c->stats.hits++;
 	mark_used(c, (size_t)slot, off, off + len);
 	return c->data[slot] + off;
+}
+
+const void *memcache_peek(void *ctx, spy_addr_t addr, size_t len)
+{
+	struct proc *p = ctx;
+	struct memcache *c = &p->mc;
+	if (!c->on || !c->data || len == 0 || len > MEMCACHE_LINE - addr % MEMCACHE_LINE) {
+		return NULL;
+	}
+	const uint8_t *b = held_bytes(c, addr, len);
+	c->stats.reads += b != NULL;
+	return b;
 }
 
 int memcache_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
@@ -391,12 +398,9 @@ int memcache_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
 	if (first == last) {
 		/* Most reads (a frame, a code object's header) sit in one line:
 		 * one lookup, one copy. */
-		size_t off = (size_t)(addr % MEMCACHE_LINE);
-		ptrdiff_t slot = find_bytes(c, first, off, off + len);
-		if (slot >= 0) {
-			c->stats.hits++;
-			mark_used(c, (size_t)slot, off, off + len);
-			memcpy(dst, c->data[slot] + off, len);
+		const uint8_t *b = held_bytes(c, addr, len);
+		if (b) {
+			memcpy(dst, b, len);
 			return 0;
 		}
 	}
