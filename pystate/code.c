@@ -40,6 +40,7 @@ void pycode_cache_release(struct pyrt *rt)
 {
 	/* Decoded frames point into what the cache decoded: they go with it. */
 	pyframe_memo_release(rt);
+	pysplice_release(rt);
 	if (!rt->cache) {
 		return;
 	}

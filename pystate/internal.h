@@ -42,6 +42,36 @@
 #define PYRT_SEEN_SCAN 256
 #define PYRT_SEEN_BITS 4096
 
+/* The threads' last walks a pyrt keeps (splice.c), and the most bytes one spans. */
+#define PYSPLICE_THREADS 4
+#define PYSPLICE_MAX_BYTES (64u * 1024u)
+#define PYSPLICE_SHIM_SPAN 128u
+/*
+ * A shim a walk passed (3.12+: the entry frame of an eval-loop call, on the
+ * C stack, outside the data stack's bytes): its bytes as decoded, and how
+ * many frames of the run were pushed before it.
+ */
+struct pysplice_shim {
+	spy_addr_t addr;
+	size_t idx;
+	bool anchor;              /* it began a group (pyrt_stack_anchors) */
+	unsigned char bytes[PYSPLICE_SHIM_SPAN];
+};
+/* One thread's last walk: the frames of its bottom run, and the bytes they lie in. */
+struct pysplice_rec {
+	spy_addr_t tstate;        /* 0: empty */
+	uint64_t stamp;           /* rt->walks when its oldest frame was decoded (the memo's clock) */
+	uint64_t used;            /* rt->walks when last walked, for replacement */
+	spy_addr_t lo, hi;        /* the bytes [lo, hi) are snap */
+	unsigned char *snap;
+	size_t snap_alloc;
+	spy_addr_t *addr;         /* the frames pushed, innermost first, and where they are */
+	struct spy_frame *fr;
+	size_t n, addr_alloc, fr_alloc;
+	struct pysplice_shim *shims;
+	size_t nshims, shims_alloc;
+};
+
 /* Largest fixed part of a struct we copy in one read (PyCodeObject,
  * _PyInterpreterFrame, the PyThreadState fields we use, PyFrameObject). */
 #define PYRT_MAX_SPAN 0x400
@@ -109,14 +139,20 @@ struct pyrt {
 	size_t memo_stride;
 	uint64_t walks;             /* stacks walked so far: the memo's clock */
 	uint64_t memo_hits, memo_misses;
+	/* The threads' last walks (splice.c). */
+	struct pysplice_rec splice[PYSPLICE_THREADS];
+	struct pysplice_shim *splice_shims; /* the shims of the walk under way */
+	size_t splice_shims_alloc;
+	uint64_t splice_hits;
 
 	/* The current walk's addresses, see pyrt_seen(): all in seen_log,
-	 * in the order seen; in seen (the map) too once seen_map is set. */
+	 * in the order seen; the first seen_indexed of them in the filter, or
+	 * in seen (the map) once seen_map is set. */
 	uint64_t seen_filter[PYRT_SEEN_BITS / 64];
 	struct spy_hmap seen;
 	bool seen_map;
 	spy_addr_t seen_log[PYRT_SEEN_MAX];
-	size_t seen_n;
+	size_t seen_n, seen_indexed;
 
 	/* Frame addresses of the last pyrt_stack(), parallel to its frames
 	 * (at most SPY_MAX_PY_DEPTH), for locals; kept from the first on. */
@@ -300,6 +336,35 @@ void pyrt_read_value(struct pyrt *rt, spy_addr_t obj, struct py_value *v);
 #define PYFRAME_MEMO_TTL 64
 void pyframe_memo_release(struct pyrt *rt);
 int pyrt_walk_frameobj(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out);
+
+/* splice.c: the bottom of a 3.11+ stack copied from the thread's last walk (struct pysplice_rec above). */
+/* One walk's part: begin, then per frame try and visit (and pushed), then end. */
+struct pysplice {
+	bool off;                 /* no splice and no record for this walk */
+	struct pysplice_rec *rec; /* the thread's, if any */
+	spy_addr_t tstate;
+	size_t same;              /* bytes of rec from its lo up that are unchanged */
+	spy_addr_t at;            /* the frame to splice at (0: none), rec->addr[at_i] */
+	size_t at_i;
+	bool spliced;
+	spy_addr_t prev;          /* the last frame visited */
+	size_t run_out;           /* out->n where the bottom run began */
+	size_t run_frames;        /* rt->nframes then */
+	size_t nshims, run_shims; /* rt->splice_shims so far, and where the run's begin */
+	spy_addr_t run_hi;        /* its first frame */
+	bool clean;               /* every frame of the run from a peek */
+	uint64_t oldest;          /* the oldest decode the run reuses (a memo entry's stamp) */
+};
+void pysplice_begin(struct pyrt *rt, spy_addr_t tstate, struct pysplice *s);
+/* At frame f, before reading it: true when the rest of the stack was copied into out. */
+bool pysplice_try(struct pyrt *rt, struct pysplice *s, spy_addr_t f, struct spy_stack *out);
+/* Frame f was read (from the reader's cache: peeked) with out_n frames pushed before it. */
+void pysplice_visit(struct pyrt *rt, struct pysplice *s, spy_addr_t f, size_t out_n, bool peeked);
+/* Frame f, read as fb, was a shim; anchor: it began a group. */
+void pysplice_shim(struct pyrt *rt, struct pysplice *s, spy_addr_t f, const unsigned char *fb,
+		   size_t out_n, bool anchor);
+void pysplice_end(struct pyrt *rt, struct pysplice *s, const struct spy_stack *out);
+void pysplice_release(struct pyrt *rt);
 int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out);
 spy_addr_t pyrt_gil_tstate_current(struct pyrt *rt, spy_addr_t interp);
 spy_addr_t pyrt_gil_runtime(struct pyrt *rt, spy_addr_t interp);
@@ -345,6 +410,14 @@ static inline uint32_t pyrt_u32(const unsigned char *buf, uint32_t off)
 void pyrt_seen_reset(struct pyrt *rt);
 /* true when addr was already seen on this walk; otherwise remember it. */
 bool pyrt_seen(struct pyrt *rt, spy_addr_t addr);
+/* Remember addr without asking: the caller knows it is new (a frame below
+ * every one its walk met). Indexed by the next pyrt_seen. */
+static inline void pyrt_seen_note(struct pyrt *rt, spy_addr_t addr)
+{
+	if (rt->seen_n < PYRT_SEEN_MAX) {
+		rt->seen_log[rt->seen_n++] = addr;
+	}
+}
 
 /*
  * Counting the remote reads of a piece of work, for its budget (namescan.c,

@@ -415,8 +415,9 @@ void pyrt_free(struct pyrt *rt)
 		return;
 	}
 	if (rt->walks) {
-		spy_log(SPY_LOG_DEBUG, "pystate: %llu stacks walked; frames memoized %llu, decoded %llu; code objects cached %llu, read %llu",
-			(unsigned long long)rt->walks, (unsigned long long)rt->memo_hits,
+		spy_log(SPY_LOG_DEBUG, "pystate: %llu stacks walked, %llu spliced; frames memoized %llu, decoded %llu; code objects cached %llu, read %llu",
+			(unsigned long long)rt->walks, (unsigned long long)rt->splice_hits,
+			(unsigned long long)rt->memo_hits,
 			(unsigned long long)rt->memo_misses, (unsigned long long)rt->cache_hits,
 			(unsigned long long)rt->cache_misses);
 	}
@@ -427,6 +428,7 @@ void pyrt_free(struct pyrt *rt)
 	free(rt->tmp);
 	free(rt->frames);
 	free(rt->anchors);
+	free(rt->splice_shims);
 	spy_hmap_release(&rt->seen);
 	free(rt);
 }

@@ -45,51 +45,74 @@ void pyrt_seen_reset(struct pyrt *rt)
 		if (spy_hmap_bytes(&rt->seen) <= 64 * rt->seen_n) {
 			spy_hmap_clear(&rt->seen);
 		} else {
-			for (size_t i = 0; i < rt->seen_n; i++) {
+			for (size_t i = 0; i < rt->seen_indexed; i++) {
 				spy_hmap_del(&rt->seen, rt->seen_log[i]);
 			}
 		}
 		rt->seen_map = false;
 	}
 	rt->seen_n = 0;
+	rt->seen_indexed = 0;
+}
+
+static uint64_t seen_hash(spy_addr_t addr)
+{
+	_Static_assert(PYRT_SEEN_BITS == 1u << 12, "the hash below keeps 12 bits");
+	return (addr * 0x9e3779b97f4a7c15ull) >> 52;
+}
+
+/* Index what pyrt_seen_note logged: the filter, or past PYRT_SEEN_SCAN the map. */
+static void seen_index(struct pyrt *rt)
+{
+	for (; rt->seen_indexed < rt->seen_n; rt->seen_indexed++) {
+		size_t i = rt->seen_indexed;
+		if (!rt->seen_map && i >= PYRT_SEEN_SCAN) {
+			for (size_t j = 0; j < i; j++) {
+				spy_hmap_put(&rt->seen, rt->seen_log[j], 0);
+			}
+			rt->seen_map = true;
+		}
+		if (rt->seen_map) {
+			spy_hmap_put(&rt->seen, rt->seen_log[i], 0);
+		} else {
+			uint64_t h = seen_hash(rt->seen_log[i]);
+			rt->seen_filter[h >> 6] |= 1ull << (h & 63);
+		}
+	}
 }
 
 /*
- * Called for every frame of every sample: a deep stack's walk spent more
- * in a hash map here than in decoding its frames. Most walks are shorter
- * than PYRT_SEEN_SCAN, where a bit per address (Fibonacci hashing) answers
- * "new" at once and only a collision, one in 16 at worst, scans the log.
+ * Called for every frame of a walk that is not known new: a deep stack's
+ * walk spent more in a hash map here than in decoding its frames. Most
+ * walks are shorter than PYRT_SEEN_SCAN, where a bit per address
+ * (Fibonacci hashing) answers "new" at once and only a collision, one in
+ * 16 at worst, scans the log.
  */
 bool pyrt_seen(struct pyrt *rt, spy_addr_t addr)
 {
 	if (rt->seen_n == PYRT_SEEN_MAX) {
 		return true; /* cannot happen under the callers' caps; treat as a loop */
 	}
-	_Static_assert(PYRT_SEEN_BITS == 1u << 12, "the hash below keeps 12 bits");
-	uint64_t h = (addr * 0x9e3779b97f4a7c15ull) >> 52, bit = 1ull << (h & 63);
-	uint64_t *word = &rt->seen_filter[h >> 6];
+	seen_index(rt);
 	if (rt->seen_map) {
+		/* Asks and adds in one probe. */
 		if (!spy_hmap_put(&rt->seen, addr, 0)) {
 			return true;
 		}
-	} else {
-		if (*word & bit) {
-			for (size_t i = 0; i < rt->seen_n; i++) {
-				if (rt->seen_log[i] == addr) {
-					return true;
-				}
+		rt->seen_log[rt->seen_n++] = addr;
+		rt->seen_indexed = rt->seen_n;
+		return false;
+	}
+	uint64_t h = seen_hash(addr);
+	if (rt->seen_filter[h >> 6] & (1ull << (h & 63))) {
+		for (size_t i = 0; i < rt->seen_n; i++) {
+			if (rt->seen_log[i] == addr) {
+				return true;
 			}
-		}
-		if (rt->seen_n == PYRT_SEEN_SCAN) {
-			for (size_t i = 0; i < rt->seen_n; i++) {
-				spy_hmap_put(&rt->seen, rt->seen_log[i], 0);
-			}
-			spy_hmap_put(&rt->seen, addr, 0);
-			rt->seen_map = true;
 		}
 	}
-	*word |= bit;
 	rt->seen_log[rt->seen_n++] = addr;
+	seen_index(rt);
 	return false;
 }
 
@@ -134,10 +157,7 @@ static struct spy_frame *push(struct pyrt *rt, spy_addr_t frame, struct spy_stac
 struct pyframe_memo {
 	spy_addr_t addr;
 	uint64_t stamp;           /* rt->walks when decoded */
-	const char *func, *file;  /* interned */
-	spy_addr_t code;          /* the code object, for spy_frame.addr */
-	uint32_t line;
-	uint8_t flags;
+	struct spy_frame fr;      /* what it pushed (strings interned) */
 	bool skip;                /* not a frame of its own (not code, not started) */
 };
 
@@ -208,12 +228,35 @@ static struct pyframe_memo *memo_slot(struct pyrt *rt, spy_addr_t f)
 	return pick;
 }
 
+/*
+ * memcmp(a, b, n) == 0 for n >= 8 (a span is a field's offset plus 8),
+ * inline: it runs for every frame of every sample, on a few dozen bytes,
+ * where the call cost as much as the compare. Whole words, the last one
+ * overlapping the one before.
+ */
+static bool same_bytes(const unsigned char *a, const unsigned char *b, size_t n)
+{
+	uint64_t x, y, diff = 0;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		memcpy(&x, a + i, 8);
+		memcpy(&y, b + i, 8);
+		diff |= x ^ y;
+	}
+	if (i < n) {
+		memcpy(&x, a + n - 8, 8);
+		memcpy(&y, b + n - 8, 8);
+		diff |= x ^ y;
+	}
+	return diff == 0;
+}
+
 /* Still the frame memoized, byte for byte, and young enough to trust? */
 static bool memo_hit(struct pyrt *rt, const struct pyframe_memo *m, spy_addr_t f,
 		     const unsigned char *fbuf)
 {
 	if (!m || m->addr != f || rt->walks - m->stamp >= PYFRAME_MEMO_TTL ||
-	    memcmp(m + 1, fbuf, rt->frame_span) != 0) {
+	    !same_bytes((const unsigned char *)(m + 1), fbuf, rt->frame_span)) {
 		rt->memo_misses++;
 		return false;
 	}
@@ -231,11 +274,7 @@ static void memo_store(struct pyrt *rt, struct pyframe_memo *m, spy_addr_t f,
 	m->stamp = rt->walks;
 	m->skip = fr == NULL;
 	if (fr) {
-		m->func = fr->func;
-		m->file = fr->file;
-		m->code = fr->addr;
-		m->line = fr->line;
-		m->flags = fr->flags;
+		m->fr = *fr;
 	}
 	memcpy(m + 1, fbuf, rt->frame_span);
 }
@@ -246,13 +285,12 @@ static void push_memo(struct pyrt *rt, spy_addr_t frame, struct spy_stack *out,
 	if (rt->keep_frames) {
 		note_addr(&rt->frames, &rt->nframes, &rt->frames_alloc, frame);
 	}
-	struct spy_frame *f = spy_stack_push(out);
-	f->func = m->func;
-	f->file = m->file;
-	f->line = m->line;
-	f->kind = SPY_FRAME_PYTHON;
-	f->flags = m->flags;
-	f->addr = m->code;
+	/* The steady state's push: a copy into room the stack already has. */
+	if (out->n < out->alloc) {
+		out->v[out->n++] = m->fr;
+	} else {
+		*spy_stack_push(out) = m->fr;
+	}
 }
 
 /*
@@ -363,47 +401,64 @@ static int tlbc_start(struct pyrt *rt, spy_addr_t arr, int32_t index, spy_addr_t
 
 /*
  * 3.11+ frames of one thread sit next to each other in its data stack, each
- * below the one it called: one copy of the bytes up to a frame's end holds
- * the frames the walk meets next. Each frame is still decoded from a single
- * copy. A frame crossing a page, or a window that cannot be read, is read
- * on its own.
+ * below the one it called: one copy of the bytes of a frame's page up to
+ * its end holds the frames the walk meets next. Each frame is still decoded
+ * from a single copy. A frame crossing a page, or a window that cannot be
+ * read, is read on its own.
  */
-#define FRAME_WIN 1024u
 #define FRAME_PAGE 4096u
 
 struct frame_win {
 	spy_addr_t lo, hi;                 /* [lo, hi) is at p; lo == hi: empty */
 	const unsigned char *p;            /* buf, or the reader's cache (peeked) */
 	bool peeked;                       /* p is valid until the next read only */
-	unsigned char buf[FRAME_WIN];
+	bool cached;                       /* the last frame came from the reader's cache */
+	unsigned char buf[FRAME_PAGE];
 };
 
 /*
- * frame_span bytes of frame f, NULL if unreadable. Frames lie below one
- * another, so the FRAME_WIN bytes that end with f's (within its page) are
- * taken at once and the next frames are found there: in the reader's cache
- * when it holds them (no copy, no lookup per frame), else read into w.
+ * frame_span bytes of frame f, NULL if unreadable: from the window of f's
+ * page up to f's end. In the reader's cache when it has them (no copy, no
+ * lookup per frame), else read into w. From the page's start, so that
+ * every sample uses the same part of the reader's line: its next fetch
+ * brings all of it, and the window is in the cache again. A frame crossing
+ * a page is put together from its two pieces.
  */
 static const unsigned char *read_frame(struct pyrt *rt, struct frame_win *w, spy_addr_t f,
 				       unsigned char *fbuf)
 {
 	size_t span = rt->frame_span;
 	if (f >= w->lo && f < w->hi && w->hi - f >= span) {
+		w->cached = w->peeked;
 		return w->p + (f - w->lo);
 	}
-	if (f <= UINT64_MAX - span && span <= FRAME_WIN) {
+	w->cached = false;
+	if (f <= UINT64_MAX - span) {
 		spy_addr_t end = f + span, page = f & ~(spy_addr_t)(FRAME_PAGE - 1);
-		if (((end - 1) & ~(spy_addr_t)(FRAME_PAGE - 1)) == page) {
-			spy_addr_t lo = end - page > FRAME_WIN ? end - FRAME_WIN : page;
-			const unsigned char *held = spy_mem_peek(rt->mem, lo, (size_t)(end - lo));
-			if (held || spy_mem_read(rt->mem, lo, w->buf, (size_t)(end - lo)) == 0) {
-				w->lo = lo;
+		spy_addr_t last = (end - 1) & ~(spy_addr_t)(FRAME_PAGE - 1);
+		if (last == page) {
+			const unsigned char *held = spy_mem_peek(rt->mem, page, (size_t)(end - page));
+			w->peeked = held != NULL;
+			if (held || spy_mem_read(rt->mem, page, w->buf, (size_t)(end - page)) == 0) {
+				w->lo = page;
 				w->hi = end;
 				w->p = held ? held : w->buf;
-				w->peeked = held != NULL;
-				return w->p + (f - lo);
+				w->cached = w->peeked;
+				return w->p + (f - page);
 			}
-			w->lo = w->hi = 0;
+		} else {
+			size_t head = (size_t)(last - f);
+			const unsigned char *a = spy_mem_peek(rt->mem, f, head);
+			if (a) {
+				/* A peek lasts until the next call: copy before the second. */
+				memcpy(fbuf, a, head);
+				const unsigned char *b = spy_mem_peek(rt->mem, last, span - head);
+				if (b) {
+					memcpy(fbuf + head, b, span - head);
+					w->cached = true;
+					return fbuf;
+				}
+			}
 		}
 	}
 	/* A read may refill the cache line a peeked window lies in. */
@@ -412,26 +467,99 @@ static const unsigned char *read_frame(struct pyrt *rt, struct frame_win *w, spy
 	return spy_mem_read(rt->mem, f, fbuf, span) == 0 ? fbuf : NULL;
 }
 
+/*
+ * pyrt_seen for frame f. A thread's frames lie each below the one it
+ * called, until the stack moves to another chunk: a frame below every one
+ * met so far (*lowest, UINT64_MAX at first) is new, and only a walk that
+ * stepped up once can loop. Until then the set only logs.
+ */
+static bool seen_frame(struct pyrt *rt, spy_addr_t *lowest, spy_addr_t f)
+{
+	if (f < *lowest) {
+		*lowest = f;
+		pyrt_seen_note(rt, f);
+		return false;
+	}
+	*lowest = 0; /* every frame from here on is asked */
+	return pyrt_seen(rt, f);
+}
+
+/*
+ * Decode frame f from its bytes fb, the memo having missed: push it, or
+ * nothing when it is no frame of its own. 0, or -1 where the stack is cut.
+ */
+static int decode_iframe(struct pyrt *rt, struct pyframe_memo *m, spy_addr_t f,
+			 const unsigned char *fb, struct spy_stack *out)
+{
+	const struct pyoffsets *o = &rt->off;
+	unsigned char cbuf[PYRT_MAX_SPAN];
+	spy_addr_t code = pyrt_ref(o, pyrt_u64(fb, o->iframe_code));
+	struct pycode *c;
+	if (!code) {
+		/* No frame of a thread's own has no code (shims hold None):
+		 * this is memory that is not a frame, e.g. a C stack a core
+		 * left out (gdb 13's gcore writes zeros for a stack with a
+		 * guard region). Say the stack is cut, rather than end it. */
+		return -1;
+	}
+	int rc = get_code(rt, code, cbuf, &c);
+	if (rc == 1 && o->frame_model == PYFRAME_IFRAME_EXEC) {
+		memo_store(rt, m, f, fb, NULL);
+		return 0; /* 3.13+: f_executable may be None or a non-code object */
+	}
+	if (rc != 0) {
+		return -1;
+	}
+	/* _PyInterpreterFrame_LASTI: code units from the first instruction. */
+	spy_addr_t start = code + o->code_adaptive;
+	if (o->iframe_tlbc_index != PYOFF_NONE &&
+	    tlbc_start(rt, pyrt_u64(cbuf, o->code_tlbc), (int32_t)pyrt_u32(fb, o->iframe_tlbc_index),
+		       &start) < 0) {
+		return -1;
+	}
+	spy_addr_t instr = pyrt_u64(fb, o->iframe_instr);
+	int64_t idx = (int64_t)(instr - start) / 2;
+	if (fb[o->iframe_owner] != o->owner_generator && o->code_firsttraceable != PYOFF_NONE &&
+	    idx < (int32_t)pyrt_u32(cbuf, o->code_firsttraceable)) {
+		memo_store(rt, m, f, fb, NULL);
+		return 0; /* _PyFrame_IsIncomplete: RESUME has not run yet */
+	}
+	/* ob_size of a 3.11+ code object counts its code units. */
+	int64_t nunits = (int64_t)pyrt_u64(cbuf, o->ob_size);
+	uint32_t line = (idx < -1 || idx > nunits) ? 0 : pycode_line(rt, c, 2 * idx);
+	uint8_t flags = 0;
+	if (o->iframe_is_entry != PYOFF_NONE && fb[o->iframe_is_entry]) {
+		flags |= SPY_FRAME_PY_ENTRY;
+	}
+	memo_store(rt, m, f, fb, push(rt, f, out, c, line, flags));
+	return 0;
+}
+
 int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out)
 {
 	const struct pyoffsets *o = &rt->off;
-	unsigned char fbuf[PYRT_MAX_SPAN], cbuf[PYRT_MAX_SPAN];
+	unsigned char fbuf[PYRT_MAX_SPAN];
 	struct frame_win win; /* buf is filled before it is read: not cleared per walk */
 	win.lo = win.hi = 0;
 	win.p = NULL;
-	win.peeked = false;
+	win.peeked = win.cached = false;
 	spy_addr_t f;
-	bool exec_any = o->frame_model == PYFRAME_IFRAME_EXEC;
 
 	if (top_iframe(rt, t->tstate, &f) < 0) {
 		return -SPY_EMEM;
 	}
 	pyrt_seen_reset(rt);
 	rt->walks++;
+	struct pysplice sp;
+	pysplice_begin(rt, t->tstate, &sp);
+	spy_addr_t lowest = UINT64_MAX; /* see seen_frame */
 	for (size_t depth = 0; f; depth++) {
-		if (depth >= SPY_MAX_PY_DEPTH || pyrt_seen(rt, f)) {
+		if (depth >= SPY_MAX_PY_DEPTH || seen_frame(rt, &lowest, f)) {
 			truncate_stack(out);
-			return 0;
+			break;
+		}
+		if (pysplice_try(rt, &sp, f, out)) {
+			break;
 		}
 		struct pyframe_memo *m = memo_slot(rt, f);
 		/* A memoized address was plausible; the read itself still checks. */
@@ -439,11 +567,10 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 		if ((!(m && m->addr == f) && !spy_mem_plausible(rt->mem, f, 8)) ||
 		    !(fb = read_frame(rt, &win, f, fbuf))) {
 			truncate_stack(out);
-			return 0;
+			break;
 		}
 		spy_addr_t prev = pyrt_u64(fb, o->iframe_previous);
-		uint8_t owner = fb[o->iframe_owner];
-		if (owner >= o->owner_shim) {
+		if (fb[o->iframe_owner] >= o->owner_shim) {
 			/*
 			 * The frame above the shim is the first of its eval-loop
 			 * call, and the shim itself is that call's local: where it
@@ -452,78 +579,44 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 			 * that has not pushed one yet, or the thread's base frame)
 			 * ends no group.
 			 */
-			if (out->n && !(out->v[out->n - 1].flags & SPY_FRAME_PY_ENTRY)) {
+			bool anchor = out->n && !(out->v[out->n - 1].flags & SPY_FRAME_PY_ENTRY);
+			if (anchor) {
 				out->v[out->n - 1].flags |= SPY_FRAME_PY_ENTRY;
 				if (rt->keep_frames) {
 					note_addr(&rt->anchors, &rt->nanchors, &rt->anchors_alloc, f);
 				}
 			}
+			pysplice_shim(rt, &sp, f, fb, out->n, anchor);
 			f = prev;
 			continue;
 		}
+		pysplice_visit(rt, &sp, f, out->n, win.cached);
 		if (memo_hit(rt, m, f, fb)) {
 			if (!m->skip) {
 				push_memo(rt, f, out, m);
 			}
-			f = prev;
-			continue;
-		}
-		if (win.peeked) {
-			/* What follows reads more, which the reader's cache may not
-			 * outlive: keep this frame, drop the window. */
-			if (fb != fbuf) {
-				memcpy(fbuf, fb, rt->frame_span);
-				fb = fbuf;
+			if (m->stamp < sp.oldest) {
+				sp.oldest = m->stamp; /* the record is trusted no longer than its entries */
 			}
-			win.lo = win.hi = 0;
-			win.peeked = false;
+		} else {
+			if (win.peeked) {
+				/* What follows reads more, which the reader's cache may
+				 * not outlive: keep this frame, drop the window. */
+				if (fb != fbuf) {
+					memcpy(fbuf, fb, rt->frame_span);
+					fb = fbuf;
+				}
+				win.lo = win.hi = 0;
+				win.peeked = false;
+			}
+			if (decode_iframe(rt, m, f, fb, out) < 0) {
+				truncate_stack(out);
+				break;
+			}
 		}
-		spy_addr_t code = pyrt_ref(o, pyrt_u64(fb, o->iframe_code));
-		struct pycode *c;
-		if (!code) {
-			/* No frame of a thread's own has no code (shims hold None):
-			 * this is memory that is not a frame, e.g. a C stack a core
-			 * left out (gdb 13's gcore writes zeros for a stack with a
-			 * guard region). Say the stack is cut, rather than end it. */
-			truncate_stack(out);
-			return 0;
-		}
-		int rc = get_code(rt, code, cbuf, &c);
-		if (rc == 1 && exec_any) {
-			memo_store(rt, m, f, fb, NULL);
-			f = prev; /* 3.13+: f_executable may be None or a non-code object */
-			continue;
-		}
-		if (rc != 0) {
-			truncate_stack(out);
-			return 0;
-		}
-		/* _PyInterpreterFrame_LASTI: code units from the first instruction. */
-		spy_addr_t start = code + o->code_adaptive;
-		if (o->iframe_tlbc_index != PYOFF_NONE &&
-		    tlbc_start(rt, pyrt_u64(cbuf, o->code_tlbc),
-			       (int32_t)pyrt_u32(fb, o->iframe_tlbc_index), &start) < 0) {
-			truncate_stack(out);
-			return 0;
-		}
-		spy_addr_t instr = pyrt_u64(fb, o->iframe_instr);
-		int64_t idx = (int64_t)(instr - start) / 2;
-		if (owner != o->owner_generator && o->code_firsttraceable != PYOFF_NONE &&
-		    idx < (int32_t)pyrt_u32(cbuf, o->code_firsttraceable)) {
-			memo_store(rt, m, f, fb, NULL);
-			f = prev; /* _PyFrame_IsIncomplete: RESUME has not run yet */
-			continue;
-		}
-		/* ob_size of a 3.11+ code object counts its code units. */
-		int64_t nunits = (int64_t)pyrt_u64(cbuf, o->ob_size);
-		uint32_t line = (idx < -1 || idx > nunits) ? 0 : pycode_line(rt, c, 2 * idx);
-		uint8_t flags = 0;
-		if (o->iframe_is_entry != PYOFF_NONE && fb[o->iframe_is_entry]) {
-			flags |= SPY_FRAME_PY_ENTRY;
-		}
-		memo_store(rt, m, f, fb, push(rt, f, out, c, line, flags));
 		f = prev;
 	}
+	pysplice_end(rt, &sp, out);
 	return 0;
 }
 

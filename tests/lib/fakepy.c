@@ -67,6 +67,22 @@ static int fake_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
 	return 0;
 }
 
+/* Never across a 4 KiB boundary, as a page cache's lines are not. */
+static const void *fake_peek(void *ctx, spy_addr_t addr, size_t len)
+{
+	struct fakepy *fp = ctx;
+	if (addr < FAKEPY_BASE || len > ARENA || addr - FAKEPY_BASE > ARENA - len || len == 0 ||
+	    addr / 4096 != (addr + len - 1) / 4096) {
+		return NULL;
+	}
+	return fp->mem + (addr - FAKEPY_BASE);
+}
+
+void fakepy_set_peek(struct fakepy *fp, bool on)
+{
+	fp->smem.peek = on ? fake_peek : NULL;
+}
+
 spy_addr_t fakepy_alloc(struct fakepy *fp, size_t size)
 {
 	size_t at = (fp->used + 15) & ~(size_t)15;

@@ -57,6 +57,8 @@ struct fakepy *fakepy_new_front(const struct pyoffsets *row, uint32_t version, s
 void fakepy_free(struct fakepy *fp);
 
 const struct spy_mem *fakepy_mem(struct fakepy *fp);
+/* Whether the memory also answers peeks, as a live process's cache does (off at first). */
+void fakepy_set_peek(struct fakepy *fp, bool on);
 /* The anchors. Tests may edit the returned struct before pyrt_new. */
 struct pyrt_hints *fakepy_hints(struct fakepy *fp);
 const struct pyoffsets *fakepy_row(struct fakepy *fp);

@@ -42,8 +42,41 @@ static void test_seen(void)
 	free(rt);
 }
 
+/*
+ * A walk that descends notes its frames unasked (pyrt_seen_note); once it
+ * steps up, pyrt_seen must find every noted address, from the filter or,
+ * past PYRT_SEEN_SCAN of them, from the map.
+ */
+static void test_noted(void)
+{
+	struct pyrt *rt = calloc(1, sizeof(*rt));
+	CHECK(rt != NULL);
+	if (!rt) {
+		return;
+	}
+	const spy_addr_t top = 0x7f0000100000ull;
+	for (int round = 0; round < 2; round++) {
+		pyrt_seen_reset(rt);
+		size_t n = round ? 3 * PYRT_SEEN_SCAN : 10;
+		for (size_t i = 0; i < n; i++) {
+			pyrt_seen_note(rt, top - 64 * i);
+		}
+		CHECK(!pyrt_seen(rt, top + 64));            /* a step up, to a new frame */
+		CHECK_INT(rt->seen_map, n + 1 > PYRT_SEEN_SCAN);
+		CHECK(pyrt_seen(rt, top - 64 * (n / 2)));   /* then down into a noted one */
+		CHECK(pyrt_seen(rt, top));
+		CHECK(pyrt_seen(rt, top - 64 * (n - 1)));
+		CHECK(pyrt_seen(rt, top + 64));
+		CHECK(!pyrt_seen(rt, top - 64 * n));
+		CHECK_INT(rt->seen_n, n + 2);
+	}
+	spy_hmap_release(&rt->seen);
+	free(rt);
+}
+
 int main(void)
 {
 	test_seen();
+	test_noted();
 	return check_done();
 }

@@ -421,11 +421,19 @@ static void test_name_cache(const struct pyoffsets *row)
  * code object changed under a byte-identical frame (freed, its address
  * reused) is decoded again within PYFRAME_MEMO_TTL walks.
  */
-static void test_memo(const struct pyoffsets *row)
+/*
+ * With peek (a live process's cache), 3.11+ walks also splice the bottom of
+ * the stack from the thread's last walk (splice.c): every check holds
+ * either way, and the splice is taken.
+ */
+static void test_memo(const struct pyoffsets *row, bool peek)
 {
 	struct scene s;
-	struct pyrt *rt = scene_open(&s, row);
+	scene_init(&s, row);
+	fakepy_set_peek(s.fp, peek);
+	struct pyrt *rt = open_rt(&s);
 	if (!rt) {
+		scene_release(&s);
 		return;
 	}
 	struct py_thread t;
@@ -477,6 +485,9 @@ static void test_memo(const struct pyoffsets *row)
 		renamed = st.n > at && !strcmp(st.v[at].func, "Renamed");
 	}
 	CHECK(renamed);
+	if (peek && row->frame_model != PYFRAME_OBJECT && row->iframe_tlbc_index == PYOFF_NONE) {
+		CHECK(rt->splice_hits > 0);
+	}
 	spy_stack_release(&st);
 	pyrt_free(rt);
 	scene_release(&s);
@@ -973,7 +984,8 @@ int main(void)
 			test_free_threaded(row);
 		}
 		test_name_cache(row);
-		test_memo(row);
+		test_memo(row, false);
+		test_memo(row, true);
 		test_memo_threads(row);
 	}
 	test_debug_offsets();
