@@ -101,15 +101,28 @@ ssize_t proc_fetch_scattered(struct proc *p, const spy_addr_t *addrs, const stru
 	if (p->memfd >= 0 || n == 0 || n > SPY_ARRAY_SIZE(remote)) {
 		return -1;
 	}
+	/*
+	 * Ranges that continue one another (a frame stack's lines, whole) are
+	 * one remote range: the kernel looks up the mapping and takes the
+	 * target's memory lock once per remote range, not per page. The bytes
+	 * still stream into the local ranges in order, so the caller's
+	 * accounting of what arrived whole is the same.
+	 */
+	size_t m = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (local[i].iov_len > MEMCACHE_LINE || addrs[i] > UINTPTR_MAX - MEMCACHE_LINE) {
 			return -1;
 		}
-		remote[i].iov_base = (void *)(uintptr_t)addrs[i];
-		remote[i].iov_len = local[i].iov_len;
+		if (m && (uintptr_t)remote[m - 1].iov_base + remote[m - 1].iov_len == addrs[i]) {
+			remote[m - 1].iov_len += local[i].iov_len;
+			continue;
+		}
+		remote[m].iov_base = (void *)(uintptr_t)addrs[i];
+		remote[m].iov_len = local[i].iov_len;
+		m++;
 	}
 	p->mc.stats.syscalls++;
-	return process_vm_readv(p->mem_tid, local, n, remote, n, 0);
+	return process_vm_readv(p->mem_tid, local, n, remote, m, 0);
 }
 
 /*
