@@ -37,15 +37,31 @@ static inline uint64_t frame_hash(const char *func, const char *file, uint32_t l
 	return spy_hmap_pair(h, (uint64_t)line << 8 | kind);
 }
 
+/*
+ * Multiply-xorshift per id, root first: a;b is not b;a, at a few cycles
+ * per frame. The depth goes in last, so that the state after a prefix
+ * serves every stack that shares it (fg_profile_add).
+ */
+#define PATH_SEED 0x9e3779b97f4a7c15ULL
+
+static inline uint64_t path_step(uint64_t h, uint32_t id)
+{
+	h = (h ^ id) * 0xff51afd7ed558ccdULL;
+	return h ^ (h >> 32);
+}
+
+static inline uint64_t path_end(uint64_t h, size_t n)
+{
+	return path_step(h, (uint32_t)n ^ (uint32_t)((uint64_t)n >> 32));
+}
+
 static inline uint64_t path_hash(const uint32_t *ids, size_t n)
 {
-	/* Multiply-xorshift per id: a;b is not b;a, at a few cycles per frame. */
-	uint64_t h = 0x9e3779b97f4a7c15ULL ^ n;
+	uint64_t h = PATH_SEED;
 	for (size_t i = 0; i < n; i++) {
-		h = (h ^ ids[i]) * 0xff51afd7ed558ccdULL;
-		h ^= h >> 32;
+		h = path_step(h, ids[i]);
 	}
-	return h;
+	return path_end(h, n);
 }
 
 struct fg_profile *fg_profile_new(struct spy_strtab *strtab, unsigned flags)
@@ -77,6 +93,7 @@ void fg_profile_free(struct fg_profile *p)
 	free(p->pool);
 	free(p->ids);
 	free(p->last);
+	free(p->last_h);
 	fg_source_free(p->source);
 	spy_strtab_release(&p->own_strtab);
 	free(p);
@@ -138,7 +155,8 @@ uint32_t fg_intern_frame(struct fg_profile *p, const char *func, const char *fil
 	return id;
 }
 
-int fg_add_path(struct fg_profile *p, const uint32_t *ids, size_t n, uint64_t count)
+/* fg_add_path with the path's hash at hand. */
+static int add_hashed(struct fg_profile *p, const uint32_t *ids, size_t n, uint64_t h, uint64_t count)
 {
 	p->last_stack = FG_NONE;
 	/* samples <= FG_MAX_TOTAL always, so this cannot wrap. */
@@ -146,7 +164,6 @@ int fg_add_path(struct fg_profile *p, const uint32_t *ids, size_t n, uint64_t co
 		p->dropped += count;
 		return -SPY_EBOUND;
 	}
-	uint64_t h = path_hash(ids, n);
 	struct spy_hmap_it it;
 	SPY_HMAP_FOR_KEY(&p->stack_index, h, it, v) {
 		struct fg_stack_ent *e = &p->stacks[v];
@@ -172,6 +189,11 @@ int fg_add_path(struct fg_profile *p, const uint32_t *ids, size_t n, uint64_t co
 	return 0;
 }
 
+int fg_add_path(struct fg_profile *p, const uint32_t *ids, size_t n, uint64_t count)
+{
+	return add_hashed(p, ids, n, path_hash(ids, n), count);
+}
+
 int fg_profile_add(struct fg_profile *p, const struct spy_stack *s, uint64_t count)
 {
 	p->last_stack = FG_NONE;
@@ -189,7 +211,9 @@ int fg_profile_add(struct fg_profile *p, const struct spy_stack *s, uint64_t cou
 	}
 	SPY_GROW(p->ids, p->ids_alloc, n);
 	SPY_GROW(p->last, p->last_alloc, n);
+	SPY_GROW(p->last_h, p->last_h_alloc, n);
 	bool same = n == p->nlast;
+	size_t kept = n; /* ids[0..kept) and their hash states are the last add's */
 	for (size_t k = 0; k < n; k++) {
 		const struct spy_frame *f = &s->v[s->n - 1 - k];
 		struct fg_frame *l = &p->last[k];
@@ -198,8 +222,15 @@ int fg_profile_add(struct fg_profile *p, const struct spy_stack *s, uint64_t cou
 			continue; /* ids[k] is still this frame's */
 		}
 		same = false;
+		kept = k < kept ? k : kept;
 		*l = (struct fg_frame){ f->func, f->file, f->line, f->kind };
 		p->ids[k] = fg_intern_frame(p, f->func, f->file, f->line, f->kind);
+	}
+	kept = kept < p->nlast ? kept : p->nlast;
+	uint64_t h = kept ? p->last_h[kept - 1] : PATH_SEED;
+	for (size_t k = kept; k < n; k++) {
+		h = path_step(h, p->ids[k]);
+		p->last_h[k] = h;
 	}
 	p->nlast = n;
 	if (same && p->same_stack != FG_NONE && count <= FG_MAX_TOTAL - p->samples) {
@@ -208,7 +239,7 @@ int fg_profile_add(struct fg_profile *p, const struct spy_stack *s, uint64_t cou
 		p->last_stack = p->same_stack;
 		return 0;
 	}
-	int rc = fg_add_path(p, p->ids, n, count);
+	int rc = add_hashed(p, p->ids, n, path_end(p->last_h[n - 1], n), count);
 	p->same_stack = p->last_stack;
 	return rc;
 }

@@ -620,6 +620,10 @@ struct fg_profile {
 	 * to the one at its depth last time keeps its id without a lookup. */
 	struct fg_frame *last;
 	size_t nlast, last_alloc;
+	/* path_hash's state after ids[0..k] of the last add: a stack that
+	 * kept its root side hashes only the frames above what it kept. */
+	uint64_t *last_h;
+	size_t last_h_alloc;
 
 	uint64_t samples, dropped, truncated;
 	/* Index of the stack the last add counted, FG_NONE if it counted none

@@ -354,6 +354,7 @@ struct pysplice {
 	spy_addr_t run_hi;        /* its first frame */
 	bool clean;               /* every frame of the run from a peek */
 	uint64_t oldest;          /* the oldest decode the run reuses (a memo entry's stamp) */
+	bool refresh;             /* the record is too old: this walk decodes every frame */
 };
 void pysplice_begin(struct pyrt *rt, spy_addr_t tstate, struct pysplice *s);
 /* At frame f, before reading it: true when the rest of the stack was copied into out. */

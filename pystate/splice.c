@@ -104,7 +104,14 @@ void pysplice_begin(struct pyrt *rt, spy_addr_t tstate, struct pysplice *s)
 	s->rec = rec_of(rt, tstate);
 	s->tstate = tstate;
 	struct pysplice_rec *r = s->rec;
-	if (!r || !r->n || rt->walks - r->stamp >= PYFRAME_MEMO_TTL) {
+	if (r && rt->walks - r->stamp >= PYFRAME_MEMO_TTL) {
+		/* Decode every frame again, all at once: with the memo's own
+		 * entries, whose ages differ, the record would expire every
+		 * few walks. */
+		s->refresh = true;
+		return;
+	}
+	if (!r || !r->n) {
 		return;
 	}
 	s->same = same_prefix(rt, r->lo, (size_t)(r->hi - r->lo), r->snap);

@@ -591,7 +591,7 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 			continue;
 		}
 		pysplice_visit(rt, &sp, f, out->n, win.cached);
-		if (memo_hit(rt, m, f, fb)) {
+		if (!sp.refresh && memo_hit(rt, m, f, fb)) {
 			if (!m->skip) {
 				push_memo(rt, f, out, m);
 			}
