@@ -239,9 +239,7 @@ static void add_tick(struct fg_profile *win, const struct prof_tick *t, struct s
 	for (size_t i = 0; i < t->n; i++) {
 		const struct prof_sample *s = &t->v[i];
 		spy_stack_reset(st);
-		for (size_t j = 0; j < s->stack->n; j++) {
-			*spy_stack_push(st) = s->stack->v[j];
-		}
+		spy_stack_append(st, s->stack->v, s->stack->n);
 		if (s->thread_root) {
 			push_synthetic(st, s->thread_root);
 		}

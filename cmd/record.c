@@ -168,9 +168,7 @@ static int record_stack(struct rec *r, const struct prof_sample *info, double t_
 	if (info->gc && s->n) {
 		push_synthetic(&r->stack, r->gc_frame);
 	}
-	for (size_t i = 0; i < s->n; i++) {
-		*spy_stack_push(&r->stack) = s->v[i];
-	}
+	spy_stack_append(&r->stack, s->v, s->n);
 	const char *thread_root = info->thread_root;
 	if (r->threads && thread_root) {
 		push_synthetic(&r->stack, thread_root);

@@ -86,9 +86,7 @@ static int add_stack(struct top *t, const struct prof_sample *info)
 		/* The thread's root frame makes a row of its own, whose %Total
 		 * is that thread's share, named as threading named it. */
 		spy_stack_reset(&t->stack);
-		for (size_t i = 0; i < stack->n; i++) {
-			*spy_stack_push(&t->stack) = stack->v[i];
-		}
+		spy_stack_append(&t->stack, stack->v, stack->n);
 		struct spy_frame *f = spy_stack_push(&t->stack);
 		memset(f, 0, sizeof(*f));
 		f->func = info->thread_root;

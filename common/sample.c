@@ -13,6 +13,15 @@ struct spy_frame *spy_stack_push(struct spy_stack *s)
 	return f;
 }
 
+void spy_stack_append(struct spy_stack *s, const struct spy_frame *v, size_t n)
+{
+	if (n) {
+		SPY_GROW(s->v, s->alloc, s->n + n);
+		memcpy(s->v + s->n, v, n * sizeof(*v));
+		s->n += n;
+	}
+}
+
 void spy_stack_reset(struct spy_stack *s)
 {
 	s->n = 0;

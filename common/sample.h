@@ -45,6 +45,8 @@ struct spy_stack {
 
 /* Append a frame; reuses storage, so steady-state pushes do not allocate. */
 struct spy_frame *spy_stack_push(struct spy_stack *s);
+/* Append n frames, as n pushes would, in one copy. */
+void spy_stack_append(struct spy_stack *s, const struct spy_frame *v, size_t n);
 void spy_stack_reset(struct spy_stack *s);
 void spy_stack_release(struct spy_stack *s);
 /* dst becomes a copy of src (frames, tid, truncated), reusing dst's storage. */

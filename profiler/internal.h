@@ -132,6 +132,7 @@ struct prof_walk_opts {
 	/* Remote reads the names' lookup may make in this listing (0: a
 	 * tick's, PYRT_NAMES_TICK_READS); it resumes at the next one. */
 	size_t names_reads;
+	uint64_t now_ns; /* the tick's time, for the names' refresh; 0: read the clock */
 };
 /* List every thread into pp->py and pp->w (tid, name, GIL as listed; empty stacks); err may be NULL. */
 int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, struct spy_err *err);

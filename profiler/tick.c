@@ -705,6 +705,7 @@ static bool repeatable(struct prof_process *p, long n, bool one)
 void prof_tick_process(struct prof_tick_state *e, struct prof_process *p, bool *gil_held)
 {
 	uint64_t now = ticker_now_ns();
+	e->wo.now_ns = now;
 	bool one = p->attached;
 	bool refreshed = p->repeatable && one;
 	if (refreshed) {

@@ -106,7 +106,7 @@ int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, stru
 		return rc;
 	}
 	/* threading's names: looked up for new threads, all again each second. */
-	uint64_t now = ticker_now_ns();
+	uint64_t now = o->now_ns ? o->now_ns : ticker_now_ns();
 	pyrt_names_update(pp->rt, py, n, now, NAMES_REFRESH_NS,
 			  o->names_reads ? o->names_reads : PYRT_NAMES_TICK_READS);
 	if (!pp->names_cut_told && pyrt_names_cut(pp->rt)) {
