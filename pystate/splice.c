@@ -293,7 +293,7 @@ void pysplice_end(struct pyrt *rt, struct pysplice *s, const struct spy_stack *o
 	}
 	size_t n = out->n - s->run_out, nshims = s->nshims - s->run_shims;
 	/* rt->frames holds every frame's address unless its bound was hit. */
-	if (rt->nframes - s->run_frames != n || !capture(rt, r, lo, hi, keep)) {
+	if (!n || rt->nframes - s->run_frames != n || !capture(rt, r, lo, hi, keep)) {
 		rec_clear(r);
 		return;
 	}
@@ -302,7 +302,9 @@ void pysplice_end(struct pyrt *rt, struct pysplice *s, const struct spy_stack *o
 	SPY_GROW(r->shims, r->shims_alloc, nshims);
 	memcpy(r->addr, rt->frames + s->run_frames, n * sizeof(*r->addr));
 	memcpy(r->fr, out->v + s->run_out, n * sizeof(*r->fr));
-	memcpy(r->shims, rt->splice_shims + s->run_shims, nshims * sizeof(*r->shims));
+	if (nshims) {
+		memcpy(r->shims, rt->splice_shims + s->run_shims, nshims * sizeof(*r->shims));
+	}
 	r->stamp = s->oldest < rt->walks ? s->oldest : rt->walks;
 	r->n = n;
 	r->nshims = nshims;

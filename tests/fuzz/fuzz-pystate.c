@@ -18,7 +18,9 @@
  * newest read from its _Py_DebugOffsets), byte 1 hides hints (the HIDE_* bits), byte 2 is the
  * micro version (low 5 bits; its lowest also keeps Thread names in split
  * values, its bit 2 (4) adds asyncio tasks on versions with a task reader:
- * pyrt_tasks, and pyrt_stack_task after each stack) and the WITH_* bits. With WITH_TABLE, on a row that has a
+ * pyrt_tasks, and pyrt_stack_task after each stack; its bit 3 (8) lets the
+ * memory answer peeks, as a live process's cache does, so that a 3.11+
+ * stack's second walk splices from the first) and the WITH_* bits. With WITH_TABLE, on a row that has a
  * _Py_DebugOffsets (3.13+), the next sizeof(_Py_DebugOffsets) bytes (or
  * all there are) replace the image's table: the seeds carry the tables of
  * the real 3.13, 3.14 and 3.15 of the test root, for the fuzzer to bend.
@@ -440,6 +442,7 @@ static void build(struct scene *s, const uint8_t *data, size_t size)
 	pyoffsets_apply_quirks(&s->layout, version);
 	s->fp = fakepy_new_front(&s->layout, version, FRONT);
 	struct fakepy *fp = s->fp;
+	fakepy_set_peek(fp, micro & 8);
 	struct pyrt_hints *h = fakepy_hints(fp);
 	const struct pyoffsets *o = &s->layout;
 
@@ -629,7 +632,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			for (size_t i = 0; i < n && i < 32; i++) {
 				spy_stack_reset(&st);
 				(void)pyrt_stack(rt, &th[i], &st, NULL);
-				/* Twice: the second walk goes through the code cache. */
+				/* Twice: the second walk goes through the code cache (and splices, with peeks). */
 				spy_stack_reset(&st);
 				int rc = pyrt_stack(rt, &th[i], &st, NULL);
 				if (rc == 0 && (s.with & WITH_LOCALS)) {
