@@ -141,6 +141,7 @@ struct pyrt {
 	uint64_t memo_hits, memo_misses;
 	/* The threads' last walks (splice.c). */
 	struct pysplice_rec splice[PYSPLICE_THREADS];
+	uint64_t splice_evicted;  /* rt->walks when a record last went to another thread */
 	struct pysplice_shim *splice_shims; /* the shims of the walk under way */
 	size_t splice_shims_alloc;
 	uint64_t splice_hits;

@@ -226,7 +226,13 @@ void pysplice_shim(struct pyrt *rt, struct pysplice *s, spy_addr_t f, const unsi
 	memcpy(sh->bytes, fb, rt->frame_span);
 }
 
-/* tstate's record to fill: its own, an empty one, or the one used longest ago. */
+/*
+ * tstate's record to fill: its own, an empty one, or the one used longest
+ * ago, but only one of those every PYFRAME_MEMO_TTL walks (NULL: none).
+ * Walked in turn, more threads than records would each evict another's
+ * and copy their bytes for nothing; so most keep the memo alone, and the
+ * threads that hold a record keep splicing.
+ */
 static struct pysplice_rec *rec_for(struct pyrt *rt, struct pysplice *s)
 {
 	if (s->rec) {
@@ -242,6 +248,10 @@ static struct pysplice_rec *rec_for(struct pyrt *rt, struct pysplice *s)
 			pick = r;
 		}
 	}
+	if (rt->splice_evicted && rt->walks - rt->splice_evicted < PYFRAME_MEMO_TTL) {
+		return NULL;
+	}
+	rt->splice_evicted = rt->walks;
 	rec_clear(pick);
 	return pick;
 }
@@ -286,6 +296,9 @@ void pysplice_end(struct pyrt *rt, struct pysplice *s, const struct spy_stack *o
 		return;
 	}
 	struct pysplice_rec *r = rec_for(rt, s);
+	if (!r) {
+		return;
+	}
 	/* Bytes from the bottom that the begin found unchanged are in the snapshot already. */
 	size_t keep = r == old && old->lo == lo ? s->same : 0;
 	if (keep > (size_t)(hi - lo)) {
