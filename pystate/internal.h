@@ -338,8 +338,11 @@ void pyrt_read_value(struct pyrt *rt, spy_addr_t obj, struct py_value *v);
 void pyframe_memo_release(struct pyrt *rt);
 int pyrt_walk_frameobj(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out);
 
-/* splice.c: the bottom of a 3.11+ stack copied from the thread's last walk (struct pysplice_rec above). */
-/* One walk's part: begin, then per frame try and visit (and pushed), then end. */
+/*
+ * splice.c: the bottom of a 3.11+ stack copied from the thread's last walk
+ * (struct pysplice_rec above). One walk's part: begin; per frame try, then
+ * visit (or shim, for a shim); end.
+ */
 struct pysplice {
 	bool off;                 /* no splice and no record for this walk */
 	struct pysplice_rec *rec; /* the thread's, if any */
@@ -351,7 +354,7 @@ struct pysplice {
 	spy_addr_t prev;          /* the last frame visited */
 	size_t run_out;           /* out->n where the bottom run began */
 	size_t run_frames;        /* rt->nframes then */
-	size_t nshims, run_shims; /* rt->splice_shims so far, and where the run's begin */
+	size_t nshims, run_shims; /* rt->splice_shims so far, and where the run's began */
 	spy_addr_t run_hi;        /* its first frame */
 	bool clean;               /* every frame of the run from a peek */
 	uint64_t oldest;          /* the oldest decode the run reuses (a memo entry's stamp) */

@@ -62,19 +62,30 @@ static struct pysplice_rec *rec_of(struct pyrt *rt, spy_addr_t tstate)
 }
 
 /*
- * How many bytes from lo on equal snap's, in whole 64-byte blocks, as far
- * as the reader's cache holds them. Each peek is used before the next.
+ * The bytes [lo + done, ...) the reader's cache holds within one of its
+ * lines, *piece of them (at most len - done), or NULL. Valid until the next
+ * call on the reader.
+ */
+static const unsigned char *peek_piece(struct pyrt *rt, spy_addr_t lo, size_t done, size_t len,
+				       size_t *piece)
+{
+	spy_addr_t a = lo + done;
+	*piece = SPLICE_PAGE - (size_t)(a % SPLICE_PAGE);
+	if (*piece > len - done) {
+		*piece = len - done;
+	}
+	return spy_mem_peek(rt->mem, a, *piece);
+}
+
+/*
+ * How many bytes from lo on equal snap's (up to the 64-byte block where
+ * they first differ), as far as the reader's cache holds them.
  */
 static size_t same_prefix(struct pyrt *rt, spy_addr_t lo, size_t len, const unsigned char *snap)
 {
-	size_t done = 0;
+	size_t done = 0, piece;
 	while (done < len) {
-		spy_addr_t a = lo + done;
-		size_t piece = SPLICE_PAGE - (size_t)(a % SPLICE_PAGE);
-		if (piece > len - done) {
-			piece = len - done;
-		}
-		const unsigned char *p = spy_mem_peek(rt->mem, a, piece);
+		const unsigned char *p = peek_piece(rt, lo, done, len, &piece);
 		if (!p) {
 			break;
 		}
@@ -261,13 +272,9 @@ static bool capture(struct pyrt *rt, struct pysplice_rec *r, spy_addr_t lo, spy_
 {
 	size_t len = (size_t)(hi - lo);
 	SPY_GROW(r->snap, r->snap_alloc, len);
+	size_t piece;
 	for (size_t done = keep; done < len;) {
-		spy_addr_t a = lo + done;
-		size_t piece = SPLICE_PAGE - (size_t)(a % SPLICE_PAGE);
-		if (piece > len - done) {
-			piece = len - done;
-		}
-		const unsigned char *p = spy_mem_peek(rt->mem, a, piece);
+		const unsigned char *p = peek_piece(rt, lo, done, len, &piece);
 		if (!p) {
 			return false;
 		}
