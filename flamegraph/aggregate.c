@@ -257,7 +257,8 @@ void fg_profile_stats(const struct fg_profile *p, struct fg_stats *st)
 		    p->stacks_alloc * sizeof(*p->stacks) +
 		    spy_hmap_bytes(&p->stack_index) +
 		    p->pool_alloc * sizeof(*p->pool) +
-		    p->ids_alloc * sizeof(*p->ids) + p->last_alloc * sizeof(*p->last);
+		    p->ids_alloc * sizeof(*p->ids) + p->last_alloc * sizeof(*p->last) +
+		    p->last_h_alloc * sizeof(*p->last_h);
 }
 
 uint32_t fg_profile_last_stack(const struct fg_profile *p)
