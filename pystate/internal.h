@@ -336,6 +336,8 @@ void pyrt_read_value(struct pyrt *rt, spy_addr_t obj, struct py_value *v);
 #define PYFRAME_MEMO_WAYS 4
 #define PYFRAME_MEMO_TTL 64
 void pyframe_memo_release(struct pyrt *rt);
+/* Append a to *v (rt->frames, rt->anchors), up to SPY_MAX_PY_DEPTH of them. */
+void pyrt_note_addr(spy_addr_t **v, size_t *n, size_t *alloc, spy_addr_t a);
 int pyrt_walk_frameobj(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out);
 
 /*

@@ -137,15 +137,6 @@ void pysplice_begin(struct pyrt *rt, spy_addr_t tstate, struct pysplice *s)
 	}
 }
 
-/* As the walk notes an anchor (bounded the same way). */
-static void note_anchor(struct pyrt *rt, spy_addr_t a)
-{
-	if (rt->nanchors < SPY_MAX_PY_DEPTH) {
-		SPY_GROW(rt->anchors, rt->anchors_alloc, rt->nanchors + 1);
-		rt->anchors[rt->nanchors++] = a;
-	}
-}
-
 static void run_start(struct pyrt *rt, struct pysplice *s, size_t out_n)
 {
 	s->run_out = out_n;
@@ -188,16 +179,14 @@ bool pysplice_try(struct pyrt *rt, struct pysplice *s, spy_addr_t f, struct spy_
 		*sh = r->shims[j];
 		sh->idx = sh->idx - s->at_i + mine;
 		if (sh->anchor) {
-			note_anchor(rt, sh->addr);
+			pyrt_note_addr(&rt->anchors, &rt->nanchors, &rt->anchors_alloc, sh->addr);
 		}
 	}
 	if (r->stamp < s->oldest) {
 		s->oldest = r->stamp;
 	}
 	size_t k = r->n - s->at_i;
-	SPY_GROW(out->v, out->alloc, out->n + k);
-	memcpy(out->v + out->n, r->fr + s->at_i, k * sizeof(*r->fr));
-	out->n += k;
+	spy_stack_append(out, r->fr + s->at_i, k);
 	/* What the walk would have noted of them. */
 	SPY_GROW(rt->frames, rt->frames_alloc, rt->nframes + k);
 	memcpy(rt->frames + rt->nframes, r->addr + s->at_i, k * sizeof(*r->addr));

@@ -125,7 +125,7 @@ static void truncate_stack(struct spy_stack *out)
 }
 
 /* Grown as deep as the stacks go (SPY_MAX_PY_DEPTH at most), not to the bound at once: an agent holds many processes. */
-static void note_addr(spy_addr_t **v, size_t *n, size_t *alloc, spy_addr_t a)
+void pyrt_note_addr(spy_addr_t **v, size_t *n, size_t *alloc, spy_addr_t a)
 {
 	if (*n < SPY_MAX_PY_DEPTH) {
 		SPY_GROW(*v, *alloc, *n + 1);
@@ -138,7 +138,7 @@ static struct spy_frame *push(struct pyrt *rt, spy_addr_t frame, struct spy_stac
 			      const struct pycode *c, uint32_t line, uint8_t flags)
 {
 	if (rt->keep_frames) {
-		note_addr(&rt->frames, &rt->nframes, &rt->frames_alloc, frame);
+		pyrt_note_addr(&rt->frames, &rt->nframes, &rt->frames_alloc, frame);
 	}
 	struct spy_frame *f = spy_stack_push(out);
 	f->func = c->func;
@@ -283,14 +283,9 @@ static void push_memo(struct pyrt *rt, spy_addr_t frame, struct spy_stack *out,
 		      const struct pyframe_memo *m)
 {
 	if (rt->keep_frames) {
-		note_addr(&rt->frames, &rt->nframes, &rt->frames_alloc, frame);
+		pyrt_note_addr(&rt->frames, &rt->nframes, &rt->frames_alloc, frame);
 	}
-	/* The steady state's push: a copy into room the stack already has. */
-	if (out->n < out->alloc) {
-		out->v[out->n++] = m->fr;
-	} else {
-		*spy_stack_push(out) = m->fr;
-	}
+	spy_stack_append(out, &m->fr, 1);
 }
 
 /*
@@ -583,7 +578,7 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 			if (anchor) {
 				out->v[out->n - 1].flags |= SPY_FRAME_PY_ENTRY;
 				if (rt->keep_frames) {
-					note_addr(&rt->anchors, &rt->nanchors, &rt->anchors_alloc, f);
+					pyrt_note_addr(&rt->anchors, &rt->nanchors, &rt->anchors_alloc, f);
 				}
 			}
 			pysplice_shim(rt, &sp, f, fb, out->n, anchor);
