@@ -2,7 +2,7 @@
 """The table's split by kind (python% / native% / idle%) against real
 interpreters (targets/kinds.py).
 
-The target's main thread spends, by the wall clock, 40% of every 100 ms in
+The target's main thread spends, by the wall clock, 40% of every cycle (97.3 ms) in
 libc's memset (through ctypes, holding the GIL), 40% in a Python loop and 20% asleep, and
 writes down (on SIGUSR1, before and after each recording) how long each
 phase really took (a loaded machine wakes a

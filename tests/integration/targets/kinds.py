@@ -29,7 +29,12 @@ import time
 
 LIFETIME = float(os.environ.get("SPY_TARGET_LIFETIME", "120"))
 START = time.time()
-CYCLE = 0.1
+# Not a multiple of spy's tick (10 ms at 100 Hz, 5 ms at 200 Hz): a cycle
+# of whole ticks puts every tick at the same offsets cycle after cycle, and
+# where one falls on a phase's edge (a sleeper waking late) that phase
+# gains a tenth of the samples. 97.3 ms moves the offsets by 0.27 of a
+# tick a cycle, so a recording's ticks cover the cycle evenly.
+CYCLE = 0.0973
 NATIVE, PYTHON = 0.4, 0.4
 # Large enough that the Python calling memset is a few % of the phase
 # (one call takes a fraction of a millisecond), small enough to end on time.
@@ -99,9 +104,13 @@ def main():
         spent[1] += t2 - t1
         spent[2] += t3 - t2
         t += CYCLE
-        # Fallen behind (a stopped or starved process): start afresh.
-        if time.time() > t + CYCLE:
-            t = time.time()
+        # Fallen behind (a stopped or starved process): skip the cycles
+        # missed, keeping the grid. Starting afresh at the time of waking
+        # tied the cycle to spy (a stall ends when spy lets the thread go,
+        # just after a tick), so its ticks fell on the phases' edges.
+        now = time.time()
+        if now > t + CYCLE:
+            t += CYCLE * int((now - t) / CYCLE)
 
 
 main()
