@@ -18,6 +18,7 @@ working directory."""
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -187,8 +188,15 @@ def stdout_problems(d, plain):
 
 
 def main():
-    rep = harness.reporter("report")
     d = tempfile.mkdtemp(prefix="spy-report-")
+    try:
+        checks(d)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def checks(d):
+    rep = harness.reporter("report")
     plain = os.path.join(d, "prof.folded")
     gz = os.path.join(d, "prof2.folded.gz")
     with open(plain, "w") as f:
