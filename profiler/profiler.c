@@ -84,6 +84,7 @@ struct profiler {
 	uint64_t poll_ns;   /* the longest wait between looks at the processes */
 	struct sigaction chld_old;
 	bool chld_set;
+	bool chld_held;   /* SIGCHLD blocked in the sampling thread (proc_chld_hold) */
 };
 
 /* ---- processes ---- */
@@ -316,6 +317,8 @@ static void scan_descendants(struct profiler *e)
 /* Notice which processes have exited, without blocking. */
 static void poll_processes(struct profiler *e)
 {
+	/* Before the look: a report after it is a SIGCHLD that ends the sleep. */
+	proc_chld_drain();
 	uint64_t now = ticker_now_ns();
 	for (size_t i = 0; i < e->nprocs; i++) {
 		struct prof_process *p = e->procs[i];
@@ -419,7 +422,11 @@ static void sched_check(struct profiler *e, uint64_t now)
 	e->sched_cpu_ns = cpu;
 }
 
-/* Nothing: a stop's SIGCHLD only has to end the sleep between ticks (see start). */
+/*
+ * Nothing: a stop's SIGCHLD only has to end the sleep between ticks (see
+ * start); the sampling thread holds it (proc_chld_hold) and sleeps on it,
+ * so this runs only where holding it failed, or on another thread.
+ */
 static void chld_wake(int sig)
 {
 	(void)sig;
@@ -471,6 +478,12 @@ static void start(struct profiler *e)
 	struct sigaction chld = { .sa_handler = chld_wake, .sa_flags = SA_RESTART };
 	sigemptyset(&chld.sa_mask);
 	e->chld_set = sigaction(SIGCHLD, &chld, &e->chld_old) == 0;
+	/*
+	 * Held, not delivered (see proc_chld_hold): a stop then costs no
+	 * sigprocmask and no signal frame. The handler stays: SIGCHLD
+	 * ignored is never raised for a stop, blocked or not.
+	 */
+	e->chld_held = e->chld_set && proc_chld_hold(true);
 	/*
 	 * The kernel may defer a timed wake-up by the thread's timer slack,
 	 * 50 us by default, to batch it with others: at kilohertz rates that
@@ -545,6 +558,9 @@ void prof_stop(struct profiler *e)
 	}
 	e->ts.st.stop_ns = ticker_now_ns();
 	sched_restore(e);
+	if (e->chld_held) {
+		proc_chld_hold(false);
+	}
 	if (e->chld_set) {
 		sigaction(SIGCHLD, &e->chld_old, NULL);
 	}

@@ -204,11 +204,97 @@ static bool thread_is_dead(struct proc *p, pid_t tid)
 	return rc == -SPY_EGONE || state == 'Z' || state == 'X' || state == 'x';
 }
 
+/*
+ * SIGCHLD held (proc_chld_hold). A tracer gets one for every stop and exit
+ * of a tracee. Delivered, each stop cost two sigprocmask calls (it was
+ * blocked while we waited for the stop, to sleep on it) and a signal frame;
+ * held, the sampling thread takes it only where it waits, for a stop
+ * (wait_one) or for the next tick (ticker_wait), and throws away once
+ * between ticks the ones its own interrupts raised (proc_chld_drain).
+ * SIGCHLD goes to the process: where several threads sample (the agent's
+ * workers), one may take another's, which then learns of its tracee's
+ * report at its next look (a tick or a poll later), as it did when the
+ * handler ran on whichever thread had SIGCHLD unblocked.
+ */
+static __thread bool chld_held;     /* blocked by proc_chld_hold */
+static __thread bool chld_blocked;  /* it was blocked already before */
+static __thread bool chld_raised;   /* an interrupt since the last drain */
+/*
+ * The sleep before this tick ran out with no SIGCHLD (proc_chld_sleep):
+ * no tracee has reported anything since the look before it, which
+ * proc_track need not repeat. Cleared by the drain before each look.
+ */
+static __thread bool chld_quiet;
+
+static void chld_only(sigset_t *s)
+{
+	sigemptyset(s);
+	sigaddset(s, SIGCHLD);
+}
+
+bool proc_chld_hold(bool on)
+{
+	if (on == chld_held) {
+		return chld_held;
+	}
+	sigset_t s, old;
+	chld_only(&s);
+	if (on) {
+		if (pthread_sigmask(SIG_BLOCK, &s, &old) == 0) {
+			chld_blocked = sigismember(&old, SIGCHLD) == 1;
+			chld_held = true;
+			chld_raised = false;
+		}
+	} else {
+		if (!chld_blocked) {
+			(void)pthread_sigmask(SIG_UNBLOCK, &s, NULL);
+		}
+		chld_held = false;
+	}
+	return chld_held;
+}
+
+bool proc_chld_held(void)
+{
+	return chld_held;
+}
+
+void proc_chld_drain(void)
+{
+	chld_quiet = false;
+	if (!chld_held || !chld_raised) {
+		return;
+	}
+	/* Standard signals do not queue: one pending SIGCHLD stands for them all. */
+	sigset_t s;
+	chld_only(&s);
+	struct timespec none = { 0, 0 };
+	(void)sigtimedwait(&s, NULL, &none);
+	chld_raised = false;
+}
+
+int proc_chld_sleep(uint64_t ns)
+{
+	sigset_t s;
+	chld_only(&s);
+	struct timespec rel = { (time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull) };
+	int sig = sigtimedwait(&s, NULL, &rel);
+	if (sig == SIGCHLD) {
+		return 0;
+	}
+	if (sig < 0 && errno == EINTR) {
+		return -SPY_EINTR;
+	}
+	chld_quiet = true;
+	return 1;
+}
+
 static void interrupt(struct proc_tracee *t)
 {
 	/* On ESRCH the thread died or is not ours any more; the next wait says which. */
 	if (xptrace(PTRACE_INTERRUPT, t->tid, 0) == 0) {
 		t->interrupted = true;
+		chld_raised = true;
 	}
 }
 
@@ -334,7 +420,10 @@ static int wait_one(struct proc *p, struct proc_tracee *t, uint64_t deadline,
 		 */
 		if (p->held_wait) {
 			struct timespec ts = { 0, HOLD_WAIT_SLICE_NS };
-			(void)sigtimedwait(&p->held_chld, NULL, &ts);
+			if (sigtimedwait(&p->held_chld, NULL, &ts) == SIGCHLD) {
+				/* Most likely this stop's, taken: nothing left to drain. */
+				chld_raised = false;
+			}
 			continue;
 		}
 		/* Most threads stop within microseconds: yield first, then back off to 1 ms. */
@@ -443,9 +532,11 @@ static void collect_noticed(struct proc *p, enum collect_mode mode)
 	uint64_t now = now_ns();
 	siginfo_t si;
 	memset(&si, 0, sizeof(si));
+	/* chld_quiet: nothing reported since the look before the tick's sleep. */
 	if (now - p->looked_ns < LOOK_BACKSTOP_NS &&
-	    waitid(P_ALL, 0, &si, WEXITED | WSTOPPED | WNOHANG | WNOWAIT | __WALL) == 0 &&
-	    si.si_pid == 0) {
+	    (chld_quiet ||
+	     (waitid(P_ALL, 0, &si, WEXITED | WSTOPPED | WNOHANG | WNOWAIT | __WALL) == 0 &&
+	      si.si_pid == 0))) {
 		return;
 	}
 	p->looked_ns = now;
@@ -748,12 +839,13 @@ int proc_stop_thread(struct proc *p, pid_t tid, uint64_t wait_ns)
 	}
 	if (!(wait_ns && again && t->state == TRACEE_RUNNING && t->interrupted)) {
 		sigset_t old;
-		sigemptyset(&p->held_chld);
-		sigaddset(&p->held_chld, SIGCHLD);
-		p->held_wait = pthread_sigmask(SIG_BLOCK, &p->held_chld, &old) == 0;
+		chld_only(&p->held_chld);
+		/* Held (proc_chld_hold): blocked already, and taken at the poll. */
+		bool unblock = !chld_held;
+		p->held_wait = chld_held || pthread_sigmask(SIG_BLOCK, &p->held_chld, &old) == 0;
 		int rc = stop_one(p, t, now_ns() + (wait_ns ? wait_ns : PAUSE_TIMEOUT_NS), COLLECT_PAUSE,
 				  true, wait_ns != 0);
-		if (p->held_wait) {
+		if (p->held_wait && unblock) {
 			pthread_sigmask(SIG_SETMASK, &old, NULL);
 		}
 		p->held_wait = false;

@@ -244,6 +244,26 @@ int proc_track(struct proc *p);
 bool proc_traces_only(struct proc *p, const pid_t *tids, size_t n);
 int proc_stop_thread(struct proc *p, pid_t tid, uint64_t wait_ns);
 void proc_resume_thread(struct proc *p);
+/*
+ * proc_chld_hold(true): the calling thread, the one that samples, keeps
+ * SIGCHLD blocked and takes it where it waits: for a stop, and for the
+ * next tick (ticker_wait, which then ends early at a tracee's report, as
+ * a handler's interrupted sleep did). proc_chld_drain, between ticks and
+ * before looking for reports (proc_poll), throws away the SIGCHLD the
+ * thread's own stops raised, so that only a report after the look ends
+ * the sleep. false: back as it was. Returns whether it is held;
+ * proc_chld_held says so too.
+ */
+bool proc_chld_hold(bool on);
+bool proc_chld_held(void);
+void proc_chld_drain(void);
+/*
+ * With SIGCHLD held, sleep ns or until one comes: 1 (slept it all: no
+ * tracee reported since the last proc_chld_drain and look, so the next
+ * tick's proc_track skips its own), 0 (a SIGCHLD), -SPY_EINTR (another
+ * signal).
+ */
+int proc_chld_sleep(uint64_t ns);
 /* Detach from every thread (resuming any that is stopped). Idempotent. */
 void proc_detach(struct proc *p);
 bool proc_is_paused(const struct proc *p);
@@ -386,11 +406,13 @@ void ticker_take(struct ticker *t, uint64_t now_ns);
 /*
  * Sleep (clock_nanosleep, TIMER_ABSTIME) until the next deadline or for at
  * most max_ns, whichever comes first, so the caller can do housekeeping
- * (proc_poll) while waiting for a slow tick; a spinning ticker (t->spin)
- * reads the clock in a loop instead, looking at proc_stop_requested each
- * time round. Returns 1 when the deadline has been reached (call
- * ticker_take), 0 when max_ns ran out first, -SPY_EINTR when a signal
- * interrupted the sleep or a stop was requested while spinning.
+ * (proc_poll) while waiting for a slow tick; with SIGCHLD held
+ * (proc_chld_hold) the sleep waits for it too (sigtimedwait). A spinning
+ * ticker (t->spin) reads the clock in a loop instead, looking at
+ * proc_stop_requested each time round. Returns 1 when the deadline has
+ * been reached (call ticker_take), 0 when max_ns ran out first or a
+ * SIGCHLD came, -SPY_EINTR when a signal interrupted the sleep or a stop
+ * was requested while spinning.
  */
 int ticker_wait(struct ticker *t, uint64_t max_ns);
 

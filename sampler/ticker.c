@@ -88,6 +88,11 @@ int ticker_wait(struct ticker *t, uint64_t max_ns)
 		}
 		return reached;
 	}
+	if (proc_chld_held()) {
+		/* Relative, from the clock just read: late by the few ns since. */
+		int rc = proc_chld_sleep(until - now);
+		return rc == 1 ? reached : rc;
+	}
 	struct timespec ts = {
 		.tv_sec = (time_t)(until / 1000000000ull),
 		.tv_nsec = (long)(until % 1000000000ull),

@@ -1,8 +1,9 @@
 /*
  * Unit tests for sampler's ptrace control when lives end or change under
  * the tracer: the tracer exiting, job control stops, a main thread that
- * exits first, threads that come and go, the target exiting, and a thread
- * held off its CPU. The children are tests/lib/ptrace-child.h's.
+ * exits first, threads that come and go, the target exiting, a thread
+ * held off its CPU, and SIGCHLD held by the sampling thread. The
+ * children are tests/lib/ptrace-child.h's.
  *
  * Skips (exit 77) when ptrace is not permitted here.
  */
@@ -137,6 +138,110 @@ static void test_offcpu_hold(void)
 	sched_setaffinity(0, sizeof(mine), &mine);
 	proc_detach(p);
 	CHECK(none_stopped(c.pid));
+	CHECK(none_traced(c.pid));
+	proc_free(p);
+	child_stop(&c);
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static bool chld_blocked_here(void)
+{
+	sigset_t cur;
+	return pthread_sigmask(SIG_BLOCK, NULL, &cur) == 0 && sigismember(&cur, SIGCHLD) == 1;
+}
+
+/*
+ * SIGCHLD held (proc_chld_hold), as the profiler's sampling thread holds
+ * it: a hold works as before; once drained, the SIGCHLD its stop raised
+ * does not cut the next sleep short, which runs its length (1); a report
+ * of the target's (a signal it was sent) ends the sleep at once (0), and
+ * a poll delivers that signal; releasing unblocks SIGCHLD again, unless
+ * it was blocked before.
+ */
+static void test_chld_held(void)
+{
+	struct spy_err err = SPY_ERR_INIT;
+	struct child c;
+	struct proc *p;
+	if (child_start(&c, CHILD_PLAIN) < 0 || proc_open(&p, c.pid, &err) < 0) {
+		CHECK(!"cannot start the child");
+		child_stop(&c);
+		return;
+	}
+	CHECK_INT(proc_attach(p, &err), 0);
+	CHECK(!chld_blocked_here());
+	CHECK(proc_chld_hold(true));
+	CHECK(proc_chld_held() && chld_blocked_here());
+	for (int i = 0; i < 3; i++) {
+		CHECK_INT(proc_stop_thread(p, c.pid, 0), 0);
+		proc_resume_thread(p);
+	}
+	/*
+	 * A stop nobody waited for: the thread held off its CPU (as in
+	 * test_offcpu_hold) stops once it gets it back, and its SIGCHLD
+	 * stays pending until the drain.
+	 */
+	pthread_t spinner;
+	uint64_t until;
+	cpu_set_t mine, cpu0, cpu1;
+	CPU_ZERO(&cpu0);
+	CPU_SET(0, &cpu0);
+	CPU_ZERO(&cpu1);
+	CPU_SET(1, &cpu1);
+	CHECK_INT(sched_getaffinity(0, sizeof(mine), &mine), 0);
+	if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+		printf("skip: SIGCHLD of a stop nobody waited for: needs two CPUs\n");
+	} else if (sched_setaffinity(c.pid, sizeof(cpu0), &cpu0) != 0 ||
+		   sched_setaffinity(0, sizeof(cpu1), &cpu1) != 0 || start_spinner(&spinner, &until, 300) != 0) {
+		printf("skip: SIGCHLD of a stop nobody waited for: needs SCHED_FIFO and CPU affinity\n");
+	} else {
+		sleep_ms(20);
+		CHECK_INT(proc_stop_thread(p, c.pid, 1000 * 1000), 1);
+		proc_resume_thread(p);
+		spin_stop = 1;
+		pthread_join(spinner, NULL);
+		sleep_ms(20);
+	}
+	sched_setaffinity(0, sizeof(mine), &mine);
+	sched_setaffinity(c.pid, sizeof(mine), &mine);
+	/* A stop's SIGCHLD may be raised just after waitpid saw the stop. */
+	sleep_ms(5);
+	proc_chld_drain();
+	CHECK_INT(proc_poll(p), 0);
+	CHECK(child_runs(p, 500));
+	uint64_t t0 = mono_ns();
+	CHECK_INT(proc_chld_sleep(20 * 1000 * 1000), 1);
+	CHECK(mono_ns() - t0 >= 20 * 1000 * 1000);
+	int before = read_int(p, &child_usr1);
+	CHECK_INT(kill(c.pid, SIGUSR1), 0);
+	t0 = mono_ns();
+	CHECK_INT(proc_chld_sleep(2000ull * 1000 * 1000), 0);
+	CHECK(mono_ns() - t0 < 1000ull * 1000 * 1000);
+	CHECK(none_stopped_polling(c.pid, p));
+	int after = before;
+	for (int i = 0; i < 50 && after == before; i++) {
+		sleep_ms(10);
+		after = read_int(p, &child_usr1);
+	}
+	CHECK_INT(after, before + 1);
+	CHECK(!proc_chld_hold(false));
+	CHECK(!proc_chld_held() && !chld_blocked_here());
+	/* Blocked before: left blocked. */
+	sigset_t chld;
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	CHECK_INT(pthread_sigmask(SIG_BLOCK, &chld, NULL), 0);
+	CHECK(proc_chld_hold(true));
+	CHECK(!proc_chld_hold(false));
+	CHECK(chld_blocked_here());
+	CHECK_INT(pthread_sigmask(SIG_UNBLOCK, &chld, NULL), 0);
+	proc_detach(p);
 	CHECK(none_traced(c.pid));
 	proc_free(p);
 	child_stop(&c);
@@ -429,5 +534,6 @@ int main(void)
 	test_thread_churn();
 	test_target_exit();
 	test_offcpu_hold();
+	test_chld_held();
 	return check_done();
 }
