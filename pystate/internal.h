@@ -42,6 +42,17 @@
 #define PYRT_SEEN_SCAN 256
 #define PYRT_SEEN_BITS 4096
 
+/*
+ * A round of walks (pyrt_round): the thread states walked since the clock
+ * last moved, open-addressed; a round of more than half as many threads
+ * ends early.
+ */
+#define PYRT_ROUND_SLOTS 1024
+struct pyrt_round_slot {
+	spy_addr_t tstate;
+	uint64_t clock;           /* the round it was walked in: a slot of another is free */
+};
+
 /* The threads' last walks a pyrt keeps (splice.c), and the most bytes one spans. */
 #define PYSPLICE_THREADS 4
 #define PYSPLICE_MAX_BYTES (64u * 1024u)
@@ -60,7 +71,7 @@ struct pysplice_shim {
 /* One thread's last walk: the frames of its bottom run, and the bytes they lie in. */
 struct pysplice_rec {
 	spy_addr_t tstate;        /* 0: empty */
-	uint64_t stamp;           /* rt->walks when its oldest frame was decoded (the memo's clock) */
+	uint64_t stamp;           /* rt->clock when its oldest frame was decoded (the memo's clock) */
 	uint64_t used;            /* rt->walks when last walked, for replacement */
 	spy_addr_t lo, hi;        /* the bytes [lo, hi) are snap */
 	unsigned char *snap;
@@ -137,11 +148,15 @@ struct pyrt {
 	/* Decoded frames by address (walk.c, pyframe_memo); allocated on first use. */
 	unsigned char *memo;        /* PYFRAME_MEMO_WAYS x PYFRAME_MEMO_SETS entries of memo_stride bytes */
 	size_t memo_stride;
-	uint64_t walks;             /* stacks walked so far: the memo's clock */
+	uint64_t walks;             /* stacks walked so far */
+	/* The memo's clock: rounds of walks (pyrt_round), and the current round's threads. */
+	uint64_t clock;
+	struct pyrt_round_slot round[PYRT_ROUND_SLOTS];
+	size_t round_n;
 	uint64_t memo_hits, memo_misses;
 	/* The threads' last walks (splice.c). */
 	struct pysplice_rec splice[PYSPLICE_THREADS];
-	uint64_t splice_evicted;  /* rt->walks when a record last went to another thread */
+	uint64_t splice_evicted;  /* rt->clock when a record last went to another thread */
 	struct pysplice_shim *splice_shims; /* the shims of the walk under way */
 	size_t splice_shims_alloc;
 	uint64_t splice_hits;
@@ -327,14 +342,21 @@ void pyrt_read_value(struct pyrt *rt, spy_addr_t obj, struct py_value *v);
  * that finds most of a deep stack where it left it reads no code object
  * for those frames. Set-associative by frame address (the set from the
  * address's bits, PYFRAME_MEMO_WAYS entries each); an entry is trusted
- * for PYFRAME_MEMO_TTL walks, then decoded again through the code cache
- * (which checks the code object's fingerprint), so a code object freed and
- * its address reused under a byte-identical frame is caught within that
- * many samples. Powers of two.
+ * for PYFRAME_MEMO_TTL rounds of walks (pyrt_round), then decoded again
+ * through the code cache (which checks the code object's fingerprint), so
+ * a code object freed and its address reused under a byte-identical frame
+ * is caught within that many samples of its thread. Powers of two.
  */
 #define PYFRAME_MEMO_SETS 1024
 #define PYFRAME_MEMO_WAYS 4
 #define PYFRAME_MEMO_TTL 64
+/*
+ * A walk of tstate's stack begins: the memo's clock (rt->clock) moves when
+ * a thread is walked again, so that it counts rounds over the threads, not
+ * walks. Counted in walks, a pool of more threads than PYFRAME_MEMO_TTL
+ * walked each tick found every entry expired: 150 threads, no hit at all.
+ */
+void pyrt_round(struct pyrt *rt, spy_addr_t tstate);
 void pyframe_memo_release(struct pyrt *rt);
 /* Append a to *v (rt->frames, rt->anchors), up to SPY_MAX_PY_DEPTH of them. */
 void pyrt_note_addr(spy_addr_t **v, size_t *n, size_t *alloc, spy_addr_t a);

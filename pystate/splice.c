@@ -20,7 +20,7 @@
  * came from such peeks and the range can be peeked whole after the walk:
  * then no line of it was fetched again during the walk, and the record's
  * bytes are the ones its frames were decoded from. Code objects are
- * trusted as long as the frame memo trusts them (PYFRAME_MEMO_TTL walks),
+ * trusted as long as the frame memo trusts them (PYFRAME_MEMO_TTL rounds),
  * then the walk decodes every frame again.
  */
 #include <stdlib.h>
@@ -115,7 +115,7 @@ void pysplice_begin(struct pyrt *rt, spy_addr_t tstate, struct pysplice *s)
 	s->rec = rec_of(rt, tstate);
 	s->tstate = tstate;
 	struct pysplice_rec *r = s->rec;
-	if (r && rt->walks - r->stamp >= PYFRAME_MEMO_TTL) {
+	if (r && rt->clock - r->stamp >= PYFRAME_MEMO_TTL) {
 		/* Decode every frame again, all at once: with the memo's own
 		 * entries, whose ages differ, the record would expire every
 		 * few walks. */
@@ -228,7 +228,7 @@ void pysplice_shim(struct pyrt *rt, struct pysplice *s, spy_addr_t f, const unsi
 
 /*
  * tstate's record to fill: its own, an empty one, or the one used longest
- * ago, but only one of those every PYFRAME_MEMO_TTL walks (NULL: none).
+ * ago, but only one of those every PYFRAME_MEMO_TTL rounds (NULL: none).
  * Walked in turn, more threads than records would each evict another's
  * and copy their bytes for nothing; so most keep the memo alone, and the
  * threads that hold a record keep splicing.
@@ -248,10 +248,10 @@ static struct pysplice_rec *rec_for(struct pyrt *rt, struct pysplice *s)
 			pick = r;
 		}
 	}
-	if (rt->splice_evicted && rt->walks - rt->splice_evicted < PYFRAME_MEMO_TTL) {
+	if (rt->splice_evicted && rt->clock - rt->splice_evicted < PYFRAME_MEMO_TTL) {
 		return NULL;
 	}
-	rt->splice_evicted = rt->walks;
+	rt->splice_evicted = rt->clock;
 	rec_clear(pick);
 	return pick;
 }
@@ -314,7 +314,7 @@ void pysplice_end(struct pyrt *rt, struct pysplice *s, const struct spy_stack *o
 	if (nshims) {
 		memcpy(r->shims, rt->splice_shims + s->run_shims, nshims * sizeof(*r->shims));
 	}
-	r->stamp = s->oldest < rt->walks ? s->oldest : rt->walks;
+	r->stamp = s->oldest < rt->clock ? s->oldest : rt->clock;
 	r->n = n;
 	r->nshims = nshims;
 	r->lo = lo;

@@ -156,7 +156,7 @@ static struct spy_frame *push(struct pyrt *rt, spy_addr_t frame, struct spy_stac
  */
 struct pyframe_memo {
 	spy_addr_t addr;
-	uint64_t stamp;           /* rt->walks when decoded */
+	uint64_t stamp;           /* rt->clock when decoded */
 	struct spy_frame fr;      /* what it pushed (strings interned) */
 	bool skip;                /* not a frame of its own (not code, not started) */
 };
@@ -211,9 +211,13 @@ static struct pyframe_memo *memo_slot(struct pyrt *rt, spy_addr_t f)
 	 * modulo the sets' span are common (4 threads: most runs), and with
 	 * one way each thread's walk evicted the other's frames. Each way is
 	 * an array of its own, so a process whose frames never collide
-	 * touches only the first.
+	 * touches only the first. And the 64 KiB block the frame lies in
+	 * moves the sets by a hash of its number: a pool's threads all have
+	 * their frames at the same offsets, and a set's ways were shared by
+	 * 150 of them (no hit at all); nearby frames still take nearby sets.
 	 */
-	size_t set = (size_t)(f >> 6) & (PYFRAME_MEMO_SETS - 1);
+	size_t block = (size_t)(((f >> 16) * 0x9E3779B97F4A7C15ull) >> 54);
+	size_t set = ((size_t)(f >> 6) + block) & (PYFRAME_MEMO_SETS - 1);
 	struct pyframe_memo *pick = NULL;
 	for (size_t w = 0; w < PYFRAME_MEMO_WAYS; w++) {
 		struct pyframe_memo *m = (struct pyframe_memo *)(rt->memo +
@@ -251,11 +255,46 @@ static bool same_bytes(const unsigned char *a, const unsigned char *b, size_t n)
 	return diff == 0;
 }
 
+static size_t round_home(spy_addr_t tstate)
+{
+	return (size_t)((tstate * 0x9E3779B97F4A7C15ull) >> 54) & (PYRT_ROUND_SLOTS - 1);
+}
+
+void pyrt_round(struct pyrt *rt, spy_addr_t tstate)
+{
+	_Static_assert((PYRT_ROUND_SLOTS & (PYRT_ROUND_SLOTS - 1)) == 0 && PYRT_ROUND_SLOTS <= 1024,
+		       "a power of two, indexed by the hash's top 10 bits at most");
+	rt->walks++;
+	size_t i = round_home(tstate);
+	for (size_t probe = 0; rt->clock && probe < PYRT_ROUND_SLOTS; probe++) {
+		struct pyrt_round_slot *s = &rt->round[i];
+		if (s->clock != rt->clock) {
+			if (rt->round_n >= PYRT_ROUND_SLOTS / 2) {
+				break;
+			}
+			s->tstate = tstate;
+			s->clock = rt->clock;
+			rt->round_n++;
+			return;
+		}
+		if (s->tstate == tstate) {
+			break; /* walked already this round */
+		}
+		i = (i + 1) & (PYRT_ROUND_SLOTS - 1);
+	}
+	/* A new round, this thread its first: every slot is now another round's. */
+	rt->clock++;
+	i = round_home(tstate);
+	rt->round[i].tstate = tstate;
+	rt->round[i].clock = rt->clock;
+	rt->round_n = 1;
+}
+
 /* Still the frame memoized, byte for byte, and young enough to trust? */
 static bool memo_hit(struct pyrt *rt, const struct pyframe_memo *m, spy_addr_t f,
 		     const unsigned char *fbuf)
 {
-	if (!m || m->addr != f || rt->walks - m->stamp >= PYFRAME_MEMO_TTL ||
+	if (!m || m->addr != f || rt->clock - m->stamp >= PYFRAME_MEMO_TTL ||
 	    !same_bytes((const unsigned char *)(m + 1), fbuf, rt->frame_span)) {
 		rt->memo_misses++;
 		return false;
@@ -271,7 +310,7 @@ static void memo_store(struct pyrt *rt, struct pyframe_memo *m, spy_addr_t f,
 		return;
 	}
 	m->addr = f;
-	m->stamp = rt->walks;
+	m->stamp = rt->clock;
 	m->skip = fr == NULL;
 	if (fr) {
 		m->fr = *fr;
@@ -317,7 +356,7 @@ int pyrt_walk_frameobj(struct pyrt *rt, const struct py_thread *t, struct spy_st
 		return -SPY_EMEM;
 	}
 	pyrt_seen_reset(rt);
-	rt->walks++;
+	pyrt_round(rt, t->tstate);
 	for (size_t depth = 0; f; depth++) {
 		struct pycode *c;
 		if (depth >= SPY_MAX_PY_DEPTH || pyrt_seen(rt, f)) {
@@ -544,7 +583,7 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 		return -SPY_EMEM;
 	}
 	pyrt_seen_reset(rt);
-	rt->walks++;
+	pyrt_round(rt, t->tstate);
 	struct pysplice sp;
 	pysplice_begin(rt, t->tstate, &sp);
 	spy_addr_t lowest = UINT64_MAX; /* see seen_frame */

@@ -1,6 +1,6 @@
 /*
  * pyrt_seen, the set every linked walk (frames, thread states) checks each
- * address against, on its own.
+ * address against, and pyrt_round, the memo's clock, on their own.
  */
 #include <stdlib.h>
 
@@ -74,9 +74,48 @@ static void test_noted(void)
 	free(rt);
 }
 
+/*
+ * The memo's clock (pyrt_round) counts rounds over the threads: walked in
+ * turn, 150 threads (a pool, more than PYFRAME_MEMO_TTL) move it once a
+ * round, not once a walk; one thread walked over and over moves it every
+ * walk, as before; a round of more threads than half the slots ends early.
+ */
+static void test_round(void)
+{
+	struct pyrt *rt = calloc(1, sizeof(*rt));
+	CHECK(rt != NULL);
+	if (!rt) {
+		return;
+	}
+	const spy_addr_t heap = 0x55d000001000ull;
+	pyrt_round(rt, heap);
+	uint64_t first = rt->clock;
+	CHECK(first > 0);
+	for (int r = 0; r < 3; r++) {
+		for (size_t i = 0; i < 150; i++) {
+			pyrt_round(rt, heap + 0x4000 * i);
+		}
+	}
+	/* The first round's walk of thread 0 came before; each pass begins a round. */
+	CHECK_INT(rt->clock - first, 3);
+	CHECK_INT(rt->walks, 451);
+	uint64_t c = rt->clock;
+	for (int i = 0; i < 10; i++) {
+		pyrt_round(rt, heap);
+	}
+	CHECK_INT(rt->clock - c, 10);
+	c = rt->clock;
+	for (size_t i = 1; i <= PYRT_ROUND_SLOTS; i++) {
+		pyrt_round(rt, heap + 64 * i);
+	}
+	CHECK_INT(rt->clock - c, 2);
+	free(rt);
+}
+
 int main(void)
 {
 	test_seen();
 	test_noted();
+	test_round();
 	return check_done();
 }
