@@ -45,6 +45,7 @@ struct prof_walked {
 	bool listed_gil;      /* it held the GIL when listed */
 	bool frozen;          /* walked behind the GIL holder's hold */
 	bool retry;           /* read running while the GIL changed hands: once more, or held */
+	bool state_read;      /* its thread's state read this tick, before its walk (skip_idle) */
 	struct native_pcs pcs;   /* --native: from the stop to the merge */
 	const char *task;     /* --async --native: its running task (name), cut after the merge */
 	size_t task_keep;

@@ -100,6 +100,30 @@ static void threads_prune(struct prof_process *p, bool all)
 	p->nth = kept;
 }
 
+/*
+ * --nonblocking without -i: listed thread i, idle now and holding no GIL,
+ * would not be handed on, so it is not walked either (its state read now,
+ * before the walk, where is_active read it after). A pool of 150 waiting
+ * threads was 150 walks a tick, their pages read, for the 4 that run.
+ */
+static bool skip_idle(struct prof_tick_state *e, struct prof_process *p, size_t i)
+{
+	struct prof_walked *t = &p->w[i];
+	const struct spy_tracer_ops *ops = p->h.tracer;
+	if (p->attached || e->o.idle || !ops->task_refresh || t->holds_gil || t->attached ||
+	    p->py[i].native_tid <= 0) {
+		return false;
+	}
+	struct prof_thread *th = thread_find(p, p->py[i].native_tid);
+	if (!th) {
+		return false; /* new: its state file is opened with the tick's table */
+	}
+	ops->task_refresh(&th->task, false);
+	e->st.errors[PROF_ERR_STATE] += th->task.failed;
+	t->state_read = true;
+	return !th->task.failed && !proc_task_active(&th->task);
+}
+
 /* Walk every thread of p into p->w. pyrt's error, else 1 if some stack is not whole, else 0. */
 static int walk(struct prof_tick_state *e, struct prof_process *p, size_t *n_out)
 {
@@ -111,7 +135,9 @@ static int walk(struct prof_tick_state *e, struct prof_process *p, size_t *n_out
 	int rc = prof_walk_list(p, &e->wo, NULL);
 	n = rc < 0 ? 0 : p->nw;
 	for (size_t i = 0; i < n; i++) {
-		prof_walk_thread(p, &e->wo, i, false, &e->gc_known);
+		if (!skip_idle(e, p, i)) {
+			prof_walk_thread(p, &e->wo, i, false, &e->gc_known);
+		}
 	}
 	*n_out = n;
 	if (rc < 0) {
@@ -162,7 +188,7 @@ static bool is_active(struct prof_process *p, const struct prof_walked *t, struc
 	if (!th) {
 		return false;
 	}
-	if (!p->attached && p->h.tracer->task_refresh) {
+	if (!p->attached && p->h.tracer->task_refresh && !t->state_read) {
 		p->h.tracer->task_refresh(&th->task, false);
 		*failed += th->task.failed;
 	}

@@ -122,6 +122,7 @@ int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, stru
 		t->name = pyrt_thread_name(pp->rt, &py[i]);
 		t->rc = 0;
 		t->task = NULL;
+		t->state_read = false;
 		spy_stack_reset(&t->stack);
 	}
 	pp->nw = n;

@@ -10,7 +10,7 @@
  * behind the holder's GIL walked without a stop of their own (not those
  * of an interpreter with its own GIL, nor with --native); the whole-process pause where a thread has no TID, with
  * no read while the process runs; the activity rule; torn and truncated
- * stacks; the maps retry; -s follows descendants; the loop ends when the
+ * stacks; --nonblocking walks no idle thread without -i; the maps retry; -s follows descendants; the loop ends when the
  * process does; continuous mode's windows (cmd/session.h) are whole
  * seconds, contiguous, and hold every tick.
  */
@@ -356,6 +356,29 @@ static void test_nonblocking_and_truncated(void)
 	fake_teardown(&w, p, &strs);
 }
 
+/*
+ * --nonblocking without -i: the idle thread (no GIL, asleep) is neither
+ * walked nor handed on, but still counted as a thread sampled idle; with
+ * -i it is walked and kept.
+ */
+static void test_nonblocking_idle(void)
+{
+	for (int idle = 0; idle < 2; idle++) {
+		struct fake_world w;
+		struct spy_strtab strs = SPY_STRTAB_INIT;
+		fake_setup(&w);
+		struct profiler *p = fake_run(&w, (struct prof_opts){ .nonblocking = true, .idle = idle }, 6, &strs);
+		struct prof_stats s = fake_stats(p);
+		CHECK_INT(s.thread_samples, 18);
+		CHECK_INT(s.active_samples, 12);
+		/* The first tick walks all three: no state is known for a thread new to the table. */
+		CHECK_INT(prof_root(p)->rt->walks, idle ? 18 : 13);
+		CHECK_INT(w.stacks, idle ? 18 : 12);
+		CHECK_INT(w.idle_stacks, idle ? 6 : 0);
+		fake_teardown(&w, p, &strs);
+	}
+}
+
 static void test_maps_and_dropped(void)
 {
 	/* A walk cut short by memory mapped since reads the maps and walks again, while still held. */
@@ -542,6 +565,7 @@ int main(void)
 	test_still_process_repeated();
 	test_whole_pause();
 	test_nonblocking_and_truncated();
+	test_nonblocking_idle();
 	test_maps_and_dropped();
 	test_end_and_descendants();
 	test_windows();
