@@ -212,7 +212,7 @@ struct prof_tick_state {
  */
 #define PROF_TRIM_NS (10 * 1000 * 1000 * 1000ull)
 /* One tick of pp: stop, walk, resume, keep (into ts->kept). */
-void prof_tick_process(struct prof_tick_state *ts, struct prof_process *pp, bool *gil_held);
+void prof_tick_process(struct prof_tick_state *ts, struct prof_process *pp, uint64_t now, bool *gil_held);
 /*
  * Between ticks, one at a time and each on its own clock: the reads a tick
  * needs besides the stacks (the maps re-read every few seconds, --async's

@@ -85,6 +85,7 @@ struct profiler {
 	struct sigaction chld_old;
 	bool chld_set;
 	bool chld_held;   /* SIGCHLD blocked in the sampling thread (proc_chld_hold) */
+	uint64_t ticked_ns;   /* the clock at the end of the tick just taken, or 0 */
 };
 
 /* ---- processes ---- */
@@ -315,11 +316,10 @@ static void scan_descendants(struct profiler *e)
 }
 
 /* Notice which processes have exited, without blocking. */
-static void poll_processes(struct profiler *e)
+static void poll_processes(struct profiler *e, uint64_t now)
 {
 	/* Before the look: a report after it is a SIGCHLD that ends the sleep. */
 	proc_chld_drain();
-	uint64_t now = ticker_now_ns();
 	for (size_t i = 0; i < e->nprocs; i++) {
 		struct prof_process *p = e->procs[i];
 		const struct spy_tracer_ops *ops = p->h.tracer;
@@ -494,7 +494,7 @@ static void start(struct profiler *e)
 }
 
 /* One tick: every process, one after the other. */
-static void tick(struct profiler *e)
+static void tick(struct profiler *e, uint64_t start_ns)
 {
 	bool gil_held = false;
 	e->ts.st.samples++;
@@ -502,7 +502,8 @@ static void tick(struct profiler *e)
 	e->ts.nkept = 0;
 	for (size_t i = 0; i < e->nprocs && !proc_stop_requested; i++) {
 		if (!e->procs[i]->gone) {
-			prof_tick_process(&e->ts, e->procs[i], &gil_held);
+			/* The first at the tick's start; the others when their turn comes. */
+			prof_tick_process(&e->ts, e->procs[i], i ? ticker_now_ns() : start_ns, &gil_held);
 		}
 	}
 	e->ts.st.gil_ticks += gil_held;
@@ -517,12 +518,14 @@ enum prof_event prof_next(struct profiler *e, struct prof_tick *out)
 	if (!e->started) {
 		start(e);
 	}
-	poll_processes(e);
+	/* Just after a tick, its end's clock serves: flat out, each read is 1% of a sample. */
+	uint64_t now = e->ticked_ns ? e->ticked_ns : ticker_now_ns();
+	e->ticked_ns = 0;
+	poll_processes(e, now);
 	if (root_gone(e) || proc_stop_requested || ticker_deadline(&e->tk) >= e->end_ns) {
 		prof_stop(e);
 		return PROF_END;
 	}
-	uint64_t now = ticker_now_ns();
 	if (e->ts.o.subprocesses && now - e->last_scan_ns >= SCAN_NS) {
 		reap_descendants(e);
 		scan_descendants(e);
@@ -532,13 +535,15 @@ enum prof_event prof_next(struct profiler *e, struct prof_tick *out)
 	for (size_t i = 0; i < e->nprocs; i++) {
 		prof_side_reads(&e->ts, e->procs[i], now);
 	}
-	if (ticker_wait(&e->tk, e->poll_ns) != 1) {
+	uint64_t seen;
+	if (ticker_wait(&e->tk, e->poll_ns, &seen) != 1) {
 		return PROF_WAIT;
 	}
-	out->start_ns = ticker_now_ns();
+	out->start_ns = seen ? seen : ticker_now_ns();
 	out->t_s = (double)(out->start_ns - e->ts.st.start_ns) / 1e9;
-	tick(e);
+	tick(e, out->start_ns);
 	now = ticker_now_ns();
+	e->ticked_ns = now;
 	/* A late last tick must not count deadlines past the end as missed. */
 	ticker_take(&e->tk, now < e->end_ns ? now : e->end_ns);
 	sched_check(e, now);

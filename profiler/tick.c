@@ -728,9 +728,8 @@ static bool repeatable(struct prof_process *p, long n, bool one)
 	return ops->traces_only(&p->h, tids, p->nth);
 }
 
-void prof_tick_process(struct prof_tick_state *e, struct prof_process *p, bool *gil_held)
+void prof_tick_process(struct prof_tick_state *e, struct prof_process *p, uint64_t now, bool *gil_held)
 {
-	uint64_t now = ticker_now_ns();
 	e->wo.now_ns = now;
 	bool one = p->attached;
 	bool refreshed = p->repeatable && one;

@@ -412,9 +412,11 @@ void ticker_take(struct ticker *t, uint64_t now_ns);
  * proc_stop_requested each time round. Returns 1 when the deadline has
  * been reached (call ticker_take), 0 when max_ns ran out first or a
  * SIGCHLD came, -SPY_EINTR when a signal interrupted the sleep or a stop
- * was requested while spinning.
+ * was requested while spinning. *now_out (unless NULL): the clock as last
+ * read, when nothing slept since (a deadline already past, or spun for),
+ * else 0; a caller behind its ticks reads the clock once a tick, not twice.
  */
-int ticker_wait(struct ticker *t, uint64_t max_ns);
+int ticker_wait(struct ticker *t, uint64_t max_ns, uint64_t *now_out);
 
 /*
  * Launching `-- PROGRAM ARGS`: fork and execvp, reporting an exec failure

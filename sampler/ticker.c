@@ -66,10 +66,13 @@ void ticker_take(struct ticker *t, uint64_t now_ns)
 	}
 }
 
-int ticker_wait(struct ticker *t, uint64_t max_ns)
+int ticker_wait(struct ticker *t, uint64_t max_ns, uint64_t *now_out)
 {
 	uint64_t now = ticker_now_ns();
 	uint64_t due = ticker_deadline(t);
+	uint64_t unused;
+	now_out = now_out ? now_out : &unused;
+	*now_out = now;
 	if (now >= due) {
 		return 1;
 	}
@@ -80,7 +83,7 @@ int ticker_wait(struct ticker *t, uint64_t max_ns)
 		reached = 0;
 	}
 	if (t->spin) {
-		while (ticker_now_ns() < until) {
+		while ((*now_out = ticker_now_ns()) < until) {
 			if (proc_stop_requested) {
 				return -SPY_EINTR;
 			}
@@ -88,6 +91,7 @@ int ticker_wait(struct ticker *t, uint64_t max_ns)
 		}
 		return reached;
 	}
+	*now_out = 0; /* slept: the clock was not read since */
 	if (proc_chld_held()) {
 		/* Relative, from the clock just read: late by the few ns since. */
 		int rc = proc_chld_sleep(until - now);

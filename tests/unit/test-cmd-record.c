@@ -158,14 +158,17 @@ static void test_ticker_wait(void)
 {
 	struct ticker t;
 	ticker_init(&t, 1000, ticker_now_ns());
-	/* The first deadline is now. */
-	CHECK_INT(ticker_wait(&t, 1000000), 1);
+	/* The first deadline is now, and the clock read is handed back. */
+	uint64_t seen = 0, at = ticker_now_ns();
+	CHECK_INT(ticker_wait(&t, 1000000, &seen), 1);
+	CHECK(seen >= at && seen <= ticker_now_ns());
 	ticker_take(&t, ticker_now_ns());
 	/* The next is ~1 ms away: a 0 ns slice runs out first, a long slice reaches it. */
 	uint64_t before = ticker_now_ns();
-	int rc = ticker_wait(&t, 0);
+	int rc = ticker_wait(&t, 0, NULL);
 	CHECK(rc == 0 || rc == 1);
-	CHECK_INT(ticker_wait(&t, 1000000000ull), 1);
+	CHECK_INT(ticker_wait(&t, 1000000000ull, &seen), 1);
+	CHECK_INT(seen, 0); /* slept */
 	CHECK(ticker_now_ns() >= ticker_deadline(&t));
 	CHECK(ticker_now_ns() - before < 500000000ull);
 }
@@ -179,17 +182,19 @@ static void test_ticker_spin(void)
 	ticker_init(&t, 20001, 0);
 	CHECK(t.spin);
 	ticker_init(&t, 1e6, ticker_now_ns());
-	CHECK_INT(ticker_wait(&t, 1000000), 1);
+	CHECK_INT(ticker_wait(&t, 1000000, NULL), 1);
 	ticker_take(&t, ticker_now_ns());
-	CHECK_INT(ticker_wait(&t, 1000000000ull), 1);
-	CHECK(ticker_now_ns() >= ticker_deadline(&t));
+	uint64_t seen = 0;
+	CHECK_INT(ticker_wait(&t, 1000000000ull, &seen), 1);
+	/* Spun for: the read that found the deadline reached. */
+	CHECK(seen >= ticker_deadline(&t) && seen <= ticker_now_ns());
 	/* A first deadline a minute away: neither wait may last that long. */
 	uint64_t before = ticker_now_ns();
 	ticker_init(&t, 1e6, before + 60000000000ull);
-	CHECK_INT(ticker_wait(&t, 2000000), 0);
+	CHECK_INT(ticker_wait(&t, 2000000, NULL), 0);
 	CHECK(ticker_now_ns() - before >= 2000000);
 	proc_stop_requested = SIGINT;
-	CHECK_INT(ticker_wait(&t, 1000000000ull), -SPY_EINTR);
+	CHECK_INT(ticker_wait(&t, 1000000000ull, NULL), -SPY_EINTR);
 	proc_stop_requested = 0;
 	CHECK(ticker_now_ns() - before < 500000000ull);
 }
