@@ -345,7 +345,8 @@ void pyrt_read_value(struct pyrt *rt, spy_addr_t obj, struct py_value *v);
  * for PYFRAME_MEMO_TTL rounds of walks (pyrt_round), then decoded again
  * through the code cache (which checks the code object's fingerprint), so
  * a code object freed and its address reused under a byte-identical frame
- * is caught within that many samples of its thread. Powers of two.
+ * is caught within that many samples of its thread (and in any case within
+ * PYFRAME_MEMO_TTL * PYRT_ROUND_SLOTS / 2 walks). Powers of two.
  */
 #define PYFRAME_MEMO_SETS 1024
 #define PYFRAME_MEMO_WAYS 4
