@@ -45,12 +45,14 @@
 /*
  * A round of walks (pyrt_round): the thread states walked since the clock
  * last moved, open-addressed; a round of more than half as many threads
- * ends early.
+ * ends early. 32 bits of each: two thread states alike in them, or a clock
+ * come round again, only end a round early (entries expire sooner), and a
+ * process's table stays 4 KiB.
  */
-#define PYRT_ROUND_SLOTS 1024
+#define PYRT_ROUND_SLOTS 512
 struct pyrt_round_slot {
-	spy_addr_t tstate;
-	uint64_t clock;           /* the round it was walked in: a slot of another is free */
+	uint32_t tstate;          /* a fold of its address */
+	uint32_t clock;           /* the round it was walked in: a slot of another is free */
 };
 
 /* The threads' last walks a pyrt keeps (splice.c), and the most bytes one spans. */

@@ -255,38 +255,34 @@ static bool same_bytes(const unsigned char *a, const unsigned char *b, size_t n)
 	return diff == 0;
 }
 
-static size_t round_home(spy_addr_t tstate)
-{
-	return (size_t)((tstate * 0x9E3779B97F4A7C15ull) >> 54) & (PYRT_ROUND_SLOTS - 1);
-}
-
 void pyrt_round(struct pyrt *rt, spy_addr_t tstate)
 {
 	_Static_assert((PYRT_ROUND_SLOTS & (PYRT_ROUND_SLOTS - 1)) == 0 && PYRT_ROUND_SLOTS <= 1024,
 		       "a power of two, indexed by the hash's top 10 bits at most");
 	rt->walks++;
-	size_t i = round_home(tstate);
+	uint64_t mixed = tstate * 0x9E3779B97F4A7C15ull;
+	uint32_t key = (uint32_t)(mixed >> 32), clock = (uint32_t)rt->clock;
+	size_t home = (size_t)(mixed >> 54) & (PYRT_ROUND_SLOTS - 1), i = home;
 	for (size_t probe = 0; rt->clock && probe < PYRT_ROUND_SLOTS; probe++) {
 		struct pyrt_round_slot *s = &rt->round[i];
-		if (s->clock != rt->clock) {
+		if (s->clock != clock) {
 			if (rt->round_n >= PYRT_ROUND_SLOTS / 2) {
 				break;
 			}
-			s->tstate = tstate;
-			s->clock = rt->clock;
+			s->tstate = key;
+			s->clock = clock;
 			rt->round_n++;
 			return;
 		}
-		if (s->tstate == tstate) {
+		if (s->tstate == key) {
 			break; /* walked already this round */
 		}
 		i = (i + 1) & (PYRT_ROUND_SLOTS - 1);
 	}
 	/* A new round, this thread its first: every slot is now another round's. */
 	rt->clock++;
-	i = round_home(tstate);
-	rt->round[i].tstate = tstate;
-	rt->round[i].clock = rt->clock;
+	rt->round[home].tstate = key;
+	rt->round[home].clock = (uint32_t)rt->clock;
 	rt->round_n = 1;
 }
 
