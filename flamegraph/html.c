@@ -106,7 +106,12 @@ void fg_html_json_string(struct spy_buf *b, const char *str)
 
 /* ---- the string table ---------------------------------------------------- */
 
-/* The index of s (compared by pointer: interned, or a constant) in S; -1 for NULL. */
+/*
+ * The index of s (compared by pointer: interned, or a constant) in S; -1 for
+ * NULL. The first calls make S's order, so each call is a statement of its
+ * own: the order a function's arguments are evaluated in is unspecified
+ * (gcc takes them right to left on x86-64, left to right on aarch64).
+ */
 static int64_t str_index(struct html *h, const char *s)
 {
 	if (!s) {
@@ -154,8 +159,9 @@ static void emit_frames(struct html *h)
 			spy_buf_addf(&pal, "%s\"#%06" PRIx32 "\"", c ? "," : "", rgb);
 		}
 		sep(b, i);
-		spy_buf_addf(b, "%" PRId64 ",%" PRId64 ",%" PRIu32 ",%d,%" PRIu32, str_index(h, fr->func),
-			     str_index(h, fr->file), fr->line, cls, c);
+		int64_t fn = str_index(h, fr->func);
+		int64_t fl = str_index(h, fr->file);
+		spy_buf_addf(b, "%" PRId64 ",%" PRId64 ",%" PRIu32 ",%d,%" PRIu32, fn, fl, fr->line, cls, c);
 	}
 	spy_buf_adds(b, "],\"P\":[");
 	spy_buf_add(b, pal.buf, pal.len);
@@ -201,8 +207,10 @@ static void emit_table(struct html *h)
 	for (size_t i = 0; i < t.n; i++) {
 		const struct fg_row *r = &t.rows[i];
 		sep(b, i);
+		int64_t fn = str_index(h, r->func);
+		int64_t fl = str_index(h, r->file);
 		spy_buf_addf(b, "%" PRId64 ",%" PRId64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64,
-			     str_index(h, r->func), str_index(h, r->file), r->self, r->total,
+			     fn, fl, r->self, r->total,
 			     r->kind[FG_KIND_PYTHON], r->kind[FG_KIND_NATIVE], r->kind[FG_KIND_IDLE]);
 	}
 	spy_buf_adds(b, "]");
@@ -254,8 +262,9 @@ static void emit_source(struct html *h)
 			continue;
 		}
 		sep(b, out++);
-		spy_buf_addf(b, "%" PRId64 ",%" PRIu32 ",%" PRId64, str_index(h, v[i].file), v[i].line,
-			     str_index(h, fg_profile_source(p, v[i].file, v[i].line)));
+		int64_t fl = str_index(h, v[i].file);
+		int64_t src = str_index(h, fg_profile_source(p, v[i].file, v[i].line));
+		spy_buf_addf(b, "%" PRId64 ",%" PRIu32 ",%" PRId64, fl, v[i].line, src);
 	}
 	spy_buf_adds(b, "]");
 	free(v);
@@ -280,7 +289,8 @@ static void emit_meta(struct html *h)
 		}
 		sep(b, out++);
 		/* Keys and values are copies, not interned: each its own string. */
-		spy_buf_addf(b, "%" PRId64 ",%" PRId64, str_index(h, k), str_index(h, v));
+		int64_t ki = str_index(h, k);
+		spy_buf_addf(b, "%" PRId64 ",%" PRId64, ki, str_index(h, v));
 	}
 	spy_buf_adds(b, "]");
 }
@@ -320,8 +330,10 @@ static void emit_windows(struct html *h, const uint32_t *rank)
 			if (!r->file || !(r->slope > 0)) {
 				continue;
 			}
-			spy_buf_addf(b, "%s[%" PRId64 ",%" PRId64 ",%.4f,%.4f,%.4f]", out++ ? "," : "",
-				     str_index(h, r->func), str_index(h, r->file), r->slope, r->first_pct, r->last_pct);
+			int64_t fn = str_index(h, r->func);
+			int64_t fl = str_index(h, r->file);
+			spy_buf_addf(b, "%s[%" PRId64 ",%" PRId64 ",%.4f,%.4f,%.4f]", out++ ? "," : "", fn, fl,
+				     r->slope, r->first_pct, r->last_pct);
 		}
 		spy_buf_adds(b, "]}");
 		fg_trend_release(&t);

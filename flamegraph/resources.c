@@ -231,8 +231,16 @@ void fg_resources_totals(const struct fg_resources *r, struct fg_res_point *tot)
 #undef DELTA
 }
 
+/*
+ * A least-squares fit kept as running means and co-moments about them
+ * (Welford's updates), not as raw sums: n*sum(xy) - sum(x)*sum(y) cancels
+ * two large, equal terms, and whether the compiler fuses a multiply-add
+ * there (gcc does on aarch64) decides the sign of what is left, so a flat
+ * series printed -0.00 on one machine and +0.00 on another. About the
+ * mean, a flat series adds exact zeros to its co-moment everywhere.
+ */
 struct fit {
-	double n, sx, sy, sxx, sxy, syy, first, last;
+	double n, mx, my, cxx, cxy, cyy, first, last;
 };
 
 static void fit_add(struct fit *f, double x, double y)
@@ -242,11 +250,12 @@ static void fit_add(struct fit *f, double x, double y)
 	}
 	f->last = y;
 	f->n += 1;
-	f->sx += x;
-	f->sy += y;
-	f->sxx += x * x;
-	f->sxy += x * y;
-	f->syy += y * y;
+	double dx = x - f->mx, dy = y - f->my;
+	f->mx += dx / f->n;
+	f->my += dy / f->n;
+	f->cxx += dx * (x - f->mx);
+	f->cxy += dx * (y - f->my);
+	f->cyy += dy * (y - f->my);
 }
 
 enum { R_RSS, R_CPU, R_THREADS, R_CTXSW, R_IO, R_N };
@@ -342,11 +351,11 @@ void fg_resources_trend(const struct fg_resources *r, struct spy_buf *out)
 				     row == R_IO ? "unknown: io unreadable" : "unknown");
 			continue;
 		}
-		double vx = ff->n * ff->sxx - ff->sx * ff->sx, cov = ff->n * ff->sxy - ff->sx * ff->sy;
-		double vy = ff->n * ff->syy - ff->sy * ff->sy;
+		/* The variances and covariance scaled by n, as the thresholds were set for. */
+		double vx = ff->n * ff->cxx, cov = ff->n * ff->cxy, vy = ff->n * ff->cyy;
 		double slope = vx > 1e-18 ? cov / vx : 0;
 		double r2 = vx > 1e-18 && vy > 1e-9 ? cov * cov / (vx * vy) : 0;
 		spy_buf_addf(out, "%+10.2f %9.2f %9.2f %9.2f %5.2f  %s (%s)\n", slope, ff->first, ff->last,
-			     ff->sy / ff->n, r2, row_name[row], row_unit[row]);
+			     ff->my, r2, row_name[row], row_unit[row]);
 	}
 }

@@ -383,8 +383,16 @@ int fg_slices_load(struct fg_slices **out, const struct fg_profile *p, const cha
 
 /* ---- the trend ----------------------------------------------------------- */
 
+/*
+ * The weighted least squares are kept as running means and co-moments
+ * about them (West's weighted form of Welford's updates), not raw sums:
+ * sw*sum(wxy) - sum(wx)*sum(wy) cancels two equal, large terms, and the
+ * sign of what is left of a steady share depended on the machine (gcc
+ * fuses the multiply-add on aarch64). About the mean, a steady share adds
+ * exact zeros.
+ */
 struct func_fit {
-	double sy, sxy, syy;   /* sums of share, window x share, share^2 */
+	double my, cxy, cyy;   /* mean share; weighted co-moments with x and itself */
 	double first, last;
 	uint32_t mark;         /* 1 + last stack counted, recursion once */
 	uint64_t in_window;    /* samples in the current window */
@@ -481,7 +489,7 @@ void fg_trend_init(struct fg_trend *t, const struct fg_slices *s, const struct f
 	 * usually cut short by the end of the recording, and a window of three
 	 * samples must not weigh as much as one of three hundred.
 	 */
-	double n = 0, sw = 0, sx = 0, sxx = 0;
+	double n = 0, sw = 0, mx = 0, cxx = 0;
 	/*
 	 * First and last shares come from full windows: a recording that ends
 	 * 30 ms into a new window leaves three samples there, and a function
@@ -510,6 +518,10 @@ void fg_trend_init(struct fg_trend *t, const struct fg_slices *s, const struct f
 		 * sampling (no Python thread running) is not a trend. */
 		double x = n, w = (double)total;
 		bool full = 2 * total >= most;
+		sw += w;
+		double dx = x - mx;
+		mx += dx * (w / sw);
+		cxx += w * dx * (x - mx);
 		for (size_t f = 0; f < nrows; f++) {
 			double y = 100.0 * (double)fit[f].in_window / w;
 			if (full && !had_full) {
@@ -518,29 +530,28 @@ void fg_trend_init(struct fg_trend *t, const struct fg_slices *s, const struct f
 			if (full) {
 				fit[f].last = y;
 			}
-			fit[f].sy += w * y;
-			fit[f].sxy += w * x * y;
-			fit[f].syy += w * y * y;
+			double dy = y - fit[f].my;
+			fit[f].my += dy * (w / sw);
+			fit[f].cxy += w * dx * (y - fit[f].my);
+			fit[f].cyy += w * dy * (y - fit[f].my);
 			seen[f] = seen[f] || fit[f].in_window;
 			fit[f].in_window = 0;
 		}
 		had_full = had_full || full;
 		n += 1;
-		sw += w;
-		sx += w * x;
-		sxx += w * x * x;
 		t->samples += total;
 	}
 	t->windows = (size_t)n;
 	t->rows = spy_xmalloc((fs.n + 2) * sizeof(*t->rows));
-	double vx = sw * sxx - sx * sx;
+	/* The variances and covariance scaled by sw, as the thresholds were set for. */
+	double vx = sw * cxx;
 	for (size_t f = 0; f < nrows; f++) {
 		/* [gc] stays at 0 when the collector never ran: that is a finding too. */
 		if (!seen[f] && f < fs.n) {
 			continue;
 		}
 		const struct func_fit *ff = &fit[f];
-		double cov = sw * ff->sxy - sx * ff->sy, vy = sw * ff->syy - ff->sy * ff->sy;
+		double cov = sw * ff->cxy, vy = sw * ff->cyy;
 		struct fg_trend_row *r = &t->rows[t->nfuncs++];
 		r->func = f < fs.n ? fs.func[f] : "[gc]";
 		r->file = f < fs.n ? fs.file[f] : NULL;
@@ -548,7 +559,7 @@ void fg_trend_init(struct fg_trend *t, const struct fg_slices *s, const struct f
 		r->slope = vx > 1e-9 ? cov / vx : 0;
 		r->first_pct = ff->first;
 		r->last_pct = ff->last;
-		r->mean_pct = sw > 0 ? ff->sy / sw : 0;
+		r->mean_pct = ff->my;
 		/* r squared needs no square root (the module has no libm). */
 		r->r2 = vx > 1e-9 && vy > 1e-9 ? cov * cov / (vx * vy) : 0;
 	}

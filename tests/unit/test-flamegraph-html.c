@@ -164,6 +164,20 @@ static void test_structure(void)
 	fg_profile_free(p);
 }
 
+/*
+ * S lists the strings in the order the frames first use them, each frame's
+ * function before its file, on every machine: the order of a call's
+ * arguments is not C's to promise, and x86-64's gcc put the file first.
+ */
+static void test_string_order(void)
+{
+	struct fg_profile *p = load("main (a.py:1);foo (b.py:5) 3\n");
+	char *page = render(p);
+	CHECK_INT(count(page, "{\"S\":[\"main\",\"a.py\",\"foo\",\"b.py\""), 1);
+	free(page);
+	fg_profile_free(p);
+}
+
 static void test_windows(void)
 {
 	struct fg_profile *p = load("# slice-s: 1\n"
@@ -243,6 +257,7 @@ int main(void)
 {
 	test_escape();
 	test_structure();
+	test_string_order();
 	test_windows();
 	test_errors_words();
 	test_format_and_errors();

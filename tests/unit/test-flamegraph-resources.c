@@ -116,6 +116,30 @@ static void test_falling_counter(void)
 	fg_resources_free(r);
 }
 
+/*
+ * A flat gauge read at fractional times has no slope, and says so with the
+ * same sign on every machine: summed raw, n*sum(xy) - sum(x)*sum(y) left
+ * -2e-11 threads/h here (printed -0.00), and on aarch64, where the compiler
+ * fuses the multiply-add, a different residue.
+ */
+static void test_flat(void)
+{
+	struct fg_resources *r = fg_resources_new();
+	for (unsigned i = 0; i < 3; i++) {
+		struct fg_res_point pt = reading(i);
+		pt.t = 0.1 * i;
+		pt.rss = 5000000;
+		pt.threads = 3;
+		fg_resources_add(r, &pt);
+	}
+	struct spy_buf b = SPY_BUF_INIT;
+	fg_resources_trend(r, &b);
+	CHECK(strstr(b.buf, "     +0.00      5.00      5.00      5.00  0.00  [rss]") != NULL);
+	CHECK(strstr(b.buf, "     +0.00      3.00      3.00      3.00  0.00  [threads]") != NULL);
+	spy_buf_release(&b);
+	fg_resources_free(r);
+}
+
 static void test_cap(void)
 {
 	struct fg_resources *r = sample(FG_MAX_SLICES + 10);
@@ -176,6 +200,7 @@ int main(void)
 {
 	test_round_trip();
 	test_falling_counter();
+	test_flat();
 	test_cap();
 	test_malformed();
 	return check_done();
