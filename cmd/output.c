@@ -25,7 +25,9 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cmd/output.h"
@@ -62,7 +64,8 @@ static bool trusted(const char *path, const struct stat *st)
 /*
  * Open what is at path to write in place. A FIFO with no reader yet is
  * opened read-write (Linux allows it, and it does not block), so spy does
- * not wait here for a reader that will come when the profile does.
+ * not wait here for a reader that will come when the profile does; it
+ * waits at the end instead (wait_drained).
  */
 static int open_in_place(struct cmd_output *o, bool is_link, const struct stat *lst, struct spy_err *err)
 {
@@ -70,6 +73,7 @@ static int open_in_place(struct cmd_output *o, bool is_link, const struct stat *
 	int fd = open(o->path, flags);
 	if (fd < 0 && errno == ENXIO) {
 		fd = open(o->path, (flags & ~O_WRONLY) | O_RDWR);
+		o->unread_fifo = fd >= 0;
 	}
 	if (fd < 0) {
 		return write_error(o, errno, err);
@@ -159,6 +163,23 @@ void cmd_output_abandon(struct cmd_output *o)
 	}
 }
 
+/*
+ * A FIFO opened with no reader holds what spy wrote only while spy keeps it
+ * open: closed before a reader came, the bytes were dropped, and the reader
+ * then waited for a writer for ever. So spy waits until a reader has taken
+ * every byte, as `echo > fifo` waits at its open, or a signal ends the wait.
+ */
+static void wait_drained(int fd)
+{
+	int left;
+	struct timespec ts = { 0, 5 * 1000 * 1000 };
+	while (ioctl(fd, FIONREAD, &left) == 0 && left > 0) {
+		if (nanosleep(&ts, NULL) != 0 && errno == EINTR) {
+			return;
+		}
+	}
+}
+
 /* Best effort: makes the rename durable where the file system can sync a directory. */
 static void sync_dir_of(const char *path)
 {
@@ -203,6 +224,9 @@ int cmd_output_commit(struct cmd_output *o, cmd_write_fn fn, void *ctx, struct s
 	}
 	if (rc == 0 && o->tmp) {
 		rc = publish(o, fileno(f), err);
+	}
+	if (rc == 0 && o->unread_fifo) {
+		wait_drained(fileno(f));
 	}
 	if (fclose(f) != 0 && rc == 0) {
 		rc = write_error(o, errno, err);

@@ -37,6 +37,7 @@ struct cmd_output {
 	bool is_stdout;
 	char *tmp;
 	int fd;
+	bool unread_fifo;   /* a FIFO opened with no reader yet (see cmd_output_commit) */
 };
 int cmd_output_open(struct cmd_output *o, const char *path, struct spy_err *err);
 int cmd_output_commit(struct cmd_output *o, cmd_write_fn fn, void *ctx, struct spy_err *err);

@@ -21,8 +21,9 @@ import os
 import shutil
 import subprocess
 import sys
+import select
 import tempfile
-import threading
+import time
 import xml.dom.minidom
 
 import harness
@@ -109,17 +110,50 @@ def planted_problems(d, plain):
                 if not os.path.islink(out):
                     os.unlink(out)
                     os.symlink(victim, out)
-        # A FIFO of ours: written through, with a reader on the other side.
-        fifo = os.path.join(shared, "p.fifo.folded")
-        os.mkfifo(fifo)
-        got = []
-        reader = threading.Thread(target=lambda: got.append(open(fifo).read()))
-        reader.start()
-        r = spy("report", plain, "-o", fifo)
-        reader.join(10)
-        if r.rc != 0 or not got or got[0] != PROFILE:
-            p.append("report -o FIFO in %s: exit %d, read %r" % (kind, r.rc, got[:1]))
+        # A FIFO of ours: written through, to a reader there before spy or
+        # one that comes after spy wrote (spy waits for it to read).
+        for first in ("reader", "spy"):
+            fifo = os.path.join(shared, "p.fifo-%s.folded" % first)
+            os.mkfifo(fifo)
+            rc, got = fifo_report(plain, fifo, first)
+            if rc != 0 or got != PROFILE:
+                p.append("report -o FIFO in %s, %s first: exit %s, read %r" % (kind, first, rc, got[:80]))
     return p
+
+
+def fifo_report(plain, fifo, first):
+    """spy report -o fifo, the reader opening it before spy starts or
+    0.5 s after: (spy's exit code, what the reader read until EOF)."""
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK) if first == "reader" else -1
+    proc = subprocess.Popen([os.path.abspath(harness.spy_path()), "report", plain, "-o", fifo],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=harness.spy_env(keep_log=False))
+    data = b""
+    try:
+        if fd < 0:
+            time.sleep(0.5)
+            # Non-blocking: with no writer left (spy gone, its bytes dropped), EOF at once.
+            fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if not select.select([fd], [], [], 0.2)[0]:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                # EOF: no writer. Before spy opened it too, if the reader came first.
+                if first == "reader" and proc.poll() is None and not data:
+                    time.sleep(0.05)
+                    continue
+                break
+            data += chunk
+        return proc.wait(10), data.decode("utf-8", "replace")
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return "timeout", data.decode("utf-8", "replace")
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 def piped(args, cwd, stdin=None):
