@@ -167,13 +167,15 @@ void cmd_output_abandon(struct cmd_output *o)
  * A FIFO opened with no reader holds what spy wrote only while spy keeps it
  * open: closed before a reader came, the bytes were dropped, and the reader
  * then waited for a writer for ever. So spy waits until a reader has taken
- * every byte, as `echo > fifo` waits at its open, or a signal ends the wait.
+ * every byte, as `echo > fifo` waits at its open, or a signal ends the wait,
+ * or the FIFO has no name left for a reader to open it by.
  */
 static void wait_drained(int fd)
 {
 	int left;
+	struct stat st;
 	struct timespec ts = { 0, 5 * 1000 * 1000 };
-	while (ioctl(fd, FIONREAD, &left) == 0 && left > 0) {
+	while (ioctl(fd, FIONREAD, &left) == 0 && left > 0 && fstat(fd, &st) == 0 && st.st_nlink > 0) {
 		if (nanosleep(&ts, NULL) != 0 && errno == EINTR) {
 			return;
 		}

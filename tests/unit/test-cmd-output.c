@@ -10,13 +10,17 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cmd/output.h"
+#include "common/buf.h"
 #include "tests/lib/check.h"
 
 /* Someone else: nobody. */
@@ -190,6 +194,53 @@ static void test_fifos(const char *dir, bool shared)
 	unlink(theirs);
 }
 
+static void *late_reader(void *arg)
+{
+	struct spy_buf *got = arg;
+	struct timespec ts = { 0, 100 * 1000 * 1000 };
+	nanosleep(&ts, NULL);
+	/* Not blocking: with no writer left (the bytes dropped), EOF at once. */
+	int fd = open(got->buf, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	spy_buf_reset(got);
+	for (int i = 0; fd >= 0 && i < 500; i++) {
+		struct pollfd pf = { fd, POLLIN, 0 };
+		char b[256];
+		ssize_t n = poll(&pf, 1, 10) == 1 ? read(fd, b, sizeof(b)) : -1;
+		if (n == 0) {
+			break; /* EOF: spy closed it */
+		}
+		if (n > 0) {
+			spy_buf_add(got, b, (size_t)n);
+		}
+	}
+	if (fd >= 0) {
+		close(fd);
+	}
+	return NULL;
+}
+
+/*
+ * A FIFO nobody reads yet when the profile is written: spy waits for a
+ * reader to take it, and does not drop it by closing first.
+ */
+static void test_fifo_late_reader(void)
+{
+	struct spy_err err = SPY_ERR_INIT;
+	char *fifo = path_in("private", "late.fifo");
+	CHECK_INT(mkfifo(fifo, 0600), 0);
+	struct cmd_output o;
+	CHECK_INT(cmd_output_open(&o, fifo, &err), 0);
+	struct spy_buf got = SPY_BUF_INIT;
+	spy_buf_adds(&got, fifo);
+	pthread_t th;
+	CHECK_INT(pthread_create(&th, NULL, late_reader, &got), 0);
+	CHECK_INT(cmd_output_commit(&o, write_hello, "hello", &err), 0);
+	pthread_join(th, NULL);
+	CHECK(got.len == 5 && !memcmp(got.buf, "hello", 5));
+	spy_buf_release(&got);
+	unlink(fifo);
+}
+
 /*
  * "-": standard output, after what stdio already holds for it, and still
  * open afterwards; no file named "-" appears in the working directory.
@@ -260,6 +311,7 @@ int main(void)
 	test_fifos("sticky", true);
 	test_fifos("shared", true);
 	test_fifos("private", false);
+	test_fifo_late_reader();
 	cleanup();
 	return check_done();
 }
