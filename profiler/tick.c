@@ -101,27 +101,37 @@ static void threads_prune(struct prof_process *p, bool all)
 }
 
 /*
- * --nonblocking without -i: listed thread i, idle now and holding no GIL,
- * would not be handed on, so it is not walked either (its state read now,
- * before the walk, where is_active read it after). A pool of 150 waiting
- * threads was 150 walks a tick, their pages read, for the 4 that run.
+ * Whether listed thread t must be walked this tick: one that can have run
+ * Python since the last tick (running, or holding the GIL as listed), or
+ * any with --idle. The stack of a thread asleep is handed on only with
+ * --idle, so without it a sleeper is neither stopped nor read (stopping
+ * one would only interrupt its sleep).
+ */
+static bool wanted(struct prof_tick_state *e, const struct prof_walked *t, const struct prof_thread *th)
+{
+	return e->o.idle || t->holds_gil || t->attached || !th || proc_task_active(&th->task);
+}
+
+/*
+ * --nonblocking: listed thread i, not wanted this tick (asleep, holding
+ * no GIL, without -i), is not walked either; its state is read now, before
+ * the walk, where is_active read it after. A pool of 150 waiting threads
+ * was 150 walks a tick, their pages read, for the 4 that run.
  */
 static bool skip_idle(struct prof_tick_state *e, struct prof_process *p, size_t i)
 {
 	struct prof_walked *t = &p->w[i];
 	const struct spy_tracer_ops *ops = p->h.tracer;
-	if (p->attached || e->o.idle || !ops->task_refresh || t->holds_gil || t->attached ||
-	    p->py[i].native_tid <= 0) {
+	pid_t tid = p->py[i].native_tid;
+	/* A thread new to the table has no state file open yet: walked. */
+	struct prof_thread *th = tid > 0 ? thread_find(p, tid) : NULL;
+	if (p->attached || !ops->task_refresh || !th) {
 		return false;
-	}
-	struct prof_thread *th = thread_find(p, p->py[i].native_tid);
-	if (!th) {
-		return false; /* new: its state file is opened with the tick's table */
 	}
 	ops->task_refresh(&th->task, false);
 	e->st.errors[PROF_ERR_STATE] += th->task.failed;
 	t->state_read = true;
-	return !th->task.failed && !proc_task_active(&th->task);
+	return !th->task.failed && !wanted(e, t, th);
 }
 
 /* Walk every thread of p into p->w. pyrt's error, else 1 if some stack is not whole, else 0. */
@@ -291,18 +301,6 @@ static long sample_paused(struct prof_tick_state *e, struct prof_process *p, uin
 		return -1;
 	}
 	return (long)n;
-}
-
-/*
- * Whether listed thread t must be walked this tick: one that can have run
- * Python since the last tick (running, or holding the GIL as listed), or
- * any with --idle. The stack of a thread asleep is handed on only with
- * --idle, so without it a sleeper is neither stopped nor read (stopping
- * one would only interrupt its sleep).
- */
-static bool wanted(struct prof_tick_state *e, const struct prof_walked *t, const struct prof_thread *th)
-{
-	return e->o.idle || t->holds_gil || t->attached || !th || proc_task_active(&th->task);
 }
 
 /*
