@@ -84,7 +84,6 @@ struct profiler {
 	uint64_t poll_ns;   /* the longest wait between looks at the processes */
 	struct sigaction chld_old;
 	bool chld_set;
-	bool chld_held;   /* SIGCHLD blocked in the sampling thread (proc_chld_hold) */
 	uint64_t ticked_ns;   /* the clock at the end of the tick just taken, or 0 */
 };
 
@@ -483,7 +482,9 @@ static void start(struct profiler *e)
 	 * sigprocmask and no signal frame. The handler stays: SIGCHLD
 	 * ignored is never raised for a stop, blocked or not.
 	 */
-	e->chld_held = e->chld_set && proc_chld_hold(true);
+	if (e->chld_set) {
+		(void)proc_chld_hold(true);
+	}
 	/*
 	 * The kernel may defer a timed wake-up by the thread's timer slack,
 	 * 50 us by default, to batch it with others: at kilohertz rates that
@@ -563,9 +564,7 @@ void prof_stop(struct profiler *e)
 	}
 	e->ts.st.stop_ns = ticker_now_ns();
 	sched_restore(e);
-	if (e->chld_held) {
-		proc_chld_hold(false);
-	}
+	(void)proc_chld_hold(false); /* nothing if it was not held */
 	if (e->chld_set) {
 		sigaction(SIGCHLD, &e->chld_old, NULL);
 	}
