@@ -107,9 +107,14 @@ static void threads_prune(struct prof_process *p, bool all)
  * --idle, so without it a sleeper is neither stopped nor read (stopping
  * one would only interrupt its sleep).
  */
+static bool wanted_any_state(const struct prof_tick_state *e, const struct prof_walked *t)
+{
+	return e->o.idle || t->holds_gil || t->attached;
+}
+
 static bool wanted(struct prof_tick_state *e, const struct prof_walked *t, const struct prof_thread *th)
 {
-	return e->o.idle || t->holds_gil || t->attached || !th || proc_task_active(&th->task);
+	return wanted_any_state(e, t) || !th || proc_task_active(&th->task);
 }
 
 /*
@@ -125,7 +130,12 @@ static bool skip_idle(struct prof_tick_state *e, struct prof_process *p, size_t 
 	pid_t tid = p->py[i].native_tid;
 	/* A thread new to the table has no state file open yet: walked. */
 	struct prof_thread *th = tid > 0 ? thread_find(p, tid) : NULL;
-	if (p->attached || !ops->task_refresh || !th) {
+	/*
+	 * Wanted whatever its state, it is not read here: is_active does not
+	 * read a GIL holder's either. A one-thread target's flat-out sample
+	 * was a third dearer with that read (4.8 against 3.1 µs).
+	 */
+	if (p->attached || !ops->task_refresh || !th || wanted_any_state(e, t)) {
 		return false;
 	}
 	ops->task_refresh(&th->task, false);

@@ -195,7 +195,7 @@ static void f_task_open(const struct spy_process *p, struct proc_task *t, pid_t 
 }
 
 /* Only tasks.c knows the files; the fake keeps every thread's state in a table by TID. */
-static const struct fake_thread *thread_by_tid(pid_t tid)
+static struct fake_thread *thread_by_tid(pid_t tid)
 {
 	for (size_t i = 0; i < world->nprocs; i++) {
 		for (size_t j = 0; j < world->procs[i].nth; j++) {
@@ -209,10 +209,11 @@ static const struct fake_thread *thread_by_tid(pid_t tid)
 
 static void f_task_refresh(struct proc_task *t, bool with_cpu)
 {
-	const struct fake_thread *ft = thread_by_tid(t->tid);
+	struct fake_thread *ft = thread_by_tid(t->tid);
 	if (!ft) {
 		return;
 	}
+	ft->state_reads++;
 	/* As tasks.c: asleep when last read, and not scheduled since. */
 	t->slept = with_cpu && t->state && t->state != 'R' && ft->state != 'R' && !ft->scheduled;
 	t->state = ft->state;

@@ -33,6 +33,7 @@ struct fake_thread {
 	spy_addr_t switches; /* its GIL's switch count */
 	uint64_t seen_switches; /* the count as the current view first read it */
 	bool seen;           /* read in the current view */
+	int state_reads;     /* its stat file read (task_refresh) */
 };
 
 struct fake_proc {

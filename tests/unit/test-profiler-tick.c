@@ -375,6 +375,9 @@ static void test_nonblocking_idle(void)
 		CHECK_INT(prof_root(p)->rt->walks, idle ? 18 : 13);
 		CHECK_INT(w.stacks, idle ? 18 : 12);
 		CHECK_INT(w.idle_stacks, idle ? 6 : 0);
+		/* The GIL holder's state decides nothing: it is never read. */
+		CHECK_INT(w.procs[0].th[0].state_reads, 0);
+		CHECK(w.procs[0].th[1].state_reads >= 6 && w.procs[0].th[2].state_reads >= 5);
 		fake_teardown(&w, p, &strs);
 	}
 }
