@@ -1,0 +1,51 @@
+"""Where a benchmark's target and its profiler run: --cpus apart|same|free.
+
+On this project's machines (virtual, 2 vCPUs) one ptrace stop costs the
+tracer about ten times more when the target runs on another CPU than when
+the two share one (bench/read-floor.c's stop: 36 against 4 us): the
+interrupt is then an inter-processor interrupt, which a virtual machine pays
+for in exits. Left to the scheduler, the placement changes from one
+recording to the next, and so does every stopping figure, CPython's
+--blocking as much as spy's. So the benchmarks that stop place both:
+"apart" (the default) pins the target to the first CPU this process may
+use and the profiler to the second, as a profiler on a node with more CPUs
+than busy threads mostly runs; "same" pins both to the first; "free" pins
+nothing.
+"""
+import os
+
+CHOICES = ("apart", "same", "free")
+
+
+def cpus(mode):
+    """(the target's CPU set, the profiler's), None where not pinned."""
+    have = sorted(os.sched_getaffinity(0))
+    if mode == "free" or (mode == "apart" and len(have) < 2):
+        return None, None
+    target = {have[0]}
+    return target, ({have[1]} if mode == "apart" else target)
+
+
+def pin_process(pid, cpuset):
+    """Pin every thread process pid has now."""
+    if cpuset is None:
+        return
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            os.sched_setaffinity(int(tid), cpuset)
+        except ProcessLookupError:
+            pass  # a thread that ended meanwhile
+
+
+def preexec(cpuset):
+    """A subprocess preexec_fn starting the child on cpuset (inherited by what it execs)."""
+    if cpuset is None:
+        return None
+    return lambda: os.sched_setaffinity(0, cpuset)
+
+
+def describe(mode):
+    target, prof = cpus(mode)
+    if target is None:
+        return "CPUs not pinned"
+    return "target on CPU %d, profiler on CPU %d" % (min(target), min(prof))
