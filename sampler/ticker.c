@@ -82,6 +82,11 @@ int ticker_wait(struct ticker *t, uint64_t max_ns, uint64_t *now_out)
 		until = now + max_ns;
 		reached = 0;
 	}
+	if (until == now) {
+		/* A zero slice is a poll: a sleep to an instant passed already still
+		 * gives up the CPU, for milliseconds on a loaded machine. */
+		return reached;
+	}
 	if (t->spin) {
 		while ((*now_out = ticker_now_ns()) < until) {
 			if (proc_stop_requested) {
