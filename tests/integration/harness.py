@@ -739,6 +739,29 @@ def spy_path():
     return p
 
 
+def slowness():
+    """How many times slower than the machines the checks' windows were
+    set for spy and its targets run here (SPY_TEST_SLOWNESS, default 1):
+    .ci/arm64-guest sets it in the emulated arm64 system. A check that
+    counts samples or shares in a fixed window dilates its time by it
+    (longer windows, lower rates, longer target phases), so that it takes
+    as many samples of the same shares as at native speed: what it proves
+    is unchanged, only the clock is slower."""
+    v = os.environ.get("SPY_TEST_SLOWNESS", "").strip()
+    try:
+        f = float(v) if v else 1.0
+    except ValueError:
+        f = 0.0
+    if not 1.0 <= f <= 100.0:
+        raise HarnessError("SPY_TEST_SLOWNESS=%r: want a factor from 1 to 100" % v)
+    return f
+
+
+def slow(seconds):
+    """seconds dilated by slowness()."""
+    return seconds * slowness()
+
+
 def require_test_hooks(knob):
     """SkipInterp unless spy honours the SPY_TEST_* knobs: they are compiled
     only with -Dtest_hooks=true (tests/run sets it; meson tells us)."""

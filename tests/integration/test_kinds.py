@@ -18,7 +18,8 @@ recording are the ones expected. Per interpreter, one PASS/FAIL line:
     80 / 0 / 20) within 5 points, native exactly 0;
   - spy diff of the two compares the split: its "by kind:" line carries
     both profiles' shares as their tables print them.
-Records 400 ticks: 2 s at 200 Hz, and with --native 4 s at 100 Hz, since
+Records 400 ticks: 2 s at 200 Hz, and with --native 4 s at 100 Hz (the
+durations multiplied and the rates divided by harness.slowness), since
 a native walk stops the thread, which wakes a sleeper; at 200 Hz that
 happens often enough that up to 9% of in_sleep's samples caught it
 awake. A loaded machine makes spy miss ticks, more of them in the costlier native unwinds
@@ -95,9 +96,12 @@ def record(t, interp, stats, path, extra):
     again (up to ATTEMPTS times)."""
     for attempt in range(ATTEMPTS):
         before = phases(t, interp, stats)
-        rate, secs = ("100", "4") if "--native" in extra else ("200", "2")
-        r = harness.run_spy(["record", "-F", "-i", "-r", rate, "-d", secs, "-o", path,
-                             "--pid", str(t.pid)] + extra, timeout=60,
+        rate, secs = (100, 4) if "--native" in extra else (200, 2)
+        # The same ticks over the target's dilated cycle (see measure()).
+        slow = harness.slowness()
+        r = harness.run_spy(["record", "-F", "-i", "-r", "%g" % (rate / slow),
+                             "-d", "%g" % (secs * slow), "-o", path,
+                             "--pid", str(t.pid)] + extra, timeout=60 + secs * slow,
                             env=harness.spy_env(keep_log=False))
         if r.rc != 0 or r.timed_out:
             raise harness.SpyFailed(r.describe())
@@ -177,7 +181,12 @@ def measure(interp):
     d = harness.shared_dir("spy-kinds-")
     stats = os.path.join(d, "phases")
     try:
-        with harness.Target(interp, TARGET, [stats], binds=[d]) as t:
+        # On a CPU harness.slowness times slower, spy takes that much
+        # longer between reading a thread's state and its stack, and a
+        # phase's edge falls between them that much more often: the
+        # target's cycle, spy's ticks and the recordings are dilated alike.
+        with harness.Target(interp, TARGET, [stats, "%g" % harness.slowness()],
+                            binds=[d]) as t:
             harness.wait_for(lambda: os.path.exists(stats) or
                              os.path.exists(interp.host_path(stats)), 10)
             nat, nrows, nwant = table(t, interp, stats, os.path.join(d, "native.folded"),

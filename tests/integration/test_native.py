@@ -49,8 +49,11 @@ TARGET = harness.target_path("native_target.py")
 EXT_SRC = os.path.join(harness.TARGETS, "native_ext.c")
 C_FUNC = "spyext_spin_and_call"
 EXT_LIB = "spyext.so"
-# Rounds of the C spin per call: a few ms, about the Python callback's 5 ms.
-ITERS = "8000000"
+# Rounds of the C spin per call: a few ms, about the Python callback's 5 ms
+# (which the wall clock times); fewer on a slower CPU (harness.slowness), or
+# the C spin outlasts the callback that many times, and few samples fall in
+# the callback.
+ITERS = 8000000
 EVAL_NAMES = ("_PyEval_EvalFrameDefault", "PyEval_EvalFrameEx")
 
 
@@ -95,10 +98,14 @@ def build_ext(interp, outdir):
                                  % p.stdout.decode(errors="replace")[-300:])
 
 
-def record(pid, outdir, name, extra, env=None, seconds="1.5"):
+def record(pid, outdir, name, extra, env=None, seconds=1.5):
+    """A recording of seconds, dilated by harness.slowness: an emulated CPU
+    takes a few samples a second with --native, after its first unwinds
+    spent seconds loading the interpreter's unwind tables."""
     path = os.path.join(outdir, name + ".folded")
-    r = harness.run_spy(["record", "-q", "-F", "-r", "200", "-d", seconds,
-                         "-o", path, "--pid", str(pid)] + extra, timeout=60,
+    seconds = harness.slow(seconds)
+    r = harness.run_spy(["record", "-q", "-F", "-r", "200", "-d", "%g" % seconds,
+                         "-o", path, "--pid", str(pid)] + extra, timeout=60 + seconds,
                         env=harness.spy_env(env, keep_log=False))
     if r.rc != 0:
         raise harness.SpyFailed(r.describe())
@@ -290,10 +297,10 @@ def run_loop(interp, outdir):
         jit = bool(t.info.get("jit"))
         if interp.env.get("PYTHON_JIT") == "1" and not jit:
             return ["PYTHON_JIT=1 but the JIT is not enabled in the target"]
-        probs = check_loop_record(record(t.pid, outdir, "loop", ["--native"], seconds="1"),
+        probs = check_loop_record(record(t.pid, outdir, "loop", ["--native"], seconds=1),
                                   jit, interp)
         probs += check_loop_all(record(t.pid, outdir, "loop-all", ["--native-all"],
-                                       seconds="0.5"))
+                                       seconds=0.5))
         probs += check_loop_dump(t.pid)
         if not t.alive():
             probs.append("loop target died: %s" % t.stderr())
@@ -400,18 +407,19 @@ def run_one(interp):
             if loop:
                 return loop
             raise
-        with harness.Target(interp, TARGET, [outdir, "callback", ITERS],
+        iters = str(int(ITERS / harness.slowness()))
+        with harness.Target(interp, TARGET, [outdir, "callback", iters],
                             binds=[outdir]) as t:
             probs = check_native(record(t.pid, outdir, "native", ["--native"]))
             probs += check_all(record(t.pid, outdir, "all", ["--native-all"],
-                                      seconds="0.5"), interp)
+                                      seconds=0.5), interp)
             probs += check_dump(t.pid)
             # What debug files and the JIT change nothing of: once per build.
             if not interp.nodebug:
                 probs += check_plain(record(t.pid, outdir, "plain", []))
                 probs += check_failed_unwind(record(
                     t.pid, outdir, "fail", ["--native"],
-                    env={"SPY_TEST_NATIVE_FAIL": "1"}, seconds="0.5"))
+                    env={"SPY_TEST_NATIVE_FAIL": "1"}, seconds=0.5))
             if not t.alive():
                 probs.append("target died: %s" % t.stderr())
         return loop + probs

@@ -312,8 +312,11 @@ def check_one_stop(interp, d):
         return []
     out = os.path.join(d, "stop.folded")
     with harness.Target(interp, TARGET, ["hash", "12"]) as t:
-        r = harness.run_spy(["record", "-q", "-i", "--pid", str(t.pid), "-r", "200", "-d", "1",
-                             "-o", out], env=harness.spy_env({"SPY_LOG": "debug"}))
+        # At least 50 ticks are wanted below: an emulated CPU (see
+        # harness.slowness) takes a third of them in a second.
+        r = harness.run_spy(["record", "-q", "-i", "--pid", str(t.pid), "-r", "200",
+                             "-d", "%g" % harness.slow(1), "-o", out],
+                            env=harness.spy_env({"SPY_LOG": "debug"}))
         p = expect_rc(r, 0, "one stop") + not_stopped(t.pid)
     m = HELD.search(r.err)
     if p or not m:
@@ -491,7 +494,9 @@ def check_signals(interp, d):
     with harness.Target(interp, TARGET, ["split"]) as t:
         s = harness.start_spy(["record", "-q", "--pid", str(t.pid), "-o", out],
                               env=harness.spy_env(keep_log=False))
-        time.sleep(1.0)
+        # Sampling under way (a SIGINT before it ends spy with nothing
+        # written, by the contract): attaching takes longer emulated.
+        time.sleep(harness.slow(1.0))
         s.send_signal(signal.SIGINT)
         try:
             rc = s.wait(timeout=10)

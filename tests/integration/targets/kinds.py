@@ -18,8 +18,13 @@
 # then the seconds spent in each phase since it started. Only on a signal:
 # writing a file every cycle is time in none of the phases, and a loaded
 # machine makes it long.
+# A second argument dilates the cycle by that factor, for a CPU that many
+# times slower (test_kinds.py passes harness.slowness): spy's lag between
+# reading a thread's state and its stack is that many times longer there,
+# and must stay as small a share of a phase as at native speed.
 # Prints "ready {json}" (pid and the shares) once running; ends by itself
-# after LIFETIME seconds (SPY_TARGET_LIFETIME overrides). Runs on 2.7 and 3.x.
+# after LIFETIME seconds (SPY_TARGET_LIFETIME overrides; dilated too). Runs
+# on 2.7 and 3.x.
 import ctypes
 import json
 import os
@@ -27,14 +32,15 @@ import signal
 import sys
 import time
 
-LIFETIME = float(os.environ.get("SPY_TARGET_LIFETIME", "120"))
+SLOWNESS = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0
+LIFETIME = float(os.environ.get("SPY_TARGET_LIFETIME", "120")) * SLOWNESS
 START = time.time()
 # Not a multiple of spy's tick (10 ms at 100 Hz, 5 ms at 200 Hz): a cycle
 # of whole ticks puts every tick at the same offsets cycle after cycle, and
 # where one falls on a phase's edge (a sleeper waking late) that phase
 # gains a tenth of the samples. 97.3 ms moves the offsets by 0.27 of a
 # tick a cycle, so a recording's ticks cover the cycle evenly.
-CYCLE = 0.0973
+CYCLE = 0.0973 * SLOWNESS
 NATIVE, PYTHON = 0.4, 0.4
 # Large enough that the Python calling memset is a few % of the phase
 # (one call takes a fraction of a millisecond), small enough to end on time.

@@ -19,9 +19,10 @@
 #            (in C all along but for a moment a call), the main thread spins
 #            in spin_one: many threads running, one holding the GIL.
 #   short    spins in short_work for 0.5 s, then exits 0.
-#   parent   starts a child (this script, mode child) at once and forks
-#            another 0.3 s after it is ready, then spins in parent_work; the
-#            children spin in child_work. For -s: children present and future.
+#   parent   starts a child (this script, mode child), is ready once the
+#            child says it runs, forks another 0.3 s later, then spins in
+#            parent_work; the children spin in child_work. For -s: children
+#            present and future.
 #   bench    spins N (argv[2]) units in bench_unit at depth argv[3], prints
 #            the wall time it took, and exits (bench/record-overhead).
 #
@@ -177,7 +178,12 @@ def child_work():
 def parent():
     import subprocess
     argv = [sys.executable, os.path.abspath(__file__), "child"]
-    children = [subprocess.Popen(argv)]
+    # Ready once the child says it runs child_work: a new interpreter can
+    # take seconds to start (on a loaded machine, or an emulated one ten
+    # times slower), and -s is to find it sampled in its work, not only
+    # in its start-up. Its pipe is closed (readline returns) if it died.
+    children = [subprocess.Popen(argv, stdout=subprocess.PIPE)]
+    children[0].stdout.readline()
     ready()
     # Started after spy has attached, so -s must find a future child too.
     # Forked, not a new interpreter: it runs child_work at once, where a new
@@ -231,6 +237,8 @@ def main():
     elif mode == "parent":
         parent()
     elif mode == "child":
+        sys.stdout.write("running\n")
+        sys.stdout.flush()
         child_work()
     elif mode == "bench":
         units = int(sys.argv[2])
