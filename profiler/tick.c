@@ -100,6 +100,12 @@ static void threads_prune(struct prof_process *p, bool all)
 	p->nth = kept;
 }
 
+/* Whether t is wanted whatever its state says, which then need not be read. */
+static bool wanted_any_state(const struct prof_tick_state *e, const struct prof_walked *t)
+{
+	return e->o.idle || t->holds_gil || t->attached;
+}
+
 /*
  * Whether listed thread t must be walked this tick: one that can have run
  * Python since the last tick (running, or holding the GIL as listed), or
@@ -107,11 +113,6 @@ static void threads_prune(struct prof_process *p, bool all)
  * --idle, so without it a sleeper is neither stopped nor read (stopping
  * one would only interrupt its sleep).
  */
-static bool wanted_any_state(const struct prof_tick_state *e, const struct prof_walked *t)
-{
-	return e->o.idle || t->holds_gil || t->attached;
-}
-
 static bool wanted(struct prof_tick_state *e, const struct prof_walked *t, const struct prof_thread *th)
 {
 	return wanted_any_state(e, t) || !th || proc_task_active(&th->task);
@@ -133,7 +134,7 @@ static bool skip_idle(struct prof_tick_state *e, struct prof_process *p, size_t 
 	/*
 	 * Wanted whatever its state, it is not read here: is_active does not
 	 * read a GIL holder's either. A one-thread target's flat-out sample
-	 * was a third dearer with that read (4.8 against 3.1 µs).
+	 * cost a third more with that read (bench/README, run 6).
 	 */
 	if (p->attached || !ops->task_refresh || !th || wanted_any_state(e, t)) {
 		return false;
