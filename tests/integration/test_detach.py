@@ -218,6 +218,9 @@ def run_one(interp):
 def main():
     # SIGQUIT and SIGABRT dump core by default: not into the tests' directory.
     resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+    # Run in the background of a shell without job control, this process
+    # inherits SIGQUIT ignored, and spy after it would not die of one.
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
     rep = harness.reporter("detach")
     harness.for_each_interp(rep, run_one, expect=harness.SUPPORTED)
 
