@@ -2,7 +2,7 @@
 
 On this project's machines (virtual, 2 vCPUs) one ptrace stop costs the
 tracer about ten times more when the target runs on another CPU than when
-the two share one (bench/read-floor.c's stop: 36 against 4 us): the
+the two share one (bench/read-floor.c's stop, quiet: 19 against 4 us): the
 interrupt is then an inter-processor interrupt, which a virtual machine pays
 for in exits. Left to the scheduler, the placement changes from one
 recording to the next, and so does every stopping figure, CPython's
@@ -15,37 +15,34 @@ nothing.
 import os
 
 CHOICES = ("apart", "same", "free")
+# Read once: place() narrows this process's own set.
+ALLOWED = sorted(os.sched_getaffinity(0))
 
 
-def cpus(mode):
+def _cpus(mode):
     """(the target's CPU set, the profiler's), None where not pinned."""
-    have = sorted(os.sched_getaffinity(0))
-    if mode == "free" or (mode == "apart" and len(have) < 2):
+    if mode == "free" or (mode == "apart" and len(ALLOWED) < 2):
         return None, None
-    target = {have[0]}
-    return target, ({have[1]} if mode == "apart" else target)
+    target = {ALLOWED[0]}
+    return target, ({ALLOWED[1]} if mode == "apart" else target)
 
 
-def pin_process(pid, cpuset):
-    """Pin every thread process pid has now."""
-    if cpuset is None:
+def place(mode, target_pid):
+    """Pin every thread target_pid has now, and this process: the
+    profilers it starts after inherit its CPU."""
+    target, prof = _cpus(mode)
+    if target is None:
         return
-    for tid in os.listdir("/proc/%d/task" % pid):
+    os.sched_setaffinity(0, prof)
+    for tid in os.listdir("/proc/%d/task" % target_pid):
         try:
-            os.sched_setaffinity(int(tid), cpuset)
+            os.sched_setaffinity(int(tid), target)
         except ProcessLookupError:
             pass  # a thread that ended meanwhile
 
 
-def preexec(cpuset):
-    """A subprocess preexec_fn starting the child on cpuset (inherited by what it execs)."""
-    if cpuset is None:
-        return None
-    return lambda: os.sched_setaffinity(0, cpuset)
-
-
 def describe(mode):
-    target, prof = cpus(mode)
+    target, prof = _cpus(mode)
     if target is None:
         return "CPUs not pinned"
     return "target on CPU %d, profiler on CPU %d" % (min(target), min(prof))
