@@ -3,6 +3,7 @@
  * pstate.
  */
 #include <elf.h>
+#include <errno.h>
 #include <sys/ptrace.h>
 #include <sys/uio.h>
 
@@ -34,6 +35,20 @@ int spy_arch_get_regs(pid_t tid, struct spy_regs *r)
 {
 	struct iovec io = { .iov_base = r->g, .iov_len = sizeof(r->g) };
 	return ptrace(PTRACE_GETREGSET, tid, (void *)(uintptr_t)NT_PRSTATUS, &io) == 0 ? 0 : -1;
+}
+
+int spy_arch_pac_mask(pid_t tid, uint64_t *mask)
+{
+	/* struct user_pac_mask (asm/ptrace.h): what the kernel's keys sign. */
+	uint64_t m[2] = { 0, 0 };
+	struct iovec io = { .iov_base = m, .iov_len = sizeof(m) };
+	*mask = 0;
+	if (ptrace(PTRACE_GETREGSET, tid, (void *)(uintptr_t)NT_ARM_PAC_MASK, &io) == 0) {
+		*mask = m[1]; /* insn_mask: code addresses, return addresses among them */
+		return 0;
+	}
+	/* The kernel offers the regset only where it enables address authentication. */
+	return errno == EINVAL ? 0 : -1;
 }
 
 bool spy_arch_unwind_reg(const struct spy_regs *r, int reg, uint64_t *val)

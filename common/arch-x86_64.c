@@ -31,6 +31,12 @@ int spy_arch_get_regs(pid_t tid, struct spy_regs *r)
 	return ptrace(PTRACE_GETREGSET, tid, (void *)(uintptr_t)NT_PRSTATUS, &io) == 0 ? 0 : -1;
 }
 
+int spy_arch_pac_mask(pid_t tid, uint64_t *mask)
+{
+	*mask = 0;
+	return 0;
+}
+
 bool spy_arch_unwind_reg(const struct spy_regs *r, int reg, uint64_t *val)
 {
 	/* UNW_X86_64_RAX.. UNW_X86_64_RIP (libunwind-x86_64.h), which is also the DWARF numbering. */

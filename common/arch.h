@@ -12,6 +12,7 @@
  *     libunwind's numbering for that architecture,
  *   - the syscall a thread stopped in, from those registers (a core has no
  *     /proc/PID/task/TID/syscall to ask),
+ *   - which bits of a return address hold a pointer authentication code,
  *   - the spin-loop hint of the ticker's busy wait.
  */
 #ifndef SPY_COMMON_ARCH_H
@@ -44,6 +45,14 @@ int spy_arch_get_regs(pid_t tid, struct spy_regs *r);
 /* Register reg in libunwind's numbering (UNW_X86_64_*, UNW_AARCH64_*);
  * false for one the general registers do not hold (libunwind asks ptrace). */
 bool spy_arch_unwind_reg(const struct spy_regs *r, int reg, uint64_t *val);
+
+/*
+ * The bits of a code address that carry a pointer authentication code in
+ * tid's process (a ptrace-stopped thread): a return address read off the
+ * stack is that with them cleared. 0 where nothing is signed (x86-64, an
+ * arm64 CPU or kernel without it); -1 with errno set if it cannot be asked.
+ */
+int spy_arch_pac_mask(pid_t tid, uint64_t *mask);
 
 /* Reads len bytes of the thread's memory at addr; false if it cannot. */
 typedef bool (*spy_arch_read_fn)(void *ctx, spy_addr_t addr, void *dst, size_t len);

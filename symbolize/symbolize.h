@@ -43,7 +43,7 @@ bool sym_elf_bias(const struct sym_elf *e, const struct spy_map *maps, size_t nm
 		  const char *path, uint64_t *bias);
 
 /*
- * Native stacks (unwind.c, native.c, merge.c). The pieces are separate so
+ * Native stacks (unwind.c with cfi.c, native.c, merge.c). The pieces are separate so
  * that the stopped window holds only the unwind: sym_unwind() runs while the
  * thread is ptrace-stopped and yields raw pcs; symbol look-up and merging
  * happen after the target runs again.
@@ -81,6 +81,18 @@ static inline bool sym_map_is_jit(const struct spy_map *m)
 }
 /* Whether pc lies in such memory. */
 bool sym_is_jit_pc(const struct spy_mem *mem, spy_addr_t pc);
+
+/* More entries than this, and an .eh_frame_hdr table is not a real one. */
+#define SYM_CFI_MAX_TABLE (1u << 24)
+/*
+ * Where the CFI of the function holding ip has DW_CFA_AARCH64_negate_ra_state
+ * (cfi.c): the addresses of those opcodes in its CIE's and FDE's programs,
+ * at most max into ops, and how many. The FDE comes from an .eh_frame_hdr
+ * table of count (start, FDE) pairs at table, each datarel sdata4 from hdr.
+ * Exposed for unwind.c and its tests.
+ */
+size_t sym_cfi_ra_state_ops(const struct spy_mem *mem, spy_addr_t hdr, spy_addr_t table,
+			    size_t count, spy_addr_t ip, spy_addr_t *ops, size_t max);
 
 /*
  * Native symbols of one process, from the ELF files behind its mappings

@@ -31,6 +31,23 @@
  * (dwarf_search_unwind_table: not in libunwind's headers, but exported, and
  * what libunwind-ptrace itself calls). Objects without .eh_frame_hdr (only
  * .debug_frame) are not unwound through; distro binaries all have it.
+ *
+ * Signed return addresses (arm64 pointer authentication, -mbranch-protection
+ * =pac-ret: Debian's arm64 builds since trixie, sid's Pythons among them). A
+ * function that signs its return address says so in its CFI with
+ * DW_CFA_AARCH64_negate_ra_state (0x2d, elsewhere SPARC's
+ * DW_CFA_GNU_window_save). libunwind before 1.7 (Debian 12 ships 1.6.2)
+ * knows no such opcode on arm64 and fails the step, so every walk ends in
+ * the first such frame; and the address read back is signed, which only
+ * 1.7 and later clear. spy does both itself, the same way on every
+ * libunwind: find_proc_info decodes the CIE's and FDE's programs of the
+ * function libunwind is about to interpret and notes where that opcode
+ * sits; access_mem hands those bytes over as DW_CFA_nop; and after each
+ * step the walk clears the authentication code (the kernel's mask) from
+ * the return address. The sign state itself is never needed: the mask
+ * clears the code from a signed address and changes nothing of an unsigned
+ * one. x86-64 code never carries the opcode, so there the decoding finds
+ * nothing and the mask is 0.
  */
 #include <dwarf.h>
 #include <elf.h>
@@ -54,6 +71,8 @@
 #define MAX_TABLES 512
 /* An ELF header claiming more program headers than this is not a real object. */
 #define MAX_PHDRS 256
+/* negate_ra_state opcodes kept of one function's CFI (gcc: one per prologue and epilogue). */
+#define MAX_RA_OPS 64
 
 /* The table search libunwind-ptrace uses (see above). */
 extern int UNW_OBJ(dwarf_search_unwind_table)(unw_addr_space_t as, unw_word_t ip,
@@ -71,6 +90,8 @@ struct sym_unwinder {
 	unw_addr_space_t as;
 	struct table tables[MAX_TABLES];
 	size_t ntables, next;
+	bool pac_known;     /* pac_mask read from the process (it is the same for every thread) */
+	uint64_t pac_mask;  /* spy_arch_pac_mask: cleared from every return address */
 };
 
 /* The argument of one walk, given to every accessor. */
@@ -85,6 +106,10 @@ struct walk {
 	int jit_steps;               /* JIT frames stepped past so far */
 	int regs_state;   /* 0: not read yet, 1: read, -1: PTRACE_GETREGSET failed */
 	struct spy_regs regs;
+	/* Where the CFI libunwind is interpreting has negate_ra_state (see above; symbolize/cfi.c). */
+	spy_addr_t ra_ops[MAX_RA_OPS];
+	size_t nra_ops;
+	spy_addr_t ra_lo, ra_hi;     /* bounds of ra_ops[], for a cheap test in access_mem */
 };
 
 static struct walk *as_walk(void *arg)
@@ -197,7 +222,7 @@ static bool load_table(const struct spy_mem *mem, spy_addr_t base, unw_dyn_info_
 	spy_addr_t p = hdr + 4;
 	uint64_t eh_frame_ptr, count;
 	if (!read_encoded(mem, &p, h[1], &eh_frame_ptr) || !read_encoded(mem, &p, h[2], &count) ||
-	    count > (1u << 24)) {
+	    count > SYM_CFI_MAX_TABLE) {
 		return false;
 	}
 	di->format = UNW_INFO_FORMAT_REMOTE_TABLE;
@@ -250,7 +275,23 @@ static int acc_find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_
 		return -UNW_ENOINFO;
 	}
 	unw_dyn_info_t copy = *di;
-	return UNW_OBJ(dwarf_search_unwind_table)(as, ip, &copy, pi, need, arg);
+	int rc = UNW_OBJ(dwarf_search_unwind_table)(as, ip, &copy, pi, need, arg);
+	/* libunwind interprets the programs next, reading them through access_mem. */
+	w->nra_ops = 0;
+	if (rc >= 0 && need) {
+		w->nra_ops = sym_cfi_ra_state_ops(w->mem, di->u.rti.segbase, di->u.rti.table_data,
+						  di->u.rti.table_len * sizeof(unw_word_t) / 8, ip,
+						  w->ra_ops, MAX_RA_OPS);
+		for (size_t i = 0; i < w->nra_ops; i++) {
+			if (i == 0 || w->ra_ops[i] < w->ra_lo) {
+				w->ra_lo = w->ra_ops[i];
+			}
+			if (i == 0 || w->ra_ops[i] >= w->ra_hi) {
+				w->ra_hi = w->ra_ops[i] + 1;
+			}
+		}
+	}
+	return rc;
 }
 
 static void acc_put_unwind_info(unw_addr_space_t as, unw_proc_info_t *pi, void *arg)
@@ -274,7 +315,19 @@ static int acc_access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val,
 	if (write) {
 		return -UNW_EINVAL;
 	}
-	return spy_mem_read(w->mem, addr, val, sizeof(*val)) == 0 ? 0 : -UNW_EINVAL;
+	if (spy_mem_read(w->mem, addr, val, sizeof(*val)) < 0) {
+		return -UNW_EINVAL;
+	}
+	if (w->nra_ops && addr < w->ra_hi && addr + sizeof(*val) > w->ra_lo) {
+		/* The bytes as read, so an opcode's index is its offset whatever the byte order. */
+		uint8_t *b = (uint8_t *)val;
+		for (size_t i = 0; i < w->nra_ops; i++) {
+			if (w->ra_ops[i] - addr < sizeof(*val)) {
+				b[w->ra_ops[i] - addr] = DW_CFA_nop;
+			}
+		}
+	}
+	return 0;
 }
 
 /* The general registers from one GETREGSET snapshot; false for others or if it failed. */
@@ -556,6 +609,21 @@ static int step_past_jit(struct walk *w, unw_cursor_t *cur, spy_addr_t sp)
 }
 #endif
 
+/*
+ * Clear the authentication code from the return address a step just read.
+ * libunwind keeps it as the cursor's ip, which the next step looks its
+ * unwind info up by. Setting the ip updates that first; libunwind then
+ * also tries to write the value back where it was saved, which the
+ * accessors refuse, as they refuse every write: that failure is expected.
+ */
+static void clear_pac(struct walk *w, unw_cursor_t *cur)
+{
+	unw_word_t ip;
+	if (unw_get_reg(cur, UNW_REG_IP, &ip) == 0 && (ip & w->u->pac_mask)) {
+		(void)unw_set_reg(cur, UNW_REG_IP, ip & ~w->u->pac_mask);
+	}
+}
+
 /* The walk proper, once the cursor is set up. */
 static int walk_frames(struct walk *w, unw_cursor_t *cur, spy_addr_t *pcs, spy_addr_t *sps,
 		       size_t max, size_t *n)
@@ -590,6 +658,9 @@ static int walk_frames(struct walk *w, unw_cursor_t *cur, spy_addr_t *pcs, spy_a
 		if (rc == 0) {
 			return 0;
 		}
+		if (rc > 0 && w->u->pac_mask) {
+			clear_pac(w, cur);
+		}
 		if (rc < 0) {
 			/*
 			 * A step that fails below a frame whose unwind info is
@@ -616,6 +687,13 @@ int sym_unwind(struct sym_unwinder *u, const struct spy_mem *mem, int32_t tid,
 			  .anchors = anchors, .nanchors = nanchors };
 	if (!w.upt) {
 		return -SPY_EMEM;
+	}
+	if (!u->pac_known) {
+		uint64_t mask;
+		if (spy_arch_pac_mask(tid, &mask) == 0) {
+			u->pac_mask = mask;
+			u->pac_known = true;
+		}
 	}
 	unw_cursor_t cur;
 	int rc = unw_init_remote(&cur, u->as, &w);

@@ -11,6 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/buf.h"
@@ -18,6 +21,7 @@
 #include "sampler/sampler.h"
 #include "symbolize/symbolize.h"
 #include "tests/lib/check.h"
+#include "tests/lib/ptrace-helpers.h"
 
 static struct spy_strtab strs = SPY_STRTAB_INIT;
 
@@ -387,6 +391,187 @@ static void test_resolve_jit(void)
 	spy_stack_release(&out);
 }
 
+/* ---- unwinding through CFI that toggles return address signing ---- */
+
+/*
+ * An .eh_frame_hdr table, a CIE and an FDE in a buffer of ours, read as
+ * target memory: sym_cfi_ra_state_ops must name exactly the bytes 0x2d
+ * that are negate_ra_state opcodes, not those that are operands.
+ */
+static void test_cfi_ra_ops(void)
+{
+	static uint8_t img[0x200] __attribute__((aligned(8)));
+	memset(img, 0, sizeof(img));
+	/* The table: (start, FDE) pairs, datarel from img. */
+	const int32_t tab[4] = { 0x1000, 0x100, 0x2000, 0x180 };
+	memcpy(img, tab, sizeof(tab));
+	/* CIE at 0x40, "zR" (FDE pointers pcrel sdata4), def_cfa sp+0, then a negate at 0x54. */
+	static const uint8_t cie[] = { 0x11, 0, 0, 0, 0, 0, 0, 0, 1, 'z', 'R', 0, 4, 0x78, 30,
+				       1, 0x1b, 0x0c, 31, 0, 0x2d };
+	memcpy(img + 0x40, cie, sizeof(cie));
+	/* FDE at 0x100, its program at 0x111. */
+	static const uint8_t fde[] = {
+		0x26, 0, 0, 0, 0xc4, 0, 0, 0, 0, 0, 0, 0, 0x40, 0, 0, 0, 0,
+		0x2d,                   /* 0x111 negate_ra_state */
+		0x41, 0x0e, 0x10,       /* advance_loc 1, def_cfa_offset 16 */
+		0x9d, 0x02, 0x9e, 0x01, /* offset x29, x30 */
+		0x0f, 0x02, 0x2d, 0x2d, /* def_cfa_expression: a block of two 0x2d */
+		0x10, 30, 0x01, 0x2d,   /* expression x30: a block of one */
+		0x02, 0x2d,             /* advance_loc1 0x2d */
+		0x0a, 0x2d, 0x0b,       /* remember, negate at 0x124, restore */
+		0x05, 0xad, 0x01, 0x2d, /* offset_extended r173, 0x2d */
+	};
+	memcpy(img + 0x100, fde, sizeof(fde));
+	struct spy_mem mem = { .read = self_read };
+	spy_addr_t base = (spy_addr_t)(uintptr_t)img, ops[8];
+	CHECK_INT((int)sym_cfi_ra_state_ops(&mem, base, base, 2, base + 0x1010, ops, 8), 3);
+	CHECK(ops[0] == base + 0x54 && ops[1] == base + 0x111 && ops[2] == base + 0x124);
+	/* Only as many as asked for. */
+	CHECK_INT((int)sym_cfi_ra_state_ops(&mem, base, base, 2, base + 0x1010, ops, 2), 2);
+	/* Before the first function: no FDE, nothing. */
+	CHECK_INT((int)sym_cfi_ra_state_ops(&mem, base, base, 2, base + 0x10, ops, 8), 0);
+	/* An augmentation whose data has no known size: nothing of the CIE or FDE. */
+	img[0x40 + 10] = 'X';
+	CHECK_INT((int)sym_cfi_ra_state_ops(&mem, base, base, 2, base + 0x1010, ops, 8), 0);
+	img[0x40 + 10] = 'R';
+	/* An opcode DWARF does not have ends the FDE's program there. */
+	img[0x111 + 1] = 0x3f;
+	CHECK_INT((int)sym_cfi_ra_state_ops(&mem, base, base, 2, base + 0x1010, ops, 8), 2);
+	img[0x111 + 1] = 0x41;
+	/* An FDE longer than its bound is not read at all. */
+	img[0x100 + 3] = 0x10;
+	CHECK_INT((int)sym_cfi_ra_state_ops(&mem, base, base, 2, base + 0x1010, ops, 8), 0);
+}
+
+static volatile int ra_spinning;
+
+__attribute__((noinline)) void spy_test_ra_spin(void);
+__attribute__((noinline)) void spy_test_ra_spin(void)
+{
+	ra_spinning = 1;
+	for (;;) {
+		__asm__ volatile("" ::: "memory");
+	}
+}
+
+/*
+ * Its CFI holds DW_CFA_AARCH64_negate_ra_state, as every function of an
+ * arm64 build with -mbranch-protection=pac-ret does, here on any
+ * architecture (the assembler's name for the opcode is SPARC's). It sits
+ * before the call, so it is in the row libunwind computes for the return
+ * address. Nothing is signed: on arm64 the mask leaves an unsigned address
+ * as it is, and on x86-64 nothing reads the sign state.
+ */
+__attribute__((noinline)) int spy_test_ra_signing(int x);
+__attribute__((noinline)) int spy_test_ra_signing(int x)
+{
+	__asm__ volatile(".cfi_window_save" ::: "memory");
+	spy_test_ra_spin();
+	return x + 1;
+}
+
+__attribute__((noinline)) int spy_test_ra_outer(int x);
+__attribute__((noinline)) int spy_test_ra_outer(int x)
+{
+	int r = spy_test_ra_signing(x);
+	__asm__ volatile("" ::: "memory");
+	return r * 2;
+}
+
+static int child_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
+{
+	pid_t pid = *(const pid_t *)ctx;
+	struct iovec local = { dst, len }, remote = { (void *)(uintptr_t)addr, len };
+	return process_vm_readv(pid, &local, 1, &remote, 1, 0) == (ssize_t)len ? 0 : -1;
+}
+
+/*
+ * libunwind before 1.7 fails the step out of such a function: without
+ * spy's handling the walk ends at spy_test_ra_signing, and
+ * spy_test_ra_outer and main never show.
+ */
+static void test_unwind_ra_state(void)
+{
+	if (!test_ptrace_permitted()) {
+		printf("SKIP unwind through negate_ra_state: ptrace is not permitted here (%s)\n",
+		       strerror(errno));
+		return;
+	}
+	int ready[2];
+	CHECK_INT(pipe(ready), 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		close(ready[0]);
+		(void)!write(ready[1], "r", 1);
+		spy_test_ra_outer(1);
+		_exit(0);
+	}
+	close(ready[1]);
+	char c;
+	CHECK_INT((int)read(ready[0], &c, 1), 1);
+	close(ready[0]);
+	/* Until the spin has surely begun (it sets the flag in the child's copy). */
+	int spinning = 0;
+	for (int i = 0; i < 500 && !spinning; i++) {
+		struct timespec ts = { 0, 2000000 };
+		nanosleep(&ts, NULL);
+		child_read(&pid, (spy_addr_t)(uintptr_t)&ra_spinning, &spinning, sizeof(spinning));
+	}
+	CHECK_INT(spinning, 1);
+	int st = 0;
+	CHECK(ptrace(PTRACE_SEIZE, pid, NULL, NULL) == 0 && ptrace(PTRACE_INTERRUPT, pid, NULL, NULL) == 0 &&
+	      waitpid(pid, &st, __WALL) == pid && WIFSTOPPED(st));
+
+	char path[64], *text = malloc(1 << 20);
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	FILE *f = fopen(path, "r");
+	size_t len = f ? fread(text, 1, (1 << 20) - 1, f) : 0;
+	if (f) {
+		fclose(f);
+	}
+	struct spy_map *maps = NULL;
+	size_t nmaps = 0;
+	char *paths = NULL;
+	CHECK(proc_parse_maps(text, len, &maps, &nmaps, &paths, NULL) >= 0);
+	struct spy_mem mem = { .read = child_read, .ctx = &pid, .maps = maps, .nmaps = nmaps };
+
+	struct sym_unwinder *u = NULL;
+	CHECK_INT(sym_unwinder_new(&u, NULL), 0);
+	spy_addr_t pcs[32], sps[32];
+	size_t n = 0;
+	int rc = sym_unwind(u, &mem, (int32_t)pid, NULL, 0, pcs, sps, 32, &n);
+	CHECK_INT(rc, 0);
+
+	struct sym_native *s = sym_native_new(pid, &strs);
+	struct spy_stack out = SPY_STACK_INIT;
+	sym_native_resolve(s, &mem, pcs, n, &out);
+	static const char *const want[] = { "spy_test_ra_spin", "spy_test_ra_signing",
+					    "spy_test_ra_outer", "test_unwind_ra_state", "main" };
+	size_t next = 0;
+	for (size_t i = 0; i < out.n && next < SPY_ARRAY_SIZE(want); i++) {
+		if (out.v[i].func && !strcmp(out.v[i].func, want[next])) {
+			next++;
+		}
+	}
+	if (next < SPY_ARRAY_SIZE(want)) {
+		fprintf(stderr, "unwind through negate_ra_state: %s not found in %zu frames:", want[next], out.n);
+		for (size_t i = 0; i < out.n; i++) {
+			fprintf(stderr, " %s", out.v[i].func ? out.v[i].func : "?");
+		}
+		fprintf(stderr, "\n");
+	}
+	CHECK_INT((int)next, (int)SPY_ARRAY_SIZE(want));
+	spy_stack_release(&out);
+	sym_native_free(s);
+	sym_unwinder_free(u);
+	free(maps);
+	free(paths);
+	free(text);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, __WALL);
+}
+
 /* An unwind of a thread we do not trace fails cleanly, with nothing walked. */
 static void test_unwind_fails(void)
 {
@@ -414,6 +599,8 @@ int main(void)
 	test_resolve_self();
 	test_resolve_jit();
 	test_unwind_fails();
+	test_cfi_ra_ops();
+	test_unwind_ra_state();
 	spy_strtab_release(&strs);
 	return check_done();
 }
