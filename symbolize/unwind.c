@@ -619,7 +619,7 @@ static int step_past_jit(struct walk *w, unw_cursor_t *cur, spy_addr_t sp)
 static void clear_pac(struct walk *w, unw_cursor_t *cur)
 {
 	unw_word_t ip;
-	if (unw_get_reg(cur, UNW_REG_IP, &ip) == 0 && (ip & w->u->pac_mask)) {
+	if (w->u->pac_mask && unw_get_reg(cur, UNW_REG_IP, &ip) == 0 && (ip & w->u->pac_mask)) {
 		(void)unw_set_reg(cur, UNW_REG_IP, ip & ~w->u->pac_mask);
 	}
 }
@@ -658,9 +658,6 @@ static int walk_frames(struct walk *w, unw_cursor_t *cur, spy_addr_t *pcs, spy_a
 		if (rc == 0) {
 			return 0;
 		}
-		if (rc > 0 && w->u->pac_mask) {
-			clear_pac(w, cur);
-		}
 		if (rc < 0) {
 			/*
 			 * A step that fails below a frame whose unwind info is
@@ -669,6 +666,7 @@ static int walk_frames(struct walk *w, unw_cursor_t *cur, spy_addr_t *pcs, spy_a
 			 */
 			return *n > 1 ? 0 : -SPY_EMEM;
 		}
+		clear_pac(w, cur);
 	}
 }
 
