@@ -59,6 +59,9 @@ struct prof_process {
 	struct spy_strtab *strs;     /* the command's */
 	char *binary;                /* path (as the target sees it) of the ELF holding the runtime */
 	bool names_cut_told;         /* the warning that some names are missing was printed */
+	/* The names' remote reads: in the listings after the first (which
+	 * also finds threading._active), the most one made. */
+	uint64_t names_listings, names_most;
 	bool no_builtin_asyncio;     /* binary has no .AsyncioDebug: not searched again */
 	struct pyrt_async_hints ah;  /* --async: found when asyncio is loaded */
 	uint64_t ah_looked_ns;       /* when the maps were last searched for it */
@@ -183,6 +186,7 @@ struct prof_holds {
 	uint64_t last_holder;      /* threads held as their GIL's last holder (see read_running) */
 	uint64_t stopped;          /* threads stopped, one at a time */
 	uint64_t most_stopped;     /* the most threads stopped in one tick */
+	uint64_t names_most;       /* the most remote reads the names' lookup made in a tick (not a process's first) */
 };
 /* -i: stacks of sleeping threads taken without a stop (still_stack in tick.c): kept, read. */
 struct prof_still {

@@ -784,6 +784,7 @@ void prof_tick_process(struct prof_tick_state *e, struct prof_process *p, uint64
 		threads_prune(p, false);
 	}
 	p->repeatable = !p->gone && repeatable(p, n, one);
+	e->holds.names_most = p->names_most > e->holds.names_most ? p->names_most : e->holds.names_most;
 }
 
 /* --async: while asyncio is not loaded (3.14's _asyncio is a module loaded
@@ -841,6 +842,10 @@ void prof_holds_log(const struct prof_tick_state *e)
 			(unsigned long long)h->running, (unsigned long long)h->retried,
 			(unsigned long long)h->fell_back, (unsigned long long)h->last_holder,
 			(unsigned long long)h->stopped, (unsigned long long)h->most_stopped);
+	}
+	if (h->names_most) {
+		spy_log(SPY_LOG_DEBUG, "engine: thread names: at most %llu remote reads in a tick (a tick's budget: %d)",
+			(unsigned long long)h->names_most, PYRT_NAMES_TICK_READS);
 	}
 	if (e->still.ticks) {
 		spy_log(SPY_LOG_DEBUG, "engine: %llu process ticks repeated the last: none of its threads had run",

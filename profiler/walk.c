@@ -107,8 +107,13 @@ int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, stru
 	}
 	/* threading's names: looked up for new threads, all again each second. */
 	uint64_t now = o->now_ns ? o->now_ns : ticker_now_ns();
+	uint64_t before = pyrt_names_reads(pp->rt);
 	pyrt_names_update(pp->rt, py, n, now, NAMES_REFRESH_NS,
 			  o->names_reads ? o->names_reads : PYRT_NAMES_TICK_READS);
+	uint64_t made = pyrt_names_reads(pp->rt) - before;
+	if (pp->names_listings++ && made > pp->names_most) {
+		pp->names_most = made;
+	}
 	if (!pp->names_cut_told && pyrt_names_cut(pp->rt)) {
 		pp->names_cut_told = true;
 		spy_log(SPY_LOG_WARN, "process %d: threading's thread list or a Thread object is past spy's bound; "

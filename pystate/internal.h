@@ -206,7 +206,7 @@ struct pyrt {
 	uint32_t names_gen;
 	uint64_t names_scanned_ns;  /* when the last finished pass started */
 	uint64_t names_scans;       /* passes over threading._active started (debug log, tests) */
-	uint64_t names_reads;       /* remote reads they made (tests) */
+	uint64_t names_reads;       /* remote reads they made (pyrt_names_reads) */
 	spy_addr_t names_key;       /* the str "_name" last matched, compared by address; 0 = read keys */
 	bool names_cut;             /* a list was longer than its bound: some names may be missing */
 	/* The pass under way (namescan.c): where it stopped, to go on from there. */

@@ -115,6 +115,11 @@ bool pyrt_names_cut(const struct pyrt *rt)
 	return rt->names_cut;
 }
 
+uint64_t pyrt_names_reads(const struct pyrt *rt)
+{
+	return rt->names_reads;
+}
+
 /* ---- one pass ---- */
 
 static bool read_ptr_ok(struct pyrt *rt, spy_addr_t at, spy_addr_t *p)

@@ -24,8 +24,10 @@ Per interpreter, one PASS/FAIL line covering:
   - one stop: 12 threads hashing with the GIL released and the main
     thread spinning in Python, with -i at 200 Hz and SPY_LOG=debug: on a
     GIL build of 3.7+ the threads besides the GIL holder are read running
-    under the GIL's switch count, about one thread stopped a tick (its
-    log's counts: at most 10% more stops than ticks, 3 in one); 2.7 and
+    under the GIL's switch count, one thread stopped a tick (its log's
+    counts: no stop besides a tick's holder but the fallbacks the log
+    counts, those under a tenth of the reads, 3 stops in a tick at most,
+    at least 2 reads running a tick); 2.7 and
     3.6, whose count spy does not read, hold threads and read none
     running; not run on a free-threaded build (per-thread holds);
   - subprocesses: -s on a program with a child started before spy attached and one after: all three processes sampled, each under its own process root;
@@ -302,7 +304,7 @@ def check_four(interp, d):
 
 HELD = re.compile(r"the whole process in \d+ of (\d+) ticks; .*; (\d+) threads read running "
                   r"under the GIL's switch count, (\d+) read again, (\d+) held after all, "
-                  r"\d+ held as the GIL's last holder; (\d+) threads stopped in all, "
+                  r"(\d+) held as the GIL's last holder; (\d+) threads stopped in all, "
                   r"at most (\d+) in one tick")
 
 
@@ -321,17 +323,23 @@ def check_one_stop(interp, d):
     m = HELD.search(r.err)
     if p or not m:
         return p or ["one stop: no count of reads and stops in the debug log: %r" % r.err[-600:]]
-    ticks, running, again, held, stops, most = (int(x) for x in m.groups())
-    what = "one stop: %d ticks, %d threads read running (%d again, %d held), %d stopped, " \
-           "at most %d in a tick" % (ticks, running, again, held, stops, most)
+    ticks, running, again, held, last, stops, most = (int(x) for x in m.groups())
+    what = "one stop: %d ticks, %d threads read running (%d again, %d held after all, %d as the " \
+           "last holder), %d stopped, at most %d in a tick" % (ticks, running, again, held, last,
+                                                              stops, most)
     if interp.version[:2] < (3, 7):
         if running or not stops:
             p.append(what + ": expected holds alone on %s" % interp.minor)
         return p
     # With -i every hasher is walked every tick, most of them running. A
-    # second stop in a tick takes a thread that is the GIL's last holder
-    # at both its reads, or the count moving during both: a few ticks.
-    if ticks < 50 or running < 2 * ticks or stops > ticks * 11 // 10 or most > 3:
+    # stop besides the tick's holder is a fallback the log counts: a thread
+    # that was the GIL's last holder at both its reads, or the count moving
+    # during both. How often the count moves depends on how slow a read is
+    # (an emulated CPU's are), so it is bounded as a share of the reads, and
+    # the stops are checked against what the log says caused them.
+    fallbacks = held + last
+    if ticks < 50 or running < 2 * ticks or stops > ticks + fallbacks or \
+            fallbacks * 10 > running or most > 3:
         p.append(what + ": expected the holder alone stopped, the others read running")
     return p
 
