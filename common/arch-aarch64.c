@@ -62,6 +62,41 @@ bool spy_arch_unwind_reg(const struct spy_regs *r, int reg, uint64_t *val)
 	return true;
 }
 
+bool spy_arch_set_unwind_reg(struct spy_regs *r, int reg, uint64_t val)
+{
+	if (reg < X0 || reg > PSTATE) {
+		return false;
+	}
+	r->g[reg] = val;
+	return true;
+}
+
+const struct spy_arch_calls *spy_arch_calls(void)
+{
+	/*
+	 * x19-x29 (AAPCS64's callee-saved). A call leaves the return address
+	 * in x30; a callee that calls on saves it, where in its frame its
+	 * compiler chooses (gcc puts the frame record low, clang high). Code
+	 * without unwind tables saves it at the top: alone in a 16-byte slot
+	 * (CPython 3.15's JIT), or as a frame record with x29 below it (3.14's).
+	 */
+	static const int kept[] = { 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29 };
+	static const struct spy_arch_slot slots[] = { { 16, false }, { 8, true } };
+	static const struct spy_arch_calls c = {
+		.kept = kept, .nkept = 11, .pc = 32, .fp = 29, .lr = 30, .record_on_top = false, .sp_align = 16,
+		.slots = slots, .nslots = 2,
+	};
+	return &c;
+}
+
+bool spy_arch_after_call(const uint8_t b[8])
+{
+	uint32_t insn = (uint32_t)b[4] | (uint32_t)b[5] << 8 | (uint32_t)b[6] << 16 | (uint32_t)b[7] << 24;
+	return (insn & 0xfc000000u) == 0x94000000u ||  /* BL imm26 */
+	       (insn & 0xfffffc1fu) == 0xd63f0000u ||  /* BLR Xn */
+	       (insn & 0xfefff800u) == 0xd63f0800u;    /* BLRAA, BLRAB, BLRAAZ, BLRABZ */
+}
+
 int spy_arch_stopped_syscall(const struct spy_regs *r, spy_arch_read_fn read, void *ctx,
 			     long *nr, uint64_t args[2])
 {

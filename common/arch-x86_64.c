@@ -37,18 +37,72 @@ int spy_arch_pac_mask(pid_t tid, uint64_t *mask)
 	return 0;
 }
 
+/* UNW_X86_64_RAX.. UNW_X86_64_RIP (libunwind-x86_64.h), which is also the DWARF numbering. */
+static const unsigned char unwind_slot[] = {
+	RAX, RDX, RCX, RBX, RSI, RDI, RBP, RSP, R8, R9, R10, R11, R12, R13, R14, R15, RIP,
+};
+
 bool spy_arch_unwind_reg(const struct spy_regs *r, int reg, uint64_t *val)
 {
-	/* UNW_X86_64_RAX.. UNW_X86_64_RIP (libunwind-x86_64.h), which is also the DWARF numbering. */
-	static const unsigned char slot[] = {
-		RAX, RDX, RCX, RBX, RSI, RDI, RBP, RSP, R8,
-		R9,  R10, R11, R12, R13, R14, R15, RIP,
-	};
-	if (reg < 0 || (size_t)reg >= sizeof(slot)) {
+	if (reg < 0 || (size_t)reg >= sizeof(unwind_slot)) {
 		return false;
 	}
-	*val = r->g[slot[reg]];
+	*val = r->g[unwind_slot[reg]];
 	return true;
+}
+
+bool spy_arch_set_unwind_reg(struct spy_regs *r, int reg, uint64_t val)
+{
+	uint64_t old;
+	if (!spy_arch_unwind_reg(r, reg, &old)) {
+		return false;
+	}
+	r->g[unwind_slot[reg]] = val;
+	return true;
+}
+
+const struct spy_arch_calls *spy_arch_calls(void)
+{
+	/*
+	 * rbx, rbp, r12-r15 (the SysV ABI's callee-saved). A call pushes the
+	 * return address, so the caller's rsp is just above it, and a callee
+	 * that keeps a frame pointer pushes rbp right below it.
+	 */
+	static const int kept[] = { 3, 6, 12, 13, 14, 15 };
+	static const struct spy_arch_slot slots[] = { { 8, false } };
+	static const struct spy_arch_calls c = {
+		.kept = kept, .nkept = 6, .pc = 16, .fp = 6, .lr = -1, .record_on_top = true, .sp_align = 16,
+		.slots = slots, .nslots = 1,
+	};
+	return &c;
+}
+
+bool spy_arch_after_call(const uint8_t b[8])
+{
+	/* b[8 - k] is the byte k before the return address. E8 rel32: */
+	if (b[3] == 0xe8) {
+		return true;
+	}
+	/* FF /2 in any addressing form (a REX prefix before the FF changes nothing of where it ends). */
+	for (size_t k = 2; k <= 7; k++) {
+		uint8_t modrm = b[8 - k + 1];
+		if (b[8 - k] != 0xff || ((modrm >> 3) & 7) != 2) {
+			continue;
+		}
+		unsigned mod = modrm >> 6, rm = modrm & 7;
+		size_t len = 2;
+		if (mod != 3 && rm == 4) {
+			if (k < 3) {
+				continue;
+			}
+			len += 1 + (mod == 0 && (b[8 - k + 2] & 7) == 5 ? 4 : 0);
+		}
+		len += mod == 1 ? 1 : mod == 2 ? 4 : mod == 0 && rm == 5 ? 4 : 0;
+		if (len == k) {
+			return true;
+		}
+	}
+	return false;
 }
 
 int spy_arch_stopped_syscall(const struct spy_regs *r, spy_arch_read_fn read, void *ctx,

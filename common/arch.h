@@ -13,6 +13,9 @@
  *   - the syscall a thread stopped in, from those registers (a core has no
  *     /proc/PID/task/TID/syscall to ask),
  *   - which bits of a return address hold a pointer authentication code,
+ *   - what a call leaves for a walk to step past code without unwind
+ *     tables (a JIT's): the registers a callee keeps, where a return
+ *     address is saved, the call instructions a return address follows,
  *   - the spin-loop hint of the ticker's busy wait.
  */
 #ifndef SPY_COMMON_ARCH_H
@@ -53,6 +56,35 @@ bool spy_arch_unwind_reg(const struct spy_regs *r, int reg, uint64_t *val);
  * arm64 CPU or kernel without it); -1 with errno set if it cannot be asked.
  */
 int spy_arch_pac_mask(pid_t tid, uint64_t *mask);
+
+/* Set register reg (libunwind's numbering) of r; false for one the general registers do not hold. */
+bool spy_arch_set_unwind_reg(struct spy_regs *r, int reg, uint64_t val);
+
+/*
+ * What calls leave on the stack and in registers, for stepping past a frame
+ * without unwind tables to its caller (symbolize/unwind.c, a JIT's code).
+ * Registers in libunwind's numbering.
+ */
+struct spy_arch_slot {
+	uint8_t sp;        /* the caller's stack pointer is the slot's address + sp */
+	bool record;       /* the word below the slot is the caller's frame pointer (a frame record) */
+};
+struct spy_arch_calls {
+	const int *kept;          /* the registers a callee keeps for its caller, fp among them */
+	size_t nkept;
+	int pc;                   /* where libunwind reads a frame's pc (not UNW_REG_IP: that is x30 on arm64) */
+	int fp;                   /* the frame pointer: a frame record {caller's fp, return address} */
+	int lr;                   /* the link register a call leaves the return address in; -1: pushed */
+	bool record_on_top;       /* a frame record is always at the top of its frame (caller's sp 16 above) */
+	unsigned sp_align;        /* a caller's stack pointer at a call is a multiple of this */
+	/* Where a callee saves a return address: the slots it may be in, most likely first. */
+	const struct spy_arch_slot *slots;
+	size_t nslots;
+};
+const struct spy_arch_calls *spy_arch_calls(void);
+
+/* Whether code ending in the 8 bytes before (before[7] the last) ends in a call instruction. */
+bool spy_arch_after_call(const uint8_t before[8]);
 
 /* Reads len bytes of the thread's memory at addr; false if it cannot. */
 typedef bool (*spy_arch_read_fn)(void *ctx, spy_addr_t addr, void *dst, size_t len);

@@ -432,6 +432,8 @@ void sym_unwinder_free(struct sym_unwinder *u)
 #define JIT_CHECK_CALLERS 3
 /* JIT frames stepped past in one walk (each costs up to a stack scan). */
 #define JIT_MAX_PER_WALK 8
+/* Frame records followed from one JIT frame. */
+#define JIT_MAX_RECORDS 8
 
 bool sym_is_jit_pc(const struct spy_mem *mem, spy_addr_t pc)
 {
@@ -439,175 +441,17 @@ bool sym_is_jit_pc(const struct spy_mem *mem, spy_addr_t pc)
 	return m && sym_map_is_jit(m);
 }
 
-#if defined(__x86_64__)
 /*
  * Whether ret could be a return address: in the code of a mapped file, right
- * after a call instruction (E8 rel32, or FF /2 in any addressing form; a REX
- * prefix before the FF changes nothing of where the instruction ends).
+ * after a call instruction (spy_arch_after_call).
  */
 static bool returns_into_code(const struct spy_mem *mem, spy_addr_t ret)
 {
 	const struct spy_map *m = spy_mem_find_map(mem, ret);
 	uint8_t b[8];
-	if (!m || m->path[0] != '/' || !(m->perms & SPY_MAP_X) || ret - m->lo < sizeof(b) ||
-	    spy_mem_read(mem, ret - sizeof(b), b, sizeof(b)) < 0) {
-		return false;
-	}
-	/* b[8 - k] is the byte k before ret. */
-	if (b[3] == 0xe8) {
-		return true;
-	}
-	for (size_t k = 2; k <= 7; k++) {
-		uint8_t modrm = b[8 - k + 1];
-		if (b[8 - k] != 0xff || ((modrm >> 3) & 7) != 2) {
-			continue;
-		}
-		unsigned mod = modrm >> 6, rm = modrm & 7;
-		size_t len = 2;
-		if (mod != 3 && rm == 4) {
-			if (k < 3) {
-				continue;
-			}
-			len += 1 + (mod == 0 && (b[8 - k + 2] & 7) == 5 ? 4 : 0);
-		}
-		len += mod == 1 ? 1 : mod == 2 ? 4 : mod == 0 && rm == 5 ? 4 : 0;
-		if (len == k) {
-			return true;
-		}
-	}
-	return false;
+	return m && m->path[0] == '/' && (m->perms & SPY_MAP_X) && ret - m->lo >= sizeof(b) &&
+	       spy_mem_read(mem, ret - sizeof(b), b, sizeof(b)) == 0 && spy_arch_after_call(b);
 }
-
-/*
- * Restart the walk at a frame with pc ip, stack pointer sp and frame pointer
- * bp (the other callee-saved registers as base has them), if ip looks like a
- * return address and, with an anchor, the frame it starts holds it.
- */
-static bool try_caller(struct walk *w, unw_cursor_t *cur, const struct user_regs_struct *base,
-		       spy_addr_t ip, spy_addr_t sp, spy_addr_t bp, spy_addr_t anchor, int *tries)
-{
-	if (!returns_into_code(w->mem, ip)) {
-		return false;
-	}
-	(*tries)++;
-	struct user_regs_struct r = *base;
-	r.rip = ip;
-	r.rsp = sp;
-	r.rbp = bp;
-	/* On x86-64 the kernel's elf_gregset_t is user_regs_struct, word for word. */
-	_Static_assert(sizeof(r) == sizeof(w->regs.g), "elf_gregset_t is not user_regs_struct");
-	memcpy(w->regs.g, &r, sizeof(r));
-	w->regs_state = 1;
-	if (unw_init_remote(cur, w->u->as, w) < 0) {
-		return false;
-	}
-	if (!anchor) {
-		return true;
-	}
-	/*
-	 * A cursor is plain data: a copy steps on its own. A stale return
-	 * address left in the JIT frame's slots can pass the anchor test by
-	 * chance; the walk it starts soon leaves the code, so the callers it
-	 * leads to must look like return addresses too.
-	 */
-	unw_cursor_t probe = *cur;
-	unw_word_t caller_sp, caller_ip;
-	if (anchor < sp || unw_step(&probe) <= 0 ||
-	    unw_get_reg(&probe, UNW_REG_SP, &caller_sp) < 0 || anchor >= caller_sp) {
-		return false;
-	}
-	for (int i = 0; i < JIT_CHECK_CALLERS; i++) {
-		if (unw_get_reg(&probe, UNW_REG_IP, &caller_ip) < 0 ||
-		    !returns_into_code(w->mem, caller_ip)) {
-			return false;
-		}
-		if (unw_step(&probe) <= 0) {
-			return true;
-		}
-	}
-	return true;
-}
-
-/*
- * The caller found at slot s may keep its frame pointer as the CFA's base
- * (3.14's eval loop does), and the JIT code may have used rbp for its own
- * ends after saving the caller's among its slots [sp, s): the caller's rbp
- * then is one of those words, above the anchor (the anchor is a local of
- * that frame, below where its rbp points).
- */
-static bool try_saved_fp(struct walk *w, unw_cursor_t *cur, const struct user_regs_struct *base,
-			 spy_addr_t ret, spy_addr_t sp, spy_addr_t s, spy_addr_t anchor, int *tries)
-{
-	if (!anchor) {
-		return false;
-	}
-	for (spy_addr_t at = s; at > sp && *tries < JIT_MAX_TRIES;) {
-		at -= 8;
-		spy_addr_t bp;
-		if (spy_mem_read(w->mem, at, &bp, sizeof(bp)) < 0) {
-			return false;
-		}
-		if (bp > anchor && bp - anchor < JIT_SCAN_BYTES && bp != base->rbp &&
-		    try_caller(w, cur, base, ret, s + 8, bp, anchor, tries)) {
-			return true;
-		}
-	}
-	return false;
-}
-
-/* Move cur from a JIT frame whose stack pointer is sp to its caller; -1 if not found. */
-static int step_past_jit(struct walk *w, unw_cursor_t *cur, spy_addr_t sp)
-{
-	if (++w->jit_steps > JIT_MAX_PER_WALK) {
-		return -1;
-	}
-	static const unw_regnum_t keep[] = { UNW_X86_64_RBX, UNW_X86_64_RBP, UNW_X86_64_R12,
-					     UNW_X86_64_R13, UNW_X86_64_R14, UNW_X86_64_R15 };
-	unw_word_t v[SPY_ARRAY_SIZE(keep)];
-	for (size_t i = 0; i < SPY_ARRAY_SIZE(keep); i++) {
-		if (unw_get_reg(cur, keep[i], &v[i]) < 0) {
-			v[i] = 0;
-		}
-	}
-	struct user_regs_struct base;
-	memset(&base, 0, sizeof(base));
-	base.rbx = v[0];
-	base.rbp = v[1];
-	base.r12 = v[2];
-	base.r13 = v[3];
-	base.r14 = v[4];
-	base.r15 = v[5];
-	spy_addr_t anchor = 0;
-	for (size_t i = 0; i < w->nanchors; i++) {
-		if (w->anchors[i] > sp && (!anchor || w->anchors[i] < anchor)) {
-			anchor = w->anchors[i];
-		}
-	}
-	spy_addr_t end = anchor && anchor - sp < JIT_SCAN_BYTES ? anchor : sp + JIT_SCAN_BYTES;
-	int tries = 0;
-	spy_addr_t fp = base.rbp, saved[2];
-	if (fp >= sp && fp < end && spy_mem_read(w->mem, fp, saved, sizeof(saved)) == 0 &&
-	    try_caller(w, cur, &base, saved[1], fp + 16, saved[0], anchor, &tries)) {
-		return 0;
-	}
-	for (spy_addr_t s = sp; s < end && tries < JIT_MAX_TRIES; s += 8) {
-		spy_addr_t ret;
-		if (spy_mem_read(w->mem, s, &ret, sizeof(ret)) < 0) {
-			break;
-		}
-		if (try_caller(w, cur, &base, ret, s + 8, base.rbp, anchor, &tries) ||
-		    try_saved_fp(w, cur, &base, ret, sp, s, anchor, &tries)) {
-			return 0;
-		}
-	}
-	return -1;
-}
-#else
-static int step_past_jit(struct walk *w, unw_cursor_t *cur, spy_addr_t sp)
-{
-	return -1;
-}
-#endif
 
 /*
  * Clear the authentication code from the return address a step just read.
@@ -622,6 +466,177 @@ static void clear_pac(struct walk *w, unw_cursor_t *cur)
 	if (w->u->pac_mask && unw_get_reg(cur, UNW_REG_IP, &ip) == 0 && (ip & w->u->pac_mask)) {
 		(void)unw_set_reg(cur, UNW_REG_IP, ip & ~w->u->pac_mask);
 	}
+}
+
+/*
+ * Restart the walk at a frame with pc ip, stack pointer sp and frame pointer
+ * fp (the other registers a callee keeps as base has them), if ip looks like
+ * a return address and, with an anchor, the frame it starts holds it, or
+ * that frame's caller does: a shim with unwind tables may sit between the
+ * JIT code and the eval loop (3.15's _PyJIT_Entry).
+ */
+static bool try_caller(struct walk *w, unw_cursor_t *cur, const struct spy_regs *base,
+		       spy_addr_t ip, spy_addr_t sp, spy_addr_t fp, spy_addr_t anchor, int *tries)
+{
+	ip &= ~w->u->pac_mask;
+	if (sp % spy_arch_calls()->sp_align || !returns_into_code(w->mem, ip)) {
+		return false;
+	}
+	(*tries)++;
+	w->regs = *base;
+	(void)spy_arch_set_unwind_reg(&w->regs, spy_arch_calls()->pc, ip);
+	(void)spy_arch_set_unwind_reg(&w->regs, UNW_REG_SP, sp);
+	(void)spy_arch_set_unwind_reg(&w->regs, spy_arch_calls()->fp, fp);
+	w->regs_state = 1;
+	if (unw_init_remote(cur, w->u->as, w) < 0) {
+		return false;
+	}
+	if (!anchor) {
+		return true;
+	}
+	/*
+	 * A cursor is plain data: a copy steps on its own. A stale return
+	 * address left in the JIT frame's slots can pass the anchor test by
+	 * chance; the walk it starts soon leaves the code, so the callers it
+	 * leads to must look like return addresses too.
+	 */
+	unw_cursor_t probe = *cur;
+	unw_word_t lo = sp, hi, caller_ip;
+	bool held = false;
+	for (int i = 0; i < 2 + JIT_CHECK_CALLERS; i++) {
+		int rc = unw_step(&probe);
+		if (rc <= 0) {
+			return held;
+		}
+		clear_pac(w, &probe);
+		if (unw_get_reg(&probe, UNW_REG_SP, &hi) < 0 || unw_get_reg(&probe, UNW_REG_IP, &caller_ip) < 0 ||
+		    !returns_into_code(w->mem, caller_ip)) {
+			return false;
+		}
+		if (!held) {
+			if (i == 2 || hi <= lo || anchor < lo) {
+				return false;
+			}
+			held = anchor < hi;
+			lo = hi;
+		}
+	}
+	return held;
+}
+
+/*
+ * The caller found at slot s may keep its frame pointer as the CFA's base
+ * (3.14's eval loop on x86-64 does), and the JIT code may have used the
+ * frame pointer register for its own ends after saving the caller's among
+ * its slots [sp, s): the caller's then is one of those words, above the
+ * anchor (the anchor is a local of that frame, below where its frame
+ * pointer points).
+ */
+static bool try_saved_fp(struct walk *w, unw_cursor_t *cur, const struct spy_regs *base,
+			 spy_addr_t ret, spy_addr_t sp, spy_addr_t s, spy_addr_t caller_sp,
+			 spy_addr_t base_fp, spy_addr_t anchor, int *tries)
+{
+	if (!anchor) {
+		return false;
+	}
+	for (spy_addr_t at = s; at > sp && *tries < JIT_MAX_TRIES;) {
+		at -= 8;
+		spy_addr_t fp;
+		if (spy_mem_read(w->mem, at, &fp, sizeof(fp)) < 0) {
+			return false;
+		}
+		if (fp > anchor && fp - anchor < JIT_SCAN_BYTES && fp != base_fp &&
+		    try_caller(w, cur, base, ret, caller_sp, fp, anchor, tries)) {
+			return true;
+		}
+	}
+	return false;
+}
+
+
+/* step_past_jit's candidates, in order; 0 when one was taken. */
+static int jit_callers(struct walk *w, unw_cursor_t *cur, const struct spy_regs *base, spy_addr_t sp,
+		       spy_addr_t end, spy_addr_t base_fp, spy_addr_t lr, spy_addr_t anchor, int *tries)
+{
+	const struct spy_arch_calls *a = spy_arch_calls();
+	spy_addr_t fp = base_fp, rec[2];
+	for (int i = 0; a->record_on_top && i < JIT_MAX_RECORDS && fp >= sp && fp < end && !(fp & 7) &&
+			spy_mem_read(w->mem, fp, rec, sizeof(rec)) == 0; i++) {
+		if (!sym_is_jit_pc(w->mem, rec[1] & ~w->u->pac_mask)) {
+			if (try_caller(w, cur, base, rec[1], fp + 16, rec[0], anchor, tries)) {
+				return 0;
+			}
+			break;
+		}
+		if (rec[0] <= fp) {
+			break;
+		}
+		fp = rec[0];
+	}
+	if (lr && try_caller(w, cur, base, lr, sp, base_fp, anchor, tries)) {
+		return 0;
+	}
+	spy_addr_t below = 0;
+	for (spy_addr_t s = sp; s < end && *tries < JIT_MAX_TRIES; s += 8) {
+		spy_addr_t ret;
+		if (spy_mem_read(w->mem, s, &ret, sizeof(ret)) < 0) {
+			break;
+		}
+		for (size_t k = 0; k < a->nslots; k++) {
+			const struct spy_arch_slot *sl = &a->slots[k];
+			if ((!sl->record || s > sp) &&
+			    try_caller(w, cur, base, ret, s + sl->sp, sl->record ? below : base_fp, anchor, tries)) {
+				return 0;
+			}
+		}
+		if (a->record_on_top &&
+		    try_saved_fp(w, cur, base, ret, sp, s, s + a->slots[0].sp, base_fp, anchor, tries)) {
+			return 0;
+		}
+		below = ret;
+	}
+	return -1;
+}
+
+/*
+ * Move cur from a JIT frame whose stack pointer is sp to its caller; -1 if
+ * not found. innermost: the frame is the thread's own (its link register,
+ * where there is one, is live). In order: where frame records sit at the
+ * top of their frames (x86-64), the records the frame pointer chains, past
+ * those whose return address is in JIT code too; the link register; then
+ * each stack slot above sp as a saved return address, nearest first.
+ */
+static int step_past_jit(struct walk *w, unw_cursor_t *cur, spy_addr_t sp, bool innermost)
+{
+	if (++w->jit_steps > JIT_MAX_PER_WALK) {
+		return -1;
+	}
+	const struct spy_arch_calls *a = spy_arch_calls();
+	struct spy_regs base;
+	memset(&base, 0, sizeof(base));
+	for (size_t i = 0; i < a->nkept; i++) {
+		unw_word_t v;
+		if (unw_get_reg(cur, a->kept[i], &v) == 0) {
+			(void)spy_arch_set_unwind_reg(&base, a->kept[i], v);
+		}
+	}
+	unw_word_t base_fp = 0, lr = 0;
+	(void)unw_get_reg(cur, a->fp, &base_fp);
+	if (innermost && a->lr >= 0 && unw_get_reg(cur, a->lr, &lr) < 0) {
+		lr = 0;
+	}
+	spy_addr_t anchor = 0;
+	for (size_t i = 0; i < w->nanchors; i++) {
+		if (w->anchors[i] > sp && (!anchor || w->anchors[i] < anchor)) {
+			anchor = w->anchors[i];
+		}
+	}
+	spy_addr_t end = anchor && anchor - sp < JIT_SCAN_BYTES ? anchor : sp + JIT_SCAN_BYTES;
+	int tries = 0;
+	int rc = jit_callers(w, cur, &base, sp, end, base_fp, lr, anchor, &tries);
+	spy_log(SPY_LOG_TRACE, "unwind %d: JIT frame at sp 0x%llx (anchor 0x%llx): %s after %d tries", (int)w->tid,
+		(unsigned long long)sp, (unsigned long long)anchor, rc == 0 ? "caller found" : "no caller", tries);
+	return rc;
 }
 
 /* The walk proper, once the cursor is set up. */
@@ -641,6 +656,8 @@ static int walk_frames(struct walk *w, unw_cursor_t *cur, spy_addr_t *pcs, spy_a
 		}
 		pcs[*n] = ip;
 		sps[(*n)++] = sp;
+		spy_log(SPY_LOG_TRACE, "unwind %d: #%zu pc 0x%llx sp 0x%llx", (int)w->tid, *n - 1,
+			(unsigned long long)ip, (unsigned long long)sp);
 		/*
 		 * A pc in no mapping at all is in memory mapped since the maps
 		 * were read: in a Python process, most likely code the JIT has
@@ -649,7 +666,7 @@ static int walk_frames(struct walk *w, unw_cursor_t *cur, spy_addr_t *pcs, spy_a
 		 */
 		const struct spy_map *m = spy_mem_find_map(w->mem, ip);
 		if (m ? sym_map_is_jit(m) : w->nanchors > 0) {
-			if (step_past_jit(w, cur, sp) < 0) {
+			if (step_past_jit(w, cur, sp, *n == 1) < 0) {
 				return *n > 1 ? 0 : -SPY_EMEM;
 			}
 			continue;

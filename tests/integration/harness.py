@@ -1156,10 +1156,14 @@ def for_each_interp(rep, run_one, need_ptrace=True, expect=(), chroot=False,
     gil_too: also run each free-threaded interpreter with its GIL switched
     on (PYTHON_GIL=1), for the tests of what spy says about the GIL.
     """
-    # The emulated arm64 CI job's budget has no room for them (.ci/arm64-guest).
-    if os.environ.get("SPY_TEST_VARIANTS") == "0":
+    # The emulated arm64 CI job's budget has no room for them but the JIT's
+    # variants in --native's test (.ci/arm64-guest): =0 none, =jit those.
+    knob = os.environ.get("SPY_TEST_VARIANTS")
+    if knob == "0":
         variants = False
     interps, problems = discover(chroot, variants)
+    if variants and knob == "jit":
+        interps = [i for i in interps if not i.nodebug or i.env.get("PYTHON_JIT") == "1"]
     if gil_too:
         interps = [v for i in interps
                    for v in ((i, i.with_gil()) if i.free_threaded else (i,))]

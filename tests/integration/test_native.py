@@ -30,8 +30,7 @@ interpreter has:
   - dump --native-all: inner, outer, <module> in order, _start last.
 The root's release builds run here also without their debug files and, from
 3.14, with PYTHON_JIT=1 (harness.root_variants): Debian's stripped builds
-name only the hot part of their eval loop. The JIT variants are SKIPped
-on arm64: spy does not step past the JIT's frames there yet.
+name only the hot part of their eval loop.
 Once, first: --native with --nonblocking, and dump --native --core, are
 usage errors (exit 2).
 """
@@ -397,11 +396,6 @@ def check_usage():
 
 def run_one(interp):
     harness.require_test_hooks("SPY_TEST_NATIVE_FAIL")
-    if interp.env.get("PYTHON_JIT") == "1" and os.uname().machine != "x86_64":
-        # Known missing, not a pass: the JIT's code has no unwind tables,
-        # and spy steps past it only on x86-64 (symbolize/unwind.c).
-        raise harness.SkipInterp("stepping past the JIT's frames is written for "
-                                 "x86-64 only (step_past_jit); issue 26")
     # The extension is built here and loaded by the target: a directory
     # both see at one path, also inside the root.
     outdir = harness.shared_dir("spy-native-")

@@ -7,7 +7,10 @@
  *   - a thread stopped while blocked in read(2) is seen in that syscall,
  *     with its fd, from its registers alone (what a core keeps), and a
  *     thread stopped while spinning in user code is seen running;
- *   - the ELF machine is this executable's own.
+ *   - the ELF machine is this executable's own;
+ *   - spy_arch_after_call knows the return addresses of this program's own
+ *     direct and indirect calls as such, and not bytes of no call; every
+ *     register spy_arch_calls names can be set and read back.
  */
 #include <elf.h>
 #include <errno.h>
@@ -102,6 +105,12 @@ static void test_unwind_regs(void)
 	CHECK(spy_arch_unwind_reg(&r, UNW_REG_IP, &v));
 	CHECK(spy_arch_unwind_reg(&r, UNW_REG_SP, &v));
 	CHECK(!spy_arch_unwind_reg(&r, -1, &v));
+	/* The pc spy_arch_calls names is the register libunwind starts a walk at. */
+	unw_cursor_t cur;
+	unw_word_t ip = 0;
+	CHECK_INT(unw_init_remote(&cur, as, upt), 0);
+	CHECK_INT(unw_get_reg(&cur, UNW_REG_IP, &ip), 0);
+	CHECK(spy_arch_unwind_reg(&r, spy_arch_calls()->pc, &v) && v == ip && ip != 0);
 	_UPT_destroy(upt);
 	unw_destroy_addr_space(as);
 
@@ -160,6 +169,49 @@ static void test_stopped_syscall(void)
 	close(fd);
 }
 
+/* The return address of the call into it, and the bytes before it. */
+static uintptr_t noted_ret;
+__attribute__((noinline)) static void note_return(void)
+{
+	noted_ret = (uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0));
+	__asm__ __volatile__("" ::: "memory");
+}
+
+static bool after_call(uintptr_t ret)
+{
+	uint8_t b[8];
+	memcpy(b, (const void *)(ret - sizeof(b)), sizeof(b));
+	return spy_arch_after_call(b);
+}
+
+static void test_after_call(void)
+{
+	note_return();
+	CHECK(noted_ret && after_call(noted_ret));
+	void (*volatile indirect)(void) = note_return;
+	noted_ret = 0;
+	indirect();
+	CHECK(noted_ret && after_call(noted_ret));
+	static const uint8_t none[8];
+	CHECK(!spy_arch_after_call(none));
+
+	const struct spy_arch_calls *a = spy_arch_calls();
+	CHECK(a->nkept > 0 && a->nslots > 0 && a->sp_align >= 8);
+	struct spy_regs r;
+	memset(&r, 0, sizeof(r));
+	uint64_t v = 0;
+	for (size_t i = 0; i < a->nkept; i++) {
+		CHECK(spy_arch_set_unwind_reg(&r, a->kept[i], 0x1000 + i));
+		CHECK(spy_arch_unwind_reg(&r, a->kept[i], &v) && v == 0x1000 + i);
+	}
+	CHECK(spy_arch_set_unwind_reg(&r, a->pc, 0x4321) && spy_arch_unwind_reg(&r, a->pc, &v) && v == 0x4321);
+	CHECK(spy_arch_set_unwind_reg(&r, UNW_REG_SP, 0x8765) && spy_arch_unwind_reg(&r, UNW_REG_SP, &v) &&
+	      v == 0x8765);
+	CHECK(spy_arch_unwind_reg(&r, a->fp, &v));
+	CHECK(a->lr < 0 || spy_arch_unwind_reg(&r, a->lr, &v));
+	CHECK(!spy_arch_set_unwind_reg(&r, -1, 0));
+}
+
 int main(void)
 {
 	Elf64_Ehdr self;
@@ -170,6 +222,7 @@ int main(void)
 	}
 	CHECK_INT(self.e_machine, spy_arch_elf_machine());
 	CHECK(spy_arch_user_end() > (spy_addr_t)(uintptr_t)&self);
+	test_after_call();
 
 	if (!test_ptrace_permitted()) {
 		printf("skipped: ptrace is not permitted here (%s)\n", strerror(errno));
