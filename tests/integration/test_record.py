@@ -24,10 +24,11 @@ Per interpreter, one PASS/FAIL line covering:
   - one stop: 12 threads hashing with the GIL released and the main
     thread spinning in Python, with -i at 200 Hz and SPY_LOG=debug: on a
     GIL build of 3.7+ the threads besides the GIL holder are read running
-    under the GIL's switch count, one thread stopped a tick (its log's
-    counts: no stop besides a tick's holder but the fallbacks the log
-    counts, those under a tenth of the reads, 3 stops in a tick at most,
-    at least 2 reads running a tick); 2.7 and
+    under the GIL's switch count, about one thread stopped a tick (its
+    log's counts: at most 10% more stops than ticks, plus the threads held
+    because the count moved during both their reads, those under a tenth
+    of the reads; 3 stops in a tick at most, 2 reads running a tick at
+    least); 2.7 and
     3.6, whose count spy does not read, hold threads and read none
     running; not run on a free-threaded build (per-thread holds);
   - subprocesses: -s on a program with a child started before spy attached and one after: all three processes sampled, each under its own process root;
@@ -332,14 +333,14 @@ def check_one_stop(interp, d):
             p.append(what + ": expected holds alone on %s" % interp.minor)
         return p
     # With -i every hasher is walked every tick, most of them running. A
-    # stop besides the tick's holder is a fallback the log counts: a thread
-    # that was the GIL's last holder at both its reads, or the count moving
-    # during both. How often the count moves depends on how slow a read is
-    # (an emulated CPU's are), so it is bounded as a share of the reads, and
-    # the stops are checked against what the log says caused them.
-    fallbacks = held + last
-    if ticks < 50 or running < 2 * ticks or stops > ticks + fallbacks or \
-            fallbacks * 10 > running or most > 3:
+    # stop besides the tick's holder takes a thread that was the GIL's
+    # last holder at both its reads (often in place of a holder: the GIL
+    # may be between holders), a few ticks' worth; or one whose count moved
+    # during both reads, which depends on how slow a read is (an emulated
+    # CPU's are): those are allowed on top, as long as they stay under a
+    # tenth of the reads.
+    if ticks < 50 or running < 2 * ticks or stops > ticks * 11 // 10 + held or \
+            held * 10 > running or most > 3:
         p.append(what + ": expected the holder alone stopped, the others read running")
     return p
 
