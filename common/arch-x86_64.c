@@ -53,8 +53,7 @@ bool spy_arch_unwind_reg(const struct spy_regs *r, int reg, uint64_t *val)
 
 bool spy_arch_set_unwind_reg(struct spy_regs *r, int reg, uint64_t val)
 {
-	uint64_t old;
-	if (!spy_arch_unwind_reg(r, reg, &old)) {
+	if (reg < 0 || (size_t)reg >= sizeof(unwind_slot)) {
 		return false;
 	}
 	r->g[unwind_slot[reg]] = val;

@@ -61,7 +61,8 @@ struct prof_process {
 	bool names_cut_told;         /* the warning that some names are missing was printed */
 	/* The names' remote reads: in the listings after the first (which
 	 * also finds threading._active), the most one made. */
-	uint64_t names_listings, names_most;
+	bool names_listed;
+	uint64_t names_most;
 	bool no_builtin_asyncio;     /* binary has no .AsyncioDebug: not searched again */
 	struct pyrt_async_hints ah;  /* --async: found when asyncio is loaded */
 	uint64_t ah_looked_ns;       /* when the maps were last searched for it */

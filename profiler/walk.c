@@ -111,9 +111,10 @@ int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, stru
 	pyrt_names_update(pp->rt, py, n, now, NAMES_REFRESH_NS,
 			  o->names_reads ? o->names_reads : PYRT_NAMES_TICK_READS);
 	uint64_t made = pyrt_names_reads(pp->rt) - before;
-	if (pp->names_listings++ && made > pp->names_most) {
+	if (pp->names_listed && made > pp->names_most) {
 		pp->names_most = made;
 	}
+	pp->names_listed = true;
 	if (!pp->names_cut_told && pyrt_names_cut(pp->rt)) {
 		pp->names_cut_told = true;
 		spy_log(SPY_LOG_WARN, "process %d: threading's thread list or a Thread object is past spy's bound; "

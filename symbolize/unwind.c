@@ -553,7 +553,6 @@ static bool try_saved_fp(struct walk *w, unw_cursor_t *cur, const struct spy_reg
 	return false;
 }
 
-
 /* step_past_jit's candidates, in order; 0 when one was taken. */
 static int jit_callers(struct walk *w, unw_cursor_t *cur, const struct spy_regs *base, spy_addr_t sp,
 		       spy_addr_t end, spy_addr_t base_fp, spy_addr_t lr, spy_addr_t anchor, int *tries)
@@ -656,8 +655,6 @@ static int walk_frames(struct walk *w, unw_cursor_t *cur, spy_addr_t *pcs, spy_a
 		}
 		pcs[*n] = ip;
 		sps[(*n)++] = sp;
-		spy_log(SPY_LOG_TRACE, "unwind %d: #%zu pc 0x%llx sp 0x%llx", (int)w->tid, *n - 1,
-			(unsigned long long)ip, (unsigned long long)sp);
 		/*
 		 * A pc in no mapping at all is in memory mapped since the maps
 		 * were read: in a Python process, most likely code the JIT has
