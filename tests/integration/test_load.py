@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runnable is not idle: threads starved of CPU are sampled as busy.
 
-targets/load.py runs N threads that hash with the GIL released, all
+targets/load.py runs N threads that derive keys with the GIL released, all
 runnable all the time. Two ways to starve them (issue 28):
   crowd     100 of them on this machine's cores (2 in CI): each gets a
             sliver of a CPU. Default mode (no -i) must show all 100, and
@@ -32,7 +32,7 @@ BUSY = re.compile(r"busy_(\d+) \(")
 # starved thread is busy all the time; a few ticks at the edges (the
 # thread's first reading, a state read as it was being scheduled) may
 # still say idle, and a thread that finished a digest may be asleep
-# waiting for the GIL (the target's digests are long so that it seldom is).
+# waiting for the GIL (the target's calls are long so that it seldom is).
 MAX_IDLE = 0.2
 MIN_MAIN_IDLE = 0.9
 CGROUP_NAME = "spy-test-load-%d" % os.getpid()
@@ -88,6 +88,8 @@ def check(label, n, plain, idle):
     got, main = folded(idle)
     b = sum(v[0] for v in got.values())
     i = sum(v[1] for v in got.values())
+    print("  %s, -i: busy threads' samples %d busy, %d idle (%.1f%% idle)"
+          % (label, b, i, 100.0 * i / max(1, b + i)))
     if b + i == 0 or i > MAX_IDLE * (b + i):
         probs.append("%s, -i: busy threads' samples %d busy, %d idle (at most %d%% idle)"
                      % (label, b, i, MAX_IDLE * 100))
