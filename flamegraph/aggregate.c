@@ -194,6 +194,36 @@ int fg_add_path(struct fg_profile *p, const uint32_t *ids, size_t n, uint64_t co
 	return add_hashed(p, ids, n, path_hash(ids, n), count);
 }
 
+/*
+ * Frames compared a block at a time from the root side: a sampler's next
+ * stack mostly differs near the leaf, and memcmp finds equal blocks
+ * several times faster than the fields compared frame by frame (that loop
+ * was a sixth of --nonblocking's user time on a 100-frame stack).
+ */
+#define SAME_BLOCK 8
+
+/* Room for n frames in p->last, the nlast kept at its end. */
+static void last_reserve(struct fg_profile *p, size_t n)
+{
+	if (n <= p->last_alloc) {
+		return;
+	}
+	size_t cap = p->last_alloc * 2 > n ? p->last_alloc * 2 : n;
+	cap = cap < 64 ? 64 : cap;
+	struct spy_frame *v = spy_xcalloc(cap, sizeof(*v));
+	if (p->nlast) {
+		memcpy(v + cap - p->nlast, p->last + p->last_alloc - p->nlast, p->nlast * sizeof(*v));
+	}
+	free(p->last);
+	p->last = v;
+	p->last_alloc = cap;
+}
+
+static bool same_frame(const struct spy_frame *a, const struct spy_frame *b)
+{
+	return a->func == b->func && a->file == b->file && a->line == b->line && a->kind == b->kind;
+}
+
 int fg_profile_add(struct fg_profile *p, const struct spy_stack *s, uint64_t count)
 {
 	p->last_stack = FG_NONE;
@@ -210,22 +240,35 @@ int fg_profile_add(struct fg_profile *p, const struct spy_stack *s, uint64_t cou
 		p->truncated += count;
 	}
 	SPY_GROW(p->ids, p->ids_alloc, n);
-	SPY_GROW(p->last, p->last_alloc, n);
 	SPY_GROW(p->last_h, p->last_h_alloc, n);
+	last_reserve(p, n);
+	/* The n root-side frames, leaf first, and last time's, both ending at the root. */
+	const struct spy_frame *v = s->v + (s->n - n);
+	const struct spy_frame *vend = v + n, *lend = p->last + p->last_alloc;
+	size_t common = n < p->nlast ? n : p->nlast;
+	/* ids[0..eq) stand: those frames are byte for byte last time's. */
+	size_t eq = 0;
+	while (eq < common) {
+		size_t b = common - eq < SAME_BLOCK ? common - eq : SAME_BLOCK;
+		if (memcmp(vend - eq - b, lend - eq - b, b * sizeof(*v)) != 0) {
+			break;
+		}
+		eq += b;
+	}
 	bool same = n == p->nlast;
 	size_t kept = n; /* ids[0..kept) and their hash states are the last add's */
-	for (size_t k = 0; k < n; k++) {
-		const struct spy_frame *f = &s->v[s->n - 1 - k];
-		struct fg_frame *l = &p->last[k];
-		if (k < p->nlast && l->func == f->func && l->file == f->file && l->line == f->line &&
-		    l->kind == f->kind) {
+	for (size_t k = eq; k < n; k++) {
+		const struct spy_frame *f = vend - 1 - k;
+		/* Flags, the address or padding may differ where the frame does not. */
+		if (k < p->nlast && same_frame(f, lend - 1 - k)) {
 			continue; /* ids[k] is still this frame's */
 		}
 		same = false;
 		kept = k < kept ? k : kept;
-		*l = (struct fg_frame){ f->func, f->file, f->line, f->kind };
 		p->ids[k] = fg_intern_frame(p, f->func, f->file, f->line, f->kind);
 	}
+	/* Frames k >= eq sit at v[0 .. n - eq). */
+	memcpy(p->last + p->last_alloc - n, v, (n - eq) * sizeof(*v));
 	kept = kept < p->nlast ? kept : p->nlast;
 	uint64_t h = kept ? p->last_h[kept - 1] : PATH_SEED;
 	for (size_t k = kept; k < n; k++) {

@@ -615,10 +615,14 @@ struct fg_profile {
 	/* Scratch for fg_profile_add, reused so adding allocates nothing. */
 	uint32_t *ids;
 	size_t ids_alloc;
-	/* What ids[k] were interned from, as given to the last add: a
-	 * sampler adds much the same deep stack every time, and a frame equal
-	 * to the one at its depth last time keeps its id without a lookup. */
-	struct fg_frame *last;
+	/* The frames ids[] were interned from, as the last add was given
+	 * them (leaf first), in the last nlast of last_alloc slots: a sampler
+	 * adds much the same deep stack every time, and a frame equal to the
+	 * one at its depth from the root last time keeps its id without a
+	 * lookup. Aligned at the end, so that the root sides of two stacks
+	 * of different depths line up for memcmp, and an add copies only
+	 * the frames above what it kept. */
+	struct spy_frame *last;
 	size_t nlast, last_alloc;
 	/* path_hash's state after ids[0..k] of the last add: a stack that
 	 * kept its root side hashes only the frames above what it kept. */

@@ -571,9 +571,87 @@ static void test_same_stack(void)
 	fg_profile_free(p);
 }
 
+/*
+ * A sampler's run of deep stacks that change near the leaf, in the
+ * middle, in depth, and only in what the profile does not key on (flags,
+ * address): counted as each stack interned afresh and added by path would
+ * be. The frames a stack keeps from the last add are found a block at a
+ * time from the root side; a change at a block's edge, or on a frame that
+ * is byte-unequal but the same frame, must not shift or lose an id.
+ */
+static void test_kept_frames(void)
+{
+	struct spy_strtab *t = spy_xcalloc(1, sizeof(*t));
+	struct fg_profile *p = fg_profile_new(t, 0), *ref = fg_profile_new(t, 0);
+	struct spy_stack s = SPY_STACK_INIT;
+	const char *funcs[] = { "a", "b", "c", "d", "e" };
+	uint32_t ids[64];
+	uint64_t x = 88172645463325252u;
+	size_t rounds = 4000, same_kept = 0;
+	for (size_t i = 0; i < 40; i++) {
+		push(&s, t, PY, funcs[i % 5], "m.py", (uint32_t)i + 1);
+	}
+	for (size_t r = 0; r < rounds; r++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		size_t at = (size_t)(x >> 8) % s.n;
+		switch (x % 6) {
+		case 0: /* the leaf's line moves */
+			s.v[0].line = (uint32_t)(x >> 40) % 7 + 1;
+			break;
+		case 1: /* a frame anywhere becomes another */
+			s.v[at].func = spy_strtab_interns(t, funcs[(x >> 20) % 5]);
+			s.v[at].line = (uint32_t)(x >> 30) % 50 + 1;
+			break;
+		case 2: /* the same frame, another code object and flags */
+			s.v[at].addr = x >> 12;
+			s.v[at].flags ^= 1;
+			same_kept++;
+			break;
+		case 3: /* calls deeper */
+			if (s.n < 60) {
+				memmove(s.v + 1, s.v, s.n * sizeof(*s.v));
+				s.n++;
+				s.v[0] = s.v[1];
+				s.v[0].line = (uint32_t)(x >> 24) % 9 + 1;
+			}
+			break;
+		case 4: /* returns */
+			if (s.n > 1) {
+				size_t k = 1 + (size_t)(x >> 33) % (s.n < 12 ? s.n - 1 : 11);
+				memmove(s.v, s.v + k, (s.n - k) * sizeof(*s.v));
+				s.n -= k;
+			}
+			break;
+		default: /* the same stack again */
+			break;
+		}
+		CHECK_INT(fg_profile_add(p, &s, 1), 0);
+		for (size_t k = 0; k < s.n; k++) {
+			const struct spy_frame *f = &s.v[s.n - 1 - k];
+			ids[k] = fg_intern_frame(ref, f->func, f->file, f->line, f->kind);
+		}
+		CHECK_INT(fg_add_path(ref, ids, s.n, 1), 0);
+	}
+	CHECK(same_kept > 0);
+	char *got = folded(p), *want = folded(ref);
+	CHECK_STR(got, want);
+	struct fg_stats a, b;
+	fg_profile_stats(p, &a);
+	fg_profile_stats(ref, &b);
+	CHECK(a.samples == rounds && a.stacks == b.stacks && a.frames == b.frames);
+	free(got);
+	free(want);
+	spy_stack_release(&s);
+	fg_profile_free(p);
+	fg_profile_free(ref);
+	spy_strtab_release(t);
+	free(t);
+}
+
 int main(void)
 {
 	test_same_stack();
+	test_kept_frames();
 	test_counts();
 	test_function_mode();
 	test_recursion_and_synthetic();
