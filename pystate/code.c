@@ -173,7 +173,7 @@ static int decode(struct pyrt *rt, struct pycode *c, spy_addr_t addr, const unsi
 	c->type = pyrt_u64(hdr, o->ob_type);
 	c->name_ptr = pyrt_u64(hdr, o->code_name);
 	c->firstlineno = (int32_t)pyrt_u32(hdr, o->code_firstlineno);
-	c->memo_addr = INT64_MIN;
+	c->memo.lo = c->memo.hi = 0;
 	c->addr = addr;
 	return 0;
 }
@@ -213,9 +213,9 @@ int pycode_get(struct pyrt *rt, spy_addr_t addr, const unsigned char *hdr, struc
 
 uint32_t pycode_line(struct pyrt *rt, struct pycode *c, int64_t addr)
 {
-	if (addr != c->memo_addr) {
-		c->memo_line = pyline_addr2line(rt->off.line_model, c->tab, c->tab_len, c->firstlineno, addr);
-		c->memo_addr = addr;
+	if (addr < c->memo.lo || addr >= c->memo.hi) {
+		c->memo_line = pyline_addr2line_span(rt->off.line_model, c->tab, c->tab_len, c->firstlineno,
+						     addr, &c->memo);
 	}
 	return c->memo_line > 0 ? (uint32_t)c->memo_line : 0;
 }

@@ -14,6 +14,7 @@
 #include "common/mem.h"
 #include "common/sample.h"
 #include "common/strtab.h"
+#include "pystate/linetable.h"
 #include "pystate/offsets.h"
 #include "pystate/pystate.h"
 
@@ -99,7 +100,9 @@ struct pycode {
 	const char *func, *file;  /* interned */
 	uint8_t *tab;             /* line table bytes (owned) */
 	size_t tab_len, tab_alloc;
-	int64_t memo_addr;        /* last lookup, the common case for a hot frame */
+	/* The last lookup's line and the addresses sharing it: a hot frame
+	 * loops over a few lines' instructions. Empty (lo = hi) when reset. */
+	struct pyline_span memo;
 	int32_t memo_line;
 };
 

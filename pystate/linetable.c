@@ -38,23 +38,29 @@ static int32_t clamp_line(int64_t line)
  * until then every pair's line delta applies. A trailing odd byte is
  * ignored, as CPython does (it counts size / 2 pairs).
  */
-static int32_t lnotab(const uint8_t *tab, size_t len, int32_t first, int64_t addr, int is_signed)
+static int32_t lnotab(const uint8_t *tab, size_t len, int32_t first, int64_t addr, int is_signed,
+		      struct pyline_span *sp)
 {
 	int64_t line = first, a = 0;
 	for (size_t i = 0; i + 1 < len; i += 2) {
 		a += tab[i];
 		if (a > addr) {
+			sp->hi = a;
 			break;
 		}
+		/* No pair's address lies between this one and addr. */
+		sp->lo = a;
 		line += is_signed ? (int64_t)(int8_t)tab[i + 1] : (int64_t)tab[i + 1];
 	}
 	return clamp_line(line);
 }
 
 /* 3.10: ranges [start, end) covered contiguously from 0. */
-static int32_t linetable310(const uint8_t *tab, size_t len, int32_t first, int64_t addr)
+static int32_t linetable310(const uint8_t *tab, size_t len, int32_t first, int64_t addr,
+			    struct pyline_span *sp)
 {
 	if (addr < 0) {
+		sp->hi = 0;
 		return first;
 	}
 	int64_t line = first, end = 0;
@@ -68,9 +74,12 @@ static int32_t linetable310(const uint8_t *tab, size_t len, int32_t first, int64
 			eline = line;
 		}
 		if (start <= addr && addr < end) {
+			sp->lo = start;
+			sp->hi = end;
 			return clamp_line(eline);
 		}
 	}
+	sp->lo = end;
 	return -1;
 }
 
@@ -108,9 +117,11 @@ static int64_t svarint(const uint8_t **p, const uint8_t *end)
  * byte with bit 7 set, exactly how CPython's advance() moves on. So a
  * damaged payload costs one entry, not the rest of the table.
  */
-static int32_t locations(const uint8_t *tab, size_t len, int32_t first, int64_t addr)
+static int32_t locations(const uint8_t *tab, size_t len, int32_t first, int64_t addr,
+			 struct pyline_span *sp)
 {
 	if (addr < 0) {
+		sp->hi = 0;
 		return first;
 	}
 	int64_t idx = addr / 2;
@@ -130,6 +141,8 @@ static int32_t locations(const uint8_t *tab, size_t len, int32_t first, int64_t 
 			line += code - 10;
 		}
 		if (unit <= idx && idx < unit + n) {
+			sp->lo = 2 * unit;
+			sp->hi = 2 * (unit + n);
 			return no_line ? -1 : clamp_line(line);
 		}
 		unit += n;
@@ -138,25 +151,46 @@ static int32_t locations(const uint8_t *tab, size_t len, int32_t first, int64_t 
 			p++;
 		}
 	}
+	sp->lo = 2 * unit;
 	return -1;
+}
+
+int32_t pyline_addr2line_span(int model, const uint8_t *tab, size_t len, int32_t firstlineno,
+			      int64_t addr, struct pyline_span *sp)
+{
+	if (!tab) {
+		len = 0;
+	}
+	sp->lo = INT64_MIN;
+	sp->hi = INT64_MAX;
+	int32_t line;
+	switch (model) {
+	case PYLINE_LNOTAB_U8:
+		line = lnotab(tab, len, firstlineno, addr, 0, sp);
+		break;
+	case PYLINE_LNOTAB_S8:
+		line = lnotab(tab, len, firstlineno, addr, 1, sp);
+		break;
+	case PYLINE_LINETABLE_310:
+		line = linetable310(tab, len, firstlineno, addr, sp);
+		break;
+	case PYLINE_LOCATIONS:
+		line = locations(tab, len, firstlineno, addr, sp);
+		break;
+	default:
+		line = -1;
+		break;
+	}
+	/* Only addr = INT64_MAX falls outside: no span to keep. */
+	if (!(sp->lo <= addr && addr < sp->hi)) {
+		sp->lo = sp->hi = addr;
+	}
+	return line;
 }
 
 int32_t pyline_addr2line(int model, const uint8_t *tab, size_t len, int32_t firstlineno,
 			 int64_t addr)
 {
-	if (!tab) {
-		len = 0;
-	}
-	switch (model) {
-	case PYLINE_LNOTAB_U8:
-		return lnotab(tab, len, firstlineno, addr, 0);
-	case PYLINE_LNOTAB_S8:
-		return lnotab(tab, len, firstlineno, addr, 1);
-	case PYLINE_LINETABLE_310:
-		return linetable310(tab, len, firstlineno, addr);
-	case PYLINE_LOCATIONS:
-		return locations(tab, len, firstlineno, addr);
-	default:
-		return -1;
-	}
+	struct pyline_span sp;
+	return pyline_addr2line_span(model, tab, len, firstlineno, addr, &sp);
 }

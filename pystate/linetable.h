@@ -25,4 +25,20 @@
 int32_t pyline_addr2line(int model, const uint8_t *tab, size_t len, int32_t firstlineno,
 			 int64_t addr);
 
+/*
+ * Addresses [lo, hi) that all have the line addr has: the table entry (or
+ * the run between two lnotab pairs) holding addr; lo <= addr < hi, but
+ * for addr = INT64_MAX, whose span is empty (lo = hi). An end the table
+ * does not bound is INT64_MIN or INT64_MAX.
+ */
+struct pyline_span {
+	int64_t lo, hi;
+};
+
+/* pyline_addr2line, and the span of addresses sharing its answer: a sampled
+ * loop's instructions fall in a few spans, so a caller that keeps the last
+ * span decodes again only when the frame moves to another line. */
+int32_t pyline_addr2line_span(int model, const uint8_t *tab, size_t len, int32_t firstlineno,
+			      int64_t addr, struct pyline_span *sp);
+
 #endif

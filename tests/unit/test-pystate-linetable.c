@@ -216,6 +216,81 @@ static void test_garbage(void)
 	CHECK(ok);
 }
 
+/*
+ * Every address in the span pyline_addr2line_span gives for addr has
+ * addr's line (checked across the span, clipped to the table's reach),
+ * and the span holds addr: on the real tables at each address the
+ * interpreters answered for, and on garbage of every model.
+ */
+static int span_holds(int model, const uint8_t *t, size_t len, int32_t first, int64_t addr)
+{
+	struct pyline_span sp;
+	int32_t line = pyline_addr2line_span(model, t, len, first, addr, &sp);
+	if (line != pyline_addr2line(model, t, len, first, addr)) {
+		return 0;
+	}
+	if (addr == INT64_MAX) {
+		return sp.lo == sp.hi;
+	}
+	if (!(sp.lo <= addr && addr < sp.hi)) {
+		return 0;
+	}
+	/* Past 8 * len + 64 every model is past its table's end. */
+	int64_t reach = 8 * (int64_t)len + 64;
+	int64_t lo = sp.lo < -4 ? -4 : sp.lo, hi = sp.hi > reach ? reach : sp.hi;
+	for (int64_t a = lo; a < hi; a++) {
+		if (pyline_addr2line(model, t, len, first, a) != line) {
+			return 0;
+		}
+	}
+	return 1;
+}
+
+static void test_span(void)
+{
+	size_t bad = 0, total = 0, narrow = 0;
+	for (size_t i = 0; i < SPY_ARRAY_SIZE(ltf_all); i++) {
+		const struct ltf *f = &ltf_all[i];
+		uint8_t *copy = spy_xmalloc(f->len ? f->len : 1);
+		memcpy(copy, f->tab, f->len);
+		for (size_t j = 0; j < f->nexp && j < 64; j++) {
+			int64_t addr = f->exp[2 * j];
+			struct pyline_span sp;
+			(void)pyline_addr2line_span(f->model, copy, f->len, f->firstlineno, addr, &sp);
+			narrow += sp.hi - sp.lo > 1 && sp.hi - sp.lo < 1000;
+			total++;
+			if (!span_holds(f->model, copy, f->len, f->firstlineno, addr)) {
+				if (bad++ < 10) {
+					fprintf(stderr, "%s %s: addr %lld: span [%lld, %lld) wrong\n", f->python,
+						f->name, (long long)addr, (long long)sp.lo, (long long)sp.hi);
+				}
+			}
+		}
+		free(copy);
+	}
+	printf("spans: %zu addresses, %zu bounded spans of several addresses, %zu wrong\n", total, narrow,
+	       bad);
+	CHECK_INT(bad, 0);
+	/* Spans do more than hold their own address. */
+	CHECK(narrow > total / 4);
+	int ok = 1;
+	for (int iter = 0; iter < 5000; iter++) {
+		size_t len = rnd() % 64;
+		uint8_t *t = spy_xmalloc(len ? len : 1);
+		for (size_t k = 0; k < len; k++) {
+			t[k] = (uint8_t)rnd();
+		}
+		int model = (int)(rnd() % 6);
+		int64_t addr = (int64_t)(rnd() % 600) - 3;
+		if (iter % 97 == 0) {
+			addr = INT64_MAX - (int64_t)(rnd() % 2);
+		}
+		ok &= span_holds(model, len ? t : NULL, len, (int32_t)(rnd() % 100), addr);
+		free(t);
+	}
+	CHECK(ok);
+}
+
 int main(void)
 {
 	test_fixtures();
@@ -226,5 +301,6 @@ int main(void)
 	test_unknown_model();
 	test_truncated();
 	test_garbage();
+	test_span();
 	return check_done();
 }
