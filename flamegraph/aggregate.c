@@ -248,6 +248,13 @@ int fg_profile_add(struct fg_profile *p, const struct spy_stack *s, uint64_t cou
 	size_t common = n < p->nlast ? n : p->nlast;
 	/* ids[0..eq) stand: those frames are byte for byte last time's. */
 	size_t eq = 0;
+	/* Mostly only the leaf's block changed: all below it in one compare. */
+	if (common > SAME_BLOCK) {
+		size_t b = common - SAME_BLOCK;
+		if (memcmp(vend - b, lend - b, b * sizeof(*v)) == 0) {
+			eq = b;
+		}
+	}
 	while (eq < common) {
 		size_t b = common - eq < SAME_BLOCK ? common - eq : SAME_BLOCK;
 		if (memcmp(vend - eq - b, lend - eq - b, b * sizeof(*v)) != 0) {

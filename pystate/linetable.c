@@ -126,6 +126,10 @@ static int32_t locations(const uint8_t *tab, size_t len, int32_t first, int64_t 
 	}
 	int64_t idx = addr / 2;
 	int64_t line = first, unit = 0;
+	/* The run of entries with the same answer that unit is in: a line's
+	 * instructions come in several entries (one per expression's columns),
+	 * and the span covers the run, not just addr's entry. */
+	int64_t run = 0, run_answer = INT64_MIN, found = INT64_MIN;
 	const uint8_t *p = tab, *end = tab + len;
 	while (p < end) {
 		uint8_t h = *p;
@@ -140,16 +144,27 @@ static int32_t locations(const uint8_t *tab, size_t len, int32_t first, int64_t 
 		} else if (code >= 10) {
 			line += code - 10;
 		}
-		if (unit <= idx && idx < unit + n) {
-			sp->lo = 2 * unit;
-			sp->hi = 2 * (unit + n);
-			return no_line ? -1 : clamp_line(line);
+		int64_t answer = no_line ? -1 : clamp_line(line);
+		if (answer != run_answer) {
+			if (found != INT64_MIN) {
+				break; /* the run holding idx ended */
+			}
+			run = unit;
+			run_answer = answer;
+		}
+		if (found == INT64_MIN && unit <= idx && idx < unit + n) {
+			found = answer;
+			sp->lo = 2 * run;
 		}
 		unit += n;
 		p++;
 		while (p < end && !(*p & 128)) {
 			p++;
 		}
+	}
+	if (found != INT64_MIN) {
+		sp->hi = 2 * unit;
+		return (int32_t)found;
 	}
 	sp->lo = 2 * unit;
 	return -1;
