@@ -12,7 +12,8 @@
  * tables are short (the largest 3.13 stdlib table is ~40 KB, most are under
  * 100 bytes), lookups are a few per sample, and a linear scan over an
  * untrusted buffer is easy to make obviously bounded. The code cache keeps
- * the table bytes and the last answer, which covers the steady state.
+ * the table bytes and the last answer with the span of addresses sharing
+ * it (pyline_addr2line_span), which covers the steady state.
  *
  * Where CPython would read past a truncated table (a varint whose
  * continuation bit runs off the end, an odd trailing byte), we stop instead:

@@ -26,8 +26,9 @@ int32_t pyline_addr2line(int model, const uint8_t *tab, size_t len, int32_t firs
 			 int64_t addr);
 
 /*
- * Addresses [lo, hi) that all have the line addr has: the table entry (or
- * the run between two lnotab pairs) holding addr; lo <= addr < hi, but
+ * Addresses [lo, hi) that all have the line addr has: the run of 3.11+
+ * entries with that line holding addr, the 3.10 entry, or the addresses
+ * between two lnotab pairs; lo <= addr < hi, but
  * for addr = INT64_MAX, whose span is empty (lo = hi). An end the table
  * does not bound is INT64_MIN or INT64_MAX.
  */
