@@ -257,7 +257,9 @@ static void test_span(void)
 			int64_t addr = f->exp[2 * j];
 			struct pyline_span sp;
 			(void)pyline_addr2line_span(f->model, copy, f->len, f->firstlineno, addr, &sp);
-			narrow += sp.hi - sp.lo > 1 && sp.hi - sp.lo < 1000;
+			/* Bounded both ends (an unbounded end is INT64_MIN or INT64_MAX). */
+			narrow += sp.lo > INT64_MIN && sp.hi < INT64_MAX && sp.hi - sp.lo > 1 &&
+				  sp.hi - sp.lo < 1000;
 			total++;
 			if (!span_holds(f->model, copy, f->len, f->firstlineno, addr)) {
 				if (bad++ < 10) {
