@@ -355,8 +355,8 @@ static void poll_processes(struct profiler *e, uint64_t now)
  * bounded only by the kernel's throttling, so: never while the ticker
  * spins, and once spy's own work takes more than half a core in a window
  * after the first (ticks that cost more than their period) it goes back
- * to the default for the rest of the run. SCHED_RESET_ON_FORK: a program spy launches, and anything
- * spy starts, begins at the default. spy started under nice or chrt keeps
+ * to the default for the rest of the run. SCHED_RESET_ON_FORK: a program
+ * spy launches, and anything spy starts, begins at the default. spy started under nice or chrt keeps
  * what it was given (that is how to say no), and without the right it
  * goes on as it was. Undone when sampling stops: writing a large profile
  * is no reason to outrank anything.

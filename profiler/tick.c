@@ -404,19 +404,6 @@ static struct prof_thread *hold_prepare(struct prof_tick_state *e, struct prof_p
 }
 
 /*
- * While the GIL holder h is held, the threads that run Python under its
- * GIL cannot: their frames are what they will be until h is restarted, so
- * they are walked now without stops of their own (a thread busy in C
- * with the GIL released would otherwise have to get a core to stop, which
- * on a saturated machine takes milliseconds). Only as many as keep h's
- * hold within PROF_FROZEN_BUDGET_NS; the rest are held one at a time. On
- * 3.12+ the holder is read from the GIL itself, which a thread taking it
- * marks locked a few instructions before naming itself: a walk started
- * in that window may be torn, bounded and validated like a
- * --nonblocking one (up to 3.11 the holder is the thread state swapped
- * in after the GIL is taken, and the question does not arise).
- */
-/*
  * PROF_FROZEN_BUDGET_NS, which the unit tests widen
  * (SPY_TEST_FROZEN_BUDGET_MS, test builds only): what they count is
  * which threads are stopped, and under emulation or a loaded machine the
@@ -437,6 +424,19 @@ static uint64_t frozen_budget_ns(void)
 #endif
 }
 
+/*
+ * While the GIL holder h is held, the threads that run Python under its
+ * GIL cannot: their frames are what they will be until h is restarted, so
+ * they are walked now without stops of their own (a thread busy in C
+ * with the GIL released would otherwise have to get a core to stop, which
+ * on a saturated machine takes milliseconds). Only as many as keep h's
+ * hold within PROF_FROZEN_BUDGET_NS; the rest are held one at a time. On
+ * 3.12+ the holder is read from the GIL itself, which a thread taking it
+ * marks locked a few instructions before naming itself: a walk started
+ * in that window may be torn, bounded and validated like a
+ * --nonblocking one (up to 3.11 the holder is the thread state swapped
+ * in after the GIL is taken, and the question does not arise).
+ */
 static void walk_frozen(struct prof_tick_state *e, struct prof_process *p, size_t h, uint64_t held_from,
 			const struct hold_tick *ht)
 {
