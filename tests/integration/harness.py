@@ -663,6 +663,32 @@ def target_path(name):
     return os.path.join(TARGETS, name)
 
 
+def wait_ready(proc, timeout):
+    """Read proc's stdout until a target's "ready {json}" line; return the
+    json. HarnessError when it does not come within timeout seconds or
+    stdout ends first."""
+    fd = proc.stdout.fileno()
+    buf = b""
+    deadline = time.time() + timeout
+    while True:
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            if line.startswith(b"ready"):
+                rest = line[len(b"ready"):].strip()
+                return json.loads(rest.decode()) if rest else {}
+        left = deadline - time.time()
+        if left <= 0:
+            raise HarnessError("did not get ready in %ds" % timeout)
+        r, _, _ = select.select([fd], [], [], min(left, 0.5))
+        if r:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                proc.wait()
+                raise HarnessError("exited (%s) before getting ready"
+                                   % proc.returncode)
+            buf += chunk
+
+
 class Target(object):
     """A target script running under one interpreter, ready to be looked at.
 
@@ -684,31 +710,14 @@ class Target(object):
         self.info = self._wait_ready(ready_timeout)
 
     def _wait_ready(self, timeout):
-        """Read stdout until the "ready {json}" line; return the json."""
-        fd = self.proc.stdout.fileno()
-        buf = b""
-        deadline = time.time() + timeout
-        while True:
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                if line.startswith(b"ready"):
-                    rest = line[len(b"ready"):].strip()
-                    return json.loads(rest.decode()) if rest else {}
-            left = deadline - time.time()
-            if left <= 0:
-                self.stop()
-                raise HarnessError("target %s did not get ready in %ds"
-                                   % (os.path.basename(self.script), timeout))
-            r, _, _ = select.select([fd], [], [], min(left, 0.5))
-            if r:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    self.proc.wait()
-                    raise HarnessError("target %s exited (%s) before getting "
-                                       "ready: %s"
-                                       % (os.path.basename(self.script),
-                                          self.proc.returncode, self.stderr()))
-                buf += chunk
+        try:
+            return wait_ready(self.proc, timeout)
+        except HarnessError as e:
+            why = str(e)
+            if self.proc.poll() is not None:
+                why += ": " + self.stderr()
+            self.stop()
+            raise HarnessError("target %s %s" % (os.path.basename(self.script), why))
 
     def stderr(self):
         self._err.seek(0)

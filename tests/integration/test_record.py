@@ -581,21 +581,54 @@ def check_errors(rep, interp):
                     p.append("expected one stderr line, got %r" % r.err[:300])
                 rep.check("record %s -> exit %d" % (what, rc), p)
         # Launch mode: a SIGINT sent to spy alone (not the terminal's) is
-        # forwarded; the program's exit status ends up in the summary.
+        # forwarded; the program's exit status ends up in the summary. The
+        # signal waits for the program's "ready", so that it lands in the
+        # same place on every machine (an emulated arm64 start takes
+        # seconds, and a fixed sleep put it anywhere in the interpreter's
+        # start-up).
         out = os.path.join(d, "fw.folded")
         s = harness.start_spy(["record", "-q", "-o", out, "--"] +
                               interp.command([TARGET, "split"]),
                               env=harness.spy_env(keep_log=False))
-        time.sleep(1.5)
+        p = []
+        try:
+            child = harness.wait_ready(s, 60)["pid"]
+        except harness.HarnessError as e:
+            child = None
+            p.append("the program %s" % e)
+        time.sleep(0.5)
         s.send_signal(signal.SIGINT)
         try:
-            _, err = s.communicate(timeout=15)
+            s.wait(timeout=15)
             rc = s.returncode
         except subprocess.TimeoutExpired:
-            rc, err = "timeout", b""
+            # Where it waits, for the failure's message.
+            try:
+                with open("/proc/%d/wchan" % s.pid) as f:
+                    rc = "timeout (state %s, wchan %s)" % (harness.proc_state(s.pid), f.read())
+            except OSError:
+                rc = "timeout"
+        # The program shares spy's stderr: one still running would keep
+        # spy's summary from being read.
+        # spy waits 0.8 s for it; a slow machine's may take longer to end.
+        gone = time.time() + 10
+        while child and harness.proc_state(child) not in (None, "Z", "X"):
+            if time.time() > gone:
+                p.append("the program (process %d) still runs 10 s after spy's end"
+                         % child)
+                os.kill(child, signal.SIGKILL)
+                break
+            time.sleep(0.1)
+        err = b""
+        if not str(rc).startswith("timeout"):
+            try:
+                _, err = s.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                pass
         harness.kill(s)
         err = err.decode("utf-8", "replace")
-        p = [] if rc == 0 else ["spy exited %s: %s" % (rc, err[-300:])]
+        if rc != 0:
+            p.append("spy exited %s: %s" % (rc, err[-300:]))
         if "killed by signal 2" not in err and "exited with status" not in err:
             p.append("summary lacks the program's end: %r" % err[-300:])
         if not os.path.exists(out) or not Profile(out).total():
