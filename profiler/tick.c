@@ -74,7 +74,7 @@ static struct prof_thread *thread_get(struct prof_tick_state *e, struct prof_pro
 	}
 	/* A first CPU reading, so that the next tick can trust an R (see is_active). */
 	if (p->attached && ops->task_refresh) {
-		ops->task_refresh(&th->task, true);
+		ops->task_refresh(&th->task, PROC_TASK_CPU);
 	}
 	thread_root(e, th, NULL);
 	e->st.threads_seen++;
@@ -140,7 +140,7 @@ static bool skip_idle(struct prof_tick_state *e, struct prof_process *p, size_t 
 	if (p->attached || !ops->task_refresh || !th || wanted_any_state(e, t)) {
 		return false;
 	}
-	ops->task_refresh(&th->task, false);
+	ops->task_refresh(&th->task, 0);
 	e->st.errors[PROF_ERR_STATE] += th->task.failed;
 	t->state_read = true;
 	return !th->task.failed && !wanted(e, t, th);
@@ -211,7 +211,7 @@ static bool is_active(struct prof_process *p, const struct prof_walked *t, struc
 		return false;
 	}
 	if (!p->attached && p->h.tracer->task_refresh && !t->state_read) {
-		p->h.tracer->task_refresh(&th->task, false);
+		p->h.tracer->task_refresh(&th->task, 0);
 		*failed += th->task.failed;
 	}
 	/* A state that could not be read is no reason to call a thread idle. */
@@ -245,7 +245,11 @@ static bool keep(struct prof_tick_state *e, struct prof_process *p, size_t i, st
 	return (active || e->o.idle) && t->stack.n > 0;
 }
 
-/* Each thread's state, read before anything is stopped (a ptrace-stopped thread reads 't'). */
+/*
+ * Each thread's state, read before anything is stopped (a ptrace-stopped
+ * thread reads 't'): schedstat here, and for a thread that ran since,
+ * stat later, in threads_settle.
+ */
 static void threads_refresh(struct prof_tick_state *e, struct prof_process *p)
 {
 	const struct spy_tracer_ops *ops = p->h.tracer;
@@ -254,10 +258,31 @@ static void threads_refresh(struct prof_tick_state *e, struct prof_process *p)
 		th->seen = false;
 		if (p->attached && ops->task_refresh) {
 			th->had_cpu = th->task.read_ns != 0;
-			ops->task_refresh(&th->task, true);
+			ops->task_refresh(&th->task, PROC_TASK_CPU | PROC_TASK_DEFER);
 			e->st.errors[PROF_ERR_STATE] += th->task.failed;
 			/* Scheduled since its stack was kept: it may have changed. */
 			th->kept_valid = th->kept_valid && th->task.slept;
+		}
+	}
+}
+
+/*
+ * The state reads threads_refresh left, still before anything is
+ * stopped. After the listing (sample_held), holder is the TID of the GIL
+ * holder it found, taken as running without a read: it is held, and
+ * active whatever its state says. 0: every owed state is read.
+ */
+static void threads_settle(struct prof_tick_state *e, struct prof_process *p, pid_t holder)
+{
+	const struct spy_tracer_ops *ops = p->h.tracer;
+	if (!p->attached || !ops->task_settle) {
+		return;
+	}
+	for (size_t i = 0; i < p->nth; i++) {
+		struct proc_task *t = &p->th[i].task;
+		if (t->owed) {
+			ops->task_settle(t, holder > 0 && t->tid == holder);
+			e->st.errors[PROF_ERR_STATE] += t->failed;
 		}
 	}
 }
@@ -285,6 +310,7 @@ static long sample_paused(struct prof_tick_state *e, struct prof_process *p, uin
 	if (!refreshed) {
 		threads_refresh(e, p);
 	}
+	threads_settle(e, p, 0);
 	uint64_t t0 = ticker_now_ns();
 	if (p->attached) {
 		int rc = ops->pause(&p->h, NULL);
@@ -653,11 +679,16 @@ static long sample_held(struct prof_tick_state *e, struct prof_process *p, uint6
 		rc = prof_walk_list(p, &e->wo, NULL);
 	}
 	n = rc < 0 ? 0 : p->nw;
+	n = n > SPY_MAX_THREADS ? SPY_MAX_THREADS : n;
+	pid_t holder = 0;
+	for (size_t i = 0; i < n && !holder; i++) {
+		holder = p->w[i].holds_gil ? p->py[i].native_tid : 0;
+	}
+	threads_settle(e, p, holder);
 	if (rc < 0) {
 		e->st.errors[PROF_ERR_THREADS]++;
 		return -1;
 	}
-	n = n > SPY_MAX_THREADS ? SPY_MAX_THREADS : n;
 	for (size_t i = 0; i < n; i++) {
 		if (p->py[i].native_tid <= 0) {
 			return -2;

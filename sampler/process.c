@@ -203,6 +203,7 @@ static const struct spy_tracer_ops live_tracer = {
 	.resources = live_resources,
 	.task_open = live_task_open,
 	.task_refresh = proc_task_refresh,
+	.task_settle = proc_task_settle,
 	.task_still = proc_task_still,
 	.task_close = proc_task_close,
 	.task_name = live_task_name,

@@ -72,7 +72,8 @@ struct spy_tracer_ops {
 	void (*resources)(struct spy_process *p, struct proc_resources *out);
 	/* A thread's state watched across ticks (struct proc_task); its kernel name. */
 	void (*task_open)(const struct spy_process *p, struct proc_task *t, pid_t tid);
-	void (*task_refresh)(struct proc_task *t, bool with_cpu);
+	void (*task_refresh)(struct proc_task *t, unsigned how);   /* PROC_TASK_CPU, PROC_TASK_DEFER */
+	void (*task_settle)(struct proc_task *t, bool runs);
 	bool (*task_still)(struct proc_task *t);
 	void (*task_close)(struct proc_task *t);
 	void (*task_name)(const struct spy_process *p, pid_t tid, char *buf, size_t size);

@@ -106,6 +106,9 @@ struct proc_task {
 	bool slept;                /* with_cpu: not on a CPU since the previous refresh (see below) */
 	uint64_t cpu_ns, read_ns;  /* schedstat's run time at the last R reading, and when */
 	uint64_t run_ns, pcount;   /* schedstat's run time and times scheduled, last read */
+	/* PROC_TASK_DEFER: the state read owed, and what the schedstat read before it found. */
+	bool owed, owed_cpu_read, owed_sched, owed_sched_gone;
+	uint64_t owed_now, owed_cpu;
 };
 
 #define PROC_FD_RESERVE 32
@@ -125,7 +128,18 @@ void proc_task_close(struct proc_task *t);
  * idle threads that turns a stat read per thread a tick (the kernel formats
  * 52 fields) into a schedstat read (3).
  */
-void proc_task_refresh(struct proc_task *t, bool with_cpu);
+#define PROC_TASK_CPU 1u    /* with_cpu, above */
+#define PROC_TASK_DEFER 2u  /* leave the state read to proc_task_settle */
+void proc_task_refresh(struct proc_task *t, unsigned how);
+/*
+ * The state read a PROC_TASK_DEFER refresh left owed (nothing if none):
+ * made now, or, runs, not made at all: the caller knows the thread runs
+ * (it holds its GIL), and its state is taken as a running R. A sampler
+ * that holds only the GIL holder reads schedstat before it lists the
+ * threads, stat after, and the holder's not at all: on a one-thread
+ * target, one read a tick fewer.
+ */
+void proc_task_settle(struct proc_task *t, bool runs);
 /*
  * Whether a thread read R is active: a pause interrupts sleeping syscalls,
  * and a thread restarting one stays runnable (R) until a CPU is free,

@@ -162,44 +162,31 @@ bool proc_task_ran(char was, uint64_t ran_ns, uint64_t elapsed_ns)
 	return was == 'R' || (double)ran_ns >= floor;
 }
 
-void proc_task_refresh(struct proc_task *t, bool with_cpu)
+/* The state part of a refresh: stat read (or, for a known runner, not), then what it decides. */
+static void task_settle(struct proc_task *t, bool runs)
 {
 	/* A prefix is enough: nothing after the state letter contains ')'. */
 	char buf[128];
-	t->failed = false;
-	t->slept = false;
-	uint64_t now = 0, cpu = 0, delay = 0, pcount = 0;
-	bool sched = false;
+	uint64_t now = t->owed_now, cpu = t->owed_cpu;
+	bool with_cpu = t->owed_cpu_read, sched = t->owed_sched;
 	char was = t->state;
-	if (with_cpu) {
-		/* Before stat: a schedule-in after this read shows at the next one. */
-		now = ticker_now_ns();
-		ssize_t n = read_task_file(t, &t->sched_fd, "schedstat", buf, sizeof(buf));
-		sched = n > 0 && proc_parse_schedstat(buf, (size_t)n, &cpu, &delay, &pcount);
-		if (sched && proc_task_slept(t, cpu, pcount)) {
-			/* Not run since it was read asleep: the state letter is the same. */
-			t->slept = true;
-			t->ran = true;
-			return;
+	t->owed = false;
+	if (runs) {
+		t->state = 'R';
+	} else {
+		/*
+		 * With schedstat, stat is read only for a thread that ran since the
+		 * last refresh: kept open for one found running last time (it runs
+		 * often), opened for the read otherwise, so a thread that sleeps
+		 * holds one descriptor, not two. Without, it is read every time.
+		 */
+		bool keep = !sched || t->state == 'R' || t->stat_fd >= 0;
+		ssize_t n = read_task_file(t, keep ? &t->stat_fd : NULL, "stat", buf, sizeof(buf));
+		t->state = n > 0 ? proc_parse_stat_state(buf, (size_t)n) : 0;
+		if (t->owed_sched_gone && t->state) {
+			/* stat is there and schedstat is not: this kernel has none; not asked again. */
+			t->sched_fd = TASK_FILE_ABSENT;
 		}
-		t->run_ns = sched ? cpu : 0;
-		t->pcount = sched ? pcount : 0;
-	}
-	/* Without schedstat the thread is judged by its state, as without with_cpu: no failure. */
-	bool sched_gone = with_cpu && !sched && !t->failed && t->sched_fd == -1;
-	t->failed = false;
-	/*
-	 * With schedstat, stat is read only for a thread that ran since the
-	 * last refresh: kept open for one found running last time (it runs
-	 * often), opened for the read otherwise, so a thread that sleeps
-	 * holds one descriptor, not two. Without, it is read every time.
-	 */
-	bool keep = !sched || t->state == 'R' || t->stat_fd >= 0;
-	ssize_t n = read_task_file(t, keep ? &t->stat_fd : NULL, "stat", buf, sizeof(buf));
-	t->state = n > 0 ? proc_parse_stat_state(buf, (size_t)n) : 0;
-	if (sched_gone && t->state) {
-		/* stat is there and schedstat is not: this kernel has none; not asked again. */
-		t->sched_fd = TASK_FILE_ABSENT;
 	}
 	/*
 	 * Attached, a tracing stop (t) is spy's own: a thread left interrupted
@@ -218,11 +205,54 @@ void proc_task_refresh(struct proc_task *t, bool with_cpu)
 		t->ran = true;
 		return;
 	}
-	/* The first read has nothing to compare with. */
-	t->ran = !t->read_ns || now <= t->read_ns || cpu < t->cpu_ns ||
+	/* The first read has nothing to compare with; a known runner runs. */
+	t->ran = runs || !t->read_ns || now <= t->read_ns || cpu < t->cpu_ns ||
 		 proc_task_ran(was, cpu - t->cpu_ns, now - t->read_ns);
 	t->cpu_ns = cpu;
 	t->read_ns = now;
+}
+
+void proc_task_refresh(struct proc_task *t, unsigned how)
+{
+	char buf[128];
+	bool with_cpu = how & PROC_TASK_CPU;
+	t->failed = false;
+	t->slept = false;
+	t->owed = false;
+	uint64_t now = 0, cpu = 0, delay = 0, pcount = 0;
+	bool sched = false;
+	if (with_cpu) {
+		/* Before stat: a schedule-in after this read shows at the next one. */
+		now = ticker_now_ns();
+		ssize_t n = read_task_file(t, &t->sched_fd, "schedstat", buf, sizeof(buf));
+		sched = n > 0 && proc_parse_schedstat(buf, (size_t)n, &cpu, &delay, &pcount);
+		if (sched && proc_task_slept(t, cpu, pcount)) {
+			/* Not run since it was read asleep: the state letter is the same. */
+			t->slept = true;
+			t->ran = true;
+			return;
+		}
+		t->run_ns = sched ? cpu : 0;
+		t->pcount = sched ? pcount : 0;
+	}
+	/* Without schedstat the thread is judged by its state, as without with_cpu: no failure. */
+	t->owed_sched_gone = with_cpu && !sched && !t->failed && t->sched_fd == -1;
+	t->failed = false;
+	t->owed_now = now;
+	t->owed_cpu = cpu;
+	t->owed_cpu_read = with_cpu;
+	t->owed_sched = sched;
+	t->owed = true;
+	if (!(how & PROC_TASK_DEFER)) {
+		task_settle(t, false);
+	}
+}
+
+void proc_task_settle(struct proc_task *t, bool runs)
+{
+	if (t->owed) {
+		task_settle(t, runs);
+	}
 }
 
 bool proc_task_still(struct proc_task *t)

@@ -207,19 +207,44 @@ static struct fake_thread *thread_by_tid(pid_t tid)
 	return NULL;
 }
 
-static void f_task_refresh(struct proc_task *t, bool with_cpu)
+/* The state read of a refresh (tasks.c's stat); runs: taken as running, not read. */
+static void f_task_state(struct proc_task *t, bool runs)
+{
+	struct fake_thread *ft = thread_by_tid(t->tid);
+	t->owed = false;
+	if (!ft) {
+		return;
+	}
+	if (!runs) {
+		ft->state_reads++;
+	}
+	t->state = runs ? 'R' : ft->state;
+	t->ran = true;
+	if (t->owed_cpu_read && t->state == 'R') {
+		t->read_ns = 1;
+	}
+}
+
+static void f_task_refresh(struct proc_task *t, unsigned how)
 {
 	struct fake_thread *ft = thread_by_tid(t->tid);
 	if (!ft) {
 		return;
 	}
-	ft->state_reads++;
+	bool with_cpu = how & PROC_TASK_CPU;
 	/* As tasks.c: asleep when last read, and not scheduled since. */
 	t->slept = with_cpu && t->state && t->state != 'R' && ft->state != 'R' && !ft->scheduled;
-	t->state = ft->state;
-	t->ran = true;
-	if (with_cpu && t->state == 'R') {
-		t->read_ns = 1;
+	t->owed = !t->slept;
+	t->owed_cpu_read = with_cpu;
+	if (t->owed && !(how & PROC_TASK_DEFER)) {
+		f_task_state(t, false);
+	}
+}
+
+static void f_task_settle(struct proc_task *t, bool runs)
+{
+	if (t->owed) {
+		f_task_state(t, runs);
 	}
 }
 
@@ -335,6 +360,7 @@ static const struct spy_tracer_ops fake_tracer = {
 	.resources = f_resources,
 	.task_open = f_task_open,
 	.task_refresh = f_task_refresh,
+	.task_settle = f_task_settle,
 	.task_still = f_task_still,
 	.task_close = f_task_close,
 	.task_name = f_task_name,

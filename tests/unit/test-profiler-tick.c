@@ -310,6 +310,38 @@ static void test_still_process_repeated(void)
 	}
 }
 
+/*
+ * A thread's state is read before the stop (schedstat, then stat for one
+ * that ran), but the GIL holder's stat not at all: it is held and active
+ * whatever it says. The other runner's is read every tick; in a
+ * whole-process pause, which lists the threads only once they are
+ * stopped, the holder's too.
+ */
+static void test_holder_state_not_read(void)
+{
+	for (int paused = 0; paused < 2; paused++) {
+		struct fake_world w;
+		struct spy_strtab strs = SPY_STRTAB_INIT;
+		fake_setup(&w);
+		struct fake_proc *f = &w.procs[0];
+		f->th[0].state = 'R';
+		f->th[0].scheduled = f->th[1].scheduled = true;
+		f->paused_mode = paused;
+		struct profiler *p = fake_run(&w, (struct prof_opts){ 0 }, 10, &strs);
+		CHECK_INT(fake_stats(p).samples, 10);
+		/* Held one at a time, the holder's one read is its first (new to the table, in the listing). */
+		CHECK(f->th[1].state_reads >= 10);
+		if (paused) {
+			CHECK(f->th[0].state_reads >= 10);
+		} else {
+			CHECK_INT(f->th[0].state_reads, 1);
+		}
+		/* Held, the holder is kept every tick, its state unread or not. */
+		CHECK_INT(w.stacks, 10 + 9);
+		fake_teardown(&w, p, &strs);
+	}
+}
+
 /* A thread without a TID cannot be held alone: the whole process is paused, and read only then. */
 static void test_whole_pause(void)
 {
@@ -569,6 +601,7 @@ int main(void)
 	test_offcpu_held();
 	test_sleepers_not_stopped();
 	test_still_process_repeated();
+	test_holder_state_not_read();
 	test_whole_pause();
 	test_nonblocking_and_truncated();
 	test_nonblocking_idle();
