@@ -152,7 +152,7 @@ static int walk(struct prof_tick_state *e, struct prof_process *p, size_t *n_out
 	size_t n = 0;
 	/* Paused, the view is fresh already; a running process needs one asked for. */
 	if (!p->attached && p->h.tracer->fresh_view) {
-		p->h.tracer->fresh_view(&p->h);
+		p->h.tracer->fresh_view(&p->h, 0);
 	}
 	int rc = prof_walk_list(p, &e->wo, NULL);
 	n = rc < 0 ? 0 : p->nw;
@@ -409,6 +409,10 @@ struct hold_tick {
 	uint64_t stopped;          /* threads stopped */
 	bool stop;                 /* a stop was requested while waiting */
 	bool counted;              /* the GIL's switch count can be read (see read_running) */
+	/* The count read last after a walk (read_running): the next read's "before". */
+	bool chained;
+	spy_addr_t chain_interp, chain_last;
+	uint64_t chain_count;
 };
 
 /*
@@ -560,7 +564,9 @@ static void hold_one(struct prof_tick_state *e, struct prof_process *p, size_t i
  * again inside the window, as a held thread's is. Not read: the GIL's
  * last holder, which may take the GIL back without a switch counted (it
  * holds the GIL, or did last; later in the tick the GIL may have moved
- * on).
+ * on). The count read after one thread's walk is the next one's before
+ * (ht's chain): read earlier, it only widens the window it vouches for,
+ * and a thread read running costs one read of the count, not two.
  */
 enum read_rc {
 	READ_NOT = -1,   /* no count to read: held */
@@ -569,7 +575,7 @@ enum read_rc {
 	READ_LAST,       /* the GIL's last holder: looked at again, or held */
 };
 static enum read_rc read_running(struct prof_tick_state *e, struct prof_process *p, size_t i,
-				 struct prof_thread *th, uint64_t now)
+				 struct prof_thread *th, uint64_t now, struct hold_tick *ht)
 {
 	const struct spy_tracer_ops *ops = p->h.tracer;
 	struct py_thread *py = &p->py[i];
@@ -584,19 +590,33 @@ static enum read_rc read_running(struct prof_tick_state *e, struct prof_process 
 	 * that nothing it reads is older than the count it is checked
 	 * against.
 	 */
-	ops->end_view(&p->h);
-	if (pyrt_gil_switches(p->rt, py->interp, &before, &last) < 0) {
-		return READ_NOT;
+	if (ht->chained && ht->chain_interp == py->interp) {
+		before = ht->chain_count;
+		last = ht->chain_last;
+	} else {
+		ops->end_view(&p->h);
+		if (pyrt_gil_switches(p->rt, py->interp, &before, &last) < 0) {
+			return READ_NOT;
+		}
 	}
+	ht->chained = false;
 	if (last == py->tstate) {
 		return READ_LAST;
 	}
-	ops->fresh_view(&p->h);
+	/* Its own lines fetched ahead: the shared view's are the last thread's. */
+	ops->fresh_view(&p->h, py->native_tid);
 	walk_held(e, p, i, now);
 	/* Its code objects are decoded now: a hold after this needs no warm-up walk. */
 	th->walked = true;
 	ops->end_view(&p->h);
-	if (pyrt_gil_switches(p->rt, py->interp, &after, &last) < 0 || after != before) {
+	if (pyrt_gil_switches(p->rt, py->interp, &after, &last) < 0) {
+		return READ_MOVED;
+	}
+	ht->chained = true;
+	ht->chain_interp = py->interp;
+	ht->chain_count = after;
+	ht->chain_last = last;
+	if (after != before) {
 		return READ_MOVED;
 	}
 	/* Not holding the GIL since the count was read, whatever the recheck saw. */
@@ -625,7 +645,7 @@ static void hold_pass(struct prof_tick_state *e, struct prof_process *p, size_t 
 		return;
 	}
 	t->retry = false;
-	enum read_rc rc = pass > 0 && ht->counted ? read_running(e, p, i, th, now) : READ_NOT;
+	enum read_rc rc = pass > 0 && ht->counted ? read_running(e, p, i, th, now, ht) : READ_NOT;
 	if (rc == READ_OK) {
 		return;
 	}
@@ -670,7 +690,7 @@ static long sample_held(struct prof_tick_state *e, struct prof_process *p, uint6
 	}
 	size_t n = 0;
 	if (p->h.tracer->fresh_view) {
-		p->h.tracer->fresh_view(&p->h);
+		p->h.tracer->fresh_view(&p->h, 0);
 	}
 	rc = prof_walk_list(p, &e->wo, NULL);
 	if (rc < 0 && now - p->last_maps_ns >= p->maps_retry_ns) {

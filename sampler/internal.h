@@ -65,7 +65,7 @@ struct proc_tracee {
  * lasts, slot[] lists the slots as first read; when it ends they become
  * line[]/lo[]/hi[] (a slot may be reused before the next view).
  */
-#define MEMCACHE_TRAILS 33u
+#define MEMCACHE_TRAILS 129u
 #define MEMCACHE_TRAIL 64u
 struct memcache_trail {
 	pid_t key;           /* the thread held; 0 for trails[0] */

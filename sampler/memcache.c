@@ -268,6 +268,11 @@ void proc_mem_invalidate(struct proc *p)
 	memcache_view(p, true);
 }
 
+void proc_mem_thread_view(struct proc *p, pid_t tid)
+{
+	memcache_view_held(p, tid);
+}
+
 void proc_mem_stats(const struct proc *p, struct proc_mem_stats *out)
 {
 	*out = p->mc.stats;

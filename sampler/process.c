@@ -129,9 +129,13 @@ static bool live_execed(const struct spy_process *p)
 	return proc_execed(live(p));
 }
 
-static void live_fresh_view(struct spy_process *p)
+static void live_fresh_view(struct spy_process *p, pid_t tid)
 {
-	proc_mem_invalidate(live(p));
+	if (tid > 0) {
+		proc_mem_thread_view(live(p), tid);
+	} else {
+		proc_mem_invalidate(live(p));
+	}
 }
 
 static void live_end_view(struct spy_process *p)

@@ -63,8 +63,12 @@ struct spy_tracer_ops {
 	bool (*exit_status)(const struct spy_process *p, int *status);
 	/* Whether it exec'd while traced. */
 	bool (*execed)(const struct spy_process *p);
-	/* A fresh memory view for a walk of the running process; re-read the maps. */
-	void (*fresh_view)(struct spy_process *p);
+	/*
+	 * A fresh memory view: tid 0, for a walk of the running process (its
+	 * prefetch, the last such view's lines); a TID, for that thread alone
+	 * (the lines its last view read, as when it is held).
+	 */
+	void (*fresh_view)(struct spy_process *p, pid_t tid);
 	/* No view: each read goes to the target until the next (proc_mem_uncached). */
 	void (*end_view)(struct spy_process *p);
 	void (*read_maps)(struct spy_process *p);

@@ -498,6 +498,13 @@ struct proc_mem_stats {
 /* Drop every cached line (O(1)) and serve later reads from a fresh view. */
 void proc_mem_invalidate(struct proc *p);
 /*
+ * The same, for a walk of thread tid alone, running: the view fetches
+ * ahead what tid's last view read, as a hold of it does, not what the
+ * last whole-target view read (a thread read running after another would
+ * otherwise fetch the other's frames, and miss its own).
+ */
+void proc_mem_thread_view(struct proc *p, pid_t tid);
+/*
  * End the current view: reads go to the target, uncached, until the next
  * view. For a value read twice around a walk (a sequence count), whose
  * second read must not be served from what the first one fetched.

@@ -25,6 +25,13 @@ static int counted_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
 	for (size_t i = 0; f->paused_mode && f->attached && !f->paused && i < f->nth; i++) {
 		f->reads_running += addr >= f->th[i].frame && addr < f->th[i].frame + 0x80;
 	}
+	/* A count shared by the threads of one interpreter: counted once. */
+	for (size_t i = 0; !f->view && len == 8 && i < f->nth; i++) {
+		if (addr == f->th[i].switches) {
+			f->count_reads++;
+			break;
+		}
+	}
 	for (size_t i = 0; i < f->nth; i++) {
 		struct fake_thread *t = &f->th[i];
 		if (f->no_switches && addr < t->switches + 8 && addr + len > t->switches) {
@@ -159,8 +166,9 @@ static void view_set(struct fake_proc *f, bool on)
 	}
 }
 
-static void f_fresh_view(struct spy_process *p)
+static void f_fresh_view(struct spy_process *p, pid_t tid)
 {
+	(void)tid;
 	fp_of(p)->fresh_views++;
 	view_set(fp_of(p), true);
 }

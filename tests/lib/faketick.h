@@ -45,6 +45,7 @@ struct fake_proc {
 	bool paused, attached, gone_after_ticks;
 	int pauses, resumes, detaches, maps_reads, opens_tasks, tracks;
 	int reads_running;         /* a frame read while attached, nothing stopped, in a paused-mode run */
+	int count_reads;           /* a GIL switch count read from the target (no view) */
 	bool paused_mode;          /* a thread without a TID: every tick pauses the whole process */
 	bool broken_until_maps;    /* th[1]'s frame chain is cut until the maps are read again */
 	pid_t children[4];

@@ -185,6 +185,34 @@ static void test_read_running(void)
 }
 
 /*
+ * Two threads read running under one GIL: the count read after the
+ * first's walk is the second's before, so a tick reads it three times
+ * (once before, once after each), not four. A
+ * move during the first's walk is still seen, and the second's read,
+ * begun after it, stands.
+ */
+static void test_read_running_chain(void)
+{
+	for (int moves = 0; moves < 2; moves++) {
+		struct fake_world w;
+		struct spy_strtab strs = SPY_STRTAB_INIT;
+		fake_setup(&w);
+		struct fake_proc *f = &w.procs[0];
+		f->th[2].state = 'R';
+		f->th[1].switch_reads = moves;
+		struct profiler *p = fake_run(&w, (struct prof_opts){ 0 }, 10, &strs);
+		CHECK_INT(f->stops_of[0], 10);
+		CHECK_INT(f->stops_of[1], 0);
+		CHECK_INT(f->stops_of[2], 0);
+		/* Three a tick (the listing's look is in its view); a move: th[1] read again, once. */
+		CHECK_INT(f->count_reads, 10 * 3 + moves);
+		CHECK_INT(w.stacks, 10 + 2 * 9);
+		CHECK(!f->held);
+		fake_teardown(&w, p, &strs);
+	}
+}
+
+/*
  * No thread holds the GIL when listed, so no hold ends the listing's memory
  * view before the others are read running: the switch count must still be
  * read from the target, not from that view, or a count that moves during
@@ -597,6 +625,7 @@ int main(void)
 	test_one_at_a_time();
 	test_frozen_behind_holder();
 	test_read_running();
+	test_read_running_chain();
 	test_read_running_fresh();
 	test_offcpu_held();
 	test_sleepers_not_stopped();
