@@ -63,7 +63,9 @@ struct proc_tracee {
  * the bytes read of it: trails[0] may hold every line, a held thread's
  * MEMCACHE_TRAIL (a 100-frame 3.11 walk reads about ten). While its view
  * lasts, slot[] lists the slots as first read; when it ends they become
- * line[]/lo[]/hi[] (a slot may be reused before the next view).
+ * line[]/lo[]/hi[] (a slot may be reused before the next view). One trail
+ * a thread for 128 threads held or read running in turn, each tick: fewer,
+ * and the least recently used is the one the tick needs next.
  */
 #define MEMCACHE_TRAILS 129u
 #define MEMCACHE_TRAIL 64u
