@@ -509,6 +509,12 @@ static void hold_one(struct prof_tick_state *e, struct prof_process *p, size_t i
 	const struct spy_tracer_ops *ops = p->h.tracer;
 	struct prof_walked *t = &p->w[i];
 	/*
+	 * A hold lasts long enough for the GIL to change hands many times (a
+	 * slow machine's, milliseconds): a count read before it is no one's
+	 * before after it, or each read after it would move, and be held too.
+	 */
+	ht->chained = false;
+	/*
 	 * A thread walked for the first time has code objects pystate has
 	 * not decoded yet, which would triple its first hold: walk it once
 	 * running first, as --nonblocking would (the walk tolerates a torn
