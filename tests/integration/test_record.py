@@ -338,9 +338,14 @@ def check_one_stop(interp, d):
     # may be between holders), a few ticks' worth; or one whose count moved
     # during both reads, which depends on how slow a read is (an emulated
     # CPU's are): those are allowed on top, as long as they stay under a
-    # tenth of the reads.
+    # tenth of the reads. In the worst tick, up to three threads natively;
+    # emulated, where a hold lasts milliseconds and the GIL moves many
+    # times during one, four or five (3 in 2 of 11 runs of 10 s in the
+    # arm64 guest, 2026-11-29, with the switch count chained or not; 4 once
+    # in CI).
+    most_ok = 3 if harness.slowness() <= 1 else 5
     if ticks < 50 or running < 2 * ticks or stops > ticks * 11 // 10 + held or \
-            held * 10 > running or most > 3:
+            held * 10 > running or most > most_ok:
         p.append(what + ": expected the holder alone stopped, the others read running")
     return p
 
