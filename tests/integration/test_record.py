@@ -342,7 +342,7 @@ def check_one_stop(interp, d):
     # emulated, where a hold lasts milliseconds and the GIL moves many
     # times during one, four or five (3 in 2 of 11 runs of 10 s in the
     # arm64 guest, 2026-11-29, with the switch count chained or not; 4 once
-    # in CI).
+    # in a run of .ci/arm64).
     most_ok = 3 if harness.slowness() <= 1 else 5
     if ticks < 50 or running < 2 * ticks or stops > ticks * 11 // 10 + held or \
             held * 10 > running or most > most_ok:
@@ -614,8 +614,8 @@ def check_errors(rep, interp):
             except OSError:
                 rc = "timeout"
         # The program shares spy's stderr: one still running would keep
-        # spy's summary from being read.
-        # spy waits 0.8 s for it; a slow machine's may take longer to end.
+        # spy's summary from being read. spy waits 0.8 s for it to end; a
+        # slow machine's may take longer.
         gone = time.time() + 10
         while child and harness.proc_state(child) not in (None, "Z", "X"):
             if time.time() > gone:
