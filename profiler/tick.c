@@ -706,6 +706,12 @@ static long sample_held(struct prof_tick_state *e, struct prof_process *p, uint6
 	}
 	n = rc < 0 ? 0 : p->nw;
 	n = n > SPY_MAX_THREADS ? SPY_MAX_THREADS : n;
+	/* The whole-process pause settles every state itself, the holder's too. */
+	for (size_t i = 0; i < n; i++) {
+		if (p->py[i].native_tid <= 0) {
+			return -2;
+		}
+	}
 	pid_t holder = 0;
 	for (size_t i = 0; i < n && !holder; i++) {
 		holder = p->w[i].holds_gil ? p->py[i].native_tid : 0;
@@ -714,11 +720,6 @@ static long sample_held(struct prof_tick_state *e, struct prof_process *p, uint6
 	if (rc < 0) {
 		e->st.errors[PROF_ERR_THREADS]++;
 		return -1;
-	}
-	for (size_t i = 0; i < n; i++) {
-		if (p->py[i].native_tid <= 0) {
-			return -2;
-		}
 	}
 	/*
 	 * A GIL has one holder a tick, as in a whole-process pause: the thread
