@@ -107,7 +107,7 @@ struct proc_task {
 	uint64_t cpu_ns, read_ns;  /* schedstat's run time at the last R reading, and when */
 	uint64_t run_ns, pcount;   /* schedstat's run time and times scheduled, last read */
 	/* PROC_TASK_DEFER: the state read owed, and what the schedstat read before it found. */
-	bool owed, owed_cpu_read, owed_sched, owed_sched_gone;
+	bool owed, owed_sched, owed_sched_gone;
 	uint64_t owed_now, owed_cpu;
 };
 

@@ -167,8 +167,9 @@ static void task_settle(struct proc_task *t, bool runs)
 {
 	/* A prefix is enough: nothing after the state letter contains ')'. */
 	char buf[128];
+	/* sched: schedstat was read, so with_cpu was asked. */
 	uint64_t now = t->owed_now, cpu = t->owed_cpu;
-	bool with_cpu = t->owed_cpu_read, sched = t->owed_sched;
+	bool sched = t->owed_sched;
 	char was = t->state;
 	t->owed = false;
 	if (runs) {
@@ -196,12 +197,12 @@ static void task_settle(struct proc_task *t, bool runs)
 	 * state before vouches for it. Only a real share of CPU time makes it
 	 * an R; else it stays t (not active).
 	 */
-	if (with_cpu && t->state == 't' && sched && t->read_ns && now > t->read_ns && cpu >= t->cpu_ns &&
+	if (t->state == 't' && sched && t->read_ns && now > t->read_ns && cpu >= t->cpu_ns &&
 	    proc_task_ran(0, cpu - t->cpu_ns, now - t->read_ns)) {
 		t->state = 'R';
 	}
 	/* Only R is ambiguous; any other state decides alone. */
-	if (!with_cpu || t->state != 'R' || !sched) {
+	if (t->state != 'R' || !sched) {
 		t->ran = true;
 		return;
 	}
@@ -240,7 +241,6 @@ void proc_task_refresh(struct proc_task *t, unsigned how)
 	t->failed = false;
 	t->owed_now = now;
 	t->owed_cpu = cpu;
-	t->owed_cpu_read = with_cpu;
 	t->owed_sched = sched;
 	t->owed = true;
 	if (!(how & PROC_TASK_DEFER)) {

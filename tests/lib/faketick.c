@@ -228,7 +228,7 @@ static void f_task_state(struct proc_task *t, bool runs)
 	}
 	t->state = runs ? 'R' : ft->state;
 	t->ran = true;
-	if (t->owed_cpu_read && t->state == 'R') {
+	if (t->owed_sched && t->state == 'R') {
 		t->read_ns = 1;
 	}
 }
@@ -243,7 +243,8 @@ static void f_task_refresh(struct proc_task *t, unsigned how)
 	/* As tasks.c: asleep when last read, and not scheduled since. */
 	t->slept = with_cpu && t->state && t->state != 'R' && ft->state != 'R' && !ft->scheduled;
 	t->owed = !t->slept;
-	t->owed_cpu_read = with_cpu;
+	/* As if schedstat were read whenever with_cpu asks for it. */
+	t->owed_sched = with_cpu;
 	if (t->owed && !(how & PROC_TASK_DEFER)) {
 		f_task_state(t, false);
 	}
