@@ -171,14 +171,17 @@ struct proc {
 	 * threads changed (tasks_changed).
 	 */
 	uint64_t looked_ns;     /* when the tracees were last all looked at */
+	uint64_t quiet_ns;      /* when a look last found nothing to report, */
+	unsigned quiet_news;    /* ... and ptrace.c's chld_news then */
 	uint64_t listed_ns;     /* when task/ was last listed */
+	uint64_t counted_ns;    /* when task/'s link count last matched the tracees */
 	bool listed_whole;      /* every thread the last listing named is a tracee */
 	bool relist;            /* a thread not traced was asked for: list task/ at the next track */
 	pid_t tracer;          /* getpid() of the process that attached */
 	bool execed;           /* a thread exec'd: the image we resolved is gone */
 	bool exited;           /* we reaped the thread-group leader's exit ... */
 	int exit_status;       /* ... and this is its wait status */
-	struct proc *next_attached; /* link in ptrace.c's registry of attached procs */
+	struct proc *next_attached; /* link in registry.c's registry of attached procs */
 };
 
 /*
@@ -238,7 +241,9 @@ ssize_t proc_fetch_lines(struct proc *p, spy_addr_t addr, const struct iovec *lo
 ssize_t proc_fetch_scattered(struct proc *p, const spy_addr_t *addrs, const struct iovec *local,
 			     size_t n);
 
-/* ptrace.c: drop p from the registry of attached procs (see proc_free). */
+/* registry.c: add p to the registry of attached procs, detached at exit... */
+void tracer_remember(struct proc *p);
+/* ... and drop it (see proc_free). */
 void tracer_forget(struct proc *p);
 
 /* The remedy attached to every -SPY_EPERM about reaching the target. */

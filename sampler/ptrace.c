@@ -9,7 +9,7 @@
  * detaches its tracees and restarts those in a ptrace-stop, but leaves
  * group-stopped ones stopped, and a SIGSTOP attach is what would put them in
  * group-stop. So we never cause a group-stop and never fight the kernel's
- * cleanup; the atexit() registry below covers every exit() path on top.
+ * cleanup; the atexit() registry (registry.c) covers every exit() path on top.
  *
  * The design decision to question is what happens when waitpid() reports a
  * signal-delivery-stop while we are pausing. A seized thread stops for every
@@ -98,8 +98,14 @@
  */
 #define LOOK_BACKSTOP_NS (10ull * 1000 * 1000)
 #define LIST_BACKSTOP_NS (100ull * 1000 * 1000)
-
-volatile sig_atomic_t proc_stop_requested;
+/*
+ * A look (the waitid, the link count) that found nothing stands for this
+ * long. Flat out, ticks come every 50-100 us and each asked twice (the
+ * poll before the tick, proc_track in it), two syscalls of a sample's
+ * eleven; a report that waits this much longer costs a thread stopped on
+ * a signal 1 ms, and a new thread 1 ms before it is seized.
+ */
+#define LOOK_FRESH_NS (1000ull * 1000)
 
 /* What to do with a stop that waitpid() reports. */
 enum collect_mode {
@@ -118,81 +124,6 @@ static uint64_t now_ns(void)
 static long xptrace(enum __ptrace_request req, pid_t tid, long data)
 {
 	return ptrace(req, tid, NULL, (void *)data);
-}
-
-/* ---- the registry of attached procs, for atexit() ---- */
-
-static struct proc *attached_procs;
-/* An agent profiles each process from a thread of its own: the registry is shared. */
-static pthread_mutex_t attached_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static void detach_all_at_exit(void)
-{
-	pthread_mutex_lock(&attached_mu);
-	struct proc *left = attached_procs;
-	pthread_mutex_unlock(&attached_mu);
-	while (left) {
-		struct proc *p = left;
-		proc_detach(p);
-		/* A thread that would not stop keeps p attached; the kernel frees it when we exit. */
-		tracer_forget(p);
-		pthread_mutex_lock(&attached_mu);
-		left = attached_procs;
-		pthread_mutex_unlock(&attached_mu);
-	}
-}
-
-static void remember(struct proc *p)
-{
-	static bool installed;
-	pthread_mutex_lock(&attached_mu);
-	if (!installed) {
-		installed = atexit(detach_all_at_exit) == 0;
-	}
-	bool known = false;
-	for (struct proc *q = attached_procs; q && !known; q = q->next_attached) {
-		known = q == p;
-	}
-	if (!known) {
-		p->next_attached = attached_procs;
-		attached_procs = p;
-	}
-	pthread_mutex_unlock(&attached_mu);
-}
-
-void tracer_forget(struct proc *p)
-{
-	pthread_mutex_lock(&attached_mu);
-	for (struct proc **pp = &attached_procs; *pp; pp = &(*pp)->next_attached) {
-		if (*pp == p) {
-			*pp = p->next_attached;
-			p->next_attached = NULL;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&attached_mu);
-}
-
-/* ---- stop handlers ---- */
-
-static void on_stop_signal(int sig)
-{
-	/* The signal number, so that cmd can exit with 128 + sig. */
-	proc_stop_requested = sig;
-}
-
-void proc_install_stop_handlers(void)
-{
-	struct sigaction sa;
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_stop_signal;
-	sigemptyset(&sa.sa_mask);
-	/* No SA_RESTART: a blocking call must return EINTR so its caller sees the flag. */
-	sa.sa_flags = 0;
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	/* A closed terminal or ssh session must not lose the recording. */
-	sigaction(SIGHUP, &sa, NULL);
 }
 
 /* ---- the per-thread state machine ---- */
@@ -225,6 +156,12 @@ static __thread bool chld_raised;   /* an interrupt since the last drain */
  * proc_track need not repeat. Cleared by the drain before each look.
  */
 static __thread bool chld_quiet;
+/*
+ * SIGCHLDs taken where nobody looked after them (the sleep, the drain):
+ * each may stand for a report, so a quiet look from before one no longer
+ * stands (collect_noticed's LOOK_FRESH_NS).
+ */
+static __thread unsigned chld_news;
 
 static void chld_only(sigset_t *s)
 {
@@ -269,7 +206,7 @@ void proc_chld_drain(void)
 	sigset_t s;
 	chld_only(&s);
 	struct timespec none = { 0, 0 };
-	(void)sigtimedwait(&s, NULL, &none);
+	chld_news += sigtimedwait(&s, NULL, &none) == SIGCHLD;
 	chld_raised = false;
 }
 
@@ -280,6 +217,8 @@ int proc_chld_sleep(uint64_t ns)
 	struct timespec rel = { (time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull) };
 	int sig = sigtimedwait(&s, NULL, &rel);
 	if (sig == SIGCHLD) {
+		chld_news++;
+		chld_quiet = false;
 		return 0;
 	}
 	if (sig < 0 && errno == EINTR) {
@@ -524,22 +463,31 @@ static void collect_pending(struct proc *p, enum collect_mode mode)
  * children that leaves what it sees to be collected (WNOWAIT) says
  * whether any has a stop or an exit to report. What it sees may be
  * another proc's (-s) or a child that is no tracee: then this proc looks
- * every time, as it did before. A backstop looks anyway now and then,
- * against a report the kernel gives in some way not foreseen here.
+ * every time, as it did before. A look that found nothing stands for
+ * LOOK_FRESH_NS, unless a SIGCHLD was taken since where nobody looked
+ * after it (chld_news). A backstop looks anyway now and then, against a
+ * report the kernel gives in some way not foreseen here.
  */
 static void collect_noticed(struct proc *p, enum collect_mode mode)
 {
 	uint64_t now = now_ns();
-	siginfo_t si;
-	memset(&si, 0, sizeof(si));
-	/* chld_quiet: nothing reported since the look before the tick's sleep. */
-	if (now - p->looked_ns < LOOK_BACKSTOP_NS &&
-	    (chld_quiet ||
-	     (waitid(P_ALL, 0, &si, WEXITED | WSTOPPED | WNOHANG | WNOWAIT | __WALL) == 0 &&
-	      si.si_pid == 0))) {
-		return;
+	if (now - p->looked_ns < LOOK_BACKSTOP_NS) {
+		/* chld_quiet: nothing reported since the look before the tick's sleep. */
+		if (chld_quiet || (now - p->quiet_ns < LOOK_FRESH_NS && p->quiet_news == chld_news)) {
+			return;
+		}
+		siginfo_t si;
+		memset(&si, 0, sizeof(si));
+		if (waitid(P_ALL, 0, &si, WEXITED | WSTOPPED | WNOHANG | WNOWAIT | __WALL) == 0 &&
+		    si.si_pid == 0) {
+			p->quiet_ns = now;
+			p->quiet_news = chld_news;
+			return;
+		}
 	}
 	p->looked_ns = now;
+	p->quiet_ns = now;
+	p->quiet_news = chld_news;
 	collect_pending(p, mode);
 }
 
@@ -700,11 +648,19 @@ static int seize_new(struct proc *p, bool attaching, bool *again, struct spy_err
 static bool tasks_changed(struct proc *p)
 {
 	struct stat st;
-	if (!p->listed_whole || p->relist || now_ns() - p->listed_ns >= LIST_BACKSTOP_NS ||
-	    fstatat(p->dirfd, "task", &st, 0) != 0 || st.st_nlink < 2) {
+	uint64_t now = now_ns();
+	if (!p->listed_whole || p->relist || now - p->listed_ns >= LIST_BACKSTOP_NS) {
 		return true;
 	}
-	return (size_t)(st.st_nlink - 2) != p->ntracees;
+	if (now - p->counted_ns < LOOK_FRESH_NS) {
+		return false;
+	}
+	if (fstatat(p->dirfd, "task", &st, 0) != 0 || st.st_nlink < 2 ||
+	    (size_t)(st.st_nlink - 2) != p->ntracees) {
+		return true;
+	}
+	p->counted_ns = now;
+	return false;
 }
 
 /* ---- the public operations ---- */
@@ -717,7 +673,7 @@ int proc_attach(struct proc *p, struct spy_err *err)
 	p->attached = true;
 	p->paused = false;
 	p->tracer = getpid();
-	remember(p);
+	tracer_remember(p);
 	/*
 	 * Threads cloned while we seize are missed by one listing; the next
 	 * catches them, and the next pause seizes any still missing.

@@ -220,10 +220,20 @@ static void test_chld_held(void)
 	CHECK_INT(proc_chld_sleep(20 * 1000 * 1000), 1);
 	CHECK(mono_ns() - t0 >= 20 * 1000 * 1000);
 	int before = read_int(p, &child_usr1);
+	/*
+	 * A look that found nothing stands for a while (LOOK_FRESH_NS), but
+	 * not past a SIGCHLD the sleep took: the very next poll looks, and
+	 * restarts the thread the signal stopped.
+	 */
+	CHECK_INT(proc_poll(p), 0);
 	CHECK_INT(kill(c.pid, SIGUSR1), 0);
 	t0 = mono_ns();
 	CHECK_INT(proc_chld_sleep(2000ull * 1000 * 1000), 0);
 	CHECK(mono_ns() - t0 < 1000ull * 1000 * 1000);
+	CHECK_INT(proc_poll(p), 0);
+	struct task_census tc;
+	census(c.pid, &tc);
+	CHECK_INT(tc.stopped, 0);
 	CHECK(none_stopped_polling(c.pid, p));
 	int after = before;
 	for (int i = 0; i < 50 && after == before; i++) {
@@ -231,6 +241,21 @@ static void test_chld_held(void)
 		after = read_int(p, &child_usr1);
 	}
 	CHECK_INT(after, before + 1);
+	/* A report whose SIGCHLD nobody took waits at most that while. */
+	CHECK_INT(proc_poll(p), 0);
+	CHECK_INT(kill(c.pid, SIGUSR1), 0);
+	CHECK(some_stopped(c.pid));
+	sleep_ms(2);
+	CHECK_INT(proc_poll(p), 0);
+	census(c.pid, &tc);
+	CHECK_INT(tc.stopped, 0);
+	before = after;
+	for (int i = 0; i < 50 && after == before; i++) {
+		sleep_ms(10);
+		after = read_int(p, &child_usr1);
+	}
+	CHECK_INT(after, before + 1);
+	proc_chld_drain();
 	CHECK(!proc_chld_hold(false));
 	CHECK(!proc_chld_held() && !chld_blocked_here());
 	/* Blocked before: left blocked. */
