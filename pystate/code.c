@@ -137,6 +137,14 @@ static void grow(struct pyrt *rt)
 	free(was);
 }
 
+/* What a 3.11+ frame's decode needs of the header besides the fingerprint (walk.c, decode_iframe). */
+static void sizes(const struct pyrt *rt, struct pycode *c, const unsigned char *hdr)
+{
+	const struct pyoffsets *o = &rt->off;
+	c->nunits = (int64_t)pyrt_u64(hdr, o->ob_size);
+	c->firsttraceable = o->code_firsttraceable != PYOFF_NONE ? (int32_t)pyrt_u32(hdr, o->code_firsttraceable) : 0;
+}
+
 static int decode(struct pyrt *rt, struct pycode *c, spy_addr_t addr, const unsigned char *hdr)
 {
 	const struct pyoffsets *o = &rt->off;
@@ -173,9 +181,19 @@ static int decode(struct pyrt *rt, struct pycode *c, spy_addr_t addr, const unsi
 	c->type = pyrt_u64(hdr, o->ob_type);
 	c->name_ptr = pyrt_u64(hdr, o->code_name);
 	c->firstlineno = (int32_t)pyrt_u32(hdr, o->code_firstlineno);
+	sizes(rt, c, hdr);
 	c->memo.lo = c->memo.hi = 0;
 	c->addr = addr;
 	return 0;
+}
+
+struct pycode *pycode_cached(struct pyrt *rt, spy_addr_t addr)
+{
+	if (!rt->cache || !addr) {
+		return NULL;
+	}
+	struct pycode *c = &rt->cache[slot_of(rt, addr)];
+	return c->addr == addr ? c : NULL;
 }
 
 int pycode_get(struct pyrt *rt, spy_addr_t addr, const unsigned char *hdr, struct pycode **out)
@@ -193,6 +211,7 @@ int pycode_get(struct pyrt *rt, spy_addr_t addr, const unsigned char *hdr, struc
 	if (c->addr == addr && c->type == type && c->name_ptr == pyrt_u64(hdr, o->code_name) &&
 	    c->firstlineno == (int32_t)pyrt_u32(hdr, o->code_firstlineno)) {
 		rt->cache_hits++;
+		sizes(rt, c, hdr);
 		*out = c;
 		return 0;
 	}

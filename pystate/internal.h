@@ -97,6 +97,9 @@ struct pycode {
 	/* fingerprint, re-checked against each sample's header read */
 	spy_addr_t type, name_ptr;
 	int32_t firstlineno;
+	/* 3.11+: code units (ob_size) and _co_firsttraceable, as of the last header read */
+	int64_t nunits;
+	int32_t firsttraceable;
 	const char *func, *file;  /* interned */
 	uint8_t *tab;             /* line table bytes (owned) */
 	size_t tab_len, tab_alloc;
@@ -334,6 +337,8 @@ void pycode_cache_release(struct pyrt *rt);
 int pycode_get(struct pyrt *rt, spy_addr_t addr, const unsigned char *hdr, struct pycode **out);
 /* Line for byte offset addr in c, 0 when unknown. */
 uint32_t pycode_line(struct pyrt *rt, struct pycode *c, int64_t addr);
+/* The cache's entry for the code object at addr, without reading it, or NULL. */
+struct pycode *pycode_cached(struct pyrt *rt, spy_addr_t addr);
 /* Is type the code type? First call checks tp_name and remembers. */
 bool pyrt_is_type(struct pyrt *rt, spy_addr_t *cached, spy_addr_t type, const char *name);
 

@@ -156,7 +156,7 @@ static struct spy_frame *push(struct pyrt *rt, spy_addr_t frame, struct spy_stac
  */
 struct pyframe_memo {
 	spy_addr_t addr;
-	uint64_t stamp;           /* rt->clock when decoded */
+	uint64_t stamp;           /* rt->clock when decoded with its code object read */
 	struct spy_frame fr;      /* what it pushed (strings interned) */
 	bool skip;                /* not a frame of its own (not code, not started) */
 };
@@ -299,19 +299,25 @@ static bool memo_hit(struct pyrt *rt, const struct pyframe_memo *m, spy_addr_t f
 	return true;
 }
 
-static void memo_store(struct pyrt *rt, struct pyframe_memo *m, spy_addr_t f,
-		       const unsigned char *fbuf, const struct spy_frame *fr)
+static void memo_store_at(struct pyrt *rt, struct pyframe_memo *m, spy_addr_t f,
+			  const unsigned char *fbuf, const struct spy_frame *fr, uint64_t stamp)
 {
 	if (!m) {
 		return;
 	}
 	m->addr = f;
-	m->stamp = rt->clock;
+	m->stamp = stamp;
 	m->skip = fr == NULL;
 	if (fr) {
 		m->fr = *fr;
 	}
 	memcpy(m + 1, fbuf, rt->frame_span);
+}
+
+static void memo_store(struct pyrt *rt, struct pyframe_memo *m, spy_addr_t f,
+		       const unsigned char *fbuf, const struct spy_frame *fr)
+{
+	memo_store_at(rt, m, f, fbuf, fr, rt->clock);
 }
 
 static void push_memo(struct pyrt *rt, spy_addr_t frame, struct spy_stack *out,
@@ -515,16 +521,42 @@ static bool seen_frame(struct pyrt *rt, spy_addr_t *lowest, spy_addr_t f)
 }
 
 /*
+ * The code object of frame f, taken on the memo's word without reading it:
+ * the memo holds f, decoded from the same code object within
+ * PYFRAME_MEMO_TTL rounds, and only other bytes of the frame moved (its
+ * instruction, as in the frame a thread runs). A frame keeps its code
+ * object alive, and a full memo hit trusts the same entry for as long, so
+ * this trusts nothing more; the entry keeps its stamp, and the code is
+ * read again when it expires. Spares a spinning frame's code object one
+ * read a sample, and its page the prefetch. Not on a free-threaded build
+ * (its frames pick a copy of the bytecode per thread).
+ */
+static struct pycode *memo_code(struct pyrt *rt, const struct pyframe_memo *m, spy_addr_t f,
+				const unsigned char *fb, spy_addr_t code)
+{
+	const struct pyoffsets *o = &rt->off;
+	if (!m || m->addr != f || m->skip || rt->clock - m->stamp >= PYFRAME_MEMO_TTL ||
+	    o->iframe_tlbc_index != PYOFF_NONE) {
+		return NULL;
+	}
+	const unsigned char *mb = (const unsigned char *)(m + 1);
+	if (pyrt_ref(o, pyrt_u64(mb, o->iframe_code)) != code || mb[o->iframe_owner] != fb[o->iframe_owner]) {
+		return NULL;
+	}
+	return pycode_cached(rt, code);
+}
+
+/*
  * Decode frame f from its bytes fb, the memo having missed: push it, or
- * nothing when it is no frame of its own. 0, or -1 where the stack is cut.
+ * nothing when it is no frame of its own. With trust, a code object the
+ * memo vouches for is not read (memo_code). 0, or -1 where the stack is cut.
  */
 static int decode_iframe(struct pyrt *rt, struct pyframe_memo *m, spy_addr_t f,
-			 const unsigned char *fb, struct spy_stack *out)
+			 const unsigned char *fb, bool trust, struct spy_stack *out)
 {
 	const struct pyoffsets *o = &rt->off;
 	unsigned char cbuf[PYRT_MAX_SPAN];
 	spy_addr_t code = pyrt_ref(o, pyrt_u64(fb, o->iframe_code));
-	struct pycode *c;
 	if (!code) {
 		/* No frame of a thread's own has no code (shims hold None):
 		 * this is memory that is not a frame, e.g. a C stack a core
@@ -532,36 +564,39 @@ static int decode_iframe(struct pyrt *rt, struct pyframe_memo *m, spy_addr_t f,
 		 * guard region). Say the stack is cut, rather than end it. */
 		return -1;
 	}
-	int rc = get_code(rt, code, cbuf, &c);
-	if (rc == 1 && o->frame_model == PYFRAME_IFRAME_EXEC) {
-		memo_store(rt, m, f, fb, NULL);
-		return 0; /* 3.13+: f_executable may be None or a non-code object */
-	}
-	if (rc != 0) {
-		return -1;
-	}
 	/* _PyInterpreterFrame_LASTI: code units from the first instruction. */
 	spy_addr_t start = code + o->code_adaptive;
-	if (o->iframe_tlbc_index != PYOFF_NONE &&
-	    tlbc_start(rt, pyrt_u64(cbuf, o->code_tlbc), (int32_t)pyrt_u32(fb, o->iframe_tlbc_index),
-		       &start) < 0) {
-		return -1;
+	struct pycode *c = trust ? memo_code(rt, m, f, fb, code) : NULL;
+	uint64_t stamp = c ? m->stamp : rt->clock;
+	if (!c) {
+		int rc = get_code(rt, code, cbuf, &c);
+		if (rc == 1 && o->frame_model == PYFRAME_IFRAME_EXEC) {
+			memo_store(rt, m, f, fb, NULL);
+			return 0; /* 3.13+: f_executable may be None or a non-code object */
+		}
+		if (rc != 0) {
+			return -1;
+		}
+		if (o->iframe_tlbc_index != PYOFF_NONE &&
+		    tlbc_start(rt, pyrt_u64(cbuf, o->code_tlbc), (int32_t)pyrt_u32(fb, o->iframe_tlbc_index),
+			       &start) < 0) {
+			return -1;
+		}
 	}
 	spy_addr_t instr = pyrt_u64(fb, o->iframe_instr);
 	int64_t idx = (int64_t)(instr - start) / 2;
 	if (fb[o->iframe_owner] != o->owner_generator && o->code_firsttraceable != PYOFF_NONE &&
-	    idx < (int32_t)pyrt_u32(cbuf, o->code_firsttraceable)) {
+	    idx < c->firsttraceable) {
 		memo_store(rt, m, f, fb, NULL);
 		return 0; /* _PyFrame_IsIncomplete: RESUME has not run yet */
 	}
 	/* ob_size of a 3.11+ code object counts its code units. */
-	int64_t nunits = (int64_t)pyrt_u64(cbuf, o->ob_size);
-	uint32_t line = (idx < -1 || idx > nunits) ? 0 : pycode_line(rt, c, 2 * idx);
+	uint32_t line = (idx < -1 || idx > c->nunits) ? 0 : pycode_line(rt, c, 2 * idx);
 	uint8_t flags = 0;
 	if (o->iframe_is_entry != PYOFF_NONE && fb[o->iframe_is_entry]) {
 		flags |= SPY_FRAME_PY_ENTRY;
 	}
-	memo_store(rt, m, f, fb, push(rt, f, out, c, line, flags));
+	memo_store_at(rt, m, f, fb, push(rt, f, out, c, line, flags), stamp);
 	return 0;
 }
 
@@ -639,9 +674,12 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 				win.lo = win.hi = 0;
 				win.peeked = false;
 			}
-			if (decode_iframe(rt, m, f, fb, out) < 0) {
+			if (decode_iframe(rt, m, f, fb, !sp.refresh, out) < 0) {
 				truncate_stack(out);
 				break;
+			}
+			if (m && m->addr == f && m->stamp < sp.oldest) {
+				sp.oldest = m->stamp; /* a code object taken on the memo's word */
 			}
 		}
 		f = prev;
