@@ -153,7 +153,8 @@ static __thread bool chld_raised;   /* an interrupt since the last drain */
 /*
  * The sleep before this tick ran out with no SIGCHLD (proc_chld_sleep):
  * no tracee has reported anything since the look before it, which
- * proc_track need not repeat. Cleared by the drain before each look.
+ * proc_track need not repeat. Cleared by the drain before each look, and
+ * by a sleep that took a SIGCHLD.
  */
 static __thread bool chld_quiet;
 /*
