@@ -348,6 +348,34 @@ static int get_code(struct pyrt *rt, spy_addr_t addr, unsigned char *hdr, struct
 	return pycode_get(rt, addr, hdr, c);
 }
 
+/*
+ * The code object of frame f, taken on the memo's word without reading it:
+ * the memo holds f, decoded from the same code object (the pointer at
+ * code_off, and on 3.11+ the same owner) within PYFRAME_MEMO_TTL rounds,
+ * and only other bytes of the frame moved (its instruction, as in the
+ * frame a thread runs). A frame keeps its code object alive, and a full
+ * memo hit trusts the same entry for as long, so this trusts nothing more;
+ * the entry keeps its stamp, and the code is read again when it expires.
+ * Spares a running frame's code object one read a sample, and its page
+ * the prefetch. Not on a free-threaded build (its frames pick a copy of
+ * the bytecode per thread).
+ */
+static struct pycode *memo_code(struct pyrt *rt, const struct pyframe_memo *m, spy_addr_t f,
+				const unsigned char *fb, size_t code_off, spy_addr_t code)
+{
+	const struct pyoffsets *o = &rt->off;
+	if (!m || m->addr != f || m->skip || rt->clock - m->stamp >= PYFRAME_MEMO_TTL ||
+	    o->iframe_tlbc_index != PYOFF_NONE) {
+		return NULL;
+	}
+	const unsigned char *mb = (const unsigned char *)(m + 1);
+	if (pyrt_u64(mb, code_off) != pyrt_u64(fb, code_off) ||
+	    (o->frame_model != PYFRAME_OBJECT && mb[o->iframe_owner] != fb[o->iframe_owner])) {
+		return NULL;
+	}
+	return pycode_cached(rt, code);
+}
+
 int pyrt_walk_frameobj(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out)
 {
 	const struct pyoffsets *o = &rt->off;
@@ -360,7 +388,6 @@ int pyrt_walk_frameobj(struct pyrt *rt, const struct py_thread *t, struct spy_st
 	pyrt_seen_reset(rt);
 	pyrt_round(rt, t->tstate);
 	for (size_t depth = 0; f; depth++) {
-		struct pycode *c;
 		if (depth >= SPY_MAX_PY_DEPTH || pyrt_seen(rt, f)) {
 			truncate_stack(out);
 			return 0;
@@ -377,15 +404,18 @@ int pyrt_walk_frameobj(struct pyrt *rt, const struct py_thread *t, struct spy_st
 			f = pyrt_u64(fbuf, o->frame_back);
 			continue;
 		}
-		if (get_code(rt, pyrt_u64(fbuf, o->frame_code), cbuf, &c) != 0) {
+		spy_addr_t code = pyrt_u64(fbuf, o->frame_code);
+		struct pycode *c = memo_code(rt, m, f, fbuf, o->frame_code, code);
+		uint64_t stamp = c ? m->stamp : rt->clock;
+		if (!c && get_code(rt, code, cbuf, &c) != 0) {
 			truncate_stack(out);
 			return 0;
 		}
 		int64_t lasti = (int32_t)pyrt_u32(fbuf, o->frame_lasti);
 		int64_t addr = o->instr_model == PYINSTR_LASTI_UNITS ? 2 * lasti : lasti;
 		/* Before 3.11 every Python call is its own C-level eval call. */
-		memo_store(rt, m, f, fbuf,
-			   push(rt, f, out, c, pycode_line(rt, c, addr), SPY_FRAME_PY_ENTRY));
+		memo_store_at(rt, m, f, fbuf,
+			      push(rt, f, out, c, pycode_line(rt, c, addr), SPY_FRAME_PY_ENTRY), stamp);
 		f = pyrt_u64(fbuf, o->frame_back);
 	}
 	return 0;
@@ -521,32 +551,6 @@ static bool seen_frame(struct pyrt *rt, spy_addr_t *lowest, spy_addr_t f)
 }
 
 /*
- * The code object of frame f, taken on the memo's word without reading it:
- * the memo holds f, decoded from the same code object within
- * PYFRAME_MEMO_TTL rounds, and only other bytes of the frame moved (its
- * instruction, as in the frame a thread runs). A frame keeps its code
- * object alive, and a full memo hit trusts the same entry for as long, so
- * this trusts nothing more; the entry keeps its stamp, and the code is
- * read again when it expires. Spares a spinning frame's code object one
- * read a sample, and its page the prefetch. Not on a free-threaded build
- * (its frames pick a copy of the bytecode per thread).
- */
-static struct pycode *memo_code(struct pyrt *rt, const struct pyframe_memo *m, spy_addr_t f,
-				const unsigned char *fb, spy_addr_t code)
-{
-	const struct pyoffsets *o = &rt->off;
-	if (!m || m->addr != f || m->skip || rt->clock - m->stamp >= PYFRAME_MEMO_TTL ||
-	    o->iframe_tlbc_index != PYOFF_NONE) {
-		return NULL;
-	}
-	const unsigned char *mb = (const unsigned char *)(m + 1);
-	if (pyrt_ref(o, pyrt_u64(mb, o->iframe_code)) != code || mb[o->iframe_owner] != fb[o->iframe_owner]) {
-		return NULL;
-	}
-	return pycode_cached(rt, code);
-}
-
-/*
  * Decode frame f from its bytes fb, the memo having missed: push it, or
  * nothing when it is no frame of its own. With trust, a code object the
  * memo vouches for is not read (memo_code). 0, or -1 where the stack is cut.
@@ -566,7 +570,7 @@ static int decode_iframe(struct pyrt *rt, struct pyframe_memo *m, spy_addr_t f,
 	}
 	/* _PyInterpreterFrame_LASTI: code units from the first instruction. */
 	spy_addr_t start = code + o->code_adaptive;
-	struct pycode *c = trust ? memo_code(rt, m, f, fb, code) : NULL;
+	struct pycode *c = trust ? memo_code(rt, m, f, fb, o->iframe_code, code) : NULL;
 	uint64_t stamp = c ? m->stamp : rt->clock;
 	if (!c) {
 		int rc = get_code(rt, code, cbuf, &c);
@@ -660,9 +664,6 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 			if (!m->skip) {
 				push_memo(rt, f, out, m);
 			}
-			if (m->stamp < sp.oldest) {
-				sp.oldest = m->stamp; /* the record is trusted no longer than its entries */
-			}
 		} else {
 			if (win.peeked) {
 				/* What follows reads more, which the reader's cache may
@@ -678,9 +679,10 @@ int pyrt_walk_iframe(struct pyrt *rt, const struct py_thread *t, struct spy_stac
 				truncate_stack(out);
 				break;
 			}
-			if (m && m->addr == f && m->stamp < sp.oldest) {
-				sp.oldest = m->stamp; /* a code object taken on the memo's word */
-			}
+		}
+		if (m && m->addr == f && m->stamp < sp.oldest) {
+			/* The record is trusted no longer than the entries it took (a hit, a code object). */
+			sp.oldest = m->stamp;
 		}
 		f = prev;
 	}

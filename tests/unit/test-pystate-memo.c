@@ -15,6 +15,21 @@
 #include "tests/lib/pyscene.h"
 
 /*
+ * Move s's Outer.функция frame to code unit idx (the scene puts it at 5,
+ * where a 3.11+ frame's instruction pointer was instr_was).
+ */
+static void run_at(struct scene *s, uint64_t instr_was, unsigned idx)
+{
+	const struct pyoffsets *row = s->row;
+	if (row->frame_model == PYFRAME_OBJECT) {
+		fakepy_w32(s->fp, s->f_func + row->frame_lasti,
+			   row->instr_model == PYINSTR_LASTI_UNITS ? idx : 2 * idx);
+	} else {
+		fakepy_w64(s->fp, s->f_func + row->iframe_instr, instr_was - 2 * (5 - (uint64_t)idx));
+	}
+}
+
+/*
  * The frame memo (walk.c): a frame that changed is decoded again at once; a
  * code object changed under a byte-identical frame (freed, its address
  * reused) is decoded again within PYFRAME_MEMO_TTL walks.
@@ -48,28 +63,28 @@ static void test_memo(const struct pyoffsets *row, bool peek)
 
 	spy_addr_t instr = row->frame_model == PYFRAME_OBJECT ? 0 : s.f_func + row->iframe_instr;
 	uint64_t instr_was = instr ? fakepy_r64(s.fp, instr) : 0;
-	if (instr && row->iframe_tlbc_index == PYOFF_NONE) {
+	if (row->iframe_tlbc_index == PYOFF_NONE) {
 		/*
 		 * The frame runs on (its instruction moves, to units 2 and 3,
 		 * on the code's first line): its line follows, its code object
 		 * taken on the memo's word, not read, until the entry expires.
 		 */
 		uint64_t reads = rt->cache_hits + rt->cache_misses;
-		fakepy_w64(s.fp, instr, instr_was - 6);
+		run_at(&s, instr_was, 2);
 		spy_stack_reset(&st);
 		CHECK_INT(pyrt_stack(rt, &t, &st, NULL), 0);
 		CHECK(st.n > at && !strcmp(st.v[at].func, s.e1[at].func) && st.v[at].line == 400);
 		CHECK_INT(rt->cache_hits + rt->cache_misses, reads);
 		bool again = false;
 		for (int i = 0; i <= PYFRAME_MEMO_TTL && !again; i++) {
-			fakepy_w64(s.fp, instr, instr_was - 6 + (i % 2 ? 0 : 2));
+			run_at(&s, instr_was, i % 2 ? 2 : 3);
 			spy_stack_reset(&st);
 			CHECK_INT(pyrt_stack(rt, &t, &st, NULL), 0);
 			CHECK(st.n > at && st.v[at].line == 400);
 			again = rt->cache_hits + rt->cache_misses > reads;
 		}
 		CHECK(again);
-		fakepy_w64(s.fp, instr, instr_was);
+		run_at(&s, instr_was, 5);
 	}
 
 	/* The frame now runs another code object: seen on the next walk. */
