@@ -712,7 +712,6 @@ int cmd_agent(int argc, char **argv)
 		{ 0, "tenant", OPT_STRING, &a->tenant, "ID", "the tenant, sent as X-Scope-OrgID" },
 		{ 0, "token-file", OPT_STRING, &a->token_file, "FILE", "a bearer token, read from FILE (or from $SPY_PUSH_TOKEN)" },
 		{ 0, "basic-auth-file", OPT_STRING, &a->basic_file, "FILE", "USER:PASSWORD for basic auth, read from FILE (or $SPY_PUSH_BASIC_AUTH)" },
-		opts_help,
 		{ 0 },
 	};
 	int rc = cmd_parse_options("agent", agent_usage, opts, argc, argv, NULL, 0, NULL);

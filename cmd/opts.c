@@ -123,6 +123,10 @@ static int parse_long(const struct opt *opts, int argc, char **argv, int *i, str
 	const char *name = argv[*i] + 2;
 	const char *eq = strchr(name, '=');
 	size_t len = eq ? (size_t)(eq - name) : strlen(name);
+	if (len == 4 && !strncmp(name, "help", 4)) {
+		/* --help itself returned before; this is --help=VALUE. */
+		return spy_err_set(err, SPY_EUSAGE, "option --help takes no value");
+	}
 	const struct opt *o = find_long(opts, name, len);
 	if (!o || o->type == OPT_PROGRAM) {
 		return spy_err_set(err, SPY_EUSAGE, "unknown option '--%.*s'", (int)len, name);
@@ -148,10 +152,17 @@ static int parse_long(const struct opt *opts, int argc, char **argv, int *i, str
 	return set_value(o, arg, err);
 }
 
-/* A group of short options at argv[*i]; the first one taking a value ends it. */
+/*
+ * A group of short options at argv[*i]; the first one taking a value ends
+ * it. -h is help wherever it stands in a group (-ih, -hh): no table holds
+ * it, as opts_usage adds its row to every command's.
+ */
 static int parse_short(const struct opt *opts, int argc, char **argv, int *i, struct spy_err *err)
 {
 	for (const char *p = argv[*i] + 1; *p; p++) {
+		if (*p == 'h') {
+			return OPTS_HELP;
+		}
 		const struct opt *o = find_short(opts, *p);
 		if (!o) {
 			return spy_err_set(err, SPY_EUSAGE, "unknown option '-%c'", *p);
@@ -202,7 +213,8 @@ int opts_parse(const struct opt *opts, int argc, char **argv, char **rest, int *
 		} else {
 			rest[nr++] = argv[i];
 		}
-		if (rc < 0) {
+		if (rc != 0) {
+			*nrest = nr;
 			return rc;
 		}
 	}

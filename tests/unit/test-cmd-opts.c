@@ -67,6 +67,12 @@ static void test_forms(void)
 	CHECK(v.idle && !v.quiet);
 	CHECK_INT(PARSE("--help"), OPTS_HELP);
 	CHECK_INT(PARSE("-p", "1", "-h"), OPTS_HELP);
+	/* -h inside a group is help too; once it crashed the agent, whose table held the row. */
+	CHECK_INT(PARSE("-hh"), OPTS_HELP);
+	CHECK_INT(PARSE("-ih"), OPTS_HELP);
+	CHECK(v.idle);
+	CHECK_INT(PARSE("-h="), OPTS_HELP);
+	CHECK_INT(PARSE("-ph"), -SPY_EUSAGE);   /* -p's value, "h", is not a pid */
 }
 
 static void test_errors(void)
@@ -78,6 +84,8 @@ static void test_errors(void)
 
 	CHECK_INT(PARSE("--bogus"), -SPY_EUSAGE);
 	CHECK_STR(err.msg, "unknown option '--bogus'");
+	CHECK_INT(PARSE("--help=yes"), -SPY_EUSAGE);
+	CHECK_STR(err.msg, "option --help takes no value");
 	CHECK_INT(PARSE("-x"), -SPY_EUSAGE);
 	CHECK_INT(PARSE("--pid"), -SPY_EUSAGE);
 	CHECK_INT(PARSE("--pid", "abc"), -SPY_EUSAGE);
