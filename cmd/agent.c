@@ -25,6 +25,7 @@
 #include <pthread.h>
 #include <regex.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,7 @@
 #include "cmd/opts.h"
 #include "cmd/push.h"
 #include "common/log.h"
+#include "common/term.h"
 #include "common/util.h"
 #include "flamegraph/flamegraph.h"
 #include "profiler/fleet.h"
@@ -99,6 +101,25 @@ struct pending {
 	uint64_t exe;       /* given up: what it ran then (its exe link, hashed: an entry stays small) */
 };
 
+/*
+ * One line of the agent's log (stderr, which journald reads a line an
+ * entry). Lines quote what targets chose -- a program's name, the paths in
+ * an error -- so each goes through the terminal escaper: a newline or an
+ * escape sequence in an argv[0] cannot start a forged entry or clear a
+ * screen.
+ */
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...)
+{
+	struct spy_buf b = SPY_BUF_INIT;
+	va_list ap;
+	va_start(ap, fmt);
+	spy_term_vaddf(&b, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "spy agent: %s\n", b.buf);
+	spy_buf_release(&b);
+}
+
 /* The exe link of pid, hashed (FNV-1a); false for a process gone or unreadable. */
 static bool exe_hash(const struct prof_fleet *f, pid_t pid, uint64_t *out)
 {
@@ -124,6 +145,7 @@ struct recheck {
 struct agent {
 	/* options */
 	const char *push_url, *push_api, *push_ca, *push_cert, *push_key, *tenant, *token_file, *basic_file;
+	bool push_insecure;
 	const char *match, *exclude, *uid_text;
 	double rate, max_cpu;
 	unsigned push_every, status_every;
@@ -261,7 +283,7 @@ static void *worker_main(void *arg)
 	if (prof_open(&p, &o, &strs, w->pid, NULL, &err) < 0) {
 		/* Gone already: nothing to say. Anything else (another tracer, no rights): one line. */
 		if (err.code != SPY_ENOPROC && err.code != SPY_EGONE && err.code != SPY_ENOPY) {
-			fprintf(stderr, "spy agent: process %d not profiled: %s\n", (int)w->pid, err.msg);
+			say("process %d not profiled: %s", (int)w->pid, err.msg);
 		}
 		prof_close(p);
 		spy_strtab_release(&strs);
@@ -277,7 +299,7 @@ static void *worker_main(void *arg)
 	char rootname[400];
 	snprintf(rootname, sizeof(rootname), "process %d \"%s\"", (int)w->pid, w->program);
 	const char *root = spy_strtab_interns(&strs, rootname);
-	fprintf(stderr, "spy agent: profiling process %d (%s, Python %s) as %s at %g Hz\n", (int)w->pid,
+	say("profiling process %d (%s, Python %s) as %s at %g Hz", (int)w->pid,
 		w->program, python, w->series.app, rate);
 
 	struct fg_profile *win = fg_profile_new(&strs, 0);
@@ -326,7 +348,7 @@ static void *worker_main(void *arg)
 	prof_close(p);
 	spy_strtab_release(&strs);
 	if (!prof_stop_signal() && !replaced) {
-		fprintf(stderr, "spy agent: process %d exited, let go\n", (int)w->pid);
+		say("process %d exited, let go", (int)w->pid);
 	}
 	atomic_store(&w->done, true);
 	return (void *)(intptr_t)(replaced ? WORKER_EXECED : WORKER_LET_GO);
@@ -356,7 +378,7 @@ static void start_worker(struct agent *a, pid_t pid)
 	w->pid = pid;
 	atomic_init(&w->done, false);
 	if (pthread_create(&w->th, NULL, worker_main, w) != 0) {
-		fprintf(stderr, "spy agent: process %d not profiled: no thread: %s\n", (int)pid, strerror(errno));
+		say("process %d not profiled: no thread: %s", (int)pid, strerror(errno));
 		free(w);
 		return;
 	}
@@ -446,8 +468,8 @@ static void worker_ended(struct agent *a, pid_t pid, enum worker_end how, uint64
 		drop_pending(a, pid);
 		return;
 	}
-	fprintf(stderr, "spy agent: process %d: no Python interpreter found in %u tries; looked at again if it "
-		"replaces its program\n", (int)pid, pd->tries);
+	say("process %d: no Python interpreter found in %u tries; looked at again if it "
+		"replaces its program", (int)pid, pd->tries);
 }
 
 /* Join the workers that ended. */
@@ -601,8 +623,8 @@ static void status_line(struct agent *a, uint64_t since_ns, uint64_t since_cpu)
 	double cpu = since_ns ? 100.0 * (double)(cpu_ns() - since_cpu) / (double)(prof_now_ns() - since_ns) : 0;
 	/* The heap in use against what the allocator keeps free: a leak from fragmentation, at a glance. */
 	struct mallinfo2 mi = mallinfo2();
-	fprintf(stderr, "spy agent: %zu processes at %.3g Hz, %llu samples; windows sent %llu, kept %zu, "
-		"dropped %llu; cpu %.1f%% (%.0f us a sample), rss %ld KiB (heap %zu KiB, %zu free)\n",
+	say("%zu processes at %.3g Hz, %llu samples; windows sent %llu, kept %zu, "
+		"dropped %llu; cpu %.1f%% (%.0f us a sample), rss %ld KiB (heap %zu KiB, %zu free)",
 		live_workers(a), atomic_load(&a->rate_now), (unsigned long long)atomic_load(&a->ticks),
 		(unsigned long long)st.sent, st.queued, (unsigned long long)(st.dropped + st.rejected), cpu,
 		a->cost_ns / 1000, rss_kb, (mi.uordblks + mi.hblkhd) >> 10, mi.fordblks >> 10);
@@ -647,7 +669,8 @@ static int check_args(struct agent *a)
 	}
 	struct push_config *c = a->push = spy_xcalloc(1, sizeof(*c));
 	struct spy_err err = SPY_ERR_INIT;
-	const struct push_dest d = { a->push_url, a->push_api, a->push_ca, a->push_cert, a->push_key, a->tenant };
+	const struct push_dest d = { a->push_url, a->push_api, a->push_ca, a->push_cert, a->push_key, a->tenant,
+				     a->push_insecure };
 	if (push_config_dest(c, &d, &err) < 0 || push_config_auth(c, a->token_file, a->basic_file, &err) < 0) {
 		/* Any bad configuration exits 2 (doc/spy-agent.md). */
 		return err.code == SPY_EUSAGE ? cmd_usage_error("agent", "%s", err.msg) : (cmd_fail(&err), 2);
@@ -666,16 +689,20 @@ static void run(struct agent *a)
 	struct push_status shown = { 0 };
 	while (!prof_stop_signal()) {
 		uint64_t now = prof_now_ns();
+		if (prof_hup_seen()) {
+			say("SIGHUP ignored: nothing to reload (options are the command line, the log is stderr); "
+			    "SIGTERM or SIGINT stops the agent");
+		}
 		reap(a, now);
 		scan(a, now);
 		budget(a, now);
 		struct push_status st;
 		pusher_status(a->pusher, &st);
 		if (st.failing && !shown.failing) {
-			fprintf(stderr, "spy agent: push to %s failed: %s; retrying, the windows are kept\n",
+			say("push to %s failed: %s; retrying, the windows are kept",
 				a->push->url_text, st.last_error);
 		} else if (!st.failing && shown.failing) {
-			fprintf(stderr, "spy agent: push to %s works again\n", a->push->url_text);
+			say("push to %s works again", a->push->url_text);
 		}
 		shown = st;
 		/* Not while stopping: the workers letting go would be counted as processes gone. */
@@ -712,6 +739,7 @@ int cmd_agent(int argc, char **argv)
 		{ 0, "tenant", OPT_STRING, &a->tenant, "ID", "the tenant, sent as X-Scope-OrgID" },
 		{ 0, "token-file", OPT_STRING, &a->token_file, "FILE", "a bearer token, read from FILE (or from $SPY_PUSH_TOKEN)" },
 		{ 0, "basic-auth-file", OPT_STRING, &a->basic_file, "FILE", "USER:PASSWORD for basic auth, read from FILE (or $SPY_PUSH_BASIC_AUTH)" },
+		{ 0, "push-insecure", OPT_BOOL, &a->push_insecure, NULL, "send the credentials over http:// to a host that is not loopback, in the clear" },
 		{ 0 },
 	};
 	int rc = cmd_parse_options("agent", agent_usage, opts, argc, argv, NULL, 0, NULL);
@@ -742,15 +770,22 @@ int cmd_agent(int argc, char **argv)
 	struct spy_err err = SPY_ERR_INIT;
 	a->fleet = prof_fleet_new("/proc");
 	if (!a->fleet) {
-		fprintf(stderr, "spy agent: cannot read /proc: %s\n", strerror(errno));
+		say("cannot read /proc: %s", strerror(errno));
 		return 2;
 	}
 	if (pusher_start(&a->pusher, a->push, &err) < 0) {
 		cmd_fail(&err);
 		return 2;
 	}
+	/*
+	 * SIGHUP: what a unit's reload or a closed session sends. The agent
+	 * keeps no log file to reopen and its options are its command line,
+	 * so there is nothing to reload; stopping would leave a
+	 * Restart=on-failure unit down (the exit is 0). Said, then ignored.
+	 */
+	prof_ignore_hup();
 	prof_install_stop_handlers();
-	fprintf(stderr, "spy agent: pushing to %s every %u s, %g Hz per process, at most %g%% of a core\n",
+	say("pushing to %s every %u s, %g Hz per process, at most %g%% of a core",
 		a->push->url_text, a->push_every, a->rate, a->max_cpu);
 	run(a);
 	/* Each worker sees the stop at its next tick, lets its process go and hands over what it holds. */
@@ -762,7 +797,7 @@ int cmd_agent(int argc, char **argv)
 	}
 	struct push_status st;
 	pusher_finish(a->pusher, PUSH_FLUSH_NS, &st);
-	fprintf(stderr, "spy agent: stopped; windows sent %llu, not sent %zu, dropped %llu\n",
+	say("stopped; windows sent %llu, not sent %zu, dropped %llu",
 		(unsigned long long)st.sent, st.queued, (unsigned long long)(st.dropped + st.rejected));
 	prof_fleet_free(a->fleet);
 	if (a->has_match) {

@@ -333,7 +333,14 @@ static int send_window(struct pusher *p, const struct window *w, struct spy_err 
 	if (c->auth[0]) {
 		h[nh++] = (struct http_header){ "Authorization", c->auth };
 	}
-	struct http_request rq = { &c->url, target.buf, h, nh, w->body, w->len, c->timeout_ns, &p->abort_at_ns };
+	/*
+	 * Credentials over plain http are let go to a loopback server only
+	 * (push_config_auth): straight to it, never through a proxy that the
+	 * environment names, which may be on another machine.
+	 */
+	bool direct = c->auth[0] && !c->url.https && c->url.loopback && !c->insecure;
+	struct http_request rq = { &c->url, target.buf, h, nh, w->body, w->len, c->timeout_ns, &p->abort_at_ns,
+				   direct };
 	struct http_response rs;
 	int rc = http_post(p->http, &rq, &rs, err);
 	if (rc == 0 && rs.status >= 200 && rs.status < 300) {

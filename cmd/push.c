@@ -180,6 +180,16 @@ int push_config_auth(struct push_config *c, const char *token_file, const char *
 		snprintf(secret, sizeof(secret), "%s", v);
 	}
 	int rc = check_secret(secret, where, err);
+	if (rc == 0 && !c->url.https && !c->url.loopback) {
+		if (!c->insecure) {
+			rc = spy_err_set(err, SPY_EUSAGE,
+					 "%s: credentials are sent only over https:// (or to a loopback address); "
+					 "--push-insecure sends them over http:// in the clear", where);
+		} else {
+			fprintf(stderr, "spy: --push-insecure: the credentials of %s go to the server in the clear\n",
+				where);
+		}
+	}
 	if (rc == 0 && basic && !strchr(secret, ':')) {
 		rc = spy_err_set(err, SPY_EUSAGE, "%s: expected USER:PASSWORD", where);
 	}
@@ -266,6 +276,7 @@ int push_config_dest(struct push_config *c, const struct push_dest *d, struct sp
 				   "no blanks, quotes or { } , =", d->tenant);
 	}
 	snprintf(c->tenant, sizeof(c->tenant), "%s", d->tenant ? d->tenant : "");
+	c->insecure = d->insecure;
 	return 0;
 }
 

@@ -77,6 +77,7 @@ struct push_config {
 	enum push_api api;
 	struct http_tls tls;           /* the file names live as long as the run (argv) */
 	bool send_command;             /* --push-command: the command line, not only the program's name */
+	bool insecure;                 /* --push-insecure */
 	struct push_series series;     /* pusher_window's default */
 	char tenant[256];              /* X-Scope-OrgID, "" for none */
 	char auth[1024];               /* the Authorization header's value, "" for none */
@@ -100,6 +101,7 @@ struct push_dest {
 	const char *api;               /* --push-api: push or ingest */
 	const char *ca, *cert, *key;   /* --push-ca, --push-cert, --push-key */
 	const char *tenant;            /* --tenant */
+	bool insecure;                 /* --push-insecure: credentials over http:// to a host not loopback */
 };
 /*
  * Check d and set c's URL, API, TLS files and tenant from it. The TLS
@@ -132,6 +134,10 @@ bool push_series_label(struct push_series *s, const char *key, const char *value
  * The Authorization header from the environment (SPY_PUSH_TOKEN: a bearer
  * token; SPY_PUSH_BASIC_AUTH: user:password) or a file (the same, read
  * whole, one trailing newline dropped); -SPY_EUSAGE/-SPY_EIO with err.
+ * Credentials cross a network only under TLS: with an http:// URL whose
+ * host is not loopback they are refused (-SPY_EUSAGE) unless c->insecure,
+ * and then one line on stderr says they go in the clear. Call it after
+ * push_config_dest.
  */
 int push_config_auth(struct push_config *c, const char *token_file, const char *basic_file,
 		     struct spy_err *err);

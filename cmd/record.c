@@ -85,7 +85,7 @@ struct rec {
 	/* --push */
 	const char *push_url, *app, *tenant, *token_file, *basic_file;
 	const char *push_api, *push_ca, *push_cert, *push_key;
-	bool push_command;
+	bool push_command, push_insecure;
 	unsigned push_every;
 	const char **labels;               /* --label K=V, as given */
 	size_t nlabels;
@@ -461,7 +461,8 @@ static int check_push_args(struct rec *r, const char *table)
 	const char *needs = r->push_every != UINT_MAX ? "--push-every" : r->app ? "--app" : r->nlabels ? "--label"
 		: r->tenant ? "--tenant" : r->token_file ? "--token-file" : r->basic_file ? "--basic-auth-file"
 		: r->push_api ? "--push-api" : r->push_ca ? "--push-ca" : r->push_cert ? "--push-cert"
-		: r->push_key ? "--push-key" : r->push_command ? "--push-command" : NULL;
+		: r->push_key ? "--push-key" : r->push_command ? "--push-command"
+		: r->push_insecure ? "--push-insecure" : NULL;
 	if (!r->push_url) {
 		return needs ? cmd_usage_error("record", "%s goes with --push URL", needs) : 0;
 	}
@@ -473,7 +474,8 @@ static int check_push_args(struct rec *r, const char *table)
 	}
 	struct push_config *c = r->push = spy_xcalloc(1, sizeof(*c));
 	struct spy_err err = SPY_ERR_INIT;
-	const struct push_dest d = { r->push_url, r->push_api, r->push_ca, r->push_cert, r->push_key, r->tenant };
+	const struct push_dest d = { r->push_url, r->push_api, r->push_ca, r->push_cert, r->push_key, r->tenant,
+				     r->push_insecure };
 	c->send_command = r->push_command;
 	if (push_config_dest(c, &d, &err) < 0) {
 		return err.code == SPY_EUSAGE ? cmd_usage_error("record", "%s", err.msg) : cmd_fail(&err);
@@ -632,6 +634,8 @@ static int parse_args(struct rec *r, int argc, char **argv)
 		  "with --push: a bearer token, read from FILE (or from $SPY_PUSH_TOKEN)" },
 		{ 0, "basic-auth-file", OPT_STRING, &r->basic_file, "FILE",
 		  "with --push: USER:PASSWORD for basic auth, read from FILE (or from $SPY_PUSH_BASIC_AUTH)" },
+		{ 0, "push-insecure", OPT_BOOL, &r->push_insecure, NULL,
+		  "with --push: send the credentials over http:// to a host that is not loopback, in the clear" },
 		{ 0, "async", OPT_BOOL, &r->async, NULL,
 		  "put the running asyncio task, as a `task \"NAME\"` frame, in place of the event loop's "
 		  "frames (Python 3.8+; older: refused)" },

@@ -88,6 +88,39 @@ static int check_authority(const char *a, size_t n, struct spy_err *err)
 	return 0;
 }
 
+/*
+ * Whether the host of the authority a[0..n) (checked) is this machine's
+ * loopback by its very name: "localhost", 127.0.0.0/8 as a dotted quad,
+ * [::1]. A name that merely resolves there is not taken on trust.
+ */
+static bool loopback_host(const char *a, size_t n)
+{
+	const char *colon = a[0] == '[' ? NULL : memchr(a, ':', n);
+	size_t hn = colon ? (size_t)(colon - a) : n;
+	if (!strncmp(a, "[::1]", 5) && (n == 5 || a[5] == ':')) {
+		return true;
+	}
+	if (hn == 9 && !strncasecmp(a, "localhost", 9)) {
+		return true;
+	}
+	if (hn < 7 || hn > 15 || strncmp(a, "127.", 4) || strspn(a, "0123456789.") < hn) {
+		return false;
+	}
+	int dots = 0, digits = 0;
+	for (size_t i = 0; i < hn; i++) {
+		if (a[i] == '.') {
+			if (!digits) {
+				return false;
+			}
+			dots++;
+			digits = 0;
+		} else if (++digits > 3) {
+			return false;
+		}
+	}
+	return dots == 3 && digits;
+}
+
 int http_url_parse(const char *url, struct http_url *u, struct spy_err *err)
 {
 	memset(u, 0, sizeof(*u));
@@ -131,6 +164,7 @@ int http_url_parse(const char *url, struct http_url *u, struct spy_err *err)
 		return spy_err_set(err, SPY_EUSAGE, "--push: the URL is over %zu bytes", sizeof(u->base) - 10);
 	}
 	snprintf(u->base, sizeof(u->base), "%s%.*s", u->https ? "https://" : "http://", (int)(n - skip), a);
+	u->loopback = loopback_host(a, an);
 	return 0;
 }
 
@@ -375,6 +409,7 @@ int http_post(struct http_client *c, const struct http_request *rq, struct http_
 	connect_ms = connect_ms < ms ? connect_ms : ms;
 	CURLcode rc = hl ? CURLE_OK : CURLE_OUT_OF_MEMORY;
 	rc = rc ? rc : lc.easy_setopt(c->h, CURLOPT_URL, url.buf);
+	rc = rc ? rc : lc.easy_setopt(c->h, CURLOPT_NOPROXY, rq->direct ? "*" : (char *)NULL);
 	rc = rc ? rc : lc.easy_setopt(c->h, CURLOPT_HTTPHEADER, hl);
 	rc = rc ? rc : lc.easy_setopt(c->h, CURLOPT_POSTFIELDS, rq->body);
 	rc = rc ? rc : lc.easy_setopt(c->h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)rq->body_len);

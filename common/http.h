@@ -33,6 +33,7 @@
 struct http_url {
 	char base[1400];   /* scheme://host[:port][/path], without a trailing '/' */
 	bool https;
+	bool loopback;     /* the host is localhost, 127.x.x.x or [::1], literally */
 };
 
 /*
@@ -64,6 +65,7 @@ struct http_request {
 	uint64_t timeout_ns;                /* for the whole request */
 	/* When set, a monotonic time (http_now_ns) past which the request gives up early. */
 	const _Atomic uint64_t *abort_at_ns;
+	bool direct;                        /* no proxy, whatever the environment says */
 };
 
 struct http_response {

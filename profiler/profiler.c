@@ -782,3 +782,13 @@ void prof_install_stop_handlers(void)
 {
 	proc_install_stop_handlers();
 }
+
+void prof_ignore_hup(void)
+{
+	proc_ignore_hup();
+}
+
+bool prof_hup_seen(void)
+{
+	return proc_hup_seen();
+}

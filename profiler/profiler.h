@@ -198,6 +198,9 @@ uint64_t prof_now_ns(void);
 int prof_stop_signal(void);
 /* The handlers that set it, for a command that opens nothing through prof_open (dump). */
 void prof_install_stop_handlers(void);
+/* SIGHUP noted, not a stop, from now on (and whether one came since the last call): a daemon's. */
+void prof_ignore_hup(void);
+bool prof_hup_seen(void);
 
 /* ---- one look (dump) ---- */
 

@@ -74,6 +74,32 @@ static void on_stop_signal(int sig)
 	proc_stop_requested = sig;
 }
 
+static volatile sig_atomic_t hup_ignored, hup_seen;
+
+static void on_hup(int sig)
+{
+	(void)sig;
+	hup_seen = 1;
+}
+
+void proc_ignore_hup(void)
+{
+	hup_ignored = 1;
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_hup;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESTART;
+	sigaction(SIGHUP, &sa, NULL);
+}
+
+bool proc_hup_seen(void)
+{
+	bool seen = hup_seen;
+	hup_seen = 0;
+	return seen;
+}
+
 void proc_install_stop_handlers(void)
 {
 	struct sigaction sa;
@@ -85,5 +111,7 @@ void proc_install_stop_handlers(void)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	/* A closed terminal or ssh session must not lose the recording. */
-	sigaction(SIGHUP, &sa, NULL);
+	if (!hup_ignored) {
+		sigaction(SIGHUP, &sa, NULL);
+	}
 }

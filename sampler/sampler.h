@@ -55,6 +55,13 @@ extern volatile sig_atomic_t proc_stop_requested;
  * caller can notice the flag.
  */
 void proc_install_stop_handlers(void);
+/*
+ * From now on SIGHUP does not stop: it is only noted, for proc_hup_seen
+ * (which clears it) -- a daemon's choice (the agent). Every later
+ * proc_install_stop_handlers leaves SIGHUP to it.
+ */
+void proc_ignore_hup(void);
+bool proc_hup_seen(void);
 
 /*
  * Open pid: check that it exists (else -SPY_ENOPROC), read its command line,

@@ -210,6 +210,11 @@ def fleet(rep, interps):
                                 os.path.join(tmp, "held.folded")],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         others.append(holder)
+        # A program whose name forges log lines: a newline, a fake entry, a screen clear.
+        evil = os.path.join(tmp, "evil\nspy-agent-FORGED\x1b[2J.py")
+        shutil.copy(script, evil)
+        forger = harness.Target(newest, evil, [marker, "busy"])
+        others.append(forger)
         time.sleep(1)
 
         agent = Agent(["--push", recv.url(), "--push-every", str(EVERY), "--match", marker,
@@ -219,7 +224,11 @@ def fleet(rep, interps):
         late = harness.Target(newest, script, [marker, "busy"])
         late_ready = time.time()
         targets.append(("started mid-run", late, "agent_target", {}))
-        time.sleep(3)
+        # A reload or a closed session: said, ignored; a Restart=on-failure unit must not go down.
+        agent.proc.send_signal(signal.SIGHUP)
+        time.sleep(1.5)
+        hup_alive = agent.proc.poll() is None
+        time.sleep(1.5)
         early.stop()
         early_end = time.time()
         recv.set_mode("down")
@@ -232,6 +241,16 @@ def fleet(rep, interps):
         if rc != 0:
             p.append("SIGTERM: exit %r, not 0" % rc)
         text = agent.text()
+        if not hup_alive:
+            p.append("SIGHUP ended the agent")
+        if not any(l.startswith("spy agent: SIGHUP ignored") for l in text.splitlines()):
+            p.append("no line saying SIGHUP was ignored")
+        forged = [l for l in text.splitlines() if "FORGED" in l]
+        if "\x1b" in text or any(not l.startswith("spy agent: ") for l in forged):
+            p.append("the forging program's name reached the log raw: %r" % forged)
+        elif not any(l.startswith("spy agent: profiling process %d (" % forger.pid) and "\\x0a" in l
+                     for l in forged):
+            p.append("the forging program was not profiled with its name escaped: %r" % forged)
         for name, t, app, extra in targets:
             labels = {"host": None, "pid": str(t.pid), "python": t.interp.vstring}
             labels.update(extra)
@@ -389,6 +408,20 @@ def usage(rep):
         err = r.stderr.decode("utf-8", "replace").strip()
         if r.returncode != 2 or len(err.splitlines()) != 1 or want not in err:
             p.append("spy agent %s: exit %d, %r" % (" ".join(args), r.returncode, err))
+    # Credentials cross a network only under TLS: refused over http:// to a host not loopback.
+    env = dict(os.environ, SPY_PUSH_TOKEN="agent-token")
+    env.pop("SPY_PUSH_BASIC_AUTH", None)
+    r = subprocess.run([spy, "agent", "--push", "http://pyroscope.example:4040"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=20, env=env)
+    err = r.stderr.decode("utf-8", "replace").strip()
+    if r.returncode != 2 or len(err.splitlines()) != 1 or "only over https://" not in err or "agent-token" in err:
+        p.append("a token over http://: exit %d, %r" % (r.returncode, err))
+    # -h anywhere in a group is help, once (-hh once wrote through a NULL: a segfault).
+    for args in (["-hh"], ["-h="], ["--help"]):
+        r = subprocess.run([spy, "agent"] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=20)
+        out = r.stdout.decode()
+        if r.returncode != 0 or out.count("--help") != 1 or not out.startswith("usage: spy agent"):
+            p.append("spy agent %s: exit %d, --help rows %d" % (" ".join(args), r.returncode, out.count("--help")))
     rep.check("usage errors", p)
 
 

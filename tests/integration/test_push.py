@@ -462,6 +462,20 @@ def usage(rep):
                             env=spy_env({"SPY_PUSH_TOKEN": "x"}))
         rep.check("usage: a token from the environment and a file",
                   [] if r.rc == 2 and "not several" in r.err else ["exit %s, stderr %r" % (r.rc, r.err)])
+        # Credentials cross a network only under TLS: over http:// to a host not loopback, refused,
+        # before anything is attached or sent (--pid 1 is never touched).
+        for name, env, a in (("a token file", None, ["--token-file", f]),
+                             ("SPY_PUSH_BASIC_AUTH", {"SPY_PUSH_BASIC_AUTH": "u:" + SECRET}, [])):
+            r = harness.run_spy(["record", "--pid", "1", "--push", "http://pyroscope.example:4040"] + a,
+                                env=spy_env(env))
+            rep.check("usage: %s over http:// to a host not loopback" % name,
+                      [] if r.rc == 2 and "only over https://" in r.err and "--push-insecure" in r.err
+                      and len(r.err_lines()) == 1 and SECRET not in r.err
+                      else ["exit %s, stderr %r" % (r.rc, r.err)])
+        r = harness.run_spy(["record", "--pid", "1", "--push-insecure"], env=spy_env())
+        rep.check("usage: --push-insecure goes with --push",
+                  [] if r.rc == 2 and "--push-insecure goes with --push" in r.err
+                  else ["exit %s, stderr %r" % (r.rc, r.err)])
         # libcurl and its thirty libraries are loaded by a push, not by every command's start.
         out = subprocess.run(["readelf", "-d", harness.spy_path()], capture_output=True, text=True)
         needed = re.findall(r"\(NEEDED\).*\[(.*)\]", out.stdout)

@@ -34,6 +34,22 @@ static void test_url(void)
 	CHECK(u.https);
 	CHECK_INT(http_url_parse("http://[::1]:4040/", &u, NULL), 0);
 	CHECK_STR(u.base, "http://[::1]:4040");
+	CHECK(u.loopback);
+	/* Loopback by its very name only: what a credential may go to over plain http. */
+	static const char *const loop[] = { "http://localhost", "http://LOCALHOST:4040/x", "http://127.0.0.1:9",
+					    "http://127.255.3.40", "http://[::1]" };
+	static const char *const not_loop[] = { "http://pyroscope:4040", "http://127.0.0.1.evil.example",
+						"http://localhost.example", "http://127.1", "http://127.0.0.1234",
+						"http://128.0.0.1", "http://[::2]", "http://1127.0.0.1", "http://127..0.1",
+						"http://localhostx:1", "http://127.0.0.:1" };
+	for (size_t i = 0; i < sizeof(loop) / sizeof(loop[0]); i++) {
+		CHECK_INT(http_url_parse(loop[i], &u, NULL), 0);
+		CHECK(u.loopback);
+	}
+	for (size_t i = 0; i < sizeof(not_loop) / sizeof(not_loop[0]); i++) {
+		int rc = http_url_parse(not_loop[i], &u, NULL);
+		CHECK(rc < 0 || !u.loopback);
+	}
 	CHECK_INT(http_url_parse("http://host:0", &u, NULL), -SPY_EUSAGE);
 	CHECK_INT(http_url_parse("http://host:65536", &u, NULL), -SPY_EUSAGE);
 	CHECK_INT(http_url_parse("http://", &u, NULL), -SPY_EUSAGE);
@@ -147,6 +163,7 @@ static void test_auth(void)
 	struct push_config c;
 	struct spy_err err = SPY_ERR_INIT;
 	memset(&c, 0, sizeof(c));
+	CHECK_INT(http_url_parse("http://127.0.0.1:4040", &c.url, NULL), 0);
 	unsetenv("SPY_PUSH_TOKEN");
 	unsetenv("SPY_PUSH_BASIC_AUTH");
 	CHECK_INT(push_config_auth(&c, NULL, NULL, NULL), 0);
@@ -170,6 +187,19 @@ static void test_auth(void)
 	CHECK_INT(push_config_auth(&c, path, NULL, NULL), 0);
 	CHECK_STR(c.auth, "Bearer abc123");
 	CHECK_INT(push_config_auth(&c, NULL, path, &err), -SPY_EUSAGE);   /* basic needs USER:PASSWORD */
+	/* Credentials cross a network only under TLS, unless the user said otherwise. */
+	CHECK_INT(http_url_parse("http://pyroscope.example:4040", &c.url, NULL), 0);
+	CHECK_INT(push_config_auth(&c, path, NULL, &err), -SPY_EUSAGE);
+	CHECK(strstr(err.msg, "only over https://") && strstr(err.msg, "--push-insecure"));
+	CHECK(!strstr(err.msg, "abc123"));
+	c.insecure = true;
+	CHECK_INT(push_config_auth(&c, path, NULL, NULL), 0);
+	CHECK_STR(c.auth, "Bearer abc123");
+	c.insecure = false;
+	CHECK_INT(http_url_parse("https://pyroscope.example:4040", &c.url, NULL), 0);
+	CHECK_INT(push_config_auth(&c, path, NULL, NULL), 0);
+	CHECK_INT(http_url_parse("http://pyroscope.example:4040", &c.url, NULL), 0);
+	CHECK_INT(push_config_auth(&c, NULL, NULL, NULL), 0);   /* nothing to protect */
 	unlink(path);
 	CHECK_INT(push_config_auth(&c, path, NULL, &err), -SPY_EIO);
 	CHECK_INT(push_config_auth(&c, "/proc/self", NULL, &err), -SPY_EIO);   /* not a regular file */
@@ -211,7 +241,7 @@ static const struct http_request *request_to(struct http_url *u, const char *por
 	char url[64];
 	snprintf(url, sizeof(url), "http://127.0.0.1:%s", port);
 	CHECK_INT(http_url_parse(url, u, NULL), 0);
-	rq = (struct http_request){ u, "/ingest", NULL, 0, "x", 1, timeout_ns, NULL };
+	rq = (struct http_request){ u, "/ingest", NULL, 0, "x", 1, timeout_ns, NULL, false };
 	return &rq;
 }
 
