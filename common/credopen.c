@@ -194,14 +194,36 @@ static bool same_user_ns(pid_t pid)
 	       a.st_dev == b.st_dev;
 }
 
+/* The capabilities that pass over a file's modes: holding one, a process reads what its user cannot. */
+#define DAC_CAPS ((1ull << CAP_DAC_OVERRIDE) | (1ull << CAP_DAC_READ_SEARCH))
+
+/*
+ * Whether spy reads more than its user may: root, or any user holding a
+ * DAC capability (a setcap'd copy, the agent's unit). Such a spy must not
+ * open a target's files with its own rights.
+ */
+static bool spy_privileged(void)
+{
+	if (geteuid() == 0) {
+		return true;
+	}
+	struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_data_struct data[2];
+	memset(data, 0, sizeof(data));
+	if (syscall(SYS_capget, &hdr, data) != 0) {
+		return true;   /* unknown: the careful side */
+	}
+	uint64_t eff = (uint64_t)data[0].effective | (uint64_t)data[1].effective << 32;
+	return (eff & DAC_CAPS) != 0;
+}
+
 /* Whether spy may open pid's files itself (see credopen.h). */
 static bool open_direct(pid_t pid, const struct spy_creds *c)
 {
-	if (geteuid() != 0) {
+	if (!spy_privileged()) {
 		return true;
 	}
-	uint64_t dac = (1ull << CAP_DAC_OVERRIDE) | (1ull << CAP_DAC_READ_SEARCH);
-	return c->fsuid == 0 && (c->cap_eff & dac) && same_user_ns(pid);
+	return c->fsuid == 0 && (c->cap_eff & DAC_CAPS) && same_user_ns(pid);
 }
 
 static bool same_creds(const struct spy_creds *a, const struct spy_creds *b)
@@ -252,17 +274,47 @@ static void helper_fail(void)
 	_exit(111);
 }
 
-/* Take c's ids and give up every capability; returns only if all of it held. */
+/*
+ * Whether this process's ids are c's already: a non-root spy with DAC
+ * capabilities, for a program of its own user, needs only to give those
+ * up (it could not take other ids: no CAP_SETUID). Async-signal-safe.
+ */
+static bool has_ids(const struct spy_creds *c)
+{
+	uid_t r, e, s;
+	gid_t gr, ge, gs;
+	gid_t g[256];
+	long n = syscall(SYS_getgroups, 256, g);
+	if (getresuid(&r, &e, &s) != 0 || getresgid(&gr, &ge, &gs) != 0 || n < 0 || (size_t)n != c->ngroups) {
+		return false;
+	}
+	if (r != c->fsuid || e != c->fsuid || s != c->fsuid || gr != c->fsgid || ge != c->fsgid || gs != c->fsgid) {
+		return false;
+	}
+	for (long i = 0; i < n; i++) {
+		if (g[i] != c->groups[i]) {
+			return false;
+		}
+	}
+	return true;
+}
+
+/*
+ * Take c's ids and give up every capability; returns only if all of it
+ * held. A spy that cannot take them (not root, no CAP_SETUID) fails here,
+ * and the program's files are not read: never read with spy's own rights.
+ */
 static void become(const struct spy_creds *c, pid_t parent)
 {
+	bool same = has_ids(c);
 	for (int cap = 0; cap < 64; cap++) {
 		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno == EINVAL) {
 			break;  /* past the kernel's last capability */
 		}
 	}
-	if (syscall(SYS_setgroups, c->ngroups, c->groups) != 0 ||
-	    syscall(SYS_setresgid, c->fsgid, c->fsgid, c->fsgid) != 0 ||
-	    syscall(SYS_setresuid, c->fsuid, c->fsuid, c->fsuid) != 0) {
+	if (!same && (syscall(SYS_setgroups, c->ngroups, c->groups) != 0 ||
+		      syscall(SYS_setresgid, c->fsgid, c->fsgid, c->fsgid) != 0 ||
+		      syscall(SYS_setresuid, c->fsuid, c->fsuid, c->fsuid) != 0)) {
 		helper_fail();
 	}
 	/* A uid 0 without the read capabilities keeps its other ones through setresuid. */

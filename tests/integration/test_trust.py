@@ -16,6 +16,16 @@ files  -- per interpreter (the root's in a container): as root, a target
 sudo   -- the same target launched by `record -- /usr/bin/python3 ...` as
           root with SUDO_UID/SUDO_GID of nobody (sudo's way): the same.
           Once, with the system's interpreter (the only one nobody can run).
+caps   -- once, with the system's interpreter: a copy of spy given
+          CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH by setcap (the agent's
+          rights, without sudo), run as uid 1234, records the same target
+          (nobody) as -f json to stdout: the marker is nowhere, the secret
+          is named withheld (such a spy cannot take nobody's ids, so it
+          reads none of the target's files, rather than reading them as
+          itself with its capabilities: not even the target's own file's
+          lines are there). Run as nobody itself, the same
+          copy drops its capabilities for the opens: the target's own file
+          shows its lines, the secret and the planted link are withheld.
 gather -- per interpreter from 3.8: targets/selfgather.py awaits a gather
           whose 4096 _children are a task and the gather itself 4095 times.
           `dump --tasks` ends within 2 s (wall time, timeout 20 s), lists
@@ -35,7 +45,7 @@ names  -- per interpreter: targets/wide_names.py, 200 threads whose Thread
           over 20,000 entries takes about half a second of 1,024-read
           ticks).
 
-files and sudo need root (SKIP otherwise): only root can read what its target cannot.
+files, sudo and caps need root (SKIP otherwise): only root can read what its target cannot.
 """
 
 import json
@@ -218,6 +228,69 @@ def run_sudo(rep):
         shutil.rmtree(d, ignore_errors=True)
 
 
+def run_caps(rep):
+    label = "setcap'd spy, not root (/usr/bin/python3)"
+    if os.geteuid() != 0:
+        rep.skip(label, "needs root: to give a copy of spy capabilities and run it as another user")
+        return
+    setcap = shutil.which("setcap") or "/usr/sbin/setcap"
+    if not os.access("/usr/bin/python3", os.X_OK) or not os.access(setcap, os.X_OK):
+        rep.skip(label, "no /usr/bin/python3 that nobody can run, or no setcap (libcap2-bin)")
+        return
+    d = harness.shared_dir("spy-trust-")
+    target = None
+    try:
+        marker, secret, home = make_files(d)
+        copy = os.path.join(d, "spy-caps")
+        shutil.copy(harness.spy_path(), copy)
+        os.chmod(copy, 0o755)
+        r = subprocess.run([setcap, "cap_sys_ptrace,cap_dac_read_search+ep", copy], capture_output=True, text=True)
+        if r.returncode != 0:
+            rep.skip(label, "setcap failed (a file system without security xattrs?): %s" % r.stderr.strip())
+            return
+        target = harness.spawn(["/usr/bin/python3", TARGET, home, secret], stdout=subprocess.PIPE)
+        line = target.stdout.readline().decode()
+        if not line.startswith("ready "):
+            rep.fail(label, "the target did not start: %r" % line)
+            return
+        planted, mine = os.path.join(home, "planted.py"), os.path.join(home, "mine.py")
+        p = []
+        for uid, own in ((1234, False), (NOBODY, True)):
+            def as_user(uid=uid):
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+            env = harness.spy_env(keep_log=False)
+            r = subprocess.run([copy, "record", "-q", "-r", "200", "-d", "1.5", "--pid", str(target.pid),
+                                "-f", "json", "-o", "-"], capture_output=True, env=env, preexec_fn=as_user,
+                               timeout=60, cwd="/")
+            out, err = r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
+            what = "uid %d" % uid
+            if r.returncode != 0:
+                p.append("%s: exit %d: %s" % (what, r.returncode, err.strip()[-300:]))
+                continue
+            if marker in out or marker in err:
+                p.append("%s: the root-only file's content is in the output (%d times)"
+                         % (what, out.count(marker) + err.count(marker)))
+                continue
+            withheld = json.loads(out)["metadata"].get("withheld", "")
+            seen_own = any("readable line %d" % n in out for n in (HOT[0], HOT[0] + 2))
+            if not own and seen_own:
+                p.append("%s: a file of the target's was read with spy's own rights" % what)
+            if own and (json.dumps(secret) not in withheld or json.dumps(planted) not in withheld):
+                p.append("%s: the secret and the link are not both named withheld: %r" % (what, withheld))
+            if own and (not seen_own or json.dumps(mine) in withheld):
+                p.append("%s: the target's own file was not read: withheld %r" % (what, withheld))
+        if p:
+            rep.fail(label, "; ".join(p))
+        else:
+            rep.ok(label)
+    finally:
+        if target:
+            harness.kill(target)
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def run_gather(interp):
     if interp.version < (3, 8):
         raise harness.SkipInterp("dump --tasks reads asyncio from 3.8 on")
@@ -314,9 +387,11 @@ def long_active_problems(interp):
 
 def main():
     rep = harness.reporter("trust")
-    what = sys.argv[1:] or ["files", "sudo", "gather", "names"]
+    what = sys.argv[1:] or ["files", "sudo", "caps", "gather", "names"]
     if "sudo" in what:
         run_sudo(rep)
+    if "caps" in what:
+        run_caps(rep)
     runs = []
     if "files" in what:
         runs.append(("files", run_files))
