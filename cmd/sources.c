@@ -141,8 +141,8 @@ static int dir_for(struct cmd_sources *s, pid_t pid, bool relative)
  * (common/credopen.h): a name is the program's claim, and a file it could
  * not open itself is not read (*withheld is then set).
  */
-static char *read_source(struct cmd_sources *s, pid_t pid, const char *name, size_t max, size_t *len,
-			 bool *withheld)
+static char *read_source(struct cmd_sources *s, pid_t pid, const struct spy_creds *then, const char *name,
+			 size_t max, size_t *len, bool *withheld)
 {
 	int dirfd = dir_for(s, pid, name[0] != '/');
 	if (dirfd < 0) {
@@ -151,7 +151,7 @@ static char *read_source(struct cmd_sources *s, pid_t pid, const char *name, siz
 	if (!s->co) {
 		s->co = spy_credopen_new();
 	}
-	int fd = spy_credopen(s->co, pid, dirfd, name);
+	int fd = spy_credopen(s->co, pid, then, dirfd, name);
 	if (fd < 0) {
 		*withheld = spy_credopen_denied(fd);
 		spy_log(SPY_LOG_DEBUG, "source %s of process %d: %s", name, (int)pid, strerror(-fd));
@@ -168,7 +168,7 @@ static bool is_file_name(const char *name)
 	return name && name[0] && name[0] != '<';
 }
 
-void cmd_sources_note(struct cmd_sources *s, const struct spy_stack *st, pid_t pid)
+void cmd_sources_note(struct cmd_sources *s, const struct spy_stack *st, pid_t pid, const struct spy_creds *then)
 {
 	for (size_t i = 0; i < st->n; i++) {
 		const struct spy_frame *f = &st->v[i];
@@ -186,7 +186,7 @@ void cmd_sources_note(struct cmd_sources *s, const struct spy_stack *st, pid_t p
 		size_t room = s->read_bytes < CMD_SOURCE_MAX_TOTAL ? CMD_SOURCE_MAX_TOTAL - s->read_bytes : 0;
 		if (s->n <= CMD_SOURCE_MAX_FILES && room) {
 			uint64_t t0 = spy_thread_cpu_ns();
-			e->data = read_source(s, pid, f->file, room < CMD_SOURCE_MAX_FILE ? room : CMD_SOURCE_MAX_FILE,
+			e->data = read_source(s, pid, then, f->file, room < CMD_SOURCE_MAX_FILE ? room : CMD_SOURCE_MAX_FILE,
 					      &e->len, &e->withheld);
 			s->read_ns += spy_thread_cpu_ns() - t0;
 		}

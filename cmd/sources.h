@@ -42,10 +42,13 @@ void cmd_sources_release(struct cmd_sources *s);
 
 /*
  * Read the file of each Python frame of st that is not known yet, as
- * process pid sees it. File names are interned (compared by pointer).
- * Called with the target running.
+ * process pid sees it, with the rights of the less privileged of then
+ * (its credentials when it was opened: prof_process_creds) and now.
+ * File names are interned (compared by pointer). Called with the target
+ * running.
  */
-void cmd_sources_note(struct cmd_sources *s, const struct spy_stack *st, pid_t pid);
+struct spy_creds;
+void cmd_sources_note(struct cmd_sources *s, const struct spy_stack *st, pid_t pid, const struct spy_creds *then);
 
 /*
  * The files withheld, for the profile's "withheld" metadata: their count

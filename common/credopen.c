@@ -113,11 +113,13 @@ int spy_creds_parse(const char *text, size_t len, struct spy_creds *c)
 		return -EINVAL;
 	}
 	c->fsuid = (uid_t)ids[3];
+	c->mixed = ids[0] != ids[1] || ids[1] != ids[2] || ids[2] != ids[3];
 	v = field(text, len, "Gid:", &n);
 	if (!v || numbers(v, n, ids, 4) != 4) {
 		return -EINVAL;
 	}
 	c->fsgid = (gid_t)ids[3];
+	c->mixed |= ids[0] != ids[1] || ids[1] != ids[2] || ids[2] != ids[3];
 	v = field(text, len, "CapEff:", &n);
 	if (!v) {
 		return -EINVAL;
@@ -159,7 +161,7 @@ int spy_creds_parse(const char *text, size_t len, struct spy_creds *c)
 	return 0;
 }
 
-static int read_creds(pid_t pid, struct spy_creds *c)
+int spy_creds_read(pid_t pid, struct spy_creds *c)
 {
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
@@ -182,6 +184,12 @@ static int read_creds(pid_t pid, struct spy_creds *c)
 	close(fd);
 	int rc = spy_creds_parse(buf, n, c);
 	free(buf);
+	struct stat st;
+	snprintf(path, sizeof(path), "/proc/%d/exe", (int)pid);
+	if (rc == 0 && stat(path, &st) == 0) {
+		c->exe_dev = (uint64_t)st.st_dev;
+		c->exe_ino = (uint64_t)st.st_ino;
+	}
 	return rc;
 }
 
@@ -217,19 +225,40 @@ static bool spy_privileged(void)
 	return (eff & DAC_CAPS) != 0;
 }
 
-/* Whether spy may open pid's files itself (see credopen.h). */
-static bool open_direct(pid_t pid, const struct spy_creds *c)
+/* Whether c could read any file of its root: fs uid 0 with a DAC capability. */
+static bool reads_all(const struct spy_creds *c)
 {
-	if (!spy_privileged()) {
-		return true;
-	}
-	return c->fsuid == 0 && (c->cap_eff & DAC_CAPS) && same_user_ns(pid);
+	return c->fsuid == 0 && (c->cap_eff & DAC_CAPS);
 }
 
 static bool same_creds(const struct spy_creds *a, const struct spy_creds *b)
 {
 	return a->fsuid == b->fsuid && a->fsgid == b->fsgid && a->ngroups == b->ngroups &&
 	       !memcmp(a->groups, b->groups, a->ngroups * sizeof(*a->groups));
+}
+
+/*
+ * Whose rights open a file pid named (see credopen.h): now's or then's,
+ * NULL for nobody's; *direct when spy may open it itself.
+ */
+static const struct spy_creds *whose(pid_t pid, const struct spy_creds *then, const struct spy_creds *now,
+				     bool *direct)
+{
+	*direct = false;
+	if (!spy_privileged()) {
+		*direct = true;   /* spy's own rights are no more than its user's */
+		return now;
+	}
+	bool moved = then && (!same_creds(then, now) || reads_all(then) != reads_all(now) ||
+			      then->exe_dev != now->exe_dev || then->exe_ino != now->exe_ino);
+	const struct spy_creds *c = now;
+	if (moved && reads_all(now) && !reads_all(then)) {
+		c = then;
+	} else if (moved && !reads_all(now) && !reads_all(then) && !same_creds(then, now)) {
+		return NULL;
+	}
+	*direct = !moved && !now->mixed && reads_all(now) && same_user_ns(pid);
+	return c;
 }
 
 struct spy_credopen *spy_credopen_new(void)
@@ -559,20 +588,23 @@ static int ask(struct helper *h, int dirfd, const char *path)
 	return w < 0 ? -EIO : await_reply(h);
 }
 
-int spy_credopen(struct spy_credopen *co, pid_t pid, int dirfd, const char *path)
+int spy_credopen(struct spy_credopen *co, pid_t pid, const struct spy_creds *then, int dirfd,
+		 const char *path)
 {
-	struct spy_creds c;
-	int rc = read_creds(pid, &c);
+	struct spy_creds now;
+	int rc = spy_creds_read(pid, &now);
 	if (rc < 0) {
 		/* The program is gone or its status unreadable: whose file it is cannot be known. */
 		return rc;
 	}
-	if (open_direct(pid, &c)) {
-		spy_creds_release(&c);
-		return spy_open_path(dirfd, path, SPY_OPEN_IN_ROOT, NULL);
+	bool direct;
+	const struct spy_creds *c = whose(pid, then, &now, &direct);
+	if (!c || direct) {
+		spy_creds_release(&now);
+		return c ? spy_open_path(dirfd, path, SPY_OPEN_IN_ROOT, NULL) : -EPERM;
 	}
-	struct helper *h = helper_for(co, &c, &rc);
-	spy_creds_release(&c);
+	struct helper *h = helper_for(co, c, &rc);
+	spy_creds_release(&now);
 	if (!h) {
 		return rc;
 	}

@@ -43,6 +43,8 @@ struct spy_creds {
 	gid_t *groups;      /* malloc'ed, ngroups of them */
 	size_t ngroups;
 	uint64_t cap_eff;
+	bool mixed;         /* its real, effective, saved and fs ids are not all one (a set-id program) */
+	uint64_t exe_dev, exe_ino;   /* its executable (spy_creds_read; 0 when unknown) */
 };
 
 /*
@@ -51,6 +53,8 @@ struct spy_creds {
  */
 int spy_creds_parse(const char *text, size_t len, struct spy_creds *c);
 void spy_creds_release(struct spy_creds *c);
+/* Process pid's credentials now, with its executable's identity. 0 or -errno. */
+int spy_creds_read(pid_t pid, struct spy_creds *c);
 
 struct spy_credopen;
 
@@ -63,8 +67,19 @@ void spy_credopen_free(struct spy_credopen *co);
  * opened by the caller), as process pid could: SPY_OPEN_IN_ROOT rules,
  * read-only. The descriptor, or -errno. -EACCES or -EPERM: the program
  * could not open it, and it was not opened.
+ *
+ * then (NULL: none) is pid's credentials when spy opened it, before it
+ * read the memory that named path: the rights are decided from it and
+ * from now, not from now alone, since the program may have exec'd a
+ * set-uid program since (it can watch for spy's opens and time it). When
+ * the two differ, the less privileged one opens (one that could read any
+ * file, fs uid 0 with a DAC capability, gives way to one that cannot); two
+ * unprivileged sets that differ open nothing (-EPERM). spy opens a file
+ * itself only when the program could read any file now and then alike,
+ * its ids are not mixed (set-id), and its executable is the same.
  */
-int spy_credopen(struct spy_credopen *co, pid_t pid, int dirfd, const char *path);
+int spy_credopen(struct spy_credopen *co, pid_t pid, const struct spy_creds *then, int dirfd,
+		 const char *path);
 
 /* Whether -errno e means "the program has no right to this file". */
 static inline bool spy_credopen_denied(int e)

@@ -9,6 +9,7 @@
 
 #include "common/hashmap.h"
 #include "profiler/native.h"
+#include "common/credopen.h"
 #include "profiler/profiler.h"
 #include "sampler/process.h"
 #include "sampler/sampler.h"
@@ -55,6 +56,8 @@ struct prof_walked {
 struct prof_process {
 	struct spy_process h;
 	pid_t pid;
+	struct spy_creds creds;      /* its credentials when opened (live processes: has_creds) */
+	bool has_creds;
 	struct pyrt *rt;
 	struct spy_strtab *strs;     /* the command's */
 	char *binary;                /* path (as the target sees it) of the ELF holding the runtime */

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "common/bounds.h"
+#include "common/credopen.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "profiler/internal.h"
@@ -313,8 +314,15 @@ int prof_process_open(struct prof_process **out, pid_t pid, bool prefetch, struc
 		return 0;
 	}
 #endif
+	/*
+	 * Whose rights the files its memory names are opened with is decided
+	 * from what it was before any of that memory was read, as well as from
+	 * what it is when they are opened (common/credopen.h).
+	 */
+	pp->has_creds = spy_creds_read(pid, &pp->creds) == 0;
 	int rc = spy_process_open_pid(&pp->h, pid, err);
 	if (rc < 0) {
+		spy_creds_release(&pp->creds);
 		free(pp);
 		return rc;
 	}
@@ -378,12 +386,18 @@ void prof_process_free(struct prof_process *pp)
 	pyrt_free(pp->rt);
 	spy_process_close(&pp->h);
 	free(pp->binary);
+	spy_creds_release(&pp->creds);
 	free(pp);
 }
 
 pid_t prof_process_pid(const struct prof_process *pp)
 {
 	return pp->pid;
+}
+
+const struct spy_creds *prof_process_creds(const struct prof_process *pp)
+{
+	return pp->has_creds ? &pp->creds : NULL;
 }
 
 const char *prof_process_cmdline(const struct prof_process *pp)

@@ -173,6 +173,9 @@ bool prof_gc_known(const struct profiler *p);
 const struct prof_process *prof_root(const struct profiler *p);
 pid_t prof_process_pid(const struct prof_process *pp);
 const char *prof_process_cmdline(const struct prof_process *pp);
+/* Its credentials when it was opened, before its memory was read (NULL for a core or unknown). */
+struct spy_creds;
+const struct spy_creds *prof_process_creds(const struct prof_process *pp);
 const char *prof_process_python(const struct prof_process *pp);
 
 /* The resources of the process named or launched now: known is 0 for one gone. */

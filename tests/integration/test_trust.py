@@ -26,6 +26,14 @@ caps   -- once, with the system's interpreter: a copy of spy given
           lines are there). Run as nobody itself, the same
           copy drops its capabilities for the opens: the target's own file
           shows its lines, the secret and the planted link are withheld.
+race   -- once, with the system's interpreter, 20 times: targets/exec_race.py
+          (nobody) has its own file and the root-only secret on its stack,
+          and execs a set-uid-root copy of sleep the moment anyone opens
+          its own file (inotify): `record -f json` must not have the
+          secret's marker, however the opens and the exec interleave (the
+          rights come from the credentials taken when spy opened the
+          process, the less privileged of those and now). How many runs
+          saw the exec before the recording ended is printed.
 gather -- per interpreter from 3.8: targets/selfgather.py awaits a gather
           whose 4096 _children are a task and the gather itself 4095 times.
           `dump --tasks` ends within 2 s (wall time, timeout 20 s), lists
@@ -45,7 +53,7 @@ names  -- per interpreter: targets/wide_names.py, 200 threads whose Thread
           over 20,000 entries takes about half a second of 1,024-read
           ticks).
 
-files, sudo and caps need root (SKIP otherwise): only root can read what its target cannot.
+files, sudo, caps and race need root (SKIP otherwise): only root can read what its target cannot.
 """
 
 import json
@@ -291,6 +299,62 @@ def run_caps(rep):
         shutil.rmtree(d, ignore_errors=True)
 
 
+RACE_RUNS = 20
+
+
+def run_race(rep):
+    label = "exec race x%d (/usr/bin/python3)" % RACE_RUNS
+    if os.geteuid() != 0:
+        rep.skip(label, "needs root: a set-uid-root program of the test's own")
+        return
+    if not os.access("/usr/bin/python3", os.X_OK):
+        rep.skip(label, "no /usr/bin/python3 that nobody can run")
+        return
+    d = harness.shared_dir("spy-trust-")
+    p = []
+    raced = 0
+    try:
+        marker, secret, home = make_files(d)
+        setuid = os.path.join(d, "rootsleep")
+        shutil.copy(shutil.which("sleep"), setuid)
+        os.chmod(setuid, 0o4755)
+        for run in range(RACE_RUNS):
+            target = harness.spawn(["/usr/bin/python3", harness.target_path("exec_race.py"), home, secret, setuid],
+                                   stdout=subprocess.PIPE)
+            try:
+                line = target.stdout.readline().decode()
+                if not line.startswith("ready "):
+                    p.append("run %d: the target did not start: %r" % (run, line))
+                    break
+                out = os.path.join(d, "race.json")
+                r = spy(["record", "-q", "-r", "200", "-d", "1", "--pid", str(target.pid), "-f", "json", "-o", out])
+                try:
+                    exe = os.readlink("/proc/%d/exe" % target.pid)
+                except OSError:
+                    exe = ""
+                raced += exe == setuid
+                text = r.out + r.err
+                if os.path.exists(out):
+                    with open(out, encoding="utf-8", errors="replace") as f:
+                        text += f.read()
+                    os.unlink(out)
+                if marker in text:
+                    p.append("run %d: the root-only file's content is in the output (%d times)"
+                             % (run, text.count(marker)))
+            finally:
+                harness.kill(target)
+        sys.stdout.write("(race: %d of %d runs exec'd the set-uid program during the recording)\n"
+                         % (raced, RACE_RUNS))
+        if not p and raced == 0:
+            p.append("no run exec'd: spy never opened the target's own file, the race was not run")
+        if p:
+            rep.fail(label, "; ".join(p))
+        else:
+            rep.ok(label)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def run_gather(interp):
     if interp.version < (3, 8):
         raise harness.SkipInterp("dump --tasks reads asyncio from 3.8 on")
@@ -387,11 +451,13 @@ def long_active_problems(interp):
 
 def main():
     rep = harness.reporter("trust")
-    what = sys.argv[1:] or ["files", "sudo", "caps", "gather", "names"]
+    what = sys.argv[1:] or ["files", "sudo", "caps", "race", "gather", "names"]
     if "sudo" in what:
         run_sudo(rep)
     if "caps" in what:
         run_caps(rep)
+    if "race" in what:
+        run_race(rep)
     runs = []
     if "files" in what:
         runs.append(("files", run_files))

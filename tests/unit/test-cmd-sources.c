@@ -45,7 +45,7 @@ static void note(struct cmd_sources *s, const char *file)
 	f->file = file;
 	f->line = 1;
 	f->kind = SPY_FRAME_PYTHON;
-	cmd_sources_note(s, &st, getpid());
+	cmd_sources_note(s, &st, getpid(), NULL);
 	spy_stack_release(&st);
 }
 

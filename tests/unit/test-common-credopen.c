@@ -4,7 +4,8 @@
  * a root-only 0600 file named for it is refused with -EACCES, a link it
  * could plant to that file too, a 0644 file opens, and the descriptor
  * reads the file's bytes. The same names for a root child (CAP_DAC_OVERRIDE
- * in effect) open all. A helper that is stopped costs CREDOPEN_WAIT_MS,
+ * in effect) open all; with a snapshot of other credentials, the less
+ * privileged of the two open. A helper that is stopped costs CREDOPEN_WAIT_MS,
  * once, and its files are then refused at once.
  */
 #include <errno.h>
@@ -52,14 +53,15 @@ static void end(pid_t pid)
 	waitpid(pid, NULL, 0);
 }
 
-static int try_open(struct spy_credopen *co, pid_t pid, const char *name, char *got, size_t size)
+static int try_open_then(struct spy_credopen *co, pid_t pid, const struct spy_creds *then, const char *name,
+			 char *got, size_t size)
 {
 	char path[256];
 	snprintf(path, sizeof(path), "/proc/%d/root", (int)pid);
 	int root = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	CHECK(root >= 0);
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	int fd = spy_credopen(co, pid, root, path);
+	int fd = spy_credopen(co, pid, then, root, path);
 	close(root);
 	if (fd >= 0) {
 		ssize_t n = read(fd, got, size - 1);
@@ -67,6 +69,11 @@ static int try_open(struct spy_credopen *co, pid_t pid, const char *name, char *
 		close(fd);
 	}
 	return fd;
+}
+
+static int try_open(struct spy_credopen *co, pid_t pid, const char *name, char *got, size_t size)
+{
+	return try_open_then(co, pid, NULL, name, got, size);
 }
 
 static void write_file(const char *name, const char *text, mode_t mode)
@@ -107,6 +114,34 @@ int main(void)
 	pid_t root = child_as(0);
 	CHECK(try_open(co, root, "secret", got, sizeof(got)) >= 0 && !strcmp(got, "root only\n"));
 	CHECK(try_open(co, root, "planted", got, sizeof(got)) >= 0 && !strcmp(got, "root only\n"));
+
+	/*
+	 * The rights from the snapshot taken when the process was opened, and
+	 * now: the less privileged of the two. A program that was nobody when
+	 * its names were read and is root now (it exec'd a set-uid program,
+	 * timed to spy's opens) opens as nobody; root then and nobody now,
+	 * as nobody; two different unprivileged users, nothing.
+	 */
+	struct spy_creds as_nobody, as_root, as_other;
+	CHECK_INT(spy_creds_read(nobody, &as_nobody), 0);
+	CHECK_INT(spy_creds_read(root, &as_root), 0);
+	CHECK(!as_nobody.mixed && !as_root.mixed && as_nobody.exe_ino && as_nobody.exe_ino == as_root.exe_ino);
+	CHECK_INT(try_open_then(co, root, &as_nobody, "secret", got, sizeof(got)), -EACCES);
+	CHECK_INT(try_open_then(co, root, &as_nobody, "planted", got, sizeof(got)), -EACCES);
+	CHECK(try_open_then(co, root, &as_nobody, "open", got, sizeof(got)) >= 0 && !strcmp(got, "anyone\n"));
+	CHECK_INT(try_open_then(co, nobody, &as_root, "secret", got, sizeof(got)), -EACCES);
+	CHECK(try_open_then(co, nobody, &as_nobody, "open", got, sizeof(got)) >= 0);
+	CHECK(try_open_then(co, root, &as_root, "secret", got, sizeof(got)) >= 0);
+	pid_t other = child_as(65533);
+	CHECK_INT(spy_creds_read(other, &as_other), 0);
+	CHECK_INT(try_open_then(co, nobody, &as_other, "open", got, sizeof(got)), -EPERM);
+	/* An executable that changed: never opened by spy itself, even for root. */
+	as_root.exe_ino ^= 1;
+	CHECK(try_open_then(co, root, &as_root, "open", got, sizeof(got)) >= 0);
+	end(other);
+	spy_creds_release(&as_nobody);
+	spy_creds_release(&as_root);
+	spy_creds_release(&as_other);
 	end(root);
 
 	/* The program stops the helper (it may: same uid): one wait, then no more. */
