@@ -78,6 +78,7 @@ struct pusher {
 	struct window q[PUSH_MAX_WINDOWS];   /* a ring: head is the oldest */
 	size_t head, n, bytes;
 	bool inflight;                       /* the sender holds q's oldest, taken out */
+	size_t inflight_bytes;               /* its size, which the bound counts too */
 	bool closing;
 	struct push_status st;
 
@@ -238,7 +239,9 @@ static void drop_oldest(struct pusher *p)
 static void enqueue(struct pusher *p, struct window w)
 {
 	pthread_mutex_lock(&p->mu);
-	while (p->n > 0 && (p->n + p->inflight >= PUSH_MAX_WINDOWS || p->bytes + w.len > PUSH_MAX_BYTES)) {
+	/* w is at most PUSH_MAX_WINDOW_BYTES (pusher_window): the others it evicts leave room for it. */
+	while (p->n > 0 && (p->n + p->inflight >= PUSH_MAX_WINDOWS ||
+			    p->bytes + p->inflight_bytes + w.len > PUSH_MAX_BYTES)) {
 		drop_oldest(p);
 	}
 	if (p->n < PUSH_MAX_WINDOWS) {
@@ -292,10 +295,16 @@ void pusher_window(struct pusher *p, const struct push_series *s, const struct f
 		w.target = w.body ? ingest_target(s, from_s, until_s) : NULL;
 	}
 	free(pprof);
+	size_t cap = p->c.max_window_bytes ? p->c.max_window_bytes : PUSH_MAX_WINDOW_BYTES;
 	if (rc < 0) {
 		not_sent(p, err.msg);
 	} else if (!w.body) {
 		not_sent(p, "a window's profile held the form boundary");
+	} else if (w.len > cap) {
+		char why[160];
+		snprintf(why, sizeof(why), "a window's request of %zu bytes is over the %zu one may take", w.len, cap);
+		not_sent(p, why);
+		window_free(&w);
 	} else {
 		enqueue(p, w);
 	}
@@ -401,6 +410,7 @@ static void *sender(void *arg)
 		p->n--;
 		p->bytes -= w.len;
 		p->inflight = true;
+		p->inflight_bytes = w.len;
 		pthread_mutex_unlock(&p->mu);
 
 		struct spy_err err = SPY_ERR_INIT;
@@ -408,6 +418,7 @@ static void *sender(void *arg)
 
 		pthread_mutex_lock(&p->mu);
 		p->inflight = false;
+		p->inflight_bytes = 0;
 		if (rc != 0) {
 			if (rc > 0) {
 				p->st.sent++;

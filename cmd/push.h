@@ -45,6 +45,12 @@
 /* The queue's bounds. */
 #define PUSH_MAX_WINDOWS 1024
 #define PUSH_MAX_BYTES (64u << 20)
+/*
+ * The most one window's request may take: a larger one is not queued (it
+ * would empty the queue of every other window, and still not fit), but
+ * counted as refused, with the reason.
+ */
+#define PUSH_MAX_WINDOW_BYTES (PUSH_MAX_BYTES / 8)
 #define PUSH_MAX_LABELS 64
 /* The most a Ctrl-C waits for the last windows to go out. */
 #define PUSH_FLUSH_NS (5 * 1000 * 1000 * 1000ull)
@@ -82,6 +88,7 @@ struct push_config {
 	char tenant[256];              /* X-Scope-OrgID, "" for none */
 	char auth[1024];               /* the Authorization header's value, "" for none */
 	unsigned every_s;              /* the push period: the longest wait between retries */
+	size_t max_window_bytes;       /* 0: PUSH_MAX_WINDOW_BYTES (a test's smaller cap) */
 	uint64_t timeout_ns;           /* per request */
 };
 

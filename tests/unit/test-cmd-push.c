@@ -496,6 +496,68 @@ static void test_pusher_series(void)
 	spy_strtab_release(&strs);
 }
 
+static void add_frame(struct fg_profile *prof, struct spy_strtab *strs, const char *func)
+{
+	struct spy_stack st;
+	memset(&st, 0, sizeof(st));
+	struct spy_frame *f = spy_stack_push(&st);
+	memset(f, 0, sizeof(*f));
+	f->func = spy_strtab_interns(strs, func);
+	f->file = spy_strtab_interns(strs, "app.py");
+	f->line = 3;
+	f->kind = SPY_FRAME_PYTHON;
+	CHECK_INT(fg_profile_add(prof, &st, 1), 0);
+	spy_stack_release(&st);
+}
+
+/*
+ * A window over the per-window cap is refused and counted, and the
+ * windows already waiting stay: one process's oversized window once
+ * emptied the shared queue of every other's, then was queued anyway,
+ * past the queue's byte bound.
+ */
+static void test_pusher_cap(void)
+{
+	char port[16], url[64];
+	int lfd = silent_listener(port, sizeof(port));   /* never answers: the windows wait */
+	struct push_config c;
+	memset(&c, 0, sizeof(c));
+	snprintf(url, sizeof(url), "http://127.0.0.1:%s", port);
+	CHECK_INT(http_url_parse(url, &c.url, NULL), 0);
+	c.url_text = url;
+	c.every_s = 1;
+	c.timeout_ns = 2 * 1000 * 1000 * 1000ull;
+	c.max_window_bytes = 4096;
+	snprintf(c.series.app, sizeof(c.series.app), "capped");
+	struct spy_strtab strs = SPY_STRTAB_INIT;
+	struct fg_profile *small = fg_profile_new(&strs, 0), *big = fg_profile_new(&strs, 0);
+	add_frame(small, &strs, "work");
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+	for (int i = 0; i < 2000; i++) {
+		char name[64];
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		snprintf(name, sizeof(name), "f%016llx%d", (unsigned long long)x, i);
+		add_frame(big, &strs, name);
+	}
+	struct pusher *p;
+	struct push_status ps;
+	CHECK_INT(pusher_start(&p, &c, NULL), 0);
+	for (int i = 0; i < 3; i++) {
+		pusher_window(p, NULL, small, 1700000000 + i, 1700000001 + i);
+	}
+	pusher_window(p, NULL, big, 1700000003, 1700000004);
+	pusher_status(p, &ps);
+	CHECK_INT((int)ps.queued, 3);
+	CHECK_INT((int)ps.dropped, 0);
+	CHECK_INT((int)ps.rejected, 1);
+	CHECK(strstr(ps.last_refusal, "over the 4096"));
+	pusher_finish(p, 100 * 1000 * 1000ull, &ps);
+	close(lfd);
+	fg_profile_free(small);
+	fg_profile_free(big);
+	spy_strtab_release(&strs);
+}
+
 int main(void)
 {
 	test_url();
@@ -507,5 +569,6 @@ int main(void)
 	test_deadlines();
 	test_hostile();
 	test_pusher_series();
+	test_pusher_cap();
 	return check_done();
 }
