@@ -438,47 +438,85 @@ static bool component_pod(const char *c, size_t n, char out[37])
 	if (m != 36) {
 		return false;
 	}
+	/* Into a copy: out is left empty unless the whole UID is good. */
+	char uid[37];
 	for (size_t i = 0; i < 36; i++) {
 		char ch = p[i] == '_' ? '-' : p[i];
 		bool dash = i == 8 || i == 13 || i == 18 || i == 23;
 		if (dash ? ch != '-' : !isxdigit((unsigned char)ch)) {
 			return false;
 		}
-		out[i] = (char)tolower((unsigned char)ch);
+		uid[i] = (char)tolower((unsigned char)ch);
 	}
-	out[36] = 0;
+	uid[36] = 0;
+	memcpy(out, uid, sizeof(uid));
 	return true;
+}
+
+/*
+ * Whether component c[0..n) is a root under which only a container runtime
+ * (or systemd for it) makes cgroups: never a subtree delegated to a user
+ * (user@UID.service, a service with Delegate=yes), where the user names
+ * the cgroups and so could claim any container's ID. *kube: a Kubernetes
+ * root, under which pods are found.
+ */
+static bool runtime_root(const char *c, size_t n, bool *kube)
+{
+	static const char *const roots[] = { "docker", "kubepods", "kubepods.slice", "system.slice", "machine.slice" };
+	for (size_t i = 0; i < SPY_ARRAY_SIZE(roots); i++) {
+		if (strlen(roots[i]) == n && !memcmp(c, roots[i], n)) {
+			*kube = i == 1 || i == 2;
+			return true;
+		}
+	}
+	return false;
 }
 
 void proc_parse_cgroup(const char *text, size_t len, char container_id[65], char pod_uid[37])
 {
 	container_id[0] = pod_uid[0] = 0;
 	const char *line = text, *end = text + len;
-	while (line < end && !(container_id[0] && pod_uid[0])) {
+	const char *le = NULL;
+	/*
+	 * The unified hierarchy's line only ("0::PATH"): a v1 hierarchy, a
+	 * named one above all, can be mounted and filled by whoever holds it.
+	 */
+	while (line < end) {
 		const char *nl = memchr(line, '\n', (size_t)(end - line));
-		const char *le = nl ? nl : end;
-		/* hierarchy-ID:controllers:path; the path is after the second ':'. */
-		const char *c1 = memchr(line, ':', (size_t)(le - line));
-		const char *c2 = c1 ? memchr(c1 + 1, ':', (size_t)(le - c1 - 1)) : NULL;
-		if (c2) {
-			bool kube = memmem(c2, (size_t)(le - c2), "kubepods", 8) != NULL;
-			const char *c = c2 + 1;
-			while (c < le) {
-				const char *slash = memchr(c, '/', (size_t)(le - c));
-				const char *ce = slash ? slash : le;
-				/* The innermost container wins: podman nests a
-				 * container's own cgroup (…/libpod-ID.scope/container). */
-				char id[65];
-				if (component_container(c, (size_t)(ce - c), id)) {
-					memcpy(container_id, id, sizeof(id));
-				}
-				if (kube && !pod_uid[0]) {
-					component_pod(c, (size_t)(ce - c), pod_uid);
-				}
-				c = ce + 1;
-			}
+		le = nl ? nl : end;
+		if (le - line >= 4 && !memcmp(line, "0::/", 4)) {
+			break;
 		}
-		line = le + 1;
+		line = nl ? nl + 1 : end;
+	}
+	if (line < end) {
+		const char *c = line + 4;
+		/* Outside spy's cgroup namespace the path climbs first: "/../../kubepods.slice/...". */
+		while (le - c >= 3 && !memcmp(c, "../", 3)) {
+			c += 3;
+		}
+		const char *slash = memchr(c, '/', (size_t)(le - c));
+		bool kube = false;
+		if (!slash || !runtime_root(c, (size_t)(slash - c), &kube)) {
+			return;
+		}
+		/*
+		 * The outermost container wins: below it the container's own root
+		 * may make cgroups (its cgroup namespace is delegated to it), and
+		 * name one like another container's scope; podman nests a
+		 * container's own cgroup below its scope (…/libpod-ID.scope/container).
+		 */
+		for (c = slash + 1; c < le;) {
+			const char *ce = memchr(c, '/', (size_t)(le - c));
+			ce = ce ? ce : le;
+			if (kube && !pod_uid[0] && !container_id[0]) {
+				component_pod(c, (size_t)(ce - c), pod_uid);
+			}
+			if (component_container(c, (size_t)(ce - c), container_id)) {
+				return;
+			}
+			c = ce + 1;
+		}
 	}
 }
 

@@ -4,7 +4,7 @@
  * proc_wait_note_wchan), a core's NT_FILE note (core_parse_nt_file) and the
  * resource readings' stat, status and io (proc_parse_stat_resources,
  * proc_parse_status_ctxsw, proc_parse_io) and a thread's schedstat
- * (proc_parse_schedstat).
+ * (proc_parse_schedstat), and the agent's cgroup labels (proc_parse_cgroup).
  * A target or a core writes these bytes. Whatever they are: no crash, no
  * read outside the buffer (an exact-size copy: the sanitizers tell), and
  * what is accepted holds together (maps sorted, lo < hi, paths inside
@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "sampler/discover.h"
 #include "sampler/sampler.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -81,6 +82,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		/* And the thread's schedstat, read every tick to tell who slept. */
 		uint64_t run = 0, delay = 0, pcount = 0;
 		(void)proc_parse_schedstat(text, n, &run, &delay, &pcount);
+		/* And the agent's labels from /proc/PID/cgroup: empty, or a whole ID and UID. */
+		char cid[65], pod[37];
+		memset(cid, 0x55, sizeof(cid));
+		memset(pod, 0x55, sizeof(pod));
+		proc_parse_cgroup(text, n, cid, pod);
+		if ((cid[0] && (strnlen(cid, sizeof(cid)) != 64)) || (pod[0] && strnlen(pod, sizeof(pod)) != 36)) {
+			abort();
+		}
 		break;
 	}
 	case 2:

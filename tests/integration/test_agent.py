@@ -9,8 +9,10 @@ people's processes run on this machine). One run of about 40 s, with:
     between, the newest) and one of the pyroot's in a container (other
     mount and PID namespaces), started before the agent;
   - one with OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES (k8s.*);
-  - one moved into a cgroup named like a docker container's scope
-    (cgroup v2 writable; else a SKIP saying why);
+  - one moved into a cgroup named like a docker container's scope under
+    system.slice (cgroup v2 writable; else a SKIP saying why), and one into
+    such a scope under a user's delegated subtree, whose claim must give no
+    container_id;
   - one started mid-run (found within 1.5 s of starting, by the agent's
     "profiling process" line) and one ended mid-run (let go);
   - one --exclude names (never attached);
@@ -108,20 +110,28 @@ def cgroup2_root():
 
 
 class DockerScope(object):
-    """A cgroup of this test's own, named like a docker container's scope."""
+    """A cgroup of this test's own, named like a docker container's scope, under parent: the
+    runtime's root (system.slice, where only root makes cgroups) or one a user could be given
+    (a forged claim: no container_id may come of it)."""
 
-    def __init__(self):
+    def __init__(self, parent="system.slice"):
         self.id = os.urandom(32).hex()
         self.root = cgroup2_root()
         self.dir = None
+        self.made = []
         if not self.root:
             self.why = "no cgroup v2 hierarchy mounted"
             return
-        d = os.path.join(self.root, "spy-test.slice", "docker-%s.scope" % self.id)
+        d = self.root
         try:
-            os.makedirs(d)
+            for part in parent.split("/") + ["docker-%s.scope" % self.id]:
+                d = os.path.join(d, part)
+                if not os.path.isdir(d):
+                    os.mkdir(d)
+                    self.made.append(d)
         except OSError as e:
             self.why = "cannot create a cgroup under %s: %s" % (self.root, e.strerror)
+            self.close()
             return
         self.dir, self.why = d, None
 
@@ -130,12 +140,13 @@ class DockerScope(object):
             f.write("%d\n" % pid)
 
     def close(self):
-        for d in (self.dir, os.path.dirname(self.dir or "")):
+        # Only what this test made, innermost first; system.slice stays if it was there.
+        for d in reversed(self.made):
             try:
-                if d:
-                    os.rmdir(d)
+                os.rmdir(d)
             except OSError:
                 pass
+        self.made = []
 
 
 def pick(interps):
@@ -180,6 +191,7 @@ def fleet(rep, interps):
     marker = "spyagenttest%d%s" % (os.getpid(), os.urandom(4).hex())
     script = harness.target_path("agent_target.py")
     scope = DockerScope()
+    claimed = DockerScope("spy-test-user.slice/user@1234.service")
     targets = []     # (name, Target, app, labels-beyond-the-host's)
     others = []      # what else was started: a target held by another tracer, that tracer
     tmp = tempfile.mkdtemp(prefix="spy-agent-test-")
@@ -198,6 +210,11 @@ def fleet(rep, interps):
             targets.append(("docker scope", t, "agent_target", {"container_id": scope.id}))
         else:
             rep.skip("docker-scope container_id", scope.why)
+        if claimed.dir:
+            # A scope named like a container's in a subtree a user could be delegated: a claim, no label.
+            t = harness.Target(newest, script, [marker, "busy"])
+            claimed.add(t.pid)
+            targets.append(("forged docker scope", t, "agent_target", {}))
         early = harness.Target(newest, script, [marker, "busy"])
         targets.append(("ended mid-run", early, "agent_target", {}))
         # Matched, then excluded: never attached.
@@ -296,6 +313,7 @@ def fleet(rep, interps):
         for o in others:
             o.stop() if hasattr(o, "stop") else harness.kill(o)
         scope.close()
+        claimed.close()
         recv.close()
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -32,7 +32,27 @@ static void cgroup_is(const char *text, const char *cid, const char *pod)
 static void test_cgroup(void)
 {
 	cgroup_is("0::/system.slice/docker-" ID64 ".scope\n", ID64, "");
-	cgroup_is("12:memory:/docker/" ID64 "\n11:cpu:/docker/" ID64 "\n", ID64, "");
+	/* v1 hierarchies are not read: a named one is anyone's who mounts it. */
+	cgroup_is("12:memory:/docker/" ID64 "\n11:cpu:/docker/" ID64 "\n", "", "");
+	cgroup_is("12:memory:/docker/" ID64 "\n0::/docker/" ID64 "\n", ID64, "");
+	/* Seen from another cgroup namespace (a DaemonSet's agent): the path climbs first. */
+	cgroup_is("0::/../../kubepods.slice/kubepods-besteffort.slice/"
+		  "kubepods-besteffort-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/cri-containerd-" ID64 ".scope\n",
+		  ID64, "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901");
+	/*
+	 * Claims: a subtree delegated to a user, or a test's slice, names a
+	 * scope like a container's; a container's own root names one below its
+	 * scope (the outermost wins); a v1 named hierarchy; a pod outside kubepods.
+	 */
+	cgroup_is("0::/user.slice/user-1000.slice/user@1000.service/docker-" ID64 ".scope\n", "", "");
+	cgroup_is("0::/spy-test.slice/docker-" ID64 ".scope\n", "", "");
+	cgroup_is("0::/system.slice/docker-" ID64 ".scope/docker-"
+		  "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210.scope\n", ID64, "");
+	cgroup_is("1:name=evil:/docker/" ID64 "\n0::/user.slice\n", "", "");
+	cgroup_is("0::/system.slice/kubepods-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/docker-" ID64 ".scope\n",
+		  ID64, "");
+	/* A pod component that goes bad late leaves no half of itself behind. */
+	cgroup_is("0::/kubepods/pod1b2c3d4e-5f60-7182-93a4-b5c6d7e8f90Z/" ID64 "\n", ID64, "");
 	cgroup_is("0::/kubepods.slice/kubepods-burstable.slice/"
 		  "kubepods-burstable-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/"
 		  "cri-containerd-" ID64 ".scope\n",
