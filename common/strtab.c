@@ -49,12 +49,41 @@ const char *spy_strtab_intern(struct spy_strtab *t, const char *s, size_t len)
 			return e->s;
 		}
 	}
+	/* An entry, and its share of the index (at most half full: two slots of two words). */
+	size_t cost = sizeof(struct spy_strtab_ent) + len + 1 + 4 * sizeof(uint64_t);
+	if (t->max_bytes && t->bytes + cost > t->max_bytes) {
+		t->over++;
+		if (!t->over_s) {
+			struct spy_strtab_ent *o = alloc_ent(t, sizeof(SPY_STRTAB_OVER) - 1);
+			o->len = sizeof(SPY_STRTAB_OVER) - 1;
+			memcpy(o->s, SPY_STRTAB_OVER, sizeof(SPY_STRTAB_OVER));
+			spy_hmap_add(&t->index, spy_hash_bytes(o->s, o->len), (uint64_t)(uintptr_t)o);
+			t->over_s = o->s;
+		}
+		return t->over_s;
+	}
+	t->bytes += cost;
 	struct spy_strtab_ent *e = alloc_ent(t, len);
 	e->len = len;
 	memcpy(e->s, s, len);
 	e->s[len] = '\0';
 	spy_hmap_add(&t->index, h, (uint64_t)(uintptr_t)e);
 	return e->s;
+}
+
+void spy_strtab_set_budget(struct spy_strtab *t, size_t max)
+{
+	t->max_bytes = max;
+}
+
+uint64_t spy_strtab_over(const struct spy_strtab *t)
+{
+	return t->over;
+}
+
+size_t spy_strtab_bytes(const struct spy_strtab *t)
+{
+	return t->bytes;
 }
 
 const char *spy_strtab_interns(struct spy_strtab *t, const char *s)
@@ -77,4 +106,7 @@ void spy_strtab_release(struct spy_strtab *t)
 	}
 	spy_hmap_release(&t->index);
 	t->chunks = NULL;
+	t->bytes = 0;
+	t->over = 0;
+	t->over_s = NULL;
 }

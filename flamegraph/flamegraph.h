@@ -43,6 +43,8 @@
 #define FG_META_GC "gc"
 /* Source files the program could not read, so spy did not (names, no content). */
 #define FG_META_WITHHELD "withheld"
+/* The agent: names interned in place of new ones past the process's name budget, in this window (common/strtab.h). */
+#define FG_META_NAMES_OVER "names-over-budget"
 /* The synthetic frame record puts innermost on a sample taken while the garbage collector ran. */
 #define FG_GC_FRAME "<GC>"
 /* Launch mode: the interpreter's start-up (imports before the program's code) folded into one frame. */

@@ -16,6 +16,9 @@ people's processes run on this machine). One run of about 40 s, with:
   - one started mid-run (found within 1.5 s of starting, by the agent's
     "profiling process" line) and one ended mid-run (let go);
   - one --exclude names (never attached);
+  - one that churns unique 4 KB function names (targets/churn_names.py):
+    its windows say how many names went over its budget, the status line
+    counts them, the agent's RSS stays under 64 MB;
   - one held by another tracer (a `spy record --pid` of its own): skipped,
     in one line;
   - the receiver down for 10 s (its port closed), then back on the same port.
@@ -40,6 +43,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -89,6 +93,10 @@ class Agent(object):
             if l.startswith("spy agent: profiling process %d " % pid):
                 return t
         return None
+
+    def status_rss(self):
+        """The rss (KiB) of each status line."""
+        return [int(m.group(1)) for m in (re.search(r", rss (\d+) KiB", l) for _, l in self.lines) if m]
 
     def status(self):
         """(processes, rate, cpu %) of each status line."""
@@ -215,6 +223,9 @@ def fleet(rep, interps):
             t = harness.Target(newest, script, [marker, "busy"])
             claimed.add(t.pid)
             targets.append(("forged docker scope", t, "agent_target", {}))
+        # Unique 4 KB names without end: held to the process's name budget, counted in its windows.
+        churner = harness.Target(newest, harness.target_path("churn_names.py"), [marker])
+        targets.append(("name churner", churner, "churn_names", {}))
         early = harness.Target(newest, script, [marker, "busy"])
         targets.append(("ended mid-run", early, "agent_target", {}))
         # Matched, then excluded: never attached.
@@ -234,8 +245,12 @@ def fleet(rep, interps):
         others.append(forger)
         time.sleep(1)
 
+        # The names' budget made 2 MiB (SPY_TEST_AGENT_NAMES_KB; 8 MiB by default): the churner passes
+        # it within seconds on the slowest interpreter, the busy targets' few names stay far below.
+        hooks = {"SPY_TEST_AGENT_NAMES_KB": "2048"} if os.environ.get("SPY_TEST_HOOKS_BUILT", "1") == "1" else {}
         agent = Agent(["--push", recv.url(), "--push-every", str(EVERY), "--match", marker,
-                       "--uid", str(os.getuid()), "--status-every", "2", "--exclude", "exclude[m]e|excludeme$"])
+                       "--uid", str(os.getuid()), "--status-every", "2", "--exclude", "exclude[m]e|excludeme$"],
+                      hooks)
         time.sleep(4)
         late_start = time.time()
         late = harness.Target(newest, script, [marker, "busy"])
@@ -268,6 +283,16 @@ def fleet(rep, interps):
         elif not any(l.startswith("spy agent: profiling process %d (" % forger.pid) and "\\x0a" in l
                      for l in forged):
             p.append("the forging program was not profiled with its name escaped: %r" % forged)
+        cw = windows_of(reqs, churner.pid)
+        if not hooks:
+            sys.stdout.write("(the name churner's budget is not checked: a build without test hooks)\n")
+        elif not any(int(r.comments().get("names-over-budget", "0")) > 0 for r in cw):
+            p.append("the name churner's windows never say names went over the budget (%d windows)" % len(cw))
+        if hooks and not re.search(r"names over budget \d+", text):
+            p.append("the status line does not count the names over budget")
+        heavy = [s for s in agent.status_rss() if s > 64 * 1024]
+        if heavy:
+            p.append("the agent's RSS went over 64 MB with the name churner: %r KiB" % heavy)
         for name, t, app, extra in targets:
             labels = {"host": None, "pid": str(t.pid), "python": t.interp.vstring}
             labels.update(extra)

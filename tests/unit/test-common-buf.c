@@ -142,6 +142,26 @@ static void test_strtab(void)
 	CHECK(spy_strtab_interns(&t, "f0") == first);
 	CHECK(spy_strtab_interns(&t, "hello") == a);
 	spy_strtab_release(&t);
+
+	/* A budget: 4 KiB names churned without end take what it allows, and no more. */
+	spy_strtab_set_budget(&t, 64 * 1024);
+	const char *kept = spy_strtab_interns(&t, "kept");
+	static char big[4097];
+	memset(big, 'x', sizeof(big) - 1);
+	const char *over = NULL;
+	for (int i = 0; i < 1000; i++) {
+		big[0] = (char)('a' + i % 26), big[1] = (char)('a' + i / 26 % 26), big[2] = (char)('a' + i / 676 % 26);
+		const char *p = spy_strtab_intern(&t, big, sizeof(big) - 1);
+		if (!strcmp(p, SPY_STRTAB_OVER)) {
+			over = over ? over : p;
+			CHECK(p == over);
+		}
+	}
+	CHECK(over != NULL);
+	CHECK(spy_strtab_bytes(&t) <= 64 * 1024);
+	CHECK(spy_strtab_over(&t) >= 1000 - 16);
+	CHECK(spy_strtab_interns(&t, "kept") == kept);   /* what is held still matches */
+	spy_strtab_release(&t);
 }
 
 static int fake_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
