@@ -69,6 +69,12 @@ struct prof_process {
 	struct native *nat;          /* --native; NULL without */
 	const char *root;            /* interned `process PID "cmdline"` */
 	bool attached, gone;
+	/*
+	 * -s, the root named or launched is not a Python process (a shell,
+	 * unshare, a supervisor): no runtime, never attached, stopped or
+	 * sampled; only its descendants are looked for, and its exit noticed.
+	 */
+	bool watched;
 	/* the thread table, and where each TID is in it */
 	struct prof_thread *th;
 	size_t nth, th_alloc;
@@ -102,6 +108,9 @@ struct prof_process {
  */
 int prof_process_open(struct prof_process **out, pid_t pid, bool prefetch, struct spy_strtab *strs,
 		      struct spy_err *err);
+/* -s: open pid to be watched for its Python descendants, without a runtime (see watched). */
+int prof_process_open_watched(struct prof_process **out, pid_t pid, struct spy_strtab *strs,
+			      struct spy_err *err);
 int prof_process_open_core(struct prof_process **out, const char *path, const char *exe, const char *root,
 			   struct spy_strtab *strs, struct spy_err *err);
 /*

@@ -326,6 +326,23 @@ int prof_process_open(struct prof_process **out, pid_t pid, bool prefetch, struc
 	return rc;
 }
 
+int prof_process_open_watched(struct prof_process **out, pid_t pid, struct spy_strtab *strs,
+			      struct spy_err *err)
+{
+	struct prof_process *pp = spy_xcalloc(1, sizeof(*pp));
+	pp->strs = strs;
+	pp->watched = true;
+	int rc = spy_process_open_pid(&pp->h, pid, err);
+	if (rc < 0) {
+		free(pp);
+		return rc;
+	}
+	pp->pid = pp->h.ops->pid(&pp->h);
+	name_root(pp);
+	*out = pp;
+	return 0;
+}
+
 int prof_process_open_core(struct prof_process **out, const char *path, const char *exe, const char *root,
 			   struct spy_strtab *strs, struct spy_err *err)
 {
@@ -393,5 +410,5 @@ const char *prof_process_cmdline(const struct prof_process *pp)
 
 const char *prof_process_python(const struct prof_process *pp)
 {
-	return pyrt_version_string(pp->rt);
+	return pp->rt ? pyrt_version_string(pp->rt) : "";
 }
