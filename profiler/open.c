@@ -200,7 +200,8 @@ static int fill_hints(struct prof_process *t, struct pyrt_hints *h, struct spy_e
 	}
 	memset(h, 0, sizeof(*h));
 	h->binary = t->binary;
-	h->pid = (int32_t)(int)t->pid;
+	/* The main thread's TID as the target's memory holds it: its own namespace's. */
+	h->pid = (int32_t)(int)(t->h.tracer ? t->h.tracer->ns_pid(&t->h) : t->pid);
 	h->version_hint = prof_version_from_path(t->binary);
 	add_symbol(e, bias, "_PyRuntime", &h->runtime);
 	add_symbol(e, bias, "Py_Version", &h->py_version);

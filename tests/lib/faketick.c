@@ -291,6 +291,17 @@ static void f_thread_wait(const struct spy_process *p, pid_t tid, struct spy_wai
 	memset(out, 0, sizeof(*out));
 }
 
+/* One PID namespace, spy's. */
+static pid_t f_ns_pid(const struct spy_process *p)
+{
+	return p->ops->pid(p);
+}
+
+static pid_t f_host_tid(struct spy_process *p, pid_t tid)
+{
+	return tid;
+}
+
 /* As ptrace.c: every thread seized is one of tids, and none is stopped. */
 static bool f_traces_only(struct spy_process *p, const pid_t *tids, size_t n)
 {
@@ -376,6 +387,8 @@ static const struct spy_tracer_ops fake_tracer = {
 	.descendants = f_descendants,
 	.exe_of = f_exe_of,
 	.thread_wait = f_thread_wait,
+	.ns_pid = f_ns_pid,
+	.host_tid = f_host_tid,
 };
 
 static int fake_open(pid_t pid, struct spy_process *h, struct pyrt_hints *hints)
