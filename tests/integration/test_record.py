@@ -32,11 +32,20 @@ Per interpreter, one PASS/FAIL line covering:
     3.6, whose count spy does not read, hold threads and read none
     running; not run on a free-threaded build (per-thread holds);
   - subprocesses: -s on a program with a child started before spy attached and one after: all three processes sampled, each under its own process root;
+  - watched: -s --pid of a bash that starts the target (short 1) 2 s
+    later, and of `unshare -p -f TARGET` (its child in a PID namespace of
+    its own; as root, else with -r, else a SKIP line): exit 0 when the
+    tree ends, the parent's TracerPid 0 mid-run, short_work under a
+    process root that is not the parent's, the parent's pid and a Python
+    version in the metadata;
   - sigint: SIGINT to spy mid-record: exit 0, profile written, target
     still running and not stopped;
   - sigkill: SIGKILL to spy mid-record: target still running, not stopped,
     still using CPU.
-Then, once, the usage and I/O errors of the contract, and the rates at
+Then, once, the usage and I/O errors of the contract; -s over trees that
+never run Python (a shell that exits, -d 1 of sleep, launch mode): exit
+4, one line, no file; launch mode's -s sampling a shell's Python child;
+the rates at
 which spy spins between ticks: 1 MHz --nonblocking (the highest accepted)
 and 100 kHz by default, 0.5 s each: exit 0, samples + missed ticks =
 rate x duration in the metadata and in the summary line alike, whatever
