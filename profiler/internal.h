@@ -127,7 +127,8 @@ void prof_process_free(struct prof_process *pp);
 #ifdef SPY_TEST_HOOKS
 /*
  * Tests: open pid through a fake backend and the anchors of a synthetic
- * image instead of /proc and ELF files (tests/lib/fakepy.h).
+ * image instead of /proc and ELF files (tests/lib/fakepy.h); hints NULL:
+ * the handle alone, for a root -s watches.
  */
 extern int (*prof_test_open)(pid_t pid, struct spy_process *h, struct pyrt_hints *hints);
 #endif

@@ -333,7 +333,11 @@ int prof_process_open_watched(struct prof_process **out, pid_t pid, struct spy_s
 	struct prof_process *pp = spy_xcalloc(1, sizeof(*pp));
 	pp->strs = strs;
 	pp->watched = true;
+#ifdef SPY_TEST_HOOKS
+	int rc = prof_test_open ? prof_test_open(pid, &pp->h, NULL) : spy_process_open_pid(&pp->h, pid, err);
+#else
 	int rc = spy_process_open_pid(&pp->h, pid, err);
+#endif
 	if (rc < 0) {
 		free(pp);
 		return rc;
