@@ -94,6 +94,15 @@ struct profiler {
 
 /* ---- processes ---- */
 
+/* A Python process is sampled: the first one's version is the session's (prof_python). */
+static void note_found(struct profiler *e, const struct prof_process *p)
+{
+	if (!e->found) {
+		e->found = true;
+		snprintf(e->python, sizeof(e->python), "%s", prof_process_python(p));
+	}
+}
+
 /* Open pid into a new process entry, *out; on failure nothing is kept. */
 static int process_open(struct profiler *e, pid_t pid, struct prof_process **out, struct spy_err *err)
 {
@@ -104,10 +113,7 @@ static int process_open(struct profiler *e, pid_t pid, struct prof_process **out
 	}
 	SPY_GROW(e->procs, e->procs_alloc, e->nprocs + 1);
 	e->procs[e->nprocs++] = p;
-	if (!e->found) {
-		e->found = true;
-		snprintf(e->python, sizeof(e->python), "%s", prof_process_python(p));
-	}
+	note_found(e, p);
 	*out = p;
 	return 0;
 }
@@ -168,13 +174,13 @@ static bool tree_gone(const struct profiler *e)
 	return true;
 }
 
+static bool worth_trying(struct profiler *e, pid_t pid);
+
 /*
  * -s: the root is no Python process; watch it for Python descendants
  * instead. Its own executable counts as a rejected descendant's: an exec
  * (a shell's last command, a shim) makes it worth opening again.
  */
-static bool worth_trying(struct profiler *e, pid_t pid);
-
 static int watch_root(struct profiler *e, pid_t pid, const struct spy_err *why, struct spy_err *err)
 {
 	struct prof_process *p;
@@ -202,10 +208,7 @@ static void root_became_python(struct profiler *e)
 	}
 	e->procs[0] = p;
 	process_free(w);
-	if (!e->found) {
-		e->found = true;
-		snprintf(e->python, sizeof(e->python), "%s", prof_process_python(p));
-	}
+	note_found(e, p);
 	spy_log(SPY_LOG_DEBUG, "engine: process %d became a Python process (%s): sampled",
 		(int)p->pid, prof_process_cmdline(p));
 }
