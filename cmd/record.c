@@ -213,7 +213,7 @@ static void record_window(void *ctx, const struct cmd_window *w)
 		const struct prof_process *t = prof_root(r->p);
 		fg_profile_meta_set(p, FG_META_SPY_VERSION, SPY_VERSION);
 		fg_profile_meta_setf(p, FG_META_PID, "%d", (int)prof_process_pid(t));
-		fg_profile_meta_set(p, FG_META_PYTHON, prof_process_python(t));
+		fg_profile_meta_set(p, FG_META_PYTHON, prof_python(r->p));
 		fg_profile_meta_setf(p, FG_META_RATE_HZ, "%g", r->o.rate);
 		fg_profile_meta_setf(p, FG_META_DURATION_S, "%lld", (long long)(w->until_s - w->from_s));
 		fg_profile_meta_setf(p, FG_META_SAMPLES, "%llu", (unsigned long long)w->ticks);
@@ -349,7 +349,7 @@ static void set_metadata(struct rec *r, uint64_t now)
 	struct spy_buf b = SPY_BUF_INIT;
 	fg_profile_meta_set(p, FG_META_SPY_VERSION, SPY_VERSION);
 	fg_profile_meta_setf(p, FG_META_PID, "%d", (int)prof_process_pid(t));
-	fg_profile_meta_set(p, FG_META_PYTHON, prof_process_python(t));
+	fg_profile_meta_set(p, FG_META_PYTHON, prof_python(r->p));
 	fg_profile_meta_setf(p, FG_META_RATE_HZ, "%g", r->o.rate);
 	fg_profile_meta_setf(p, FG_META_DURATION_S, "%.3f", prof_elapsed(r->p, now));
 	fg_profile_meta_setf(p, FG_META_SAMPLES, "%llu", (unsigned long long)st.samples);
@@ -519,11 +519,14 @@ static int start_push(struct rec *r)
 	push_sanitize(host, false);
 	char pid[16], python[64];
 	snprintf(pid, sizeof(pid), "%d", (int)prof_process_pid(t));
-	snprintf(python, sizeof(python), "%s", prof_process_python(t));
+	snprintf(python, sizeof(python), "%s", prof_python(r->p));
 	push_sanitize(python, false);
 	push_series_label(s, "host", host);
 	push_series_label(s, "pid", pid);
-	push_series_label(s, "python", python);
+	/* -s watching a shell: no Python known yet, and a label has a value. */
+	if (python[0]) {
+		push_series_label(s, "python", python);
+	}
 	for (size_t i = 0; i < r->nlabels; i++) {
 		const char *kv = r->labels[i], *eq = strchr(kv, '=');
 		char key[128];
@@ -763,6 +766,13 @@ int cmd_record(int argc, char **argv)
 		 */
 		pusher_finish(r->pusher, prof_stop_signal() ? PUSH_FLUSH_STOPPED_NS : PUSH_FLUSH_NS, &pst);
 		r->pusher = NULL;
+	}
+	int none = cmd_no_python(r->p);
+	if (none) {
+		/* Nothing was sampled, so nothing is written. */
+		rec_release(r);
+		free(r);
+		return none;
 	}
 	struct spy_err werr = SPY_ERR_INIT;
 	int wrc = r->keep_run ? write_outputs(r, end, &werr) : 0;

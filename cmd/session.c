@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cmd/cmd.h"
 #include "cmd/session.h"
 
 static void window_open(struct cmd_windows *w, const struct prof_stats *st, int64_t from_s, uint64_t seq)
@@ -69,6 +70,20 @@ void cmd_windows_end(struct cmd_windows *w, const struct prof_stats *st, uint64_
 	int64_t wall = (int64_t)stop_ns + w->wall_minus_mono_ns;
 	int64_t until_s = (wall + 999999999ll) / 1000000000ll;
 	window_close(w, st, until_s > w->win.from_s ? until_s : w->win.from_s + 1, true);
+}
+
+int cmd_no_python(struct profiler *p)
+{
+	struct spy_err err = SPY_ERR_INIT;
+	if (prof_check_found(p, &err) == 0) {
+		return 0;
+	}
+	struct spy_buf b = SPY_BUF_INIT;
+	spy_buf_adds(&b, err.msg);
+	prof_program_fate(p, &b);
+	snprintf(err.msg, sizeof(err.msg), "%s", b.buf);
+	spy_buf_release(&b);
+	return cmd_fail(&err);
 }
 
 void cmd_summary(const struct profiler *p, uint64_t now_ns, struct spy_buf *out)

@@ -49,5 +49,11 @@ void cmd_windows_end(struct cmd_windows *w, const struct prof_stats *st, uint64_
 
 /* "spy: N samples in S s (R Hz), M missed ticks, errors: ..." and any exec notes. */
 void cmd_summary(const struct profiler *p, uint64_t now_ns, struct spy_buf *out);
+/*
+ * Detached: where -s watched a root that is no Python process and none
+ * appeared in its tree, the one line (with a launched program's fate) and
+ * exit 4 in place of the summary; else 0.
+ */
+int cmd_no_python(struct profiler *p);
 
 #endif

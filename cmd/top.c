@@ -176,8 +176,15 @@ static void format_header(struct top *t, uint64_t now, struct spy_buf *h)
 	uint64_t samples = st.samples - t->mark_samples;
 	double span = (double)(now - t->mark_ns) / 1e9;
 	/* The command line last: a narrow terminal cuts it, not the numbers. */
-	spy_buf_addf(h, "spy top: process %d, Python ", (int)prof_process_pid(tg));
-	spy_term_adds(h, prof_process_python(tg));
+	const char *python = prof_python(t->p);
+	spy_buf_addf(h, "spy top: process %d, ", (int)prof_process_pid(tg));
+	if (!*prof_process_python(tg)) {
+		/* -s watching a shell, unshare, a supervisor: what its descendants run */
+		spy_buf_adds(h, *python ? "its descendants' Python " : "no Python process yet");
+	} else {
+		spy_buf_adds(h, "Python ");
+	}
+	spy_term_adds(h, python);
 	spy_buf_addf(h, ", %.1f s elapsed: ", prof_elapsed(t->p, now));
 	spy_term_adds(h, prof_process_cmdline(tg));
 	spy_buf_addch(h, '\n');
@@ -438,6 +445,10 @@ static int run(struct top *t, struct top_args *a)
 	screen_leave(t);
 	keys_leave(t);
 
+	int none = cmd_no_python(t->p);
+	if (none) {
+		return none;
+	}
 	struct spy_buf sum = SPY_BUF_INIT;
 	cmd_summary(t->p, end, &sum);
 	prof_program_fate(t->p, &sum);

@@ -72,6 +72,12 @@ struct prof_process {
 	struct native *nat;          /* --native; NULL without */
 	const char *root;            /* interned `process PID "cmdline"` */
 	bool attached, gone;
+	/*
+	 * -s, the root named or launched is not a Python process (a shell,
+	 * unshare, a supervisor): no runtime, never attached, stopped or
+	 * sampled; only its descendants are looked for, and its exit noticed.
+	 */
+	bool watched;
 	/* the thread table, and where each TID is in it */
 	struct prof_thread *th;
 	size_t nth, th_alloc;
@@ -105,6 +111,9 @@ struct prof_process {
  */
 int prof_process_open(struct prof_process **out, pid_t pid, bool prefetch, struct spy_strtab *strs,
 		      struct spy_err *err);
+/* -s: open pid to be watched for its Python descendants, without a runtime (see watched). */
+int prof_process_open_watched(struct prof_process **out, pid_t pid, struct spy_strtab *strs,
+			      struct spy_err *err);
 int prof_process_open_core(struct prof_process **out, const char *path, const char *exe, const char *root,
 			   struct spy_strtab *strs, struct spy_err *err);
 /*
@@ -121,7 +130,8 @@ void prof_process_free(struct prof_process *pp);
 #ifdef SPY_TEST_HOOKS
 /*
  * Tests: open pid through a fake backend and the anchors of a synthetic
- * image instead of /proc and ELF files (tests/lib/fakepy.h).
+ * image instead of /proc and ELF files (tests/lib/fakepy.h); hints NULL:
+ * the handle alone, for a root -s watches.
  */
 extern int (*prof_test_open)(pid_t pid, struct spy_process *h, struct pyrt_hints *hints);
 #endif

@@ -201,7 +201,8 @@ static int fill_hints(struct prof_process *t, struct pyrt_hints *h, struct spy_e
 	}
 	memset(h, 0, sizeof(*h));
 	h->binary = t->binary;
-	h->pid = (int32_t)(int)t->pid;
+	/* The main thread's TID as the target's memory holds it: its own namespace's. */
+	h->pid = (int32_t)(int)(t->h.tracer ? t->h.tracer->ns_pid(&t->h) : t->pid);
 	h->version_hint = prof_version_from_path(t->binary);
 	add_symbol(e, bias, "_PyRuntime", &h->runtime);
 	add_symbol(e, bias, "Py_Version", &h->py_version);
@@ -334,6 +335,27 @@ int prof_process_open(struct prof_process **out, pid_t pid, bool prefetch, struc
 	return rc;
 }
 
+int prof_process_open_watched(struct prof_process **out, pid_t pid, struct spy_strtab *strs,
+			      struct spy_err *err)
+{
+	struct prof_process *pp = spy_xcalloc(1, sizeof(*pp));
+	pp->strs = strs;
+	pp->watched = true;
+#ifdef SPY_TEST_HOOKS
+	int rc = prof_test_open ? prof_test_open(pid, &pp->h, NULL) : spy_process_open_pid(&pp->h, pid, err);
+#else
+	int rc = spy_process_open_pid(&pp->h, pid, err);
+#endif
+	if (rc < 0) {
+		free(pp);
+		return rc;
+	}
+	pp->pid = pp->h.ops->pid(&pp->h);
+	name_root(pp);
+	*out = pp;
+	return 0;
+}
+
 int prof_process_open_core(struct prof_process **out, const char *path, const char *exe, const char *root,
 			   struct spy_strtab *strs, struct spy_err *err)
 {
@@ -407,5 +429,5 @@ const char *prof_process_cmdline(const struct prof_process *pp)
 
 const char *prof_process_python(const struct prof_process *pp)
 {
-	return pyrt_version_string(pp->rt);
+	return pp->rt ? pyrt_version_string(pp->rt) : "";
 }

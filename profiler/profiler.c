@@ -70,6 +70,9 @@ struct profiler {
 	struct prof_rejected *rej;
 	size_t nrej, rej_alloc;
 	uint64_t last_scan_ns;
+	/* A Python process was found (a watched root: a descendant), and the first one's version */
+	bool found;
+	char python[32];
 
 	bool launched;
 	struct spawn sp;          /* launch mode only */
@@ -78,6 +81,7 @@ struct profiler {
 	struct ticker tk;
 	bool started, stopped;
 	uint64_t end_ns;
+	bool timed_out;   /* the duration ran out */
 	/* spy raised to SCHED_RR while sampling (undone at the stop); when its CPU share was last looked at */
 	bool sched_rt;
 	uint64_t sched_check_ns, sched_cpu_ns;
@@ -90,6 +94,15 @@ struct profiler {
 
 /* ---- processes ---- */
 
+/* A Python process is sampled: the first one's version is the session's (prof_python). */
+static void note_found(struct profiler *e, const struct prof_process *p)
+{
+	if (!e->found) {
+		e->found = true;
+		snprintf(e->python, sizeof(e->python), "%s", prof_process_python(p));
+	}
+}
+
 /* Open pid into a new process entry, *out; on failure nothing is kept. */
 static int process_open(struct profiler *e, pid_t pid, struct prof_process **out, struct spy_err *err)
 {
@@ -100,6 +113,7 @@ static int process_open(struct profiler *e, pid_t pid, struct prof_process **out
 	}
 	SPY_GROW(e->procs, e->procs_alloc, e->nprocs + 1);
 	e->procs[e->nprocs++] = p;
+	note_found(e, p);
 	*out = p;
 	return 0;
 }
@@ -109,7 +123,7 @@ static int process_start(struct profiler *e, struct prof_process *p, struct spy_
 {
 	p->last_maps_ns = ticker_now_ns();
 	p->maps_retry_ns = 10 * 1000 * 1000ull;
-	if (e->ts.o.nonblocking) {
+	if (e->ts.o.nonblocking || p->watched) {
 		return 0;
 	}
 	int rc = e->ts.o.native ? prof_native_start(p, e->ts.o.native_all, err) : 0;
@@ -141,7 +155,81 @@ static bool root_gone(const struct profiler *e)
 	return !e->nprocs || e->procs[0]->gone;
 }
 
+/*
+ * Whether the session is over: the root has exited and, with -s, so has
+ * every descendant followed (as py-spy's -s, which samples until none
+ * runs). New descendants are no longer found once the root has gone:
+ * its orphans belong to another parent.
+ */
+static bool tree_gone(const struct profiler *e)
+{
+	if (!root_gone(e)) {
+		return false;
+	}
+	for (size_t i = 1; e->ts.o.subprocesses && i < e->nprocs; i++) {
+		if (!e->procs[i]->gone) {
+			return false;
+		}
+	}
+	return true;
+}
+
+static bool worth_trying(struct profiler *e, pid_t pid);
+
+/*
+ * -s: the root is no Python process; watch it for Python descendants
+ * instead. Its own executable counts as a rejected descendant's: an exec
+ * (a shell's last command, a shim) makes it worth opening again.
+ */
+static int watch_root(struct profiler *e, pid_t pid, const struct spy_err *why, struct spy_err *err)
+{
+	struct prof_process *p;
+	int rc = prof_process_open_watched(&p, pid, e->ts.strs, err);
+	if (rc < 0) {
+		return rc;
+	}
+	SPY_GROW(e->procs, e->procs_alloc, e->nprocs + 1);
+	e->procs[e->nprocs++] = p;
+	(void)worth_trying(e, pid);
+	spy_log(SPY_LOG_DEBUG, "engine: %s: watching it for Python descendants (-s)", why->msg);
+	return 0;
+}
+
+/* The root's exec made it a Python process: it is sampled from now on, in the watched entry's place. */
+static void root_became_python(struct profiler *e)
+{
+	struct prof_process *w = e->procs[0], *p;
+	if (prof_process_open(&p, w->pid, true, e->ts.strs, NULL) < 0) {
+		return;
+	}
+	if (process_start(e, p, NULL) < 0) {
+		process_free(p);
+		return;
+	}
+	e->procs[0] = p;
+	process_free(w);
+	note_found(e, p);
+	spy_log(SPY_LOG_DEBUG, "engine: process %d became a Python process (%s): sampled",
+		(int)p->pid, prof_process_cmdline(p));
+}
+
 /* ---- launching ---- */
+
+/*
+ * -s: a launched program that is no interpreter yet is watched once it has
+ * a child (a shell's), or past the fast polls (a slow shim's exec is then
+ * caught as the watched root's).
+ */
+static bool launch_watch_now(const struct profiler *e, uint64_t start)
+{
+	if (ticker_now_ns() - start >= LAUNCH_FAST_NS) {
+		return true;
+	}
+	pid_t *v = NULL;
+	size_t n = proc_list_descendants(e->sp.pid, &v);
+	free(v);
+	return n > 0;
+}
 
 static int launch(struct profiler *e, char **program, struct spy_err *err)
 {
@@ -169,6 +257,9 @@ static int launch(struct profiler *e, char **program, struct spy_err *err)
 			spawn_forward(&e->sp);
 			return spy_err_set(err, SPY_EINTR, "interrupted");
 		}
+		if (e->ts.o.subprocesses && rc == -SPY_ENOPY && launch_watch_now(e, start)) {
+			return watch_root(e, e->sp.pid, &last, err);
+		}
 		if (ticker_now_ns() >= deadline) {
 			/* Not left running unsupervised, as root or otherwise. */
 			spawn_abandon(&e->sp);
@@ -191,6 +282,9 @@ static int launch(struct profiler *e, char **program, struct spy_err *err)
 static int check_root(struct profiler *e, struct spy_err *err)
 {
 	const struct prof_process *pp = e->procs[0];
+	if (pp->watched) {
+		return 0;
+	}
 	if (e->ts.o.gil && !pyrt_has_gil(pp->rt)) {
 		return spy_err_set(err, SPY_EUSAGE,
 				   "-g: Python %s is a free-threaded build running without a GIL, so no thread "
@@ -218,6 +312,10 @@ int prof_open(struct profiler **out, const struct prof_opts *o, struct spy_strta
 		struct prof_process *p;
 		proc_install_stop_handlers();
 		rc = process_open(e, pid, &p, err);
+		if (rc == -SPY_ENOPY && o->subprocesses) {
+			struct spy_err why = *err;
+			rc = watch_root(e, pid, &why, err);
+		}
 	}
 	if (rc == 0) {
 		rc = check_root(e, err);
@@ -293,6 +391,16 @@ static void reap_descendants(struct profiler *e)
 
 static void scan_descendants(struct profiler *e)
 {
+	/* Gone, its pid may name another process, whose children are none of ours. */
+	if (root_gone(e)) {
+		return;
+	}
+	if (e->procs[0]->watched && worth_trying(e, e->procs[0]->pid)) {
+		root_became_python(e);
+		if (!e->procs[0]->watched) {
+			forget_rejected(e, e->procs[0]->pid);
+		}
+	}
 	const struct spy_process *root = &e->procs[0]->h;
 	pid_t *v = NULL;
 	size_t n = root->tracer->descendants(root, &v);
@@ -512,7 +620,7 @@ static void tick(struct profiler *e, uint64_t start_ns)
 	e->ts.st.live_threads = 0;
 	e->ts.nkept = 0;
 	for (size_t i = 0; i < e->nprocs && !proc_stop_requested; i++) {
-		if (!e->procs[i]->gone) {
+		if (!e->procs[i]->gone && !e->procs[i]->watched) {
 			/* The first at the tick's start; the others when their turn comes. */
 			prof_tick_process(&e->ts, e->procs[i], i ? ticker_now_ns() : start_ns, &gil_held);
 		}
@@ -533,7 +641,8 @@ enum prof_event prof_next(struct profiler *e, struct prof_tick *out)
 	uint64_t now = e->ticked_ns ? e->ticked_ns : ticker_now_ns();
 	e->ticked_ns = 0;
 	poll_processes(e, now);
-	if (root_gone(e) || proc_stop_requested || ticker_deadline(&e->tk) >= e->end_ns) {
+	e->timed_out = ticker_deadline(&e->tk) >= e->end_ns;
+	if (tree_gone(e) || proc_stop_requested || e->timed_out) {
 		prof_stop(e);
 		return PROF_END;
 	}
@@ -544,7 +653,9 @@ enum prof_event prof_next(struct profiler *e, struct prof_tick *out)
 	}
 	/* Between ticks, never inside one: the tick's time is the stacks'. */
 	for (size_t i = 0; i < e->nprocs; i++) {
-		prof_side_reads(&e->ts, e->procs[i], now);
+		if (!e->procs[i]->watched) {
+			prof_side_reads(&e->ts, e->procs[i], now);
+		}
 	}
 	uint64_t seen;
 	if (ticker_wait(&e->tk, e->poll_ns, &seen) != 1) {
@@ -699,11 +810,49 @@ const struct prof_process *prof_root(const struct profiler *e)
 	return e->nprocs ? e->procs[0] : NULL;
 }
 
+const char *prof_python(const struct profiler *e)
+{
+	return e->python;
+}
+
+int prof_check_found(const struct profiler *e, struct spy_err *err)
+{
+	if (e->found || !e->nprocs) {
+		return 0;
+	}
+	const struct prof_process *r = e->procs[0];
+	if (e->launched && r->gone) {
+		return spy_err_set(err, SPY_ENOPY, "no Python interpreter found: '%s' and its descendants "
+				   "exited before one appeared", e->program);
+	}
+	struct spy_buf b = SPY_BUF_INIT;
+	if (e->launched) {
+		spy_buf_addf(&b, "'%s' (process %d)", e->program, (int)r->pid);
+	} else {
+		spy_buf_addf(&b, "process %d (%s)", (int)r->pid, prof_process_cmdline(r));
+	}
+	if (r->gone) {
+		spy_err_set(err, SPY_ENOPY, "no Python interpreter found in %s or its descendants: they exited",
+			    b.buf);
+	} else if (!proc_stop_requested && e->timed_out) {
+		spy_err_set(err, SPY_ENOPY, "no Python interpreter found in %s or its descendants in %g s",
+			    b.buf, e->ts.o.duration);
+	} else {
+		spy_err_set(err, SPY_ENOPY, "no Python interpreter found in %s or its descendants before spy "
+			    "was stopped", b.buf);
+	}
+	spy_buf_release(&b);
+	return -SPY_ENOPY;
+}
+
 void prof_stats(const struct profiler *e, struct prof_stats *out)
 {
 	*out = e->ts.st;
 	out->missed = e->tk.missed;
-	out->processes = e->nprocs;
+	out->processes = 0;
+	for (size_t i = 0; i < e->nprocs; i++) {
+		out->processes += !e->procs[i]->watched && !e->procs[i]->gone;
+	}
 }
 
 void prof_dropped(struct profiler *e)
@@ -728,7 +877,8 @@ void prof_resources(struct profiler *e, struct prof_resources *out)
 {
 	memset(out, 0, sizeof(*out));
 	struct prof_process *p = e->nprocs ? e->procs[0] : NULL;
-	if (!p || p->gone) {
+	/* A watched root's are not the program's sampled: a shell's, unshare's. */
+	if (!p || p->gone || p->watched) {
 		return;
 	}
 	struct proc_resources pr;

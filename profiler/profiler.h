@@ -177,6 +177,18 @@ const char *prof_process_cmdline(const struct prof_process *pp);
 struct spy_creds;
 const struct spy_creds *prof_process_creds(const struct prof_process *pp);
 const char *prof_process_python(const struct prof_process *pp);
+/*
+ * The Python version of the process named or launched, or of the first
+ * Python descendant of a root -s watches (a shell, unshare: no Python
+ * process itself); "" while none has been found.
+ */
+const char *prof_python(const struct profiler *p);
+/*
+ * Once sampling is over: 0, or -SPY_ENOPY where -s watched such a root and
+ * no Python process appeared in its tree, with the line saying until when
+ * (the tree exited, the duration ran out, a stop).
+ */
+int prof_check_found(const struct profiler *p, struct spy_err *err);
 
 /* The resources of the process named or launched now: known is 0 for one gone. */
 struct prof_resources {

@@ -105,6 +105,10 @@ int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, stru
 	if (rc < 0) {
 		return rc;
 	}
+	/* A container's target numbers its threads its own way: spy's TIDs from here on. */
+	for (size_t i = 0; pp->h.tracer && i < n; i++) {
+		py[i].native_tid = pp->h.tracer->host_tid(&pp->h, py[i].own_tid);
+	}
 	/* threading's names: looked up for new threads, all again each second. */
 	uint64_t now = o->now_ns ? o->now_ns : ticker_now_ns();
 	uint64_t before = pyrt_names_reads(pp->rt);

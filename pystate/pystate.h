@@ -52,6 +52,12 @@ struct py_thread {
 	int64_t interp_id;
 	uint64_t thread_id;   /* pthread_t: threading.get_ident() */
 	int32_t native_tid;   /* kernel TID; 0 if unknown */
+	/*
+	 * native_tid as the target's memory holds it, in its own PID
+	 * namespace: the caller may turn native_tid into its own namespace's
+	 * (a container's target); rechecks compare this one.
+	 */
+	int32_t own_tid;
 	bool holds_gil;
 	/* A free-threaded build's thread attached to its interpreter (running
 	 * Python, or C that has not detached): what holding the GIL is to a

@@ -514,7 +514,7 @@ static void fill_native_tids(struct pyrt *rt, struct py_thread *th, size_t n)
 		int32_t v;
 		if (spy_mem_plausible(rt->mem, th[i].thread_id, 8) &&
 		    spy_mem_read(rt->mem, th[i].thread_id + rt->tid_off, &v, sizeof(v)) == 0 && v > 0) {
-			th[i].native_tid = v;
+			th[i].native_tid = th[i].own_tid = v;
 		}
 	}
 }
@@ -559,6 +559,7 @@ static bool interp_threads(struct pyrt *rt, spy_addr_t interp, size_t *k)
 		p->thread_id = pyrt_u64(buf, o->tstate_thread_id);
 		if (o->tstate_native_thread_id != PYOFF_NONE) {
 			p->native_tid = (int32_t)pyrt_u32(buf, o->tstate_native_thread_id);
+			p->own_tid = p->native_tid;
 		}
 		p->holds_gil = holder && holder == t;
 		p->attached = attached(rt, buf);
@@ -628,7 +629,7 @@ int pyrt_thread_recheck(struct pyrt *rt, struct py_thread *t)
 	    pyrt_u64(buf, o->tstate_interp) != t->interp ||
 	    pyrt_u64(buf, o->tstate_thread_id) != t->thread_id ||
 	    (o->tstate_native_thread_id != PYOFF_NONE &&
-	     (int32_t)pyrt_u32(buf, o->tstate_native_thread_id) != t->native_tid)) {
+	     (int32_t)pyrt_u32(buf, o->tstate_native_thread_id) != t->own_tid)) {
 		return -SPY_EGONE;
 	}
 	/* A held thread can neither take the GIL nor release it. */

@@ -20,6 +20,7 @@
 #include <sys/uio.h>
 
 #include "common/buf.h"
+#include "common/hashmap.h"
 #include "common/mem.h"
 #include "sampler/sampler.h"
 
@@ -181,6 +182,15 @@ struct proc {
 	bool execed;           /* a thread exec'd: the image we resolved is gone */
 	bool exited;           /* we reaped the thread-group leader's exit ... */
 	int exit_status;       /* ... and this is its wait status */
+	/*
+	 * In another PID namespace (a container's, unshare -p's): its own pid
+	 * (ns_pid), and its threads' TIDs as it numbers them (what its memory
+	 * holds) to spy's, read again when one is missing (nspid.c).
+	 */
+	bool ns_other;
+	pid_t ns_pid;
+	struct spy_hmap ns_tids;
+	uint64_t ns_read_ns;
 	struct proc *next_attached; /* link in registry.c's registry of attached procs */
 };
 
@@ -206,6 +216,15 @@ int procfs_thread_state(int dirfd, pid_t tid, char *state);
 
 /* TracerPid from task/TID/status, 0 if untraced or unreadable. */
 pid_t procfs_tracer_pid(int dirfd, pid_t tid);
+/*
+ * The NSpid line of the status file name (under dirfd): its first number
+ * (as spy's procfs numbers the task) and its last (as the task's own PID
+ * namespace does); how many it holds, 0 if unreadable.
+ */
+int procfs_nspid(int dirfd, const char *name, pid_t *first, pid_t *last);
+/* nspid.c: the PID namespace read at proc_open; released by proc_free. */
+void proc_ns_init(struct proc *p);
+void proc_ns_free(struct proc *p);
 
 /*
  * memcache.c. memcache_init() allocates the lines (once, in proc_open);

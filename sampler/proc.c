@@ -396,6 +396,7 @@ int proc_open(struct proc **out, pid_t pid, struct spy_err *err)
 	if (rc < 0) {
 		goto fail;
 	}
+	proc_ns_init(p);
 
 	/* An exec between reading the maps and probing them is seen as stale maps: read again. */
 	bool stale = true;
@@ -452,6 +453,7 @@ void proc_free(struct proc *p)
 	free(p->threads);
 	free(p->tids);
 	free(p->tracees);
+	proc_ns_free(p);
 	memcache_free(p);
 	free(p);
 }

@@ -178,6 +178,16 @@ static void live_thread_wait(const struct spy_process *p, pid_t tid, struct spy_
 	proc_task_wait(live(p), tid, out);
 }
 
+static pid_t live_ns_pid(const struct spy_process *p)
+{
+	return proc_ns_pid(live(p));
+}
+
+static pid_t live_host_tid(struct spy_process *p, pid_t tid)
+{
+	return proc_host_tid(live(p), tid);
+}
+
 static const struct spy_process_ops live_ops = {
 	.kind = "process",
 	.pid = live_pid,
@@ -214,6 +224,8 @@ static const struct spy_tracer_ops live_tracer = {
 	.descendants = live_descendants,
 	.exe_of = live_exe_of,
 	.thread_wait = live_thread_wait,
+	.ns_pid = live_ns_pid,
+	.host_tid = live_host_tid,
 };
 
 /* ---- core ---- */

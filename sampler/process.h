@@ -86,6 +86,13 @@ struct spy_tracer_ops {
 	void (*exe_of)(const struct spy_process *p, pid_t pid, char *buf, size_t size);
 	/* Look again at one thread's wait. */
 	void (*thread_wait)(const struct spy_process *p, pid_t tid, struct spy_wait *out);
+	/*
+	 * In another PID namespace (a container's): its pid and its threads'
+	 * TIDs as it numbers them, which its memory holds, and a TID of its to
+	 * spy's (0: none); in spy's, the same numbers.
+	 */
+	pid_t (*ns_pid)(const struct spy_process *p);
+	pid_t (*host_tid)(struct spy_process *p, pid_t tid);
 };
 
 struct spy_process {

@@ -669,6 +669,35 @@ pid_t procfs_tracer_pid(int dirfd, pid_t tid)
 	return (e > s && v > 0 && v <= INT_MAX) ? (pid_t)v : 0;
 }
 
+int procfs_nspid(int dirfd, const char *name, pid_t *first, pid_t *last)
+{
+	static const char key[] = "\nNSpid:";
+	char buf[4096];
+	ssize_t n = read_small(dirfd, name, buf, sizeof(buf) - 1);
+	if (n <= 0) {
+		return 0;
+	}
+	buf[n] = '\0';
+	const char *s = strstr(buf, key);
+	if (!s) {
+		return 0;
+	}
+	s += sizeof(key) - 1;
+	/* One number a namespace, spy's procfs's first: 32 levels at most (the kernel's). */
+	int k = 0;
+	for (char *e; k < 33; s = e) {
+		long v = strtol(s, &e, 10);
+		if (e == s || v <= 0 || v > INT_MAX) {
+			break;
+		}
+		*(k++ ? last : first) = (pid_t)v;
+	}
+	if (k == 1) {
+		*last = *first;
+	}
+	return k;
+}
+
 static int read_thread(struct proc *p, struct proc_thread *t)
 {
 	char path[64], buf[64];

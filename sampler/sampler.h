@@ -73,6 +73,10 @@ int proc_open(struct proc **out, pid_t pid, struct spy_err *err);
 void proc_free(struct proc *p);
 
 pid_t proc_pid(const struct proc *p);
+/* The pid as the process's own PID namespace numbers it (its pid where that is spy's). */
+pid_t proc_ns_pid(const struct proc *p);
+/* A TID as the process numbers it (its memory's) to spy's; 0 if no thread has it. */
+pid_t proc_host_tid(struct proc *p, pid_t tid);
 /* The arguments joined by single spaces ("" for kernel threads). */
 const char *proc_cmdline(const struct proc *p);
 /* readlink(/proc/PID/exe), " (deleted)" stripped; "" if unreadable. */

@@ -32,11 +32,20 @@ Per interpreter, one PASS/FAIL line covering:
     3.6, whose count spy does not read, hold threads and read none
     running; not run on a free-threaded build (per-thread holds);
   - subprocesses: -s on a program with a child started before spy attached and one after: all three processes sampled, each under its own process root;
+  - watched: -s --pid of a bash that starts the target (short 1) 2 s
+    later, and of `unshare -p -f TARGET` (its child in a PID namespace of
+    its own; as root, else with -r, else a SKIP line): exit 0 when the
+    tree ends, the parent's TracerPid 0 mid-run, short_work under a
+    process root that is not the parent's, the parent's pid and a Python
+    version in the metadata;
   - sigint: SIGINT to spy mid-record: exit 0, profile written, target
     still running and not stopped;
   - sigkill: SIGKILL to spy mid-record: target still running, not stopped,
     still using CPU.
-Then, once, the usage and I/O errors of the contract, and the rates at
+Then, once, the usage and I/O errors of the contract; -s over trees that
+never run Python (a shell that exits, -d 1 of sleep, launch mode): exit
+4, one line, no file; launch mode's -s sampling a shell's Python child;
+the rates at
 which spy spins between ticks: 1 MHz --nonblocking (the highest accepted)
 and 100 kHz by default, 0.5 s each: exit 0, samples + missed ticks =
 rate x duration in the metadata and in the summary line alike, whatever
@@ -57,6 +66,7 @@ import gzip
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -502,6 +512,139 @@ def check_subprocesses(interp, d):
     return p
 
 
+def tracer_of(pid):
+    """TracerPid of pid's status (None if unreadable): 0 for a process no one traces."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("TracerPid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def watched_problems(out, root_pid, what):
+    """The profile of -s over a watched root: short_work sampled under a
+    child's process root, none of the root's own; the metadata names the
+    root and the child's Python."""
+    if not os.path.exists(out):
+        return ["%s: no profile written" % what]
+    prof = Profile(out)
+    p = []
+    roots = {fr[0] for fr, _ in prof.stacks if "short_work" in map(func_of, fr)}
+    if not roots or not all(r.startswith("process ") for r in roots):
+        p.append("%s: short_work not sampled under a process root: %r"
+                 % (what, sorted({fr[0] for fr, _ in prof.stacks})[:5]))
+    if any(fr[0].startswith("process %d " % root_pid) for fr, _ in prof.stacks):
+        p.append("%s: the watched root (process %d) was sampled" % (what, root_pid))
+    if prof.meta.get("pid") != str(root_pid) or not prof.meta.get("python"):
+        p.append("%s: metadata pid %r python %r, expected pid %d and a version"
+                 % (what, prof.meta.get("pid"), prof.meta.get("python"), root_pid))
+    return p
+
+
+def record_watched(root, out, what, d):
+    """spy record -s --pid of root (a process we started), to the tree's end:
+    exit 0, root never traced, the Python child's work in the profile."""
+    s = harness.start_spy(["record", "-q", "-s", "--pid", str(root.pid), "-o", out],
+                          env=harness.spy_env(keep_log=False))
+    time.sleep(0.5)
+    tracer = tracer_of(root.pid)
+    try:
+        _, err = s.communicate(timeout=60)
+        rc = s.returncode
+    except subprocess.TimeoutExpired:
+        rc, err = "timeout", b""
+    harness.kill(s)
+    p = []
+    if rc != 0:
+        p.append("%s: spy exited %s: %s" % (what, rc, err.decode("utf-8", "replace")[-300:]))
+    if tracer != 0:
+        p.append("%s: the watched root's TracerPid is %r: it was attached" % (what, tracer))
+    return p + watched_problems(out, root.pid, what)
+
+
+# `unshare -p -f`, run as root, or in a user namespace of its own where
+# that is allowed; None (and why) where neither works.
+_UNSHARE = []
+
+
+def unshare_argv():
+    if not _UNSHARE:
+        why = "unshare not found"
+        for argv in (["unshare", "-p", "-f"], ["unshare", "-r", "-p", "-f"]):
+            try:
+                r = subprocess.run(argv + ["true"], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE, timeout=10)
+            except (OSError, subprocess.SubprocessError) as e:
+                why = "unshare: %s" % e
+                continue
+            if r.returncode == 0:
+                _UNSHARE.append((argv, None))
+                break
+            why = r.stderr.decode("utf-8", "replace").strip()[:200]
+        else:
+            _UNSHARE.append((None, why))
+            print("SKIP record -s of unshare -p -f's Python: %s" % why)
+    return _UNSHARE[0][0]
+
+
+def check_watched(interp, d):
+    """-s of a parent that is no Python process: a bash that starts the
+    Python 2 s later, and unshare -p -f with the Python its child in a PID
+    namespace of its own."""
+    cmd = interp.command([TARGET, "short", "1"])
+    sh = harness.spawn(["bash", "-c", "sleep 2; %s >/dev/null; true"
+                        % " ".join(shlex.quote(a) for a in cmd)])
+    try:
+        p = record_watched(sh, os.path.join(d, "bash.folded"), "-s of bash", d)
+    finally:
+        harness.kill(sh)
+    argv = unshare_argv()
+    if argv:
+        un = harness.spawn(argv + cmd, stdout=subprocess.DEVNULL)
+        try:
+            p += record_watched(un, os.path.join(d, "unshare.folded"), "-s of unshare", d)
+        finally:
+            harness.kill(un)
+    return p
+
+
+def check_no_python(rep, interp):
+    """-s over a tree that never runs Python: exit 4, one line, no file;
+    and launch mode's -s finds a shell's Python child."""
+    d = tempfile.mkdtemp(prefix="spy-record-")
+    try:
+        out = os.path.join(d, "none.folded")
+        sh = harness.spawn(["bash", "-c", "sleep 1; true"])
+        sl = harness.spawn(["sleep", "30"])
+        try:
+            for args, what in ((["--pid", str(sh.pid)], "--pid of a shell that exits"),
+                               (["-d", "1", "--pid", str(sl.pid)], "-d 1 --pid of sleep"),
+                               (["--", "bash", "-c", "sleep 0.3"], "-- bash -c 'sleep 0.3'")):
+                r = record(["-s", "-o", out] + args, timeout=20)
+                p = expect_rc(r, 4, what)
+                if len(r.err_lines()) != 1 or "no Python interpreter found" not in r.err:
+                    p.append("expected one 'no Python interpreter found' line, got %r" % r.err[:300])
+                if os.path.exists(out):
+                    p.append("wrote %s" % out)
+                rep.check("record -s %s -> exit 4" % what, p)
+        finally:
+            harness.kill(sh)
+            harness.kill(sl)
+        out = os.path.join(d, "launch.folded")
+        cmd = " ".join(shlex.quote(a) for a in interp.command([TARGET, "short", "1"]))
+        r = record(["-s", "-o", out, "--", "bash", "-c", "sleep 1; %s >/dev/null; true" % cmd])
+        p = expect_rc(r, 0, "launch")
+        if not p:
+            prof = Profile(out)
+            p += watched_problems(out, int(prof.meta.get("pid", "0")), "launch")
+        rep.check("record -s -- bash -c 'sleep 1; python ...' samples the child", p)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def check_signals(interp, d):
     p = []
     out = os.path.join(d, "sigint.folded")
@@ -545,7 +688,7 @@ def check_signals(interp, d):
 PARTS = {
     "shares": (check_split, check_gil, check_four),
     "rest": (check_deep, check_launch, check_formats, check_one_stop, check_subprocesses,
-             check_signals),
+             check_watched, check_signals),
 }
 
 
@@ -759,6 +902,7 @@ def main():
     if "rest" in parts and interps and not harness.ptrace_problem():
         try:
             check_errors(rep, interps[-1])
+            check_no_python(rep, interps[-1])
             check_spin(rep, interps[-1])
             check_sched(rep, interps[-1])
         finally:

@@ -17,7 +17,10 @@ unit() over its lines (one row per function otherwise); launch mode
 (`spy top -d 2 -- PYTHON target split`); a target that exits mid-top (exit
 0); -s on the "parent" target (a child present at the start and one
 started later: child_work shown beside parent_work, the header counting 3
-processes); SIGINT to spy (exit 0, target running); on a pseudo-terminal, the
+processes); -s of a bash that starts the Python (short 1) a second later
+(the header says "no Python process yet", then "its descendants' Python",
+short_work shown, exit 0 at the tree's end) and -s -d 1 of sleep (exit 4,
+one line); SIGINT to spy (exit 0, target running); on a pseudo-terminal, the
 alternate screen and in-place redraw, and the terminal given back (screen,
 cursor, termios modes) after 'q', SIGTERM, SIGHUP and a crash (SIGSEGV); and the usage and process
 errors of the contract (exit 2, 3, 4).
@@ -27,6 +30,7 @@ import os
 import pty
 import re
 import select
+import shlex
 import signal
 import subprocess
 import resource
@@ -135,6 +139,38 @@ def check_subprocesses_of(interp):
     return p
 
 
+def check_watched(interp):
+    """top -s of a bash that starts the Python a second later: the header
+    says so before and after, the child's short_work is shown, exit 0 at
+    the tree's end; -s -d 1 of sleep: exit 4, one line."""
+    p = []
+    cmd = " ".join(shlex.quote(a) for a in interp.command([TARGET, "short", "1"]))
+    sh = harness.spawn(["bash", "-c", "sleep 1; %s >/dev/null; true" % cmd])
+    try:
+        r = top(["-s", "--pid", str(sh.pid), "--refresh", "0.5"])
+    finally:
+        harness.kill(sh)
+    p += expect_rc(r, 0, "-s of bash")
+    snaps = snapshots(r.out)
+    heads = [s.header for s in snaps]
+    if not heads or "no Python process yet" not in heads[0]:
+        p.append("-s of bash: the first header does not say no Python yet: %r" % heads[:1])
+    if not any("its descendants' Python " in h for h in heads):
+        p.append("-s of bash: no header names its descendants' Python: %r" % heads[-1:])
+    if not snaps or snaps[-1].get("short_work")[3] <= 0:
+        p.append("-s of bash: short_work has no TotalTime: %r"
+                 % (sorted(snaps[-1].rows)[:10] if snaps else r.out[:300]))
+    sleeper = harness.spawn(["sleep", "30"])
+    try:
+        r = top(["-s", "-d", "1", "--pid", str(sleeper.pid), "--refresh", "0.5"])
+    finally:
+        harness.kill(sleeper)
+    p += expect_rc(r, 4, "-s of sleep")
+    if len(r.err_lines()) != 1 or "no Python interpreter found" not in r.err:
+        p.append("-s of sleep: expected one 'no Python interpreter found' line, got %r" % r.err[:300])
+    return p
+
+
 def on_terminal(pid, what, stop, want_rc=0):
     """Run spy top on a pseudo-terminal and stop it with stop(spy, master):
     problems if it does not redraw in place on the alternate screen, exit
@@ -232,6 +268,7 @@ def check_once(interp):
         p += expect_rc(r, 0, "target exits")
 
     p += check_subprocesses_of(interp)
+    p += check_watched(interp)
 
     usage = [
         (["--pid", "1", "--rate", "0"], 2, "--rate 0"),
@@ -270,7 +307,8 @@ def main():
         # for_each_interp has reported; the checks below still run once.
         if not newest:
             raise
-    label = "once on %s: idle, sigint, terminal, lines, launch, target exit, -s, errors" % newest[0].label
+    label = ("once on %s: idle, sigint, terminal, lines, launch, target exit, -s, -s of bash, errors"
+             % newest[0].label)
     rep.run(label, check_once, newest[0])
     rep.finish()
 

@@ -99,6 +99,7 @@ static const struct spy_process_ops fake_ops = {
 static int f_attach(struct spy_process *p, struct spy_err *err)
 {
 	fp_of(p)->attached = true;
+	fp_of(p)->attaches++;
 	return 0;
 }
 
@@ -125,7 +126,8 @@ static void f_resume(struct spy_process *p)
 
 static bool f_gone(const struct fake_proc *f)
 {
-	return f->gone_after_ticks && f->tracks + f->pauses >= 3;
+	return (f->gone_after_ticks && f->tracks + f->pauses >= 3) ||
+	       (f->gone_after_alive && f->alive_calls >= f->gone_after_alive);
 }
 
 static int f_poll(struct spy_process *p)
@@ -144,6 +146,7 @@ static void f_detach(struct spy_process *p)
 
 static bool f_alive(struct spy_process *p)
 {
+	fp_of(p)->alive_calls++;
 	return !f_gone(fp_of(p));
 }
 
@@ -291,6 +294,17 @@ static void f_thread_wait(const struct spy_process *p, pid_t tid, struct spy_wai
 	memset(out, 0, sizeof(*out));
 }
 
+/* One PID namespace, spy's. */
+static pid_t f_ns_pid(const struct spy_process *p)
+{
+	return p->ops->pid(p);
+}
+
+static pid_t f_host_tid(struct spy_process *p, pid_t tid)
+{
+	return tid;
+}
+
 /* As ptrace.c: every thread seized is one of tids, and none is stopped. */
 static bool f_traces_only(struct spy_process *p, const pid_t *tids, size_t n)
 {
@@ -376,15 +390,22 @@ static const struct spy_tracer_ops fake_tracer = {
 	.descendants = f_descendants,
 	.exe_of = f_exe_of,
 	.thread_wait = f_thread_wait,
+	.ns_pid = f_ns_pid,
+	.host_tid = f_host_tid,
 };
 
 static int fake_open(pid_t pid, struct spy_process *h, struct pyrt_hints *hints)
 {
 	for (size_t i = 0; i < world->nprocs; i++) {
 		struct fake_proc *f = &world->procs[i];
+		if (f->pid == pid && hints && f->not_python) {
+			return -SPY_ENOPY;
+		}
 		if (f->pid == pid) {
 			*h = (struct spy_process){ &fake_ops, &fake_tracer, f };
-			*hints = *fakepy_hints(f->fp);
+			if (hints) {
+				*hints = *fakepy_hints(f->fp);
+			}
 			return 0;
 		}
 	}

@@ -61,6 +61,9 @@ struct fake_proc {
 	bool only_python;          /* the tracer seizes the Python threads alone (traces_only can say yes) */
 	int fresh_views;
 	bool view;                 /* a memory view is on: a line read again is served as first read */
+	bool not_python;           /* opened, it has no runtime (a shell -s watches) */
+	int attaches, alive_calls;
+	int gone_after_alive;      /* > 0: gone once alive() was asked this many times */
 };
 
 struct fake_world {

@@ -10,7 +10,7 @@
  * behind the holder's GIL walked without a stop of their own (not those
  * of an interpreter with its own GIL, nor with --native); the whole-process pause where a thread has no TID, with
  * no read while the process runs; the activity rule; torn and truncated
- * stacks; --nonblocking walks no idle thread without -i; the maps retry; -s follows descendants; the loop ends when the
+ * stacks; --nonblocking walks no idle thread without -i; the maps retry; -s follows descendants (of a root that is no Python process too, never attached, the session on past its exit); the loop ends when the
  * process does; continuous mode's windows (cmd/session.h) are whole
  * seconds, contiguous, and hold every tick.
  */
@@ -500,6 +500,56 @@ static void test_end_and_descendants(void)
 	fake_teardown(&w, p, &strs);
 }
 
+static void test_watched_root(void)
+{
+	/* -s of a root that is no Python process: never attached nor sampled; its Python child is. */
+	struct fake_world w;
+	struct spy_strtab strs = SPY_STRTAB_INIT;
+	struct spy_err err = SPY_ERR_INIT;
+	fake_setup(&w);
+	w.nprocs = 2;
+	w.procs[0].not_python = true;
+	w.procs[0].children[0] = 200;
+	w.procs[0].nchildren = 1;
+	w.procs[1].pid = 200;
+	w.procs[1].nth = 1;
+	w.procs[1].th[0] = (struct fake_thread){ .tid = 200, .state = 'R', .gil = true };
+	struct profiler *p = fake_run(&w, (struct prof_opts){ .subprocesses = true }, 20, &strs);
+	CHECK_INT(fake_stats(p).processes, 1);
+	CHECK_INT(w.procs[0].attaches + w.procs[0].pauses + w.procs[0].stops, 0);
+	CHECK(w.procs[1].stops > 0);
+	CHECK(w.nseen == 1 && w.seen_pids[0] == 200);
+	CHECK(!strncmp(prof_python(p), "3.12", 4));
+	CHECK_INT(prof_check_found(p, &err), 0);
+	fake_teardown(&w, p, &strs);
+
+	/* The root exits, its child runs on: so does the session, to the child's end. */
+	fake_setup(&w);
+	w.nprocs = 2;
+	w.procs[0].not_python = true;
+	w.procs[0].gone_after_alive = 2;
+	w.procs[0].children[0] = 200;
+	w.procs[0].nchildren = 1;
+	w.procs[1].pid = 200;
+	w.procs[1].nth = 1;
+	w.procs[1].th[0] = (struct fake_thread){ .tid = 200, .state = 'R', .gil = true };
+	p = fake_run(&w, (struct prof_opts){ .subprocesses = true }, 100, &strs);
+	CHECK(w.procs[0].alive_calls >= 2);
+	CHECK_INT(fake_stats(p).samples, 100);
+	fake_teardown(&w, p, &strs);
+
+	/* A tree that ends with no Python in it: the loop ends, and the command is told. */
+	fake_setup(&w);
+	w.procs[0].not_python = true;
+	w.procs[0].gone_after_alive = 2;
+	p = fake_run(&w, (struct prof_opts){ .subprocesses = true }, 0, &strs);
+	CHECK_INT(w.stacks, 0);
+	CHECK_INT(prof_check_found(p, &err), -SPY_ENOPY);
+	CHECK(strstr(err.msg, "or its descendants: they exited") != NULL);
+	CHECK(!strcmp(prof_python(p), ""));
+	fake_teardown(&w, p, &strs);
+}
+
 /* What the window callback saw. */
 #define MAX_WINDOWS 8
 static struct cmd_window windows[MAX_WINDOWS];
@@ -636,6 +686,7 @@ int main(void)
 	test_nonblocking_idle();
 	test_maps_and_dropped();
 	test_end_and_descendants();
+	test_watched_root();
 	test_windows();
 	test_heap_per_process();
 	return check_done();

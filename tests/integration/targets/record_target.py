@@ -18,7 +18,8 @@
 #   hash     N (argv[2]) threads hash in hash_work with the GIL released
 #            (in C all along but for a moment a call), the main thread spins
 #            in spin_one: many threads running, one holding the GIL.
-#   short    spins in short_work for 0.5 s, then exits 0.
+#   short    spins in short_work for 0.5 s (argv[2] seconds if given),
+#            then exits 0.
 #   parent   starts a child (this script, mode child), is ready once the
 #            child says it runs, forks another 0.3 s later, then spins in
 #            parent_work; the children spin in child_work. For -s: children
@@ -158,7 +159,7 @@ def hash_threads(n):
 
 def short_work():
     ready()
-    end = time.time() + 0.5
+    end = time.time() + (float(sys.argv[2]) if len(sys.argv) > 2 else 0.5)
     while time.time() < end:
         unit()
 
