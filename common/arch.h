@@ -57,6 +57,13 @@ bool spy_arch_unwind_reg(const struct spy_regs *r, int reg, uint64_t *val);
  */
 int spy_arch_pac_mask(pid_t tid, uint64_t *mask);
 
+/*
+ * The same mask from a core: the note of type type (desc, len bytes) that
+ * records it, the one its threads' registers come with (arm64's
+ * NT_ARM_PAC_MASK); false for any other note (x86-64 has none).
+ */
+bool spy_arch_pac_note(uint32_t type, const void *desc, size_t len, uint64_t *mask);
+
 /* Set register reg (libunwind's numbering) of r; false for one the general registers do not hold. */
 bool spy_arch_set_unwind_reg(struct spy_regs *r, int reg, uint64_t val);
 

@@ -178,6 +178,13 @@ static void live_thread_wait(const struct spy_process *p, pid_t tid, struct spy_
 	proc_task_wait(live(p), tid, out);
 }
 
+/* A live thread's registers are read while it is held. */
+static const struct spy_regs *no_saved_regs(const struct spy_process *p, pid_t tid, uint64_t *pac_mask)
+{
+	*pac_mask = 0;
+	return NULL;
+}
+
 static const struct spy_process_ops live_ops = {
 	.kind = "process",
 	.pid = live_pid,
@@ -186,6 +193,7 @@ static const struct spy_process_ops live_ops = {
 	.mem = live_mem,
 	.open_mapped = live_open_mapped,
 	.threads = live_threads,
+	.saved_regs = no_saved_regs,
 };
 
 static const struct spy_tracer_ops live_tracer = {
@@ -254,6 +262,11 @@ static long core_threads_op(struct spy_process *p, struct proc_thread *out, size
 	return (long)n;
 }
 
+static const struct spy_regs *core_regs_op(const struct spy_process *p, pid_t tid, uint64_t *pac_mask)
+{
+	return core_regs(p->impl, tid, pac_mask);
+}
+
 static const struct spy_process_ops core_ops = {
 	.kind = "core file",
 	.pid = core_pid_op,
@@ -262,6 +275,7 @@ static const struct spy_process_ops core_ops = {
 	.mem = core_mem_op,
 	.open_mapped = core_open_mapped,
 	.threads = core_threads_op,
+	.saved_regs = core_regs_op,
 };
 
 /* ---- opening ---- */

@@ -321,7 +321,7 @@ static void test_resolve_self(void)
 	CHECK(proc_parse_maps(text, len, &maps, &nmaps, &paths, NULL) >= 0);
 	struct spy_mem mem = { .read = self_read, .maps = maps, .nmaps = nmaps };
 
-	struct sym_native *s = sym_native_new(getpid(), &strs);
+	struct sym_native *s = sym_native_new(getpid(), NULL, NULL, &strs);
 	struct spy_stack out = SPY_STACK_INIT;
 	spy_addr_t pcs[2] = { (spy_addr_t)(uintptr_t)&spy_test_marker_function + 2,
 			      (spy_addr_t)(uintptr_t)&strlen + 1 };
@@ -376,7 +376,7 @@ static void test_resolve_jit(void)
 		{ 0x20000, 0x30000, 0, SPY_MAP_R | SPY_MAP_W | SPY_MAP_P, 0, 0, "" },
 	};
 	struct spy_mem mem = { .read = self_read, .maps = maps, .nmaps = 2 };
-	struct sym_native *s = sym_native_new(getpid(), &strs);
+	struct sym_native *s = sym_native_new(getpid(), NULL, NULL, &strs);
 	struct spy_stack out = SPY_STACK_INIT;
 	spy_addr_t pcs[2] = { 0x10010, 0x20010 };
 	sym_native_resolve(s, &mem, pcs, 2, &out);
@@ -540,10 +540,10 @@ static void test_unwind_ra_state(void)
 	CHECK_INT(sym_unwinder_new(&u, NULL), 0);
 	spy_addr_t pcs[32], sps[32];
 	size_t n = 0;
-	int rc = sym_unwind(u, &mem, (int32_t)pid, NULL, 0, pcs, sps, 32, &n);
+	int rc = sym_unwind(u, &mem, (int32_t)pid, NULL, NULL, 0, pcs, sps, 32, &n);
 	CHECK_INT(rc, 0);
 
-	struct sym_native *s = sym_native_new(pid, &strs);
+	struct sym_native *s = sym_native_new(pid, NULL, NULL, &strs);
 	struct spy_stack out = SPY_STACK_INIT;
 	sym_native_resolve(s, &mem, pcs, n, &out);
 	static const char *const want[] = { "spy_test_ra_spin", "spy_test_ra_signing",
@@ -580,10 +580,10 @@ static void test_unwind_fails(void)
 	struct spy_mem mem = { .read = self_read, .maps = NULL, .nmaps = 0 };
 	spy_addr_t pcs[8], sps[8];
 	size_t n = 99;
-	CHECK_INT(sym_unwind(u, &mem, 0, NULL, 0, pcs, sps, 8, &n), -SPY_EMEM);
+	CHECK_INT(sym_unwind(u, &mem, 0, NULL, NULL, 0, pcs, sps, 8, &n), -SPY_EMEM);
 	CHECK_INT(n, 0);
 	n = 99;
-	CHECK_INT(sym_unwind(u, &mem, (int32_t)getpid(), NULL, 0, pcs, sps, 8, &n), -SPY_EMEM);
+	CHECK_INT(sym_unwind(u, &mem, (int32_t)getpid(), NULL, NULL, 0, pcs, sps, 8, &n), -SPY_EMEM);
 	CHECK_INT(n, 0);
 	sym_unwinder_free(u);
 	sym_unwinder_free(NULL);
