@@ -32,7 +32,8 @@ int native_init(struct native *n, const struct spy_process *h, const char *binar
 		return rc;
 	}
 	/* A process that does not run is a core: its files are not its pid's. */
-	n->syms = sym_native_new(h->ops->pid(h), h->tracer ? NULL : open_core_file, (void *)h, strs);
+	struct sym_files core_files = { open_core_file, (void *)h, h->ops->user_root(h) };
+	n->syms = sym_native_new(h->ops->pid(h), h->tracer ? NULL : &core_files, strs);
 	n->opts.all = all;
 	n->opts.marker = spy_strtab_interns(strs, "[native stack incomplete]");
 	/* The interpreter's own files: everything in them is the interpreter's business. */

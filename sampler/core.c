@@ -756,6 +756,11 @@ const struct proc_thread *core_threads(const struct core *c, size_t *n)
 	return c->threads;
 }
 
+int core_root(const struct core *c)
+{
+	return c->rootfd;
+}
+
 const struct spy_regs *core_regs(const struct core *c, pid_t tid, uint64_t *pac_mask)
 {
 	*pac_mask = c->pac_mask;

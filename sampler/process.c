@@ -185,6 +185,11 @@ static const struct spy_regs *no_saved_regs(const struct spy_process *p, pid_t t
 	return NULL;
 }
 
+static int no_user_root(const struct spy_process *p)
+{
+	return -1;
+}
+
 static const struct spy_process_ops live_ops = {
 	.kind = "process",
 	.pid = live_pid,
@@ -194,6 +199,7 @@ static const struct spy_process_ops live_ops = {
 	.open_mapped = live_open_mapped,
 	.threads = live_threads,
 	.saved_regs = no_saved_regs,
+	.user_root = no_user_root,
 };
 
 static const struct spy_tracer_ops live_tracer = {
@@ -267,6 +273,11 @@ static const struct spy_regs *core_regs_op(const struct spy_process *p, pid_t ti
 	return core_regs(p->impl, tid, pac_mask);
 }
 
+static int core_root_op(const struct spy_process *p)
+{
+	return core_root(p->impl);
+}
+
 static const struct spy_process_ops core_ops = {
 	.kind = "core file",
 	.pid = core_pid_op,
@@ -276,6 +287,7 @@ static const struct spy_process_ops core_ops = {
 	.open_mapped = core_open_mapped,
 	.threads = core_threads_op,
 	.saved_regs = core_regs_op,
+	.user_root = core_root_op,
 };
 
 /* ---- opening ---- */

@@ -42,6 +42,8 @@ struct spy_process_ops {
 	 * none kept (a live thread's are read by ptrace while it is held).
 	 */
 	const struct spy_regs *(*saved_regs)(const struct spy_process *p, pid_t tid, uint64_t *pac_mask);
+	/* The root its paths live in as the user named it (a core's --root): a borrowed O_PATH descriptor, or -1 (none named; a live process has /proc/PID/root). */
+	int (*user_root)(const struct spy_process *p);
 };
 
 /*

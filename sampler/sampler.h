@@ -371,6 +371,8 @@ const struct proc_thread *core_threads(const struct core *c, size_t *n);
  * if the core has no such thread), and in *pac_mask the bits of a code
  * address that its notes say carry an authentication code (0: none).
  */
+/* --root as an O_PATH descriptor (the core's), or -1 without. */
+int core_root(const struct core *c);
 struct spy_regs;
 const struct spy_regs *core_regs(const struct core *c, pid_t tid, uint64_t *pac_mask);
 /*

@@ -118,14 +118,18 @@ struct sym_native_stats {
 };
 
 /*
- * How the files behind the mappings are opened: open(ctx, path), a
- * descriptor or -errno (a core's rules: sampler's core_open_file), or, if
- * open is NULL, spy_open_mapped of live process pid. Debug files are looked
- * for in pid's root (/proc/PID/root) only for a live process.
+ * How a core's files are opened (files NULL: a live process pid's, with
+ * spy_open_mapped, its debug files looked for in /proc/PID/root first).
  */
-typedef int (*sym_open_fn)(void *ctx, const char *path);
+struct sym_files {
+	/* The file at path, a descriptor or -errno (sampler's core_open_file). */
+	int (*open)(void *ctx, const char *path);
+	void *ctx;
+	/* The root debug files are looked for in first (borrowed; -1: only ours). */
+	int rootfd;
+};
 /* strs receives every name and must outlive the sym_native. */
-struct sym_native *sym_native_new(pid_t pid, sym_open_fn open, void *ctx, struct spy_strtab *strs);
+struct sym_native *sym_native_new(pid_t pid, const struct sym_files *files, struct spy_strtab *strs);
 void sym_native_free(struct sym_native *s);
 /*
  * Append the frames of pcs[0..n) (as from sym_unwind) to out, innermost

@@ -18,9 +18,14 @@ Targets are modes of targets/hung.py (see its header). For each interpreter:
     captured by a closure (held in cells) included;
   - --core: a gcore of the deadlocked process (taken from here; read with
     --root ROOT when the process runs in a container) dumps the same threads,
-    states and frames as the live dump (when gdb's gcore is installed).
-Then, once: a truncated core and a file that is no core exit 5; a core of a
-program that is not Python (sleep) exits 4; --pid with --core, --exe
+    states and frames as the live dump (when gdb's gcore is installed);
+    --core --native-all the same merged native and Python stacks, the
+    interpreter's own frames included, as a live dump --native-all taken
+    just before the core (the threads sit still in C: in the lock's futex
+    wait, the main thread in its sleep), each thread's with a native frame
+    innermost.
+Then, once: a truncated core and a file that is no core exit 5, with
+--native too; a core of a program that is not Python (sleep) exits 4; --pid with --core, --exe
 or --root without --core, and --core without its file are usage errors (2).
 
 Expected lines come from "# @name" markers in the target; expected values
@@ -228,8 +233,24 @@ def check_locals(interp, target):
     return until(target.pid, check, "--locals")[0]
 
 
+def native_problems(live_native, core_native):
+    """--core --native-all against the live one of the same still process."""
+    p = []
+    for t in live_native.threads:
+        if not t.frames or t.frames[0].line is not None:
+            p.append("live --native-all: thread %d has no native frame innermost: %r"
+                     % (t.tid, t.frames[:1]))
+    want = [(t.tid, t.frames) for t in live_native.threads]
+    got = [(t.tid, t.frames) for t in core_native.threads]
+    if got != want:
+        p.append("--core --native-all differs from the live one: %r vs %r" % (got, want))
+    return p
+
+
 def check_core(interp, target, live):
     tmp = tempfile.mkdtemp(prefix="spy-core.")
+    # Just before the core: the threads sit in C, so their native stacks hold still.
+    live_native = parse(dump(target.pid, "--native-all"))
     # The root's own gdb for its Pythons: this machine's gdb 13 writes a
     # thread stack that glibc 2.41+ guards with MADV_GUARD_INSTALL as zeros,
     # and 3.14 keeps each thread's entry frames on that stack.
@@ -258,7 +279,10 @@ def check_core(interp, target, live):
             p.append("--core dump differs from the live one: %r vs %r" % (got, want))
         if d.pid != target.pid or d.version != interp.vstring:
             p.append("--core header: pid %s, Python %s" % (d.pid, d.version))
-        return p
+        res = harness.run_spy(["dump", "--core", core, "--native-all"] + root, timeout=60)
+        if res.rc != 0:
+            return p + ["--core --native-all: " + res.describe()]
+        return p + native_problems(live_native, parse(res.out))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -307,12 +331,13 @@ def bad_inputs():
                 cases += [(core, 4), (trunc, 5)]
             else:
                 p.append("gcore of sleep made no core")
-        for path, code in cases:
-            res = harness.run_spy(["dump", "--core", path])
+        for (path, code), native in [(c, n) for c in cases for n in ([], ["--native"])]:
+            res = harness.run_spy(["dump", "--core", path] + native)
             lines = res.err_lines()
             if res.rc != code or len(lines) != 1:
-                p.append("--core %s: expected exit %d and one line, got %d: %r"
-                         % (os.path.basename(path), code, res.rc, lines))
+                p.append("--core %s%s: expected exit %d and one line, got %d: %r"
+                         % (os.path.basename(path), " --native" * len(native), code,
+                            res.rc, lines))
         for args in (["--pid", "1", "--core", notcore], ["--exe", notcore, "--pid", "1"],
                      ["--root", "/", "--pid", "1"], ["--core"]):
             res = harness.run_spy(["dump"] + args)

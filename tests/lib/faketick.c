@@ -92,6 +92,11 @@ static const struct spy_regs *f_saved_regs(const struct spy_process *p, pid_t ti
 	return NULL;
 }
 
+static int f_user_root(const struct spy_process *p)
+{
+	return -1;
+}
+
 static const struct spy_process_ops fake_ops = {
 	.kind = "fake process",
 	.pid = f_pid,
@@ -101,6 +106,7 @@ static const struct spy_process_ops fake_ops = {
 	.open_mapped = f_open_mapped,
 	.threads = f_threads,
 	.saved_regs = f_saved_regs,
+	.user_root = f_user_root,
 };
 
 static int f_attach(struct spy_process *p, struct spy_err *err)

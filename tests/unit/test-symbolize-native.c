@@ -321,7 +321,7 @@ static void test_resolve_self(void)
 	CHECK(proc_parse_maps(text, len, &maps, &nmaps, &paths, NULL) >= 0);
 	struct spy_mem mem = { .read = self_read, .maps = maps, .nmaps = nmaps };
 
-	struct sym_native *s = sym_native_new(getpid(), NULL, NULL, &strs);
+	struct sym_native *s = sym_native_new(getpid(), NULL, &strs);
 	struct spy_stack out = SPY_STACK_INIT;
 	spy_addr_t pcs[2] = { (spy_addr_t)(uintptr_t)&spy_test_marker_function + 2,
 			      (spy_addr_t)(uintptr_t)&strlen + 1 };
@@ -376,7 +376,7 @@ static void test_resolve_jit(void)
 		{ 0x20000, 0x30000, 0, SPY_MAP_R | SPY_MAP_W | SPY_MAP_P, 0, 0, "" },
 	};
 	struct spy_mem mem = { .read = self_read, .maps = maps, .nmaps = 2 };
-	struct sym_native *s = sym_native_new(getpid(), NULL, NULL, &strs);
+	struct sym_native *s = sym_native_new(getpid(), NULL, &strs);
 	struct spy_stack out = SPY_STACK_INIT;
 	spy_addr_t pcs[2] = { 0x10010, 0x20010 };
 	sym_native_resolve(s, &mem, pcs, 2, &out);
@@ -543,7 +543,7 @@ static void test_unwind_ra_state(void)
 	int rc = sym_unwind(u, &mem, (int32_t)pid, NULL, NULL, 0, pcs, sps, 32, &n);
 	CHECK_INT(rc, 0);
 
-	struct sym_native *s = sym_native_new(pid, NULL, NULL, &strs);
+	struct sym_native *s = sym_native_new(pid, NULL, &strs);
 	struct spy_stack out = SPY_STACK_INIT;
 	sym_native_resolve(s, &mem, pcs, n, &out);
 	static const char *const want[] = { "spy_test_ra_spin", "spy_test_ra_signing",
