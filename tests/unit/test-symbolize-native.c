@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/arch.h"
 #include "common/buf.h"
 #include "common/strtab.h"
 #include "sampler/sampler.h"
@@ -488,7 +489,8 @@ static int child_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
 /*
  * libunwind before 1.7 fails the step out of such a function: without
  * spy's handling the walk ends at spy_test_ra_signing, and
- * spy_test_ra_outer and main never show.
+ * spy_test_ra_outer and main never show. The walk from saved registers
+ * (dump --core --native's) must give the same frames.
  */
 static void test_unwind_ra_state(void)
 {
@@ -562,6 +564,26 @@ static void test_unwind_ra_state(void)
 		fprintf(stderr, "\n");
 	}
 	CHECK_INT((int)next, (int)SPY_ARRAY_SIZE(want));
+
+	/*
+	 * The same walk from saved registers (what a core's NT_PRSTATUS
+	 * holds), on an unwinder of its own so that no cache carries over:
+	 * the same pcs and stack pointers, frame for frame.
+	 */
+	struct sym_saved_regs saved = { NULL, 0 };
+	struct spy_regs regs;
+	CHECK_INT(spy_arch_get_regs(pid, &regs), 0);
+	CHECK_INT(spy_arch_pac_mask(pid, &saved.pac_mask), 0);
+	saved.regs = &regs;
+	struct sym_unwinder *u2 = NULL;
+	CHECK_INT(sym_unwinder_new(&u2, NULL), 0);
+	spy_addr_t pcs2[32], sps2[32];
+	size_t n2 = 0;
+	CHECK_INT(sym_unwind(u2, &mem, (int32_t)pid, &saved, NULL, 0, pcs2, sps2, 32, &n2), 0);
+	CHECK_INT(n2, n);
+	CHECK(n2 == n && !memcmp(pcs, pcs2, n * sizeof(*pcs)) && !memcmp(sps, sps2, n * sizeof(*sps)));
+	sym_unwinder_free(u2);
+
 	spy_stack_release(&out);
 	sym_native_free(s);
 	sym_unwinder_free(u);
