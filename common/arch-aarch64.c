@@ -64,6 +64,11 @@ bool spy_arch_pac_note(uint32_t type, const void *desc, size_t len, uint64_t *ma
 	return true;
 }
 
+uint64_t spy_arch_pac_mask_unknown(void)
+{
+	return ~(spy_arch_user_end() - 1);
+}
+
 bool spy_arch_unwind_reg(const struct spy_regs *r, int reg, uint64_t *val)
 {
 	/* UNW_AARCH64_X0..X30, SP, PC, PSTATE (libunwind-aarch64.h) are

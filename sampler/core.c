@@ -93,7 +93,8 @@ struct core {
 	size_t nthreads, alloc_threads;
 	struct spy_regs *regs;  /* of threads[i] */
 	size_t alloc_regs;
-	uint64_t pac_mask;      /* spy_arch_pac_note, 0 if the core has none */
+	uint64_t pac_mask;      /* spy_arch_pac_note, 0 until one is read */
+	bool pac_noted;
 	spy_addr_t vdso;        /* AT_SYSINFO_EHDR from NT_AUXV, 0 if none */
 	struct core_file {
 		const char *path;
@@ -490,7 +491,8 @@ static int read_notes(struct core *c, const GElf_Phdr *ph, struct spy_err *err)
 			set_psinfo(c, desc, nh.n_descsz);
 		} else if (nh.n_type == NT_AUXV) {
 			set_auxv(c, desc, nh.n_descsz);
-		} else if (!c->pac_mask && spy_arch_pac_note(nh.n_type, desc, nh.n_descsz, &c->pac_mask)) {
+		} else if (!c->pac_noted && spy_arch_pac_note(nh.n_type, desc, nh.n_descsz, &c->pac_mask)) {
+			c->pac_noted = true;
 			spy_log(SPY_LOG_DEBUG, "core: pointer authentication mask 0x%llx",
 				(unsigned long long)c->pac_mask);
 		} else if (nh.n_type == NT_FILE && !c->maps) {
@@ -684,6 +686,9 @@ int core_open(struct core **out, const char *path, const char *exe, const char *
 	}
 	if (!c->cmdline) {
 		c->cmdline = spy_xstrdup("");
+	}
+	if (!c->pac_noted) {
+		c->pac_mask = spy_arch_pac_mask_unknown();
 	}
 	pick_exe(c, exe);
 	c->mem.read = core_read;
