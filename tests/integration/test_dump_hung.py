@@ -23,7 +23,15 @@ Targets are modes of targets/hung.py (see its header). For each interpreter:
     interpreter's own frames included, as a live dump --native-all taken
     just before the core (the threads sit still in C: in the lock's futex
     wait, the main thread in its sleep), each thread's with a native frame
-    innermost.
+    innermost;
+  - a crash in C: targets/crash.py segfaults in libc's strlen under
+    ctypes, run under gdb (the root's for its Pythons), which dumps the
+    core at the fault; dump --core --native-all of it must name the
+    crashing thread's native frames as gdb's own backtrace of that moment
+    does, from the fault out to libffi's ffi_call (gdb's "??" where spy
+    has file+0xADDR, its DWARF name where spy has gcc's symbol, like
+    string_at.lto_priv.0), with the Python frame that called it, crash()
+    at @crash, further out.
 Then, once: a truncated core and a file that is no core exit 5, with
 --native too; a core of a program that is not Python (sleep) exits 4; --pid with --core, --exe
 or --root without --core, and --core without its file are usage errors (2).
@@ -33,6 +41,7 @@ from what the target reports of itself in its ready line.
 """
 
 import json
+import re
 import subprocess
 import os
 import shutil
@@ -44,6 +53,9 @@ import harness
 from harness import Frame
 
 HUNG = harness.target_path("hung.py")
+CRASH = harness.target_path("crash.py")
+# A frame of gdb's backtrace: "#1  0x00007f... in string_at (size=-1, ..." or "#0  strlen () at ...".
+GDB_FRAME = re.compile(r"^#\d+\s+(?:0x[0-9a-fA-F]+ in )?(\S+) \(")
 ATTEMPTS = 12
 PAUSE = 0.3
 
@@ -287,6 +299,55 @@ def check_core(interp, target, live):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def to_ffi_call(names):
+    """The innermost frames' names, through the first ffi_call (all if none)."""
+    return names[:names.index("ffi_call") + 1] if "ffi_call" in names else names
+
+
+def check_crash(interp):
+    tmp = tempfile.mkdtemp(prefix="spy-crash.")
+    core = os.path.join(tmp, "core")
+    argv = interp.tool(["gdb", "-batch", "-nx", "-ex", "run", "-ex", "gcore " + core,
+                        "-ex", "bt 40", "-ex", "kill", "--args"] + interp.argv([CRASH]),
+                       binds=(tmp,))
+    if not argv:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return []
+    try:
+        r = harness.spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = r.communicate(timeout=120)
+        if not os.path.exists(core):
+            return ["gdb made no core of the crash: %s" % err.decode(errors="replace")[-200:]]
+        gdb = [m.group(1) for m in (GDB_FRAME.match(l) for l in
+                                    out.decode(errors="replace").splitlines()) if m]
+        root = ["--root", interp.root] if interp.mode == "container" else []
+        res = harness.run_spy(["dump", "--core", core, "--native-all"] + root, timeout=60)
+        if res.rc != 0:
+            return ["--core --native-all of the crash: " + res.describe()]
+        d = parse(res.out)
+        t = d.threads[0] if d.threads else None
+        frames = t.frames if t else []
+        lead = []
+        for f in frames:
+            if f.line is not None:
+                break
+            lead.append(f.func)
+        want = to_ffi_call(gdb)
+        got = to_ffi_call(lead)
+        # gdb names a function by its DWARF name, the symbol table by gcc's
+        # (string_at.lto_priv.0, .constprop.0, .cold): the same function.
+        same = len(got) == len(want) and all(
+            g.split(".")[0] == w or (w == "??" and "+0x" in g) for g, w in zip(got, want))
+        p = []
+        if not want or not same:
+            p.append("crash: spy's innermost native frames %r, gdb's backtrace %r" % (got, want))
+        if Frame("crash", CRASH, harness.markers(CRASH)["crash"]) not in frames:
+            p.append("crash: no crash() frame at @crash in %r" % frames)
+        return p
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def run_one(interp):
     problems = []
     with harness.Target(interp, HUNG, ["deadlock"]) as t:
@@ -295,6 +356,7 @@ def run_one(interp):
         if not p:
             problems += check_json(t, d)
             problems += check_core(interp, t, d)
+    problems += check_crash(interp)
     for mode, check in (("recv", check_recv), ("gil", check_gil), ("locals", check_locals)):
         with harness.Target(interp, HUNG, [mode]) as t:
             problems += ["%s: %s" % (mode, x) for x in check(interp, t)]
