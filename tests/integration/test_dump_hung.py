@@ -33,7 +33,10 @@ Targets are modes of targets/hung.py (see its header). For each interpreter:
     string_at.lto_priv.0), with the Python frame that called it, crash()
     at @crash, further out (not again for a free-threaded build's
     PYTHON_GIL=1 run: the same binary).
-Then, once: a truncated core and a file that is no core exit 5, with
+Then, once: the kernel's own core of crash.py (on the first interpreter
+outside the root; SKIP where kernel.core_pattern writes no file into the
+process's directory) is read as gdb reads it; a truncated core and a file
+that is no core exit 5, with
 --native too; a core of a program that is not Python (sleep) exits 4; --pid with --core, --exe
 or --root without --core, and --core without its file are usage errors (2).
 
@@ -43,6 +46,7 @@ from what the target reports of itself in its ready line.
 
 import json
 import re
+import resource
 import subprocess
 import os
 import shutil
@@ -305,6 +309,37 @@ def to_ffi_call(names):
     return names[:names.index("ffi_call") + 1] if "ffi_call" in names else names
 
 
+def crash_problems(interp, core, gdb_out, what):
+    """dump --core --native-all of a core of crash.py against gdb's bt of it."""
+    lines = gdb_out.decode(errors="replace").splitlines()
+    # The backtrace is the last run from "#0" (gdb shows frame 0 once when it loads a core).
+    first = max([i for i, l in enumerate(lines) if l.startswith("#0 ")] or [0])
+    gdb = [m.group(1) for m in (GDB_FRAME.match(l) for l in lines[first:]) if m]
+    root = ["--root", interp.root] if interp.mode == "container" else []
+    res = harness.run_spy(["dump", "--core", core, "--native-all"] + root, timeout=60)
+    if res.rc != 0:
+        return ["%s: --core --native-all: %s" % (what, res.describe())]
+    d = parse(res.out)
+    frames = d.threads[0].frames if d.threads else []
+    lead = []
+    for f in frames:
+        if f.line is not None:
+            break
+        lead.append(f.func)
+    want = to_ffi_call(gdb)
+    got = to_ffi_call(lead)
+    # gdb names a function by its DWARF name, the symbol table by gcc's
+    # (string_at.lto_priv.0, .constprop.0, .cold): the same function.
+    same = len(got) == len(want) and all(
+        g.split(".")[0] == w or (w == "??" and "+0x" in g) for g, w in zip(got, want))
+    p = []
+    if not want or not same:
+        p.append("%s: spy's innermost native frames %r, gdb's backtrace %r" % (what, got, want))
+    if Frame("crash", CRASH, harness.markers(CRASH)["crash"]) not in frames:
+        p.append("%s: no crash() frame at @crash in %r" % (what, frames))
+    return p
+
+
 def check_crash(interp):
     tmp = tempfile.mkdtemp(prefix="spy-crash.")
     core = os.path.join(tmp, "core")
@@ -319,32 +354,44 @@ def check_crash(interp):
         out, err = r.communicate(timeout=120)
         if not os.path.exists(core):
             return ["gdb made no core of the crash: %s" % err.decode(errors="replace")[-200:]]
-        gdb = [m.group(1) for m in (GDB_FRAME.match(l) for l in
-                                    out.decode(errors="replace").splitlines()) if m]
-        root = ["--root", interp.root] if interp.mode == "container" else []
-        res = harness.run_spy(["dump", "--core", core, "--native-all"] + root, timeout=60)
-        if res.rc != 0:
-            return ["--core --native-all of the crash: " + res.describe()]
-        d = parse(res.out)
-        t = d.threads[0] if d.threads else None
-        frames = t.frames if t else []
-        lead = []
-        for f in frames:
-            if f.line is not None:
-                break
-            lead.append(f.func)
-        want = to_ffi_call(gdb)
-        got = to_ffi_call(lead)
-        # gdb names a function by its DWARF name, the symbol table by gcc's
-        # (string_at.lto_priv.0, .constprop.0, .cold): the same function.
-        same = len(got) == len(want) and all(
-            g.split(".")[0] == w or (w == "??" and "+0x" in g) for g, w in zip(got, want))
-        p = []
-        if not want or not same:
-            p.append("crash: spy's innermost native frames %r, gdb's backtrace %r" % (got, want))
-        if Frame("crash", CRASH, harness.markers(CRASH)["crash"]) not in frames:
-            p.append("crash: no crash() frame at @crash in %r" % frames)
-        return p
+        return crash_problems(interp, core, out, "crash")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def kernel_core(rep):
+    """The kernel's own core of crash.py (what a crash leaves with no
+    debugger attached: written and anonymous memory only, the text read
+    back from the files), on this machine's first interpreter outside the
+    root, against gdb's bt of that core. Needs a core_pattern that writes
+    a file in the crashing process's directory."""
+    label = "kernel core of a crash"
+    with open("/proc/sys/kernel/core_pattern") as f:
+        pattern = f.read().strip()
+    if pattern.startswith("|") or "/" in pattern:
+        return rep.skip(label, "kernel.core_pattern %r does not write a core into the "
+                        "process's directory" % pattern)
+    interps = [i for i in harness.discover(False, False)[0] if not i.root]
+    gdb = shutil.which("gdb")
+    if not interps or not gdb:
+        return rep.skip(label, "no gdb" if interps else "no interpreter outside the root")
+    interp = interps[0]
+    tmp = tempfile.mkdtemp(prefix="spy-kcore.")
+    try:
+        def allow_core():
+            resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY,) * 2)
+        r = harness.spawn(interp.argv([CRASH]), cwd=tmp, preexec_fn=allow_core,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        r.wait(timeout=60)
+        cores = [n for n in os.listdir(tmp) if n.startswith(pattern.split("%")[0] or "core")]
+        if r.returncode != -11 or not cores:
+            return rep.check(label, ["%s: exit %s, no core in %s (%r)"
+                                     % (interp.label, r.returncode, tmp, os.listdir(tmp))])
+        core = os.path.join(tmp, cores[0])
+        g = harness.spawn([gdb, "-batch", "-nx", "-ex", "bt 40", interp.path, core],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        out, _ = g.communicate(timeout=120)
+        rep.check("%s, %s" % (label, interp.label), crash_problems(interp, core, out, "kernel core"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -416,6 +463,7 @@ def bad_inputs():
 def main():
     rep = harness.reporter("dump-hung")
     rep.check("bad --core input", bad_inputs())
+    kernel_core(rep)
     harness.for_each_interp(rep, run_one, expect=harness.SUPPORTED, gil_too=True)
 
 
