@@ -31,8 +31,9 @@ Targets are modes of targets/hung.py (see its header). For each interpreter:
     does, from the fault out to libffi's ffi_call (gdb's "??" where spy
     has file+0xADDR, its DWARF name where spy has gcc's symbol, like
     string_at.lto_priv.0), with the Python frame that called it, crash()
-    at @crash, further out (not again for a free-threaded build's
-    PYTHON_GIL=1 run: the same binary).
+    at @crash, further out (on pyenv's 2.7 and 3.13 and every other
+    build, not again for a free-threaded build's PYTHON_GIL=1 run: the
+    same binary).
 Then, once: the kernel's own core of crash.py (on the first interpreter
 outside the root; SKIP where kernel.core_pattern writes no file into the
 process's directory) is read as gdb reads it; a truncated core and a file
@@ -340,6 +341,17 @@ def crash_problems(interp, core, gdb_out, what):
     return p
 
 
+def crash_checked(interp):
+    """Whether check_crash runs on interp: gdb's run costs 0.6-2 s an
+    interpreter (4 s free-threaded), so of pyenv's builds of one recipe only
+    the oldest and newest; every other build (stripped system, free-threaded,
+    the root's release and debug ones), but a free-threaded build's
+    PYTHON_GIL=1 run is the same binary again."""
+    if interp.free_threaded and interp.gil:
+        return False
+    return interp.origin != "pyenv" or interp.minor in ("2.7", "3.13")
+
+
 def check_crash(interp):
     tmp = tempfile.mkdtemp(prefix="spy-crash.")
     core = os.path.join(tmp, "core")
@@ -404,8 +416,7 @@ def run_one(interp):
         if not p:
             problems += check_json(t, d)
             problems += check_core(interp, t, d)
-    # A free-threaded build's PYTHON_GIL=1 run is the same binary's crash.
-    if not (interp.free_threaded and interp.gil):
+    if crash_checked(interp):
         problems += check_crash(interp)
     for mode, check in (("recv", check_recv), ("gil", check_gil), ("locals", check_locals)):
         with harness.Target(interp, HUNG, [mode]) as t:
