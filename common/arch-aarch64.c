@@ -4,6 +4,7 @@
  */
 #include <elf.h>
 #include <errno.h>
+#include <string.h>
 #include <sys/ptrace.h>
 #include <sys/uio.h>
 
@@ -49,6 +50,23 @@ int spy_arch_pac_mask(pid_t tid, uint64_t *mask)
 	}
 	/* The kernel offers the regset only where it enables address authentication. */
 	return errno == EINVAL ? 0 : -1;
+}
+
+bool spy_arch_pac_note(uint32_t type, const void *desc, size_t len, uint64_t *mask)
+{
+	/* struct user_pac_mask again, as the kernel and gdb dump it. */
+	uint64_t m[2];
+	if (type != NT_ARM_PAC_MASK || len < sizeof(m)) {
+		return false;
+	}
+	memcpy(m, desc, sizeof(m));
+	*mask = m[1];
+	return true;
+}
+
+uint64_t spy_arch_pac_mask_unknown(void)
+{
+	return ~(spy_arch_user_end() - 1);
 }
 
 bool spy_arch_unwind_reg(const struct spy_regs *r, int reg, uint64_t *val)

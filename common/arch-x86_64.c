@@ -37,6 +37,16 @@ int spy_arch_pac_mask(pid_t tid, uint64_t *mask)
 	return 0;
 }
 
+bool spy_arch_pac_note(uint32_t type, const void *desc, size_t len, uint64_t *mask)
+{
+	return false;
+}
+
+uint64_t spy_arch_pac_mask_unknown(void)
+{
+	return 0;
+}
+
 /* UNW_X86_64_RAX.. UNW_X86_64_RIP (libunwind-x86_64.h), which is also the DWARF numbering. */
 static const unsigned char unwind_slot[] = {
 	RAX, RDX, RCX, RBX, RSI, RDI, RBP, RSP, R8, R9, R10, R11, R12, R13, R14, R15, RIP,

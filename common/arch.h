@@ -57,6 +57,19 @@ bool spy_arch_unwind_reg(const struct spy_regs *r, int reg, uint64_t *val);
  */
 int spy_arch_pac_mask(pid_t tid, uint64_t *mask);
 
+/*
+ * The same mask from a core: the note of type type (desc, len bytes) that
+ * records it, the one its threads' registers come with (arm64's
+ * NT_ARM_PAC_MASK); false for any other note (x86-64 has none).
+ */
+bool spy_arch_pac_note(uint32_t type, const void *desc, size_t len, uint64_t *mask);
+/*
+ * The mask for a core without that note (an older gdb's): every bit above
+ * user space, which clears a signature from a return address and changes
+ * nothing of an unsigned one. 0 where nothing is ever signed (x86-64).
+ */
+uint64_t spy_arch_pac_mask_unknown(void);
+
 /* Set register reg (libunwind's numbering) of r; false for one the general registers do not hold. */
 bool spy_arch_set_unwind_reg(struct spy_regs *r, int reg, uint64_t val);
 

@@ -7,7 +7,7 @@
  * stopped only for the memory walk (stacks, locals, where the GIL is), and
  * symbols and merging happen after it runs again. A core needs no
  * pausing: the same walk runs over its memory, and each thread's wait
- * comes from its registers.
+ * comes from its registers, as does its native stack with --native.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -240,9 +240,6 @@ static int look_stopped(struct look_ctx *c, struct spy_err *err)
 
 static int look_open(struct prof_look *l, const struct prof_look_opts *o, struct spy_err *err)
 {
-	if (o->native && o->core) {
-		return spy_err_set(err, SPY_EUSAGE, "--native needs a live process, and this is a core file");
-	}
 	int rc = o->core ? prof_process_open_core(&l->pp, o->core, o->exe, o->root, &l->strs, err)
 			 : prof_process_open(&l->pp, o->pid, false, &l->strs, err);
 	if (rc < 0) {

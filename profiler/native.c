@@ -16,6 +16,13 @@
 /* Maps re-read for pcs in no mapping at most this often. */
 #define NATIVE_MAPS_NS (100 * 1000 * 1000ull)
 
+/* A core's files, under its rules (core_open_file through the handle). */
+static int open_core_file(void *ctx, const char *path)
+{
+	const struct spy_process *h = ctx;
+	return h->ops->open_mapped(h, path);
+}
+
 int native_init(struct native *n, const struct spy_process *h, const char *binary, struct spy_strtab *strs,
 		bool all, struct spy_err *err)
 {
@@ -24,7 +31,9 @@ int native_init(struct native *n, const struct spy_process *h, const char *binar
 	if (rc < 0) {
 		return rc;
 	}
-	n->syms = sym_native_new(h->ops->pid(h), strs);
+	/* A process that does not run is a core: its files are not its pid's. */
+	struct sym_files core_files = { open_core_file, (void *)h, h->ops->user_root(h) };
+	n->syms = sym_native_new(h->ops->pid(h), h->tracer ? NULL : &core_files, strs);
 	n->opts.all = all;
 	n->opts.marker = spy_strtab_interns(strs, "[native stack incomplete]");
 	/* The interpreter's own files: everything in them is the interpreter's business. */
@@ -78,8 +87,10 @@ void native_unwind(struct native *n, const struct spy_process *h, int32_t tid, s
 		return;
 	}
 	uint64_t t0 = spy_thread_cpu_ns();
-	pcs->rc = sym_unwind(n->uw, h->ops->mem(h), tid, pcs->anchors, pcs->nanchors, pcs->v,
-			     pcs->sp, SPY_MAX_NATIVE_DEPTH, &pcs->n);
+	struct sym_saved_regs saved = { NULL, 0 };
+	saved.regs = h->ops->saved_regs(h, tid, &saved.pac_mask);
+	pcs->rc = sym_unwind(n->uw, h->ops->mem(h), tid, saved.regs ? &saved : NULL, pcs->anchors,
+			     pcs->nanchors, pcs->v, pcs->sp, SPY_MAX_NATIVE_DEPTH, &pcs->n);
 	pcs->cpu_ns = spy_thread_cpu_ns() - t0;
 	n->unwind_ns += pcs->cpu_ns;
 	n->unwinds++;

@@ -29,7 +29,8 @@
  * task/TID/syscall would have shown. They are read once the segments are
  * known, since an architecture may need the instruction at the pc to tell.
  * The registers are the host's layout, so a core of another architecture
- * is refused.
+ * is refused. They are kept: they are where a native walk of the thread
+ * starts (dump --core --native), as PTRACE_GETREGSET's are for a live one.
  */
 #include <elf.h>
 #include <errno.h>
@@ -90,8 +91,11 @@ struct core {
 	size_t nmaps;
 	struct proc_thread *threads;
 	size_t nthreads, alloc_threads;
-	struct spy_regs *regs;  /* of threads[i], until classify_threads() */
+	struct spy_regs *regs;  /* of threads[i] */
 	size_t alloc_regs;
+	uint64_t pac_mask;      /* spy_arch_pac_note, 0 until one is read */
+	bool pac_noted;
+	spy_addr_t vdso;        /* AT_SYSINFO_EHDR from NT_AUXV, 0 if none */
 	struct core_file {
 		const char *path;
 		int fd;            /* -2 until first needed, -1 if it cannot be opened */
@@ -423,8 +427,6 @@ static void classify_threads(struct core *c)
 		}
 		c->threads[i].state = c->threads[i].wait.state;
 	}
-	free(c->regs);
-	c->regs = NULL;
 }
 
 static void set_psinfo(struct core *c, const unsigned char *desc, size_t len)
@@ -454,6 +456,21 @@ static void set_psinfo(struct core *c, const unsigned char *desc, size_t len)
 	c->exe = spy_xstrdup(ps.pr_fname); /* a base name until NT_FILE names the file */
 }
 
+/* Where the vDSO was mapped: the kernel's auxiliary vector says, and the maps name it as live ones do. */
+static void set_auxv(struct core *c, const unsigned char *desc, size_t len)
+{
+	for (size_t off = 0; off + 16 <= len; off += 16) {
+		uint64_t kv[2];
+		memcpy(kv, desc + off, sizeof(kv));
+		if (kv[0] == AT_NULL) {
+			break;
+		}
+		if (kv[0] == AT_SYSINFO_EHDR) {
+			c->vdso = kv[1];
+		}
+	}
+}
+
 static int read_notes(struct core *c, const GElf_Phdr *ph, struct spy_err *err)
 {
 	if (ph->p_filesz > CORE_MAX_NOTES) {
@@ -472,6 +489,12 @@ static int read_notes(struct core *c, const GElf_Phdr *ph, struct spy_err *err)
 			add_thread(c, desc, nh.n_descsz);
 		} else if (nh.n_type == NT_PRPSINFO) {
 			set_psinfo(c, desc, nh.n_descsz);
+		} else if (nh.n_type == NT_AUXV) {
+			set_auxv(c, desc, nh.n_descsz);
+		} else if (!c->pac_noted && spy_arch_pac_note(nh.n_type, desc, nh.n_descsz, &c->pac_mask)) {
+			c->pac_noted = true;
+			spy_log(SPY_LOG_DEBUG, "core: pointer authentication mask 0x%llx",
+				(unsigned long long)c->pac_mask);
 		} else if (nh.n_type == NT_FILE && !c->maps) {
 			int rc = core_parse_nt_file(desc, nh.n_descsz, &c->maps, &c->nmaps, &c->map_paths, err);
 			if (rc < 0) {
@@ -524,7 +547,8 @@ static void build_segments(struct core *c, const GElf_Phdr *loads, size_t n)
 		s->filesz = loads[i].p_filesz;
 		s->file = -1;
 		s->perms = perms_of(loads[i].p_flags);
-		s->path = "";
+		/* The unwinder finds the vDSO's tables by that name (a nameless code mapping is a JIT's). */
+		s->path = c->vdso && s->lo == c->vdso ? "[vdso]" : "";
 		for (size_t k = 0; k < nfiles; k++) {
 			if (files[k].lo <= s->lo && s->lo < files[k].hi) {
 				s->path = files[k].path;
@@ -663,6 +687,9 @@ int core_open(struct core **out, const char *path, const char *exe, const char *
 	if (!c->cmdline) {
 		c->cmdline = spy_xstrdup("");
 	}
+	if (!c->pac_noted) {
+		c->pac_mask = spy_arch_pac_mask_unknown();
+	}
 	pick_exe(c, exe);
 	c->mem.read = core_read;
 	c->mem.ctx = c;
@@ -732,4 +759,20 @@ const struct proc_thread *core_threads(const struct core *c, size_t *n)
 {
 	*n = c->nthreads;
 	return c->threads;
+}
+
+int core_root(const struct core *c)
+{
+	return c->rootfd;
+}
+
+const struct spy_regs *core_regs(const struct core *c, pid_t tid, uint64_t *pac_mask)
+{
+	*pac_mask = c->pac_mask;
+	for (size_t i = 0; i < c->nthreads; i++) {
+		if (c->threads[i].tid == tid) {
+			return &c->regs[i];
+		}
+	}
+	return NULL;
 }

@@ -188,6 +188,18 @@ static pid_t live_host_tid(struct spy_process *p, pid_t tid)
 	return proc_host_tid(live(p), tid);
 }
 
+/* A live thread's registers are read while it is held. */
+static const struct spy_regs *no_saved_regs(const struct spy_process *p, pid_t tid, uint64_t *pac_mask)
+{
+	*pac_mask = 0;
+	return NULL;
+}
+
+static int no_user_root(const struct spy_process *p)
+{
+	return -1;
+}
+
 static const struct spy_process_ops live_ops = {
 	.kind = "process",
 	.pid = live_pid,
@@ -196,6 +208,8 @@ static const struct spy_process_ops live_ops = {
 	.mem = live_mem,
 	.open_mapped = live_open_mapped,
 	.threads = live_threads,
+	.saved_regs = no_saved_regs,
+	.user_root = no_user_root,
 };
 
 static const struct spy_tracer_ops live_tracer = {
@@ -266,6 +280,16 @@ static long core_threads_op(struct spy_process *p, struct proc_thread *out, size
 	return (long)n;
 }
 
+static const struct spy_regs *core_regs_op(const struct spy_process *p, pid_t tid, uint64_t *pac_mask)
+{
+	return core_regs(p->impl, tid, pac_mask);
+}
+
+static int core_root_op(const struct spy_process *p)
+{
+	return core_root(p->impl);
+}
+
 static const struct spy_process_ops core_ops = {
 	.kind = "core file",
 	.pid = core_pid_op,
@@ -274,6 +298,8 @@ static const struct spy_process_ops core_ops = {
 	.mem = core_mem_op,
 	.open_mapped = core_open_mapped,
 	.threads = core_threads_op,
+	.saved_regs = core_regs_op,
+	.user_root = core_root_op,
 };
 
 /* ---- opening ---- */

@@ -35,6 +35,15 @@ struct spy_process_ops {
 	int (*open_mapped)(const struct spy_process *p, const char *path);
 	/* Every thread, at most max, with its wait (a live one's read now: before any stop); < 0 if unreadable. */
 	long (*threads)(struct spy_process *p, struct proc_thread *out, size_t max, struct spy_err *err);
+	/*
+	 * Thread tid's registers as the backend keeps them (a core's
+	 * NT_PRSTATUS, common/arch.h), with *pac_mask the bits of its code
+	 * addresses that carry an authentication code; NULL where there are
+	 * none kept (a live thread's are read by ptrace while it is held).
+	 */
+	const struct spy_regs *(*saved_regs)(const struct spy_process *p, pid_t tid, uint64_t *pac_mask);
+	/* The root its paths live in as the user named it (a core's --root): a borrowed O_PATH descriptor, or -1 (none named; a live process has /proc/PID/root). */
+	int (*user_root)(const struct spy_process *p);
 };
 
 /*

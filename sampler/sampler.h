@@ -377,6 +377,15 @@ const char *core_exe(const struct core *c);
  */
 int core_open_file(struct core *c, const char *path);
 const struct proc_thread *core_threads(const struct core *c, size_t *n);
+/* --root as an O_PATH descriptor (the core's), or -1 without. */
+int core_root(const struct core *c);
+/*
+ * Thread tid's general registers as its NT_PRSTATUS note saved them (NULL
+ * if the core has no such thread), and in *pac_mask the bits of a code
+ * address that its notes say carry an authentication code (0: none).
+ */
+struct spy_regs;
+const struct spy_regs *core_regs(const struct core *c, pid_t tid, uint64_t *pac_mask);
 /*
  * Parse an NT_FILE note's descriptor into maps (lo, hi, offset, path; paths
  * point into *paths). Exposed for unit tests; -SPY_EFORMAT if malformed.

@@ -101,7 +101,9 @@ struct sym_native {
 	struct spy_strtab *strs;
 	struct map_memo memo[MAP_MEMO];
 	pid_t pid;
-	int rootfd;           /* /proc/PID/root, O_PATH; -1 if unreachable */
+	struct sym_files core;   /* a core's; core.open NULL: spy_open_mapped(pid) */
+	int rootfd;           /* /proc/PID/root, O_PATH, or the core's; -1 if none */
+	bool own_root;        /* rootfd is ours to close */
 	Dwfl_Callbacks cb;
 	struct nfile *files;
 	size_t nfiles, afiles;
@@ -313,14 +315,21 @@ static int find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname
 	return fd;
 }
 
-struct sym_native *sym_native_new(pid_t pid, struct spy_strtab *strs)
+struct sym_native *sym_native_new(pid_t pid, const struct sym_files *files, struct spy_strtab *strs)
 {
 	struct sym_native *s = spy_xcalloc(1, sizeof(*s));
 	s->strs = strs;
 	s->pid = pid;
-	char root[64];
-	snprintf(root, sizeof(root), "/proc/%d/root", (int)pid);
-	s->rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (files) {
+		/* A core's pid is no process of ours: some other may have it now. */
+		s->core = *files;
+		s->rootfd = files->rootfd;
+	} else {
+		char root[64];
+		snprintf(root, sizeof(root), "/proc/%d/root", (int)pid);
+		s->rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+		s->own_root = true;
+	}
 	s->cb.find_elf = no_find_elf;
 	s->cb.find_debuginfo = find_debuginfo;
 	s->cb.section_address = dwfl_offline_section_address;
@@ -355,7 +364,7 @@ void sym_native_free(struct sym_native *s)
 	free(s->cache);
 	spy_hmap_release(&s->cache_index);
 	free(s->names);
-	if (s->rootfd >= 0) {
+	if (s->rootfd >= 0 && s->own_root) {
 		close(s->rootfd);
 	}
 	if (s->cxx) {
@@ -403,7 +412,7 @@ static void read_loads(struct nfile *f)
 
 static void open_file(struct sym_native *s, struct nfile *f, const struct spy_map *m)
 {
-	int fd = spy_open_mapped(s->pid, m);
+	int fd = s->core.open ? s->core.open(s->core.ctx, m->path) : spy_open_mapped(s->pid, m);
 	if (fd >= 0) {
 		f->dwfl = dwfl_begin(&s->cb);
 	}

@@ -60,8 +60,16 @@ struct sym_unwinder;
 
 int sym_unwinder_new(struct sym_unwinder **out, struct spy_err *err);
 void sym_unwinder_free(struct sym_unwinder *u);
+struct spy_regs;
+/* A thread's registers saved elsewhere (a core's NT_PRSTATUS) and the pac
+ * mask of its process (spy_arch_pac_note), for a walk without ptrace. */
+struct sym_saved_regs {
+	const struct spy_regs *regs;
+	uint64_t pac_mask;
+};
 /*
- * Walk tid's stack into pcs (innermost first; pcs[0] is the current pc, the
+ * Walk tid's stack (its registers from saved if not NULL, else from
+ * ptrace) into pcs (innermost first; pcs[0] is the current pc, the
  * rest are return addresses) and sps (each frame's stack pointer: frame j
  * spans [sps[j], sps[j + 1]) of the stack), at most max (and
  * SPY_MAX_NATIVE_DEPTH) entries; *n is how many. anchors[0..nanchors) are
@@ -72,8 +80,8 @@ void sym_unwinder_free(struct sym_unwinder *u);
  * could not start or a step failed (*n then holds what was walked, maybe 0).
  */
 int sym_unwind(struct sym_unwinder *u, const struct spy_mem *mem, int32_t tid,
-	       const spy_addr_t *anchors, size_t nanchors, spy_addr_t *pcs, spy_addr_t *sps,
-	       size_t max, size_t *n);
+	       const struct sym_saved_regs *saved, const spy_addr_t *anchors, size_t nanchors,
+	       spy_addr_t *pcs, spy_addr_t *sps, size_t max, size_t *n);
 /* Whether m is anonymous executable memory: code a JIT wrote. */
 static inline bool sym_map_is_jit(const struct spy_map *m)
 {
@@ -109,8 +117,19 @@ struct sym_native_stats {
 	uint64_t files;     /* ELF files opened */
 };
 
+/*
+ * How a core's files are opened (files NULL: a live process pid's, with
+ * spy_open_mapped, its debug files looked for in /proc/PID/root first).
+ */
+struct sym_files {
+	/* The file at path, a descriptor or -errno (sampler's core_open_file). */
+	int (*open)(void *ctx, const char *path);
+	void *ctx;
+	/* The root debug files are looked for in first (borrowed; -1: only ours). */
+	int rootfd;
+};
 /* strs receives every name and must outlive the sym_native. */
-struct sym_native *sym_native_new(pid_t pid, struct spy_strtab *strs);
+struct sym_native *sym_native_new(pid_t pid, const struct sym_files *files, struct spy_strtab *strs);
 void sym_native_free(struct sym_native *s);
 /*
  * Append the frames of pcs[0..n) (as from sym_unwind) to out, innermost

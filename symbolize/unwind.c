@@ -17,6 +17,10 @@
  * handed back to _UPT_access_mem. That path runs only on cache misses.
  * Registers likewise: one PTRACE_GETREGSET per walk serves them all
  * (common/arch.h), where _UPT would issue a ptrace call per register read.
+ * A core's thread is walked the same way from the registers its
+ * NT_PRSTATUS saved: with that snapshot and the core's memory there is
+ * nothing left to ask ptrace, so no _UPT_info is made at all, and the
+ * stacks of a core and of the live process it was agree by construction.
  *
  * The unwind tables are found in the target's memory, not in files.
  * _UPT_find_proc_info opens the path /proc/PID/maps gives under
@@ -97,7 +101,7 @@ struct sym_unwinder {
 /* The argument of one walk, given to every accessor. */
 struct walk {
 	uint64_t magic;
-	void *upt;
+	void *upt;                   /* NULL: a core's thread, saved registers only */
 	struct sym_unwinder *u;
 	const struct spy_mem *mem;
 	int32_t tid;
@@ -301,7 +305,8 @@ static void acc_put_unwind_info(unw_addr_space_t as, unw_proc_info_t *pi, void *
 
 static int acc_get_dyn_info_list_addr(unw_addr_space_t as, unw_word_t *addr, void *arg)
 {
-	return _UPT_get_dyn_info_list_addr(as, addr, upt_of(arg));
+	void *upt = upt_of(arg);
+	return upt ? _UPT_get_dyn_info_list_addr(as, addr, upt) : -UNW_ENOINFO;
 }
 
 static int acc_access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, int write,
@@ -354,7 +359,8 @@ static int acc_access_reg(unw_addr_space_t as, unw_regnum_t reg, unw_word_t *val
 	if (w && snapshot_reg(w, reg, val)) {
 		return 0;
 	}
-	return _UPT_access_reg(as, reg, val, write, upt_of(arg));
+	void *upt = upt_of(arg);
+	return upt ? _UPT_access_reg(as, reg, val, write, upt) : -UNW_EBADREG;
 }
 
 static int acc_access_fpreg(unw_addr_space_t as, unw_regnum_t reg, unw_fpreg_t *val, int write,
@@ -363,7 +369,8 @@ static int acc_access_fpreg(unw_addr_space_t as, unw_regnum_t reg, unw_fpreg_t *
 	if (write) {
 		return -UNW_EINVAL;
 	}
-	return _UPT_access_fpreg(as, reg, val, write, upt_of(arg));
+	void *upt = upt_of(arg);
+	return upt ? _UPT_access_fpreg(as, reg, val, write, upt) : -UNW_EBADREG;
 }
 
 /* Resuming the target from the unwinder would run it behind the sampler's back. */
@@ -685,8 +692,8 @@ static int walk_frames(struct walk *w, unw_cursor_t *cur, spy_addr_t *pcs, spy_a
 }
 
 int sym_unwind(struct sym_unwinder *u, const struct spy_mem *mem, int32_t tid,
-	       const spy_addr_t *anchors, size_t nanchors, spy_addr_t *pcs, spy_addr_t *sps,
-	       size_t max, size_t *n)
+	       const struct sym_saved_regs *saved, const spy_addr_t *anchors, size_t nanchors,
+	       spy_addr_t *pcs, spy_addr_t *sps, size_t max, size_t *n)
 {
 	*n = 0;
 	if (max > SPY_MAX_NATIVE_DEPTH) {
@@ -695,9 +702,15 @@ int sym_unwind(struct sym_unwinder *u, const struct spy_mem *mem, int32_t tid,
 	if (tid <= 0) {
 		return -SPY_EMEM;
 	}
-	struct walk w = { .magic = WALK_MAGIC, .upt = _UPT_create(tid), .u = u, .mem = mem, .tid = tid,
+	struct walk w = { .magic = WALK_MAGIC, .u = u, .mem = mem, .tid = tid,
 			  .anchors = anchors, .nanchors = nanchors };
-	if (!w.upt) {
+	if (saved) {
+		/* Everything a walk reads is in the snapshot and mem: no ptrace at all. */
+		w.regs = *saved->regs;
+		w.regs_state = 1;
+		u->pac_mask = saved->pac_mask;
+		u->pac_known = true;
+	} else if (!(w.upt = _UPT_create(tid))) {
 		return -SPY_EMEM;
 	}
 	if (!u->pac_known) {
@@ -715,6 +728,8 @@ int sym_unwind(struct sym_unwinder *u, const struct spy_mem *mem, int32_t tid,
 	} else {
 		rc = walk_frames(&w, &cur, pcs, sps, max, n);
 	}
-	_UPT_destroy(w.upt);
+	if (w.upt) {
+		_UPT_destroy(w.upt);
+	}
 	return rc;
 }

@@ -4,7 +4,10 @@
  * can hand to `spy dump --core`. The input is the core itself, given to
  * core_open through a memfd; what opens is then read like dump does:
  * threads, command, executable, and memory at the seed's two segments and
- * at addresses taken from the input. No crash, no read out of bounds.
+ * at addresses taken from the input; then each thread's native stack is
+ * walked as dump --core --native does, from the registers its NT_PRSTATUS
+ * note gives (pc, sp and frame pointer are the input's), with the pac mask
+ * and vDSO its other notes give. No crash, no read out of bounds.
  * Seeds name only files that do not exist; a file a mutated NT_FILE names
  * is opened only under the core's rules (no --exe, no --root here: only
  * a matching build-id), so nothing on the machine is read.
@@ -16,8 +19,38 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/bounds.h"
 #include "common/err.h"
 #include "sampler/sampler.h"
+#include "symbolize/symbolize.h"
+
+/* Enough for a walk to go from the input's registers into its memory and back. */
+#define WALK_MAX 64
+
+/* Every thread's walk over the core: whatever its registers hold, it ends. */
+static void walk_threads(const struct core *c, const struct proc_thread *t, size_t n)
+{
+	struct sym_unwinder *u = NULL;
+	struct spy_err err = SPY_ERR_INIT;
+	if (sym_unwinder_new(&u, &err) < 0) {
+		abort();
+	}
+	spy_addr_t pcs[WALK_MAX], sps[WALK_MAX];
+	for (size_t i = 0; i < n && i < 8; i++) {
+		struct sym_saved_regs saved = { NULL, 0 };
+		saved.regs = core_regs(c, t[i].tid, &saved.pac_mask);
+		if (!saved.regs) {
+			abort(); /* every listed thread has its registers */
+		}
+		size_t got = 0;
+		(void)sym_unwind(u, core_mem(c), t[i].tid > 0 ? t[i].tid : 1, &saved, NULL, 0, pcs, sps,
+				 WALK_MAX, &got);
+		if (got > WALK_MAX) {
+			abort();
+		}
+	}
+	sym_unwinder_free(u);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -54,6 +87,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			memcpy(&a, data + off, 8);
 			(void)m->read(m->ctx, a, buf, sizeof(buf));
 		}
+		walk_threads(c, t, n);
 		core_free(c);
 	}
 	close(fd);

@@ -18,9 +18,27 @@ Targets are modes of targets/hung.py (see its header). For each interpreter:
     captured by a closure (held in cells) included;
   - --core: a gcore of the deadlocked process (taken from here; read with
     --root ROOT when the process runs in a container) dumps the same threads,
-    states and frames as the live dump (when gdb's gcore is installed).
-Then, once: a truncated core and a file that is no core exit 5; a core of a
-program that is not Python (sleep) exits 4; --pid with --core, --exe
+    states and frames as the live dump (when gdb's gcore is installed);
+    --core --native-all the same merged native and Python stacks, the
+    interpreter's own frames included, as a live dump --native-all taken
+    just before the core (the threads sit still in C: in the lock's futex
+    wait, the main thread in its sleep), each thread's with a native frame
+    innermost;
+  - a crash in C: targets/crash.py segfaults in libc's strlen under
+    ctypes, run under gdb (the root's for its Pythons), which dumps the
+    core at the fault; dump --core --native-all of it must name the
+    crashing thread's native frames as gdb's own backtrace of that moment
+    does, from the fault out to libffi's ffi_call (gdb's "??" where spy
+    has file+0xADDR, its DWARF name where spy has gcc's symbol, like
+    string_at.lto_priv.0), with the Python frame that called it, crash()
+    at @crash, further out (on pyenv's 2.7 and 3.13 and every other
+    build, not again for a free-threaded build's PYTHON_GIL=1 run: the
+    same binary).
+Then, once: the kernel's own core of crash.py (on the first interpreter
+outside the root; SKIP where kernel.core_pattern writes no file into the
+process's directory) is read as gdb reads it; a truncated core and a file
+that is no core exit 5, with
+--native too; a core of a program that is not Python (sleep) exits 4; --pid with --core, --exe
 or --root without --core, and --core without its file are usage errors (2).
 
 Expected lines come from "# @name" markers in the target; expected values
@@ -28,6 +46,8 @@ from what the target reports of itself in its ready line.
 """
 
 import json
+import re
+import resource
 import subprocess
 import os
 import shutil
@@ -39,6 +59,9 @@ import harness
 from harness import Frame
 
 HUNG = harness.target_path("hung.py")
+CRASH = harness.target_path("crash.py")
+# A frame of gdb's backtrace: "#1  0x00007f... in string_at (size=-1, ..." or "#0  strlen () at ...".
+GDB_FRAME = re.compile(r"^#\d+\s+(?:0x[0-9a-fA-F]+ in )?(\S+) \(")
 ATTEMPTS = 12
 PAUSE = 0.3
 
@@ -228,8 +251,24 @@ def check_locals(interp, target):
     return until(target.pid, check, "--locals")[0]
 
 
+def native_problems(live_native, core_native):
+    """--core --native-all against the live one of the same still process."""
+    p = []
+    for t in live_native.threads:
+        if not t.frames or t.frames[0].line is not None:
+            p.append("live --native-all: thread %d has no native frame innermost: %r"
+                     % (t.tid, t.frames[:1]))
+    want = [(t.tid, t.frames) for t in live_native.threads]
+    got = [(t.tid, t.frames) for t in core_native.threads]
+    if got != want:
+        p.append("--core --native-all differs from the live one: %r vs %r" % (got, want))
+    return p
+
+
 def check_core(interp, target, live):
     tmp = tempfile.mkdtemp(prefix="spy-core.")
+    # Just before the core: the threads sit in C, so their native stacks hold still.
+    live_native = parse(dump(target.pid, "--native-all"))
     # The root's own gdb for its Pythons: this machine's gdb 13 writes a
     # thread stack that glibc 2.41+ guards with MADV_GUARD_INSTALL as zeros,
     # and 3.14 keeps each thread's entry frames on that stack.
@@ -258,7 +297,113 @@ def check_core(interp, target, live):
             p.append("--core dump differs from the live one: %r vs %r" % (got, want))
         if d.pid != target.pid or d.version != interp.vstring:
             p.append("--core header: pid %s, Python %s" % (d.pid, d.version))
-        return p
+        res = harness.run_spy(["dump", "--core", core, "--native-all"] + root, timeout=60)
+        if res.rc != 0:
+            return p + ["--core --native-all: " + res.describe()]
+        return p + native_problems(live_native, parse(res.out))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def to_ffi_call(names):
+    """The innermost frames' names, through the first ffi_call (all if none)."""
+    return names[:names.index("ffi_call") + 1] if "ffi_call" in names else names
+
+
+def crash_problems(interp, core, gdb_out, what):
+    """dump --core --native-all of a core of crash.py against gdb's bt of it."""
+    lines = gdb_out.decode(errors="replace").splitlines()
+    # The backtrace is the last run from "#0" (gdb shows frame 0 once when it loads a core).
+    first = max([i for i, l in enumerate(lines) if l.startswith("#0 ")] or [0])
+    gdb = [m.group(1) for m in (GDB_FRAME.match(l) for l in lines[first:]) if m]
+    root = ["--root", interp.root] if interp.mode == "container" else []
+    res = harness.run_spy(["dump", "--core", core, "--native-all"] + root, timeout=60)
+    if res.rc != 0:
+        return ["%s: --core --native-all: %s" % (what, res.describe())]
+    d = parse(res.out)
+    frames = d.threads[0].frames if d.threads else []
+    lead = []
+    for f in frames:
+        if f.line is not None:
+            break
+        lead.append(f.func)
+    want = to_ffi_call(gdb)
+    got = to_ffi_call(lead)
+    # gdb names a function by its DWARF name, the symbol table by gcc's
+    # (string_at.lto_priv.0, .constprop.0, .cold): the same function.
+    same = len(got) == len(want) and all(
+        g.split(".")[0] == w or (w == "??" and "+0x" in g) for g, w in zip(got, want))
+    p = []
+    if not want or not same:
+        p.append("%s: spy's innermost native frames %r, gdb's backtrace %r" % (what, got, want))
+    if Frame("crash", CRASH, harness.markers(CRASH)["crash"]) not in frames:
+        p.append("%s: no crash() frame at @crash in %r" % (what, frames))
+    return p
+
+
+def crash_checked(interp):
+    """Whether check_crash runs on interp: gdb's run costs 0.6-2 s an
+    interpreter (4 s free-threaded), so of pyenv's builds of one recipe only
+    the oldest and newest; every other build (stripped system, free-threaded,
+    the root's release and debug ones), but a free-threaded build's
+    PYTHON_GIL=1 run is the same binary again."""
+    if interp.free_threaded and interp.gil:
+        return False
+    return interp.origin != "pyenv" or interp.minor in ("2.7", "3.13")
+
+
+def check_crash(interp):
+    tmp = tempfile.mkdtemp(prefix="spy-crash.")
+    core = os.path.join(tmp, "core")
+    argv = interp.tool(["gdb", "-batch", "-nx", "-ex", "run", "-ex", "gcore " + core,
+                        "-ex", "bt 40", "-ex", "kill", "--args"] + interp.argv([CRASH]),
+                       binds=(tmp,))
+    if not argv:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return []
+    try:
+        r = harness.spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = r.communicate(timeout=120)
+        if not os.path.exists(core):
+            return ["gdb made no core of the crash: %s" % err.decode(errors="replace")[-200:]]
+        return crash_problems(interp, core, out, "crash")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def kernel_core(rep):
+    """The kernel's own core of crash.py (what a crash leaves with no
+    debugger attached: written and anonymous memory only, the text read
+    back from the files), on this machine's first interpreter outside the
+    root, against gdb's bt of that core. Needs a core_pattern that writes
+    a file in the crashing process's directory."""
+    label = "kernel core of a crash"
+    with open("/proc/sys/kernel/core_pattern") as f:
+        pattern = f.read().strip()
+    if pattern.startswith("|") or "/" in pattern:
+        return rep.skip(label, "kernel.core_pattern %r does not write a core into the "
+                        "process's directory" % pattern)
+    interps = [i for i in harness.discover(False, False)[0] if not i.root]
+    gdb = shutil.which("gdb")
+    if not interps or not gdb:
+        return rep.skip(label, "no gdb" if interps else "no interpreter outside the root")
+    interp = interps[0]
+    tmp = tempfile.mkdtemp(prefix="spy-kcore.")
+    try:
+        def allow_core():
+            resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY,) * 2)
+        r = harness.spawn(interp.argv([CRASH]), cwd=tmp, preexec_fn=allow_core,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        r.wait(timeout=60)
+        cores = [n for n in os.listdir(tmp) if n.startswith(pattern.split("%")[0] or "core")]
+        if r.returncode != -11 or not cores:
+            return rep.check(label, ["%s: exit %s, no core in %s (%r)"
+                                     % (interp.label, r.returncode, tmp, os.listdir(tmp))])
+        core = os.path.join(tmp, cores[0])
+        g = harness.spawn([gdb, "-batch", "-nx", "-ex", "bt 40", interp.path, core],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        out, _ = g.communicate(timeout=120)
+        rep.check("%s, %s" % (label, interp.label), crash_problems(interp, core, out, "kernel core"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -271,6 +416,8 @@ def run_one(interp):
         if not p:
             problems += check_json(t, d)
             problems += check_core(interp, t, d)
+    if crash_checked(interp):
+        problems += check_crash(interp)
     for mode, check in (("recv", check_recv), ("gil", check_gil), ("locals", check_locals)):
         with harness.Target(interp, HUNG, [mode]) as t:
             problems += ["%s: %s" % (mode, x) for x in check(interp, t)]
@@ -307,12 +454,13 @@ def bad_inputs():
                 cases += [(core, 4), (trunc, 5)]
             else:
                 p.append("gcore of sleep made no core")
-        for path, code in cases:
-            res = harness.run_spy(["dump", "--core", path])
+        for (path, code), native in [(c, n) for c in cases for n in ([], ["--native"])]:
+            res = harness.run_spy(["dump", "--core", path] + native)
             lines = res.err_lines()
             if res.rc != code or len(lines) != 1:
-                p.append("--core %s: expected exit %d and one line, got %d: %r"
-                         % (os.path.basename(path), code, res.rc, lines))
+                p.append("--core %s%s: expected exit %d and one line, got %d: %r"
+                         % (os.path.basename(path), " --native" * len(native), code,
+                            res.rc, lines))
         for args in (["--pid", "1", "--core", notcore], ["--exe", notcore, "--pid", "1"],
                      ["--root", "/", "--pid", "1"], ["--core"]):
             res = harness.run_spy(["dump"] + args)
@@ -326,6 +474,7 @@ def bad_inputs():
 def main():
     rep = harness.reporter("dump-hung")
     rep.check("bad --core input", bad_inputs())
+    kernel_core(rep)
     harness.for_each_interp(rep, run_one, expect=harness.SUPPORTED, gil_too=True)
 
 

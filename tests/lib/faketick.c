@@ -86,6 +86,17 @@ static long f_threads(struct spy_process *p, struct proc_thread *out, size_t max
 	return 0;
 }
 
+static const struct spy_regs *f_saved_regs(const struct spy_process *p, pid_t tid, uint64_t *pac_mask)
+{
+	*pac_mask = 0;
+	return NULL;
+}
+
+static int f_user_root(const struct spy_process *p)
+{
+	return -1;
+}
+
 static const struct spy_process_ops fake_ops = {
 	.kind = "fake process",
 	.pid = f_pid,
@@ -94,6 +105,8 @@ static const struct spy_process_ops fake_ops = {
 	.mem = f_mem,
 	.open_mapped = f_open_mapped,
 	.threads = f_threads,
+	.saved_regs = f_saved_regs,
+	.user_root = f_user_root,
 };
 
 static int f_attach(struct spy_process *p, struct spy_err *err)

@@ -4,7 +4,10 @@
  * the command, one dumped segment and one file-backed segment the core
  * leaves out -- then opened, read, truncated and corrupted. No gdb needed.
  * The threads' registers are in the host's layout (common/arch.h), the one
- * thing here written per architecture.
+ * thing here written per architecture; they are kept for the native walk
+ * (core_regs), with the pac mask of arm64's note (ignored elsewhere) and the
+ * vDSO's segment named from NT_AUXV. A core with more NT_PRSTATUS notes
+ * than spy keeps threads, and one too short for its registers, opens.
  */
 #include <elf.h>
 #include <fcntl.h>
@@ -20,6 +23,7 @@
 #include <unistd.h>
 
 #include "common/arch.h"
+#include "common/bounds.h"
 #include "common/buf.h"
 #include "common/err.h"
 #include "common/log.h"
@@ -118,6 +122,19 @@ static void elf_page(unsigned char *page, unsigned char id)
  * The crafted core's bytes; etype lets a test make it an ET_EXEC instead.
  * first, if not NULL, is the mapped file's page 0 as the core dumped it.
  */
+/* What the kernel's auxiliary vector and arm64's NT_ARM_PAC_MASK say (the mask is ignored elsewhere). */
+#define PAC_MASK 0x007f000000000000ull
+static void other_notes(struct spy_buf *b)
+{
+	uint64_t auxv[6] = { AT_PAGESZ, PAGE, AT_SYSINFO_EHDR, ANON_AT, AT_NULL, 0 };
+	note(b, NT_AUXV, "CORE", auxv, sizeof(auxv));
+	uint64_t pac[2] = { PAC_MASK, PAC_MASK };
+	note(b, 0x406 /* NT_ARM_PAC_MASK */, "LINUX", pac, sizeof(pac));
+}
+
+static void assemble(struct spy_buf *out, struct spy_buf *notes, uint16_t etype,
+		     const unsigned char *first);
+
 static void make_core_with(struct spy_buf *out, const char *mapped, uint16_t etype,
 			   const unsigned char *first)
 {
@@ -131,6 +148,15 @@ static void make_core_with(struct spy_buf *out, const char *mapped, uint16_t ety
 	memcpy(ps.pr_psargs, "python3\0x.py", 12); /* gdb leaves NULs between arguments */
 	note(&notes, NT_PRPSINFO, "CORE", &ps, sizeof(ps));
 	nt_file(&notes, mapped, first != NULL);
+	other_notes(&notes);
+	assemble(out, &notes, etype, first);
+}
+
+/* The core around notes (released here): its headers, the dumped page, first if given. */
+static void assemble(struct spy_buf *out, struct spy_buf *notes_in, uint16_t etype,
+		     const unsigned char *first)
+{
+	struct spy_buf notes = *notes_in;
 
 	Elf64_Ehdr eh;
 	memset(&eh, 0, sizeof(eh));
@@ -304,6 +330,71 @@ static void test_open_and_read(const char *core, const char *mapped)
 	}
 }
 
+/* The first argument register of a thread's saved registers (common/arch.h's layout). */
+static uint64_t arg0_of(const struct spy_regs *r)
+{
+#if defined(__x86_64__)
+	return r->g[14]; /* rdi */
+#else
+	return r->g[0]; /* x0 */
+#endif
+}
+
+/* What a native walk starts from: each thread's saved registers, the pac mask, the vDSO's name. */
+static void test_regs(const char *core)
+{
+	struct core *c = NULL;
+	struct spy_err err = SPY_ERR_INIT;
+	CHECK_INT(core_open(&c, core, NULL, NULL, &err), 0);
+	if (!c) {
+		return;
+	}
+	uint64_t mask = 1;
+	const struct spy_regs *r = core_regs(c, 1234, &mask);
+	CHECK(r != NULL);
+	CHECK(r && arg0_of(r) == ANON_AT + 0x40);
+	CHECK_INT(mask, spy_arch_elf_machine() == EM_AARCH64 ? PAC_MASK : 0);
+	r = core_regs(c, 1235, &mask);
+	CHECK(r && arg0_of(r) == 0);
+	CHECK(core_regs(c, 999, &mask) == NULL);
+	CHECK_INT(core_root(c), -1);
+	/* AT_SYSINFO_EHDR names the segment there, as /proc/PID/maps does. */
+	CHECK_STR(core_mem(c)->maps[0].path, "[vdso]");
+	core_free(c);
+}
+
+/* NT_PRSTATUS notes past SPY_MAX_THREADS, and one too short to hold registers. */
+static void test_many_threads(void)
+{
+	struct spy_buf notes = SPY_BUF_INIT, b = SPY_BUF_INIT;
+	char path[128];
+	snprintf(path, sizeof(path), "%s/threads", dir);
+	note(&notes, NT_PRSTATUS, "CORE", "short", 5);
+	for (int i = 0; i < SPY_MAX_THREADS + 10; i++) {
+		prstatus(&notes, 2000 + i, -1, (uint64_t)i, 0);
+	}
+	assemble(&b, &notes, ET_CORE, NULL);
+	write_file(path, b.buf, b.len);
+	spy_buf_release(&b);
+	struct core *c = NULL;
+	struct spy_err err = SPY_ERR_INIT;
+	CHECK_INT(core_open(&c, path, NULL, NULL, &err), 0);
+	if (!c) {
+		return;
+	}
+	size_t n;
+	const struct proc_thread *t = core_threads(c, &n);
+	CHECK_INT(n, SPY_MAX_THREADS);
+	CHECK_INT(t[0].tid, 2000);
+	uint64_t mask;
+	const struct spy_regs *r = core_regs(c, 2000 + SPY_MAX_THREADS - 1, &mask);
+	CHECK(r && arg0_of(r) == SPY_MAX_THREADS - 1);
+	/* No pac note: every bit above user space (arm64), nothing (x86-64). */
+	CHECK_INT(mask, spy_arch_elf_machine() == EM_AARCH64 ? ~((1ull << 48) - 1) : 0);
+	CHECK(core_regs(c, 2000 + SPY_MAX_THREADS, &mask) == NULL);
+	core_free(c);
+}
+
 static void expect_error(const char *path, int code, const char *what)
 {
 	struct core *c = NULL;
@@ -440,6 +531,8 @@ int main(void)
 	test_classify();
 	test_nt_file();
 	test_open_and_read(core, mapped);
+	test_regs(core);
+	test_many_threads();
 	test_named_files();
 	test_bad_files(&good, mapped);
 

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/arch.h"
 #include "common/buf.h"
 #include "common/strtab.h"
 #include "sampler/sampler.h"
@@ -321,7 +322,7 @@ static void test_resolve_self(void)
 	CHECK(proc_parse_maps(text, len, &maps, &nmaps, &paths, NULL) >= 0);
 	struct spy_mem mem = { .read = self_read, .maps = maps, .nmaps = nmaps };
 
-	struct sym_native *s = sym_native_new(getpid(), &strs);
+	struct sym_native *s = sym_native_new(getpid(), NULL, &strs);
 	struct spy_stack out = SPY_STACK_INIT;
 	spy_addr_t pcs[2] = { (spy_addr_t)(uintptr_t)&spy_test_marker_function + 2,
 			      (spy_addr_t)(uintptr_t)&strlen + 1 };
@@ -376,7 +377,7 @@ static void test_resolve_jit(void)
 		{ 0x20000, 0x30000, 0, SPY_MAP_R | SPY_MAP_W | SPY_MAP_P, 0, 0, "" },
 	};
 	struct spy_mem mem = { .read = self_read, .maps = maps, .nmaps = 2 };
-	struct sym_native *s = sym_native_new(getpid(), &strs);
+	struct sym_native *s = sym_native_new(getpid(), NULL, &strs);
 	struct spy_stack out = SPY_STACK_INIT;
 	spy_addr_t pcs[2] = { 0x10010, 0x20010 };
 	sym_native_resolve(s, &mem, pcs, 2, &out);
@@ -488,7 +489,8 @@ static int child_read(void *ctx, spy_addr_t addr, void *dst, size_t len)
 /*
  * libunwind before 1.7 fails the step out of such a function: without
  * spy's handling the walk ends at spy_test_ra_signing, and
- * spy_test_ra_outer and main never show.
+ * spy_test_ra_outer and main never show. The walk from saved registers
+ * (dump --core --native's) must give the same frames.
  */
 static void test_unwind_ra_state(void)
 {
@@ -540,10 +542,10 @@ static void test_unwind_ra_state(void)
 	CHECK_INT(sym_unwinder_new(&u, NULL), 0);
 	spy_addr_t pcs[32], sps[32];
 	size_t n = 0;
-	int rc = sym_unwind(u, &mem, (int32_t)pid, NULL, 0, pcs, sps, 32, &n);
+	int rc = sym_unwind(u, &mem, (int32_t)pid, NULL, NULL, 0, pcs, sps, 32, &n);
 	CHECK_INT(rc, 0);
 
-	struct sym_native *s = sym_native_new(pid, &strs);
+	struct sym_native *s = sym_native_new(pid, NULL, &strs);
 	struct spy_stack out = SPY_STACK_INIT;
 	sym_native_resolve(s, &mem, pcs, n, &out);
 	static const char *const want[] = { "spy_test_ra_spin", "spy_test_ra_signing",
@@ -562,6 +564,26 @@ static void test_unwind_ra_state(void)
 		fprintf(stderr, "\n");
 	}
 	CHECK_INT((int)next, (int)SPY_ARRAY_SIZE(want));
+
+	/*
+	 * The same walk from saved registers (what a core's NT_PRSTATUS
+	 * holds), on an unwinder of its own so that no cache carries over:
+	 * the same pcs and stack pointers, frame for frame.
+	 */
+	struct sym_saved_regs saved = { NULL, 0 };
+	struct spy_regs regs;
+	CHECK_INT(spy_arch_get_regs(pid, &regs), 0);
+	CHECK_INT(spy_arch_pac_mask(pid, &saved.pac_mask), 0);
+	saved.regs = &regs;
+	struct sym_unwinder *u2 = NULL;
+	CHECK_INT(sym_unwinder_new(&u2, NULL), 0);
+	spy_addr_t pcs2[32], sps2[32];
+	size_t n2 = 0;
+	CHECK_INT(sym_unwind(u2, &mem, (int32_t)pid, &saved, NULL, 0, pcs2, sps2, 32, &n2), 0);
+	CHECK_INT(n2, n);
+	CHECK(n2 == n && !memcmp(pcs, pcs2, n * sizeof(*pcs)) && !memcmp(sps, sps2, n * sizeof(*sps)));
+	sym_unwinder_free(u2);
+
 	spy_stack_release(&out);
 	sym_native_free(s);
 	sym_unwinder_free(u);
@@ -580,10 +602,10 @@ static void test_unwind_fails(void)
 	struct spy_mem mem = { .read = self_read, .maps = NULL, .nmaps = 0 };
 	spy_addr_t pcs[8], sps[8];
 	size_t n = 99;
-	CHECK_INT(sym_unwind(u, &mem, 0, NULL, 0, pcs, sps, 8, &n), -SPY_EMEM);
+	CHECK_INT(sym_unwind(u, &mem, 0, NULL, NULL, 0, pcs, sps, 8, &n), -SPY_EMEM);
 	CHECK_INT(n, 0);
 	n = 99;
-	CHECK_INT(sym_unwind(u, &mem, (int32_t)getpid(), NULL, 0, pcs, sps, 8, &n), -SPY_EMEM);
+	CHECK_INT(sym_unwind(u, &mem, (int32_t)getpid(), NULL, NULL, 0, pcs, sps, 8, &n), -SPY_EMEM);
 	CHECK_INT(n, 0);
 	sym_unwinder_free(u);
 	sym_unwinder_free(NULL);
