@@ -1,0 +1,102 @@
+# Target for test_subinterp.py: a thread that runs a sub-interpreter.
+#
+# Main thread:   <module> -> outer_loop -> (enter: Interpreter.exec on 3.14+,
+#                _interpreters.exec on 3.13, _xxsubinterpreters.run_string
+#                on 3.12), over and over; the code run in the sub-interpreter
+#                spins in sub_spin for SPIN seconds each time, so the thread
+#                is nearly always inside the sub-interpreter, holding its GIL.
+# Second thread: other_outer -> other_spin, spinning in the main
+#                interpreter only.
+#
+# Once both run it prints one line to stdout,
+#     ready {json}
+# with its pid, the native TIDs of both threads, the sub-interpreter's id
+# and the time the main thread has spent inside the sub-interpreter so far
+# is not needed: the test counts samples, not time. The process ends
+# itself after LIFETIME seconds.
+import json
+import os
+import sys
+import threading
+import time
+
+LIFETIME = 120.0
+SPIN = 0.5
+
+CODE = """
+import time
+
+def sub_spin():
+    deadline = time.monotonic() + %r
+    n = 0
+    while time.monotonic() < deadline: n += 1
+
+sub_spin()
+""" % SPIN
+
+if sys.version_info >= (3, 14):
+    from concurrent import interpreters
+
+    interp = interpreters.create()
+    interp_id = interp.id
+
+    def enter():
+        interp.exec(CODE)
+    enter_funcs = ["exec"]
+elif sys.version_info >= (3, 13):
+    import _interpreters
+
+    interp_id = _interpreters.create()
+
+    def enter():
+        _interpreters.exec(interp_id, CODE)
+    enter_funcs = ["enter"]
+else:
+    import _xxsubinterpreters
+
+    interp_id = _xxsubinterpreters.create()
+
+    def enter():
+        _xxsubinterpreters.run_string(interp_id, CODE)
+    enter_funcs = ["enter"]
+
+# The id as an int whatever the module's type for it (3.12/3.13: InterpreterID).
+interp_id = int(interp_id)
+
+started = threading.Event()
+other_tid = []
+
+
+def other_spin():
+    other_tid.append(threading.get_native_id())
+    started.set()
+    n = 0
+    while True: n += 1
+
+
+def other_outer():
+    other_spin()
+
+
+def outer_loop():
+    end = time.monotonic() + LIFETIME
+    told = False
+    while time.monotonic() < end:
+        if not told:
+            told = True
+            print("ready " + json.dumps({
+                "pid": os.getpid(),
+                "main_tid": threading.get_native_id(),
+                "other_tid": other_tid[0],
+                "interp_id": interp_id,
+                "enter_funcs": enter_funcs,
+            }))
+            sys.stdout.flush()
+        enter()
+    os._exit(0)
+
+
+t = threading.Thread(target=other_outer, name="other", daemon=True)
+t.start()
+started.wait()
+outer_loop()
