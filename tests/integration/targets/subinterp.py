@@ -10,10 +10,8 @@
 #
 # Once both run it prints one line to stdout,
 #     ready {json}
-# with its pid, the native TIDs of both threads, the sub-interpreter's id
-# and the time the main thread has spent inside the sub-interpreter so far
-# is not needed: the test counts samples, not time. The process ends
-# itself after LIFETIME seconds.
+# with its pid, the native TIDs of both threads and the sub-interpreter's
+# id. The process ends itself after LIFETIME seconds.
 import json
 import os
 import sys
@@ -42,7 +40,7 @@ if sys.version_info >= (3, 14):
 
     def enter():
         interp.exec(CODE)
-    enter_funcs = ["exec"]
+    enter_funcs = ["Interpreter.exec"]
 elif sys.version_info >= (3, 13):
     import _interpreters
 
@@ -60,8 +58,8 @@ else:
         _xxsubinterpreters.run_string(interp_id, CODE)
     enter_funcs = ["enter"]
 
-# The id as an int whatever the module's type for it (3.12/3.13: InterpreterID).
-interp_id = int(interp_id)
+# 3.12's id is an object whose last reference, dropped, destroys the
+# interpreter: kept as it is, and told as an int.
 
 started = threading.Event()
 other_tid = []
@@ -88,7 +86,7 @@ def outer_loop():
                 "pid": os.getpid(),
                 "main_tid": threading.get_native_id(),
                 "other_tid": other_tid[0],
-                "interp_id": interp_id,
+                "interp_id": int(interp_id),
                 "enter_funcs": enter_funcs,
             }))
             sys.stdout.flush()
