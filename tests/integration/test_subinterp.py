@@ -6,7 +6,9 @@ On every interpreter with sub-interpreters (3.12+: _xxsubinterpreters on
 in a container and in a chroot, the free-threaded 3.13t), targets/
 subinterp.py's main thread enters a sub-interpreter over and over, the
 code run there spinning in sub_spin, while a second thread spins in the
-main interpreter only. Such a thread has a thread state in each
+main interpreter only, and a thread the sub-interpreter's threading
+started sleeps in it (its only thread state). A thread inside a
+sub-interpreter has a thread state in each
 interpreter, and spy used to sample it once per thread state: two
 unrelated stacks of one thread a tick, and every share in the process
 wrong. Checked:
@@ -18,10 +20,14 @@ wrong. Checked:
     frame that entered it (Interpreter.exec from 3.14, the target's enter
     on 3.12/3.13, whose entering function is C), most of them in sub_spin;
     no stack of the other thread has such a frame;
+  - the sub-interpreter's own thread: one stack a tick too, in sub_sleep,
+    with no `<interpreter N>` frame;
   - dump, text and --json: one entry per thread; the main thread's header
     names both interpreters (`in interpreter N entered from 0`; json
     interpreter N, entered_from [0]), its stack the same order as above;
-    the other thread's interpreter 0, entered from none.
+    the other thread's interpreter 0, the sub-interpreter's thread's N,
+    each entered from none, and that one named "sub-worker" by its
+    interpreter's threading.
 
 One line per interpreter; before 3.12 a SKIP (no sub-interpreters to enter
 from Python).
@@ -88,9 +94,11 @@ def check_record(t, d, marker, enter):
     p = []
     main_root = 'thread %d "' % t.info["main_tid"]
     other_root = 'thread %d "' % t.info["other_tid"]
+    sub_root = 'thread %d "sub-worker"' % t.info["sub_tid"]
     main = [(fr, c) for fr, c in stacks if len(fr) > 1 and fr[1].startswith(main_root)]
     other = [(fr, c) for fr, c in stacks if len(fr) > 1 and fr[1].startswith(other_root)]
-    for what, mine in (("main", main), ("other", other)):
+    sub = [(fr, c) for fr, c in stacks if len(fr) > 1 and fr[1] == sub_root]
+    for what, mine in (("main", main), ("other", other), ("sub-worker", sub)):
         n = sum(c for _, c in mine)
         if n > ticks or n < 0.8 * ticks:
             p.append("record: %s thread has %d samples in %d ticks, expected one a tick"
@@ -104,8 +112,11 @@ def check_record(t, d, marker, enter):
     if total and spin < 0.5 * total:
         p.append("record: sub_spin in %d of the main thread's %d samples, expected most"
                  % (spin, total))
-    if any(f.startswith("<interpreter ") for fr, _ in other for f in fr):
-        p.append("record: the other thread's stack has an <interpreter> frame")
+    for what, mine in (("other", other), ("sub-worker", sub)):
+        if any(f.startswith("<interpreter ") for fr, _ in mine for f in fr):
+            p.append("record: the %s thread's stack has an <interpreter> frame" % what)
+    if any("sub_sleep" not in [func_of(f) for f in fr] for fr, _ in sub):
+        p.append("record: a sub-worker stack without sub_sleep: %r" % sub)
     return p
 
 
@@ -125,15 +136,20 @@ def check_dump(t, marker, enter):
 def check_dump_once(t, marker, enter):
     p, inside = [], [True, True]
     iid, main_tid, other_tid = t.info["interp_id"], t.info["main_tid"], t.info["other_tid"]
+    sub_tid = t.info["sub_tid"]
+    every = sorted([main_tid, other_tid, sub_tid])
+    inner = {main_tid: [iid, 0], other_tid: [0], sub_tid: [iid]}
     r = harness.run_spy(["dump", "--pid", str(t.pid)])
     if r.rc != 0:
         return ["dump: " + r.describe()], True
     d = harness.parse_dump(r.out)
     tids = [th.tid for th in d.threads]
-    if sorted(tids) != sorted([main_tid, other_tid]):
-        return ["dump: threads %r, expected one each of %r" % (tids, [main_tid, other_tid])], True
+    if sorted(tids) != every:
+        return ["dump: threads %r, expected one each of %r" % (tids, every)], True
     for th in d.threads:
-        want = [iid, 0] if th.tid == main_tid else [0]
+        want = inner[th.tid]
+        if th.tid == sub_tid and th.name != "sub-worker":
+            p.append("dump: the sub-interpreter's thread named %r, not by its threading" % th.name)
         if th.interps != want:
             p.append("dump: thread %d in interpreters %r, expected %r" % (th.tid, th.interps, want))
         funcs = [f.func for f in th.frames]
@@ -141,16 +157,16 @@ def check_dump_once(t, marker, enter):
             p += check_order("dump", funcs, marker, enter)
             inside[0] = "sub_spin" in funcs
         elif any(f.startswith("<interpreter ") for f in funcs):
-            p.append("dump: the other thread's stack has an <interpreter> frame")
+            p.append("dump: thread %d's stack has an <interpreter> frame" % th.tid)
     r = harness.run_spy(["dump", "--pid", str(t.pid), "--json"])
     if r.rc != 0:
         return p + ["dump --json: " + r.describe()], True
     doc = json.loads(r.out)
     tids = [th["tid"] for th in doc["threads"]]
-    if sorted(tids) != sorted([main_tid, other_tid]):
-        return p + ["json: threads %r, expected one each" % tids], True
+    if sorted(tids) != every:
+        return p + ["json: threads %r, expected one each of %r" % (tids, every)], True
     for th in doc["threads"]:
-        want = (iid, [0]) if th["tid"] == main_tid else (0, [])
+        want = (inner[th["tid"]][0], inner[th["tid"]][1:])
         got = (th.get("interpreter"), th.get("entered_from"))
         if got != want:
             p.append("json: thread %d interpreter, entered_from %r, expected %r"
