@@ -114,8 +114,13 @@ static const struct proc_thread *find_os_thread(const struct proc_thread *os, si
 
 static void collect_locals(struct pyrt *rt, struct prof_look_thread *d, size_t *left)
 {
-	d->frame_locals = spy_xcalloc(d->stack.n ? d->stack.n : 1, sizeof(*d->frame_locals));
+	/* Per Python frame: pyrt's frame i is the i-th, a marker (<interpreter N>) none. */
+	size_t npy = 0;
 	for (size_t j = 0; j < d->stack.n; j++) {
+		npy += d->stack.v[j].kind == SPY_FRAME_PYTHON;
+	}
+	d->frame_locals = spy_xcalloc(npy ? npy : 1, sizeof(*d->frame_locals));
+	for (size_t j = 0; j < npy; j++) {
 		struct prof_frame_locals *fl = &d->frame_locals[j];
 		/* What the array may grow by for this frame (doubling: twice). */
 		size_t worst = 2 * PYRT_MAX_LOCALS * sizeof(*d->locals);
@@ -134,7 +139,7 @@ static void collect_locals(struct pyrt *rt, struct prof_look_thread *d, size_t *
 		fl->over_budget = rc == -SPY_EBOUND;
 		d->nlocals += fl->n;
 	}
-	d->nframe_locals = d->stack.n;
+	d->nframe_locals = npy;
 }
 
 /* The stopped window's reads, with what the limit allows. */

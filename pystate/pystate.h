@@ -274,7 +274,7 @@ struct py_local {
 };
 
 /*
- * The locals of frame i (0 = innermost) of the last pyrt_stack() call,
+ * The locals of Python frame i (0 = innermost) of the last pyrt_stack() call,
  * whose frames must still be in memory (call it while the target is
  * paused). Fills at most max entries, *n how many; 0 or -SPY_EMEM /
  * -SPY_ECORRUPT when the frame or its code cannot be read.

@@ -811,8 +811,7 @@ static const char *interp_frame(struct pyrt *rt, int64_t id)
 /*
  * Thread t's k-th outer thread state (see py_thread), entered from into
  * interpreter id: its stack appended to out below an `<interpreter ID>`
- * frame, which rt->frames counts as frame 0 so that its indices stay
- * those of out. Walked apart, as a thread of its own (the frame memo and
+ * frame, which rt->frames (the Python frames) does not count. Walked apart, as a thread of its own (the frame memo and
  * the splice keep a record per thread state). A stack that cannot be read
  * leaves out truncated at the marker.
  */
@@ -828,7 +827,6 @@ static void walk_outer(struct pyrt *rt, const struct py_thread *t, size_t k, int
 	memset(f, 0, sizeof(*f));
 	f->func = interp_frame(rt, id);
 	f->kind = SPY_FRAME_SYNTHETIC;
-	pyrt_note_addr(&rt->frames, &rt->nframes, &rt->frames_alloc, 0);
 	spy_stack_reset(&rt->outer_stack);
 	if (rt->walk(rt, &o, &rt->outer_stack) < 0) {
 		f->flags |= SPY_FRAME_TRUNCATED;

@@ -27,7 +27,8 @@ wrong. Checked:
     interpreter N, entered_from [0]), its stack the same order as above;
     the other thread's interpreter 0, the sub-interpreter's thread's N,
     each entered from none, and that one named "sub-worker" by its
-    interpreter's threading.
+    interpreter's threading; --locals gives outer_loop (below the
+    marker) its own locals.
 
 One line per interpreter; before 3.12 a SKIP (no sub-interpreters to enter
 from Python).
@@ -158,7 +159,7 @@ def check_dump_once(t, marker, enter):
             inside[0] = "sub_spin" in funcs
         elif any(f.startswith("<interpreter ") for f in funcs):
             p.append("dump: thread %d's stack has an <interpreter> frame" % th.tid)
-    r = harness.run_spy(["dump", "--pid", str(t.pid), "--json"])
+    r = harness.run_spy(["dump", "--pid", str(t.pid), "--json", "--locals"])
     if r.rc != 0:
         return p + ["dump --json: " + r.describe()], True
     doc = json.loads(r.out)
@@ -175,6 +176,12 @@ def check_dump_once(t, marker, enter):
             funcs = [f["function"] for f in th["frames"]]
             p += check_order("json", funcs, marker, enter)
             inside[1] = "sub_spin" in funcs
+            # Each frame its own locals, those below the marker too.
+            loop = [f for f in th["frames"] if f["function"] == "outer_loop"]
+            got = loop and dict((l["name"], l["repr"]) for l in loop[0].get("locals", []))
+            if not got or got.get("sub_tid") != str(sub_tid):
+                p.append("json --locals: outer_loop's locals %r, expected sub_tid = %d"
+                         % (got, sub_tid))
     return p, all(inside)
 
 
