@@ -40,10 +40,11 @@ START = """
 import os, threading, time
 
 def sub_sleep():
+    # Told from in here: from the first look on, sub_sleep is on its stack.
+    os.write(FD, str(threading.get_native_id()).encode() + b"\\n")
     time.sleep(LIFETIME)
 
 def sub_worker():
-    os.write(FD, str(threading.get_native_id()).encode() + b"\\n")
     sub_sleep()
 
 threading.Thread(target=sub_worker, name="sub-worker").start()
