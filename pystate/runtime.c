@@ -584,6 +584,16 @@ static bool interp_threads(struct pyrt *rt, spy_addr_t interp, size_t *k)
 		p->holds_gil = holder && holder == t;
 		p->attached = attached(rt, buf);
 		p->gilstate = status != PYOFF_NONE && (pyrt_u32(buf, status) & STATUS_BOUND_GILSTATE);
+		/*
+		 * Not bound to an OS thread yet (a thread starting: threading
+		 * makes its state before the thread runs; a sub-interpreter's
+		 * being entered), so no thread of its own: left out, or it
+		 * would be a TID-0 thread with no frames, and cost a tick the
+		 * whole-process pause.
+		 */
+		if (status != PYOFF_NONE && !p->thread_id && !p->native_tid) {
+			(*k)--;
+		}
 		t = pyrt_u64(buf, o->tstate_next);
 	}
 	return true;

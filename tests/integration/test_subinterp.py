@@ -143,7 +143,10 @@ def check_dump_once(t, marker, enter):
     r = harness.run_spy(["dump", "--pid", str(t.pid)])
     if r.rc != 0:
         return ["dump: " + r.describe()], True
-    d = harness.parse_dump(r.out)
+    try:
+        d = harness.parse_dump(r.out)
+    except harness.DumpParseError as e:
+        return ["dump: %s in %r" % (e, r.out[:2000])], True
     tids = [th.tid for th in d.threads]
     if sorted(tids) != every:
         return ["dump: threads %r, expected one each of %r" % (tids, every)], True

@@ -5,7 +5,8 @@
  * innermost, and its stack is the inner one on `<interpreter 1>` on the
  * outer one; failing the bit, the one holding the GIL is innermost. Two
  * states of one TID in one interpreter, or more interpreters than
- * PYRT_MAX_NEST allows, are left as they are. Before 3.12 nothing merges.
+ * PYRT_MAX_NEST allows, are left as they are; a state bound to no thread
+ * yet is no thread. Before 3.12 nothing merges.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +97,16 @@ static void test_nested(const struct pyoffsets *row)
 	CHECK_INT(n, 3);
 	CHECK_INT(th[0].tstate, t3);
 	CHECK_INT(th[0].nouter, 1);
+
+	/* A state bound to no OS thread yet (no thread ids): no thread, left out. */
+	spy_addr_t t4 = fakepy_thread(s.fp, sub, 4500);
+	fakepy_w64(s.fp, t4 + row->tstate_thread_id, 0);
+	fakepy_w32(s.fp, t4 + row->tstate_native_thread_id, 0);
+	CHECK_INT(pyrt_threads(rt, th, 8, &n, NULL), 0);
+	CHECK_INT(n, 3);
+	for (size_t i = 0; i < n && i < 8; i++) {
+		CHECK(th[i].tstate != t4);
+	}
 
 	/* More interpreters than PYRT_MAX_NEST + 1: listed apart, bounded. */
 	for (int64_t id = 2; id < 2 + PYRT_MAX_NEST; id++) {
