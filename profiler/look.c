@@ -149,6 +149,7 @@ struct look_ctx {
 	const struct proc_thread *os;
 	size_t nos;
 	uint64_t deadline;
+	bool maps_again;   /* the maps were read again, once, while stopped */
 };
 
 static bool over_time(struct look_ctx *c)
@@ -175,6 +176,18 @@ static void collect_thread(struct look_ctx *c, size_t i)
 	}
 	/* A thread whose walk fails still gets printed, with what was read. */
 	prof_walk_thread(pp, &wo, i, false, &gc_known);
+	/*
+	 * The walk refuses addresses outside the maps, read before the stop:
+	 * memory mapped since (a thread state's new data stack: each entry
+	 * into a sub-interpreter makes one) reads again, once, as a tick's
+	 * walk does (tick.c's walk_with_retry). Stopped, nothing maps more.
+	 */
+	struct prof_walked *w = &pp->w[i];
+	if ((w->rc != 0 || w->stack.truncated) && !c->maps_again && pp->h.tracer && pp->h.tracer->read_maps) {
+		c->maps_again = true;
+		pp->h.tracer->read_maps(&pp->h);
+		prof_walk_thread(pp, &wo, i, false, &gc_known);
+	}
 	spy_stack_copy(&d->stack, &pp->w[i].stack);
 	if (c->o->locals) {
 		collect_locals(pp->rt, d, &c->l->locals_left);
@@ -281,7 +294,7 @@ int prof_look(struct prof_look *l, const struct prof_look_opts *o, struct spy_er
 	l->threads = spy_xcalloc(SPY_MAX_THREADS, sizeof(*l->threads));
 	struct proc_thread *os = spy_xcalloc(SPY_MAX_THREADS, sizeof(*os));
 	long nos = read_os_threads(&l->pp->h, os, SPY_MAX_THREADS, err);
-	struct look_ctx c = { l, o, os, nos > 0 ? (size_t)nos : 0, 0 };
+	struct look_ctx c = { l, o, os, nos > 0 ? (size_t)nos : 0, 0, false };
 	rc = nos < 0 ? (int)nos : look_stopped(&c, err);
 	free(os);
 	/* Symbols and merging after the target runs again. */
