@@ -32,6 +32,26 @@ const char *dump_state_name(enum prof_state s)
 	}
 }
 
+/* Whether r's threads run in more than one interpreter: then each says which. */
+static bool many_interps(const struct prof_look *r)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		if (r->threads[i].py.interp_id != 0 || r->threads[i].py.nouter) {
+			return true;
+		}
+	}
+	return false;
+}
+
+/* ", in interpreter 1 entered from 0": where thread d runs, and from where it got there. */
+static void text_interps(struct spy_buf *b, const struct prof_look_thread *d)
+{
+	spy_buf_addf(b, ", in interpreter %lld", (long long)d->py.interp_id);
+	for (size_t k = 0; k < d->py.nouter && k < PYRT_MAX_NEST; k++) {
+		spy_buf_addf(b, "%s%lld", k ? " from " : " entered from ", (long long)d->py.outer[k].interp_id);
+	}
+}
+
 static const struct prof_look_thread *gil_holder(const struct prof_look *r)
 {
 	for (size_t i = 0; i < r->n; i++) {
@@ -155,13 +175,18 @@ void dump_print_text(const struct prof_look *r, FILE *f)
 	spy_buf_adds(&b, ")\n");
 	fwrite(b.buf, 1, b.len, f);
 	spy_buf_reset(&b);
+	bool interps = many_interps(r);
 	for (size_t i = 0; i < r->n; i++) {
 		const struct prof_look_thread *d = &r->threads[i];
 		spy_buf_addf(&b, "\nThread %d (python 0x%llx) \"", (int)d->py.native_tid,
 			     (unsigned long long)d->py.thread_id);
 		spy_term_adds(&b, d->name ? d->name : d->comm);
-		spy_buf_addf(&b, "\" %s%s\n", dump_state_name(d->state),
+		spy_buf_addf(&b, "\" %s%s", dump_state_name(d->state),
 			     d->py.holds_gil ? ", holds the GIL" : "");
+		if (interps) {
+			text_interps(&b, d);
+		}
+		spy_buf_addch(&b, '\n');
 		if (d->stack.n == 0) {
 			spy_buf_adds(&b, "    (no Python frames)\n");
 		}
@@ -250,6 +275,11 @@ static void json_thread(struct spy_buf *b, const struct prof_look *r, const stru
 	spy_buf_adds(b, ", ");
 	json_key_str(b, "state", dump_state_name(d->state));
 	spy_buf_addf(b, ", \"holds_gil\": %s, ", d->py.holds_gil ? "true" : "false");
+	spy_buf_addf(b, "\"interpreter\": %lld, \"entered_from\": [", (long long)d->py.interp_id);
+	for (size_t k = 0; k < d->py.nouter && k < PYRT_MAX_NEST; k++) {
+		spy_buf_addf(b, "%s%lld", k ? ", " : "", (long long)d->py.outer[k].interp_id);
+	}
+	spy_buf_adds(b, "], ");
 	json_key_str(b, "wchan", d->wait.wchan[0] ? d->wait.wchan : NULL);
 	if (d->wait.kind == SPY_WAIT_FUTEX && d->wait.futex) {
 		spy_buf_addf(b, ", \"futex\": \"0x%llx\"", (unsigned long long)d->wait.futex);

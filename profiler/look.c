@@ -114,8 +114,13 @@ static const struct proc_thread *find_os_thread(const struct proc_thread *os, si
 
 static void collect_locals(struct pyrt *rt, struct prof_look_thread *d, size_t *left)
 {
-	d->frame_locals = spy_xcalloc(d->stack.n ? d->stack.n : 1, sizeof(*d->frame_locals));
+	/* Per Python frame: pyrt's frame i is the i-th, a marker (<interpreter N>) none. */
+	size_t npy = 0;
 	for (size_t j = 0; j < d->stack.n; j++) {
+		npy += d->stack.v[j].kind == SPY_FRAME_PYTHON;
+	}
+	d->frame_locals = spy_xcalloc(npy ? npy : 1, sizeof(*d->frame_locals));
+	for (size_t j = 0; j < npy; j++) {
 		struct prof_frame_locals *fl = &d->frame_locals[j];
 		/* What the array may grow by for this frame (doubling: twice). */
 		size_t worst = 2 * PYRT_MAX_LOCALS * sizeof(*d->locals);
@@ -134,7 +139,7 @@ static void collect_locals(struct pyrt *rt, struct prof_look_thread *d, size_t *
 		fl->over_budget = rc == -SPY_EBOUND;
 		d->nlocals += fl->n;
 	}
-	d->nframe_locals = d->stack.n;
+	d->nframe_locals = npy;
 }
 
 /* The stopped window's reads, with what the limit allows. */
@@ -144,6 +149,7 @@ struct look_ctx {
 	const struct proc_thread *os;
 	size_t nos;
 	uint64_t deadline;
+	bool maps_again;   /* the maps were read again, once, while stopped */
 };
 
 static bool over_time(struct look_ctx *c)
@@ -170,6 +176,18 @@ static void collect_thread(struct look_ctx *c, size_t i)
 	}
 	/* A thread whose walk fails still gets printed, with what was read. */
 	prof_walk_thread(pp, &wo, i, false, &gc_known);
+	/*
+	 * The walk refuses addresses outside the maps, read before the stop:
+	 * memory mapped since (a thread state's new data stack: each entry
+	 * into a sub-interpreter makes one) reads again, once, as a tick's
+	 * walk does (tick.c's walk_with_retry). Stopped, nothing maps more.
+	 */
+	struct prof_walked *w = &pp->w[i];
+	if ((w->rc != 0 || w->stack.truncated) && !c->maps_again && pp->h.tracer && pp->h.tracer->read_maps) {
+		c->maps_again = true;
+		pp->h.tracer->read_maps(&pp->h);
+		prof_walk_thread(pp, &wo, i, false, &gc_known);
+	}
 	spy_stack_copy(&d->stack, &pp->w[i].stack);
 	if (c->o->locals) {
 		collect_locals(pp->rt, d, &c->l->locals_left);
@@ -273,7 +291,7 @@ int prof_look(struct prof_look *l, const struct prof_look_opts *o, struct spy_er
 	l->threads = spy_xcalloc(SPY_MAX_THREADS, sizeof(*l->threads));
 	struct proc_thread *os = spy_xcalloc(SPY_MAX_THREADS, sizeof(*os));
 	long nos = read_os_threads(&l->pp->h, os, SPY_MAX_THREADS, err);
-	struct look_ctx c = { l, o, os, nos > 0 ? (size_t)nos : 0, 0 };
+	struct look_ctx c = { l, o, os, nos > 0 ? (size_t)nos : 0, 0, false };
 	rc = nos < 0 ? (int)nos : look_stopped(&c, err);
 	free(os);
 	/* Symbols and merging after the target runs again. */

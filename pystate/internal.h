@@ -196,6 +196,9 @@ struct pyrt {
 
 	struct py_thread *tmp;      /* pyrt_threads scratch, reused */
 	size_t tmp_alloc;
+	struct pynest_key { int32_t tid; uint32_t at; } *nest; /* nest_threads' scratch */
+	size_t nest_alloc;
+	struct spy_stack outer_stack; /* pyrt_stack's scratch for an outer thread state */
 
 	const char *unknown;        /* interned "<unknown>" */
 

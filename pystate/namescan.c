@@ -55,6 +55,21 @@ static bool spent(const struct counted *c)
 
 /* ---- the names found, by (ident, tstate): an array the one hash map indexes ---- */
 
+/*
+ * A thread inside a sub-interpreter is named by the thread state it
+ * started in, its outermost (see py_thread): the threading that started
+ * it is that interpreter's, and its name stays put as it goes in and out.
+ */
+static spy_addr_t name_ts(const struct py_thread *t)
+{
+	return t->nouter ? t->outer[t->nouter - 1].tstate : t->tstate;
+}
+
+static spy_addr_t name_ip(const struct py_thread *t)
+{
+	return t->nouter ? t->outer[t->nouter - 1].interp : t->interp;
+}
+
 static uint64_t name_key(uint64_t ident, spy_addr_t tstate)
 {
 	return spy_hmap_pair(tstate, ident);
@@ -106,7 +121,7 @@ static void keep_gen(struct pyrt *rt, uint32_t gen)
 
 const char *pyrt_thread_name(const struct pyrt *rt, const struct py_thread *t)
 {
-	const struct pyname_ent *e = name_find(rt, t->thread_id, t->tstate);
+	const struct pyname_ent *e = name_find(rt, t->thread_id, name_ts(t));
 	return e ? e->name : NULL;
 }
 
@@ -203,10 +218,10 @@ static int active_entry(struct pyrt *rt, void *ctx, spy_addr_t key, spy_addr_t t
 	}
 	for (size_t i = 0; i < s->n; i++) {
 		const struct py_thread *t = &s->th[i];
-		if (t->interp != p->interp[p->at] || t->thread_id != (uint64_t)k.ival) {
+		if (name_ip(t) != p->interp[p->at] || t->thread_id != (uint64_t)k.ival) {
 			continue;
 		}
-		const struct pyname_ent *e = name_find(rt, t->thread_id, t->tstate);
+		const struct pyname_ent *e = name_find(rt, t->thread_id, name_ts(t));
 		if (e && e->gen == p->gen) {
 			continue;
 		}
@@ -263,8 +278,8 @@ static int attr_entry(struct pyrt *rt, void *ctx, spy_addr_t key, spy_addr_t val
 	const char *name = name_text(rt, value);
 	for (size_t i = 0; i < s->n; i++) {
 		const struct py_thread *t = &s->th[i];
-		if (t->interp == p->interp[p->at] && t->thread_id == p->ident) {
-			name_set(rt, t->thread_id, t->tstate, name, p->gen);
+		if (name_ip(t) == p->interp[p->at] && t->thread_id == p->ident) {
+			name_set(rt, t->thread_id, name_ts(t), name, p->gen);
 			p->found += name != NULL;
 		}
 	}
@@ -351,10 +366,10 @@ static void pass_start(struct pyrt *rt, const struct py_thread *th, size_t n, ui
 	for (size_t i = 0; i < n; i++) {
 		bool seen = false;
 		for (size_t j = 0; j < p->ninterp && !seen; j++) {
-			seen = p->interp[j] == th[i].interp;
+			seen = p->interp[j] == name_ip(&th[i]);
 		}
 		if (!seen && p->ninterp < SPY_ARRAY_SIZE(p->interp)) {
-			p->interp[p->ninterp++] = th[i].interp;
+			p->interp[p->ninterp++] = name_ip(&th[i]);
 		}
 	}
 	rt->names_scans++;
@@ -367,8 +382,8 @@ static void pass_end(struct pyrt *rt, const struct py_thread *th, size_t n)
 	p->on = false;
 	keep_gen(rt, p->gen);
 	for (size_t i = 0; i < n; i++) {
-		if (!name_find(rt, th[i].thread_id, th[i].tstate)) {
-			name_set(rt, th[i].thread_id, th[i].tstate, NULL, p->gen);
+		if (!name_find(rt, th[i].thread_id, name_ts(&th[i]))) {
+			name_set(rt, th[i].thread_id, name_ts(&th[i]), NULL, p->gen);
 		}
 	}
 	rt->names_scanned_ns = p->started_ns;
@@ -400,7 +415,7 @@ void pyrt_names_update(struct pyrt *rt, const struct py_thread *th, size_t n, ui
 	if (!rt->names_pass.on) {
 		bool due = !rt->names_scans || now_ns - rt->names_scanned_ns >= refresh_ns;
 		for (size_t i = 0; i < n && !due; i++) {
-			due = !name_find(rt, th[i].thread_id, th[i].tstate);
+			due = !name_find(rt, th[i].thread_id, name_ts(&th[i]));
 		}
 		if (!due) {
 			return;
@@ -428,7 +443,7 @@ int pyrt_thread_names(struct pyrt *rt, const struct py_thread *th, size_t n, con
 	bool looked = rt->names_pass.nknown > 0;
 	int found = 0;
 	for (size_t i = 0; i < n; i++) {
-		const struct pyname_ent *e = name_find(rt, th[i].thread_id, th[i].tstate);
+		const struct pyname_ent *e = name_find(rt, th[i].thread_id, name_ts(&th[i]));
 		if (e && e->gen == gen && e->name) {
 			names[i] = e->name;
 			found++;

@@ -46,6 +46,9 @@ struct pyrt_hints {
 
 struct pyrt;
 
+/* Interpreters one thread can be nested in beyond its innermost (see py_thread). */
+#define PYRT_MAX_NEST 4
+
 struct py_thread {
 	spy_addr_t tstate;
 	spy_addr_t interp;
@@ -63,6 +66,22 @@ struct py_thread {
 	 * Python, or C that has not detached): what holding the GIL is to a
 	 * GIL build, for telling running from idle. False on a GIL build. */
 	bool attached;
+	/* Bound as the OS thread's thread state for PyGILState (3.12+):
+	 * the one it entered last (see nest_threads in runtime.c). */
+	bool gilstate;
+	/*
+	 * A thread inside a sub-interpreter (3.12+) has a thread state in each
+	 * interpreter it entered, all of one native_tid: pyrt_threads lists it
+	 * once, as the innermost (the fields above), with the thread states it
+	 * entered that one from in outer[0..nouter), nearest first. pyrt_stack
+	 * walks them all, one `<interpreter N>` frame between each stack and
+	 * the one it was entered from (N: the inner interpreter's id).
+	 */
+	uint8_t nouter;
+	struct py_outer {
+		spy_addr_t tstate, interp;
+		int64_t interp_id;
+	} outer[PYRT_MAX_NEST];
 };
 
 /*
@@ -261,7 +280,7 @@ struct py_local {
 };
 
 /*
- * The locals of frame i (0 = innermost) of the last pyrt_stack() call,
+ * The locals of Python frame i (0 = innermost) of the last pyrt_stack() call,
  * whose frames must still be in memory (call it while the target is
  * paused). Fills at most max entries, *n how many; 0 or -SPY_EMEM /
  * -SPY_ECORRUPT when the frame or its code cannot be read.

@@ -426,6 +426,8 @@ void pyrt_free(struct pyrt *rt)
 	spy_hmap_release(&rt->name_index);
 	free(rt->async);
 	free(rt->tmp);
+	free(rt->nest);
+	spy_stack_release(&rt->outer_stack);
 	free(rt->frames);
 	free(rt->anchors);
 	free(rt->splice_shims);
@@ -531,12 +533,31 @@ static bool attached(const struct pyrt *rt, const unsigned char *buf)
 	       pyrt_u32(buf, rt->off.tstate_state) == 1;
 }
 
+/*
+ * PyThreadState._status (3.12+), a bit field the offsets table does not
+ * carry: right after interp on 3.12, after eval_breaker from 3.13 (the
+ * headers of 3.12-3.15 and 3.13t agree), its bound_gilstate bit the
+ * fourth. PYOFF_NONE before 3.12 or where the span does not reach it.
+ */
+#define STATUS_BOUND_GILSTATE 0x8u
+
+static uint32_t status_off(const struct pyrt *rt)
+{
+	uint32_t off = rt->off.tstate_interp + (pyrt_version(rt) >= 0x030d0000 ? 16 : 8);
+	if (pyrt_version(rt) < 0x030c0000 || rt->off.tstate_interp == PYOFF_NONE ||
+	    off + 4 > rt->tstate_span) {
+		return PYOFF_NONE;
+	}
+	return off;
+}
+
 static bool interp_threads(struct pyrt *rt, spy_addr_t interp, size_t *k)
 {
 	const struct pyoffsets *o = &rt->off;
 	unsigned char buf[PYRT_MAX_SPAN];
 	spy_addr_t t, holder = rt->gil_holder(rt, interp);
 	int64_t id = 0;
+	uint32_t status = status_off(rt);
 
 	if (o->interp_id != PYOFF_NONE) {
 		(void)spy_mem_read(rt->mem, interp + o->interp_id, &id, sizeof(id));
@@ -563,9 +584,149 @@ static bool interp_threads(struct pyrt *rt, spy_addr_t interp, size_t *k)
 		}
 		p->holds_gil = holder && holder == t;
 		p->attached = attached(rt, buf);
+		p->gilstate = status != PYOFF_NONE && (pyrt_u32(buf, status) & STATUS_BOUND_GILSTATE);
+		/*
+		 * Not bound to an OS thread yet (a thread starting: threading
+		 * makes its state before the thread runs; a sub-interpreter's
+		 * being entered), so no thread of its own: left out, or it
+		 * would be a TID-0 thread with no frames, and cost a tick the
+		 * whole-process pause.
+		 */
+		if (status != PYOFF_NONE && !p->thread_id && !p->native_tid) {
+			(*k)--;
+		}
 		t = pyrt_u64(buf, o->tstate_next);
 	}
 	return true;
+}
+
+static int nest_cmp(const void *a, const void *b)
+{
+	const struct pynest_key *x = a, *y = b;
+	if (x->tid != y->tid) {
+		return x->tid < y->tid ? -1 : 1;
+	}
+	return x->at < y->at ? -1 : x->at > y->at;
+}
+
+/*
+ * Which of the thread states g[0..m) of one OS thread it runs in now.
+ * Attaching a thread state binds it for PyGILState, unbinding the one
+ * before, and detaching (a wait, a sleep) leaves it bound: the one bound
+ * is the one entered last, whether or not it runs. Failing that (a
+ * thread state being swapped), the one holding its GIL or attached, else
+ * the newest interpreter's.
+ */
+static size_t innermost(const struct py_thread *v, const struct pynest_key *g, size_t m)
+{
+	size_t pick = m, bound = 0;
+	for (size_t i = 0; i < m; i++) {
+		if (v[g[i].at].gilstate) {
+			pick = i;
+			bound++;
+		}
+	}
+	if (bound == 1) {
+		return pick;
+	}
+	for (size_t i = 0; i < m; i++) {
+		if (v[g[i].at].holds_gil || v[g[i].at].attached) {
+			return i;
+		}
+	}
+	pick = 0;
+	for (size_t i = 1; i < m; i++) {
+		pick = v[g[i].at].interp_id > v[g[pick].at].interp_id ? i : pick;
+	}
+	return pick;
+}
+
+/*
+ * The m thread states g[0..m) (m <= PYRT_MAX_NEST + 1, of distinct
+ * interpreters) of one OS thread become one entry, at the first one's
+ * place: the innermost, the others its outer[], nearest first. Which of
+ * those was entered from which the thread states do not say; more than two
+ * levels are taken to go from the newest interpreter outward (a
+ * sub-interpreter is most often entered from the main one, id 0). The
+ * entries merged away are marked with tstate 0.
+ */
+static void nest_group(struct py_thread *v, const struct pynest_key *g, size_t m)
+{
+	size_t in = innermost(v, g, m);
+	bool used[PYRT_MAX_NEST + 1] = { false };
+	struct py_thread t = v[g[in].at];
+	used[in] = true;
+	t.nouter = 0;
+	for (size_t r = 1; r < m; r++) {
+		size_t best = m;
+		for (size_t i = 0; i < m; i++) {
+			if (!used[i] && (best == m || v[g[i].at].interp_id > v[g[best].at].interp_id)) {
+				best = i;
+			}
+		}
+		used[best] = true;
+		const struct py_thread *o = &v[g[best].at];
+		t.outer[t.nouter++] = (struct py_outer){ o->tstate, o->interp, o->interp_id };
+	}
+	for (size_t i = 1; i < m; i++) {
+		v[g[i].at].tstate = 0;
+	}
+	v[g[0].at] = t;
+}
+
+/* Whether the thread states g[0..m) are each of another interpreter. */
+static bool distinct_interps(const struct py_thread *v, const struct pynest_key *g, size_t m)
+{
+	for (size_t i = 0; i < m; i++) {
+		for (size_t j = i + 1; j < m; j++) {
+			if (v[g[i].at].interp == v[g[j].at].interp) {
+				return false;
+			}
+		}
+	}
+	return true;
+}
+
+/*
+ * One entry per OS thread: the thread states rt->tmp[0..*k) of one
+ * native TID in several interpreters (a thread that entered a
+ * sub-interpreter, 3.12+) are merged (nest_group); *k shrinks to match.
+ * Two of one interpreter (a dead thread's state, its TID reused) are left
+ * alone, as are more than PYRT_MAX_NEST + 1.
+ */
+static void nest_threads(struct pyrt *rt, size_t *k)
+{
+	size_t n = *k, m = 0;
+	struct py_thread *v = rt->tmp;
+	if (n < 2 || status_off(rt) == PYOFF_NONE) {
+		return;
+	}
+	SPY_GROW(rt->nest, rt->nest_alloc, n);
+	for (size_t i = 0; i < n; i++) {
+		if (v[i].native_tid > 0) {
+			rt->nest[m++] = (struct pynest_key){ v[i].native_tid, (uint32_t)i };
+		}
+	}
+	qsort(rt->nest, m, sizeof(*rt->nest), nest_cmp);
+	bool merged = false;
+	for (size_t a = 0, b; a < m; a = b) {
+		for (b = a + 1; b < m && rt->nest[b].tid == rt->nest[a].tid; b++) {
+		}
+		if (b - a > 1 && b - a <= PYRT_MAX_NEST + 1 && distinct_interps(v, rt->nest + a, b - a)) {
+			nest_group(v, rt->nest + a, b - a);
+			merged = true;
+		}
+	}
+	if (!merged) {
+		return;
+	}
+	size_t kept = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (v[i].tstate) {
+			v[kept++] = v[i];
+		}
+	}
+	*k = kept;
 }
 
 int pyrt_threads(struct pyrt *rt, struct py_thread *out, size_t max, size_t *n, struct spy_err *err)
@@ -606,6 +767,9 @@ int pyrt_threads(struct pyrt *rt, struct py_thread *out, size_t max, size_t *n, 
 		}
 	}
 	fill_native_tids(rt, rt->tmp, k);
+	if (ni > 1) {
+		nest_threads(rt, &k);
+	}
 	if (k && max) {
 		/* rt->tmp is still NULL when no thread was ever found */
 		memcpy(out, rt->tmp, (k < max ? k : max) * sizeof(*out));
@@ -647,6 +811,43 @@ bool pyrt_gil_freezes(struct pyrt *rt, const struct py_thread *holder, const str
 	return t->interp == holder->interp || rt->gil_holder(rt, t->interp) == holder->tstate;
 }
 
+/* The `<interpreter N>` frame for interpreter id. */
+static const char *interp_frame(struct pyrt *rt, int64_t id)
+{
+	char b[48];
+	snprintf(b, sizeof(b), "<interpreter %lld>", (long long)id);
+	return spy_strtab_interns(rt->strs, b);
+}
+
+/*
+ * Thread t's k-th outer thread state (see py_thread), entered from into
+ * interpreter id: its stack appended to out below an `<interpreter ID>`
+ * frame, which rt->frames (the Python frames) does not count. Walked apart, as a thread of its own (the frame memo and
+ * the splice keep a record per thread state). A stack that cannot be read
+ * leaves out truncated at the marker.
+ */
+static void walk_outer(struct pyrt *rt, const struct py_thread *t, size_t k, int64_t id, struct spy_stack *out)
+{
+	struct py_thread o = *t;
+	o.tstate = t->outer[k].tstate;
+	o.interp = t->outer[k].interp;
+	o.interp_id = t->outer[k].interp_id;
+	o.nouter = 0;
+	o.holds_gil = o.attached = false;
+	struct spy_frame *f = spy_stack_push(out);
+	memset(f, 0, sizeof(*f));
+	f->func = interp_frame(rt, id);
+	f->kind = SPY_FRAME_SYNTHETIC;
+	spy_stack_reset(&rt->outer_stack);
+	if (rt->walk(rt, &o, &rt->outer_stack) < 0) {
+		f->flags |= SPY_FRAME_TRUNCATED;
+		out->truncated = 1;
+		return;
+	}
+	spy_stack_append(out, rt->outer_stack.v, rt->outer_stack.n);
+	out->truncated = rt->outer_stack.truncated;
+}
+
 int pyrt_stack(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out, struct spy_err *err)
 {
 	rt->keep_frames = true;
@@ -656,6 +857,11 @@ int pyrt_stack(struct pyrt *rt, const struct py_thread *t, struct spy_stack *out
 	if (rc < 0) {
 		return spy_err_set(err, -rc, "cannot read the frames of thread %llu",
 				   (unsigned long long)t->thread_id);
+	}
+	int64_t id = t->interp_id;
+	for (size_t k = 0; k < t->nouter && k < PYRT_MAX_NEST && !out->truncated; k++) {
+		walk_outer(rt, t, k, id, out);
+		id = t->outer[k].interp_id;
 	}
 	return 0;
 }

@@ -853,6 +853,9 @@ class DumpThread(object):
         self.tid, self.pyid, self.name = tid, pyid, name
         self.state, self.gil = state, gil
         self.frames = []
+        # The interpreters it is in, innermost first; [] when the process
+        # has one (the header then does not say).
+        self.interps = []
         self.locals = []     # per frame: [(kind "arg"/"local", name, repr)]
 
     def __repr__(self):
@@ -882,6 +885,7 @@ STATES = ("running", "idle", "waiting on a lock", "waiting for the GIL",
 _LOCAL = re.compile(r"^        (arg  |local) (\S+) = (.*)$")
 GIL_MARK = ", holds the GIL"
 _THREAD = re.compile(r'^Thread (\d+) \(python 0x([0-9a-fA-F]+)\) "(.*)" (.+)$')
+_INTERPS = re.compile(r", in interpreter (\d+)((?: (?:entered )?from \d+)*)$")
 _PROCESS = re.compile(r"^Process (\d+): (.*)$")
 _PYTHON = re.compile(r"^Python (\S+)(?: free-threaded, (running without a GIL|"
                      r"GIL switched on))? \((.*)\)$")
@@ -900,6 +904,8 @@ def parse_frame(body):
     """
     if body.startswith("[") and body.endswith("]") and " (" not in body:
         return Frame(body, "", None)    # a marker: --native frames not placed
+    if re.match(r"^<interpreter \d+>$", body):
+        return Frame(body, "", None)    # a marker: a sub-interpreter's stack above
     if not body.endswith(")") or " (" not in body:
         raise DumpParseError("bad frame %r" % body)
     m = re.match(r"^(.+?) \((.*):(\d+)\)$", body)
@@ -967,6 +973,13 @@ def parse_dump(text):
             raise DumpParseError("line %d: expected a Thread line, got %r"
                                  % (n, line))
         tail = m.group(4)
+        # A process with sub-interpreters: ", in interpreter 1 entered from 0".
+        interps = []
+        mi = _INTERPS.search(tail)
+        if mi:
+            tail = tail[:mi.start()]
+            interps = [int(mi.group(1))] + [int(x) for x in
+                                           re.findall(r"\d+", mi.group(2) or "")]
         gil = tail.endswith(GIL_MARK)
         if gil:
             tail = tail[:-len(GIL_MARK)]
@@ -974,6 +987,7 @@ def parse_dump(text):
             raise DumpParseError("line %d: unknown thread state %r" % (n, tail))
         cur = DumpThread(int(m.group(1)), int(m.group(2), 16), m.group(3),
                          tail, gil)
+        cur.interps = interps
         d.threads.append(cur)
     return d
 
