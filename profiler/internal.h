@@ -28,6 +28,7 @@ struct prof_thread {
 	bool kept_valid;
 	const char *root;   /* interned `thread TID "name"` */
 	const char *name;   /* the interpreter's name the root was made with (NULL: the kernel's) */
+	bool native_only;   /* ... and whether it was made for a thread without a Python thread state */
 	char comm[17];      /* the kernel's name, when first seen */
 };
 
@@ -46,6 +47,7 @@ struct prof_walked {
 	bool frozen;          /* walked behind the GIL holder's hold */
 	bool retry;           /* read running while the GIL changed hands: once more, or held */
 	bool state_read;      /* its thread's state read this tick, before its walk (skip_idle) */
+	bool native_only;     /* --native: a thread with no Python thread state (py holds its TID alone) */
 	struct native_pcs pcs;   /* --native: from the stop to the merge */
 	const char *task;     /* --async --native: its running task (name), cut after the merge */
 	size_t task_keep;
@@ -77,6 +79,9 @@ struct prof_process {
 	struct py_thread *py;
 	struct prof_walked *w;
 	size_t nw, walloc;
+	/* The tracer's threads (prof_os_tids): scratch, grown to the most listed. */
+	pid_t *tids;
+	size_t tids_alloc;
 	/* --async: the root frame of each task name (names are interned:
 	 * compared by pointer), so a sample interns nothing. */
 	struct {
@@ -139,11 +144,17 @@ struct prof_walk_opts {
 	size_t names_reads;
 	uint64_t now_ns; /* the tick's time, for the names' refresh; 0: read the clock */
 };
-/* List every thread into pp->py and pp->w (tid, name, GIL as listed; empty stacks); err may be NULL. */
+/*
+ * List every thread into pp->py and pp->w (tid, name, GIL as listed; empty
+ * stacks); err may be NULL. With --native, after the Python threads, every
+ * other thread the tracer seized (native_only).
+ */
 int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, struct spy_err *err);
 /* Walk listed thread i; held: it alone is stopped (see walk.c). */
 void prof_walk_thread(struct prof_process *pp, const struct prof_walk_opts *o, size_t i, bool held,
 		      bool *gc_known);
+/* Every thread the tracer seized, ascending, into pp->tids: how many (0 without a tracer). */
+size_t prof_os_tids(struct prof_process *pp);
 /* Whether listed thread j cannot run Python while listed thread h is held (h holds its GIL). */
 bool prof_walk_frozen_by(struct prof_process *pp, size_t h, size_t j);
 /* --native, stopped: unwind listed thread i; running again: merge it. < 0: the unwind failed. */

@@ -241,6 +241,7 @@ struct prof_look_thread {
 	char comm[17];
 	const char *name;                  /* threading's name for it (interned), or NULL */
 	bool in_gil;                       /* the futex waited on is the GIL's */
+	bool native_only;                  /* --native: no Python thread state (py holds its TID alone) */
 	/* --locals: per Python frame of stack, in order, and the values they point into. */
 	struct prof_frame_locals *frame_locals;
 	size_t nframe_locals;

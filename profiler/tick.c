@@ -34,13 +34,20 @@
 
 /* ---- the thread table ---- */
 
-/* The thread's root frame, named by the interpreter's name or else the kernel's. */
-static void thread_root(struct prof_tick_state *e, struct prof_thread *th, const char *name)
+/*
+ * The thread's root frame, named by the interpreter's name or else the
+ * kernel's; `[native]` after it for a thread without a Python thread
+ * state (--native), whose samples are all native frames. No parentheses:
+ * a folded frame ending in `)` would read back as a function in a file.
+ */
+static void thread_root(struct prof_tick_state *e, struct prof_thread *th, const char *name, bool native_only)
 {
 	struct spy_buf b = SPY_BUF_INIT;
-	spy_buf_addf(&b, "thread %d \"%s\"", (int)th->task.tid, name ? name : th->comm);
+	spy_buf_addf(&b, "thread %d \"%s\"%s", (int)th->task.tid, name ? name : th->comm,
+		     native_only ? " [native]" : "");
 	th->root = spy_strtab_interns(e->strs, b.buf);
 	th->name = name;
+	th->native_only = native_only;
 	spy_buf_release(&b);
 }
 
@@ -76,7 +83,7 @@ static struct prof_thread *thread_get(struct prof_tick_state *e, struct prof_pro
 	if (p->attached && ops->task_refresh) {
 		ops->task_refresh(&th->task, PROC_TASK_CPU);
 	}
-	thread_root(e, th, NULL);
+	thread_root(e, th, NULL, false);
 	e->st.threads_seen++;
 	*fresh = true;
 	return th;
@@ -242,7 +249,8 @@ static bool keep(struct prof_tick_state *e, struct prof_process *p, size_t i, st
 	if (e->o.gil && !t->holds_gil) {
 		return false;
 	}
-	return (active || e->o.idle) && t->stack.n > 0;
+	/* A native-only thread's stack is its unwind's, merged once kept. */
+	return (active || e->o.idle) && (t->stack.n > 0 || (t->native_only && t->pcs.n > 0));
 }
 
 /*
@@ -757,6 +765,10 @@ static void keep_sample(struct prof_tick_state *e, struct prof_process *p, size_
 	if ((p->nat || t->task) && prof_walk_finish(p, i) < 0) {
 		e->st.errors[PROF_ERR_NATIVE]++;
 	}
+	/* A native-only thread whose unwind failed has nothing else to show. */
+	if (t->stack.n == 0) {
+		return;
+	}
 	SPY_GROW(e->kept, e->kept_alloc, e->nkept + 1);
 	e->kept[e->nkept++] = (struct prof_sample){
 		.stack = &t->stack,
@@ -839,6 +851,7 @@ void prof_tick_process(struct prof_tick_state *e, struct prof_process *p, uint64
 		n = sample_paused(e, p, now, refreshed);
 	}
 	/* The process runs again; everything below is ours alone. */
+	size_t native_only = 0;
 	for (long i = 0; i < n; i++) {
 		struct prof_walked *t = &p->w[i];
 		struct prof_thread *th = NULL;
@@ -849,17 +862,18 @@ void prof_tick_process(struct prof_tick_state *e, struct prof_process *p, uint64
 			fresh = one && !p->still ? t->fresh : fresh;
 			th->seen = true;
 			/* Names are interned: a new pointer is a new (or first) name. */
-			if (t->name != th->name) {
-				thread_root(e, th, t->name);
+			if (t->name != th->name || t->native_only != th->native_only) {
+				thread_root(e, th, t->name, t->native_only);
 			}
 		}
+		native_only += t->native_only;
 		*gil_held |= t->holds_gil;
 		if (keep(e, p, (size_t)i, th, fresh, &idle)) {
 			keep_sample(e, p, (size_t)i, th, idle);
 		}
 	}
 	if (n >= 0) {
-		e->st.live_threads += (size_t)n;
+		e->st.live_threads += (size_t)n - native_only;
 		/* Forget threads that are gone, so their stat files do not pile up. */
 		threads_prune(p, false);
 	}

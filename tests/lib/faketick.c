@@ -273,6 +273,25 @@ static void f_task_name(const struct spy_process *p, pid_t tid, char *buf, size_
 	snprintf(buf, size, "t%d", (int)tid);
 }
 
+/* The fake's tracer seizes its Python threads alone, whose CPU it does not keep. */
+static size_t f_tids(const struct spy_process *p, pid_t *out, size_t max)
+{
+	struct fake_proc *f = fp_of(p);
+	size_t n = 0;
+	for (size_t i = 0; i < f->nth && n < max; i++) {
+		out[n++] = f->th[i].tid;
+	}
+	return n;
+}
+
+static int f_task_cpu(const struct spy_process *p, pid_t tid, uint64_t *ns)
+{
+	(void)p;
+	(void)tid;
+	*ns = 0;
+	return -SPY_EIO;
+}
+
 static size_t f_descendants(const struct spy_process *p, pid_t **out)
 {
 	struct fake_proc *f = fp_of(p);
@@ -359,6 +378,7 @@ static const struct spy_tracer_ops fake_tracer = {
 	.resume_thread = f_resume_thread,
 	.poll = f_poll,
 	.traces_only = f_traces_only,
+	.tids = f_tids,
 	.detach = f_detach,
 	.alive = f_alive,
 	.exit_status = f_exit_status,
@@ -373,6 +393,7 @@ static const struct spy_tracer_ops fake_tracer = {
 	.task_still = f_task_still,
 	.task_close = f_task_close,
 	.task_name = f_task_name,
+	.task_cpu = f_task_cpu,
 	.descendants = f_descendants,
 	.exe_of = f_exe_of,
 	.thread_wait = f_thread_wait,
