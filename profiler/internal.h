@@ -53,6 +53,13 @@ struct prof_walked {
 	size_t task_keep;
 };
 
+/* Without --native: a thread no interpreter lists, and its CPU time (ns) first and last read. */
+struct prof_unsampled {
+	pid_t tid;
+	uint64_t first_ns, last_ns;
+	bool seen;
+};
+
 /* One process profiled: the one named or launched, a descendant (-s), or a core. */
 struct prof_process {
 	struct spy_process h;
@@ -82,6 +89,11 @@ struct prof_process {
 	/* The tracer's threads (prof_os_tids): scratch, grown to the most listed. */
 	pid_t *tids;
 	size_t tids_alloc;
+	/* Without --native: the threads no listing names (unsampled.c). */
+	struct prof_unsampled *un;
+	size_t nun, un_alloc;
+	uint64_t un_gone_ns, un_total_ns;   /* what the threads gone used; and all of them */
+	uint64_t un_read_ns;                /* when last read (0: never) */
 	/* --async: the root frame of each task name (names are interned:
 	 * compared by pointer), so a sample interns nothing. */
 	struct {
@@ -237,6 +249,15 @@ void prof_tick_process(struct prof_tick_state *ts, struct prof_process *pp, uint
 void prof_side_reads(struct prof_tick_state *e, struct prof_process *p, uint64_t now);
 /* Forget every thread (closing its state files). */
 void prof_threads_clear(struct prof_process *pp);
+
+/* ---- unsampled.c ---- */
+
+/*
+ * Without --native: the CPU time of p's threads that no listing names,
+ * into e->st (unsampled_*); every second between ticks, and last at the
+ * end (whatever the clock says).
+ */
+void prof_unsampled_read(struct prof_tick_state *e, struct prof_process *p, uint64_t now, bool last);
 void prof_holds_log(const struct prof_tick_state *ts);
 
 #endif

@@ -120,6 +120,9 @@ struct prof_stats {
 	size_t threads_seen;        /* distinct threads ever seen */
 	size_t live_threads;        /* Python threads in the last tick, over every process */
 	size_t processes;           /* processes sampled now */
+	/* Without --native: threads without a Python thread state, not sampled, and their CPU time. */
+	size_t unsampled_threads;
+	uint64_t unsampled_ns;
 	uint64_t start_ns, stop_ns; /* the first tick; the end (0 while running) */
 };
 

@@ -896,6 +896,7 @@ void prof_side_reads(struct prof_tick_state *e, struct prof_process *p, uint64_t
 	if (p->gone || p->still) {
 		return;
 	}
+	prof_unsampled_read(e, p, now, false);
 	/* A slowly growing heap is followed even where no walk fails. */
 	if (now - p->last_maps_ns >= MAPS_REFRESH_NS) {
 		p->h.tracer->read_maps(&p->h);
