@@ -9,7 +9,7 @@
  *       spins iters rounds at the bottom: a deep, purely native stack.
  *   start_workers(duties): starts one pthread per duty (percent, 1-100)
  *       that never touches Python (no thread state, no GIL: an OpenMP or
- *       BLAS worker's kind): each period of 8 ms it spins duty% of it in
+ *       BLAS worker's kind): each period of 100 ms it spins duty% of it in
  *       spin_native_worker and sleeps the rest. Returns their TIDs, once
  *       every one has started.
  *
@@ -80,7 +80,7 @@ PyObject *spyext_deep(PyObject *self, PyObject *args)
 }
 
 #define MAX_WORKERS 64
-#define PERIOD_NS 8000000L
+#define PERIOD_NS 100000000L
 
 static long now_ns(void)
 {
