@@ -29,6 +29,12 @@ struct prof_thread {
 	const char *root;   /* interned `thread TID "name"` */
 	const char *name;   /* the interpreter's name the root was made with (NULL: the kernel's) */
 	bool native_only;   /* ... and whether it was made for a thread without a Python thread state */
+	/*
+	 * -i --native, a native-only thread: its pcs (and stack pointers) as
+	 * last unwound while it slept in a syscall (see still_native in tick.c).
+	 */
+	spy_addr_t *kept_v, *kept_sp;
+	size_t kept_n, kept_alloc;
 	char comm[17];      /* the kernel's name, when first seen */
 };
 

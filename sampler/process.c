@@ -173,6 +173,11 @@ static int live_task_cpu(const struct spy_process *p, pid_t tid, uint64_t *ns)
 	return proc_task_cpu(live(p), tid, ns);
 }
 
+static int live_task_blocked_at(const struct spy_process *p, pid_t tid, spy_addr_t *sp, spy_addr_t *pc)
+{
+	return proc_task_blocked_at(live(p), tid, sp, pc);
+}
+
 static size_t live_descendants(const struct spy_process *p, pid_t **out)
 {
 	return proc_list_descendants(proc_pid(live(p)), out);
@@ -223,6 +228,7 @@ static const struct spy_tracer_ops live_tracer = {
 	.task_close = proc_task_close,
 	.task_name = live_task_name,
 	.task_cpu = live_task_cpu,
+	.task_blocked_at = live_task_blocked_at,
 	.descendants = live_descendants,
 	.exe_of = live_exe_of,
 	.thread_wait = live_thread_wait,

@@ -85,6 +85,8 @@ struct spy_tracer_ops {
 	void (*task_name)(const struct spy_process *p, pid_t tid, char *buf, size_t size);
 	/* A thread's CPU time (utime + stime, ns) from its stat; < 0 if unread. */
 	int (*task_cpu)(const struct spy_process *p, pid_t tid, uint64_t *ns);
+	/* Where a thread sleeps in a syscall (proc_task_blocked_at): 1, else 0. */
+	int (*task_blocked_at)(const struct spy_process *p, pid_t tid, spy_addr_t *sp, spy_addr_t *pc);
 	/* -s: every descendant's pid (into *out, free()); a pid's executable, to notice an exec. */
 	size_t (*descendants)(const struct spy_process *p, pid_t **out);
 	void (*exe_of)(const struct spy_process *p, pid_t pid, char *buf, size_t size);

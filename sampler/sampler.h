@@ -340,6 +340,15 @@ int proc_parse_maps(const char *text, size_t len, struct spy_map **maps_out, siz
  * later.
  */
 void proc_task_wait(const struct proc *p, pid_t tid, struct spy_wait *out);
+/*
+ * Where thread tid sleeps in a syscall: its user stack pointer and pc from
+ * task/TID/syscall (the registers saved at the syscall's entry, read
+ * without a stop). 1 if blocked in a syscall, 0 if not (running, outside
+ * one, gone).
+ */
+int proc_task_blocked_at(const struct proc *p, pid_t tid, spy_addr_t *sp, spy_addr_t *pc);
+/* The parser it uses: "NR ARG1..ARG6 SP PC". */
+int proc_parse_blocked_at(const char *text, spy_addr_t *sp, spy_addr_t *pc);
 /* The pure part, for unit tests: classify a state letter and syscall text. */
 void proc_classify_wait(char state, const char *syscall_text, struct spy_wait *out);
 /* Then note the kernel function it sleeps in (task/TID/wchan's text). */

@@ -292,6 +292,14 @@ static int f_task_cpu(const struct spy_process *p, pid_t tid, uint64_t *ns)
 	return -SPY_EIO;
 }
 
+static int f_task_blocked_at(const struct spy_process *p, pid_t tid, spy_addr_t *sp, spy_addr_t *pc)
+{
+	(void)p;
+	(void)tid;
+	*sp = *pc = 0;
+	return 0;
+}
+
 static size_t f_descendants(const struct spy_process *p, pid_t **out)
 {
 	struct fake_proc *f = fp_of(p);
@@ -394,6 +402,7 @@ static const struct spy_tracer_ops fake_tracer = {
 	.task_close = f_task_close,
 	.task_name = f_task_name,
 	.task_cpu = f_task_cpu,
+	.task_blocked_at = f_task_blocked_at,
 	.descendants = f_descendants,
 	.exe_of = f_exe_of,
 	.thread_wait = f_thread_wait,

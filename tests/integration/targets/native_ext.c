@@ -7,9 +7,9 @@
  *       top of its Python caller, or the callback above it.
  *   deep(depth, iters): recurses depth levels in C (spyext_recurse), then
  *       spins iters rounds at the bottom: a deep, purely native stack.
- *   start_workers(duties): starts one pthread per duty (percent, 1-100)
+ *   start_workers(duties): starts one pthread per duty (percent, 0-100)
  *       that never touches Python (no thread state, no GIL: an OpenMP or
- *       BLAS worker's kind): each period of 100 ms it spins duty% of it in
+ *       BLAS worker's kind; duty 0: an idle pool's): each period of 100 ms it spins duty% of it in
  *       spin_native_worker and sleeps the rest. Returns their TIDs, once
  *       every one has started.
  *
@@ -79,7 +79,7 @@ PyObject *spyext_deep(PyObject *self, PyObject *args)
 	return Py_BuildValue("k", x);
 }
 
-#define MAX_WORKERS 64
+#define MAX_WORKERS 256
 #define PERIOD_NS 100000000L
 
 static long now_ns(void)
@@ -115,7 +115,9 @@ static void *worker_main(void *arg)
 	w->tid = (long)syscall(SYS_gettid);
 	long on = PERIOD_NS / 100 * w->duty;
 	for (;;) {
-		spin_native_worker(on);
+		if (on) {
+			spin_native_worker(on);
+		}
 		if (on < PERIOD_NS) {
 			struct timespec off = { 0, PERIOD_NS - on };
 			nanosleep(&off, NULL);
@@ -135,7 +137,7 @@ PyObject *spyext_start_workers(PyObject *self, PyObject *args)
 	for (Py_ssize_t i = 0; i < PyTuple_Size(duties) && nworkers < MAX_WORKERS; i++) {
 		struct worker *w = &workers[nworkers];
 		long d = PyLong_AsLong(PyTuple_GetItem(duties, i));
-		w->duty = d < 1 ? 1 : d > 100 ? 100 : (int)d;
+		w->duty = d < 0 ? 0 : d > 100 ? 100 : (int)d;
 		if (pthread_create(&w->th, NULL, worker_main, w) != 0) {
 			break;
 		}
