@@ -31,7 +31,7 @@ struct prof_thread {
 	bool native_only;   /* ... and whether it was made for a thread without a Python thread state */
 	/*
 	 * -i --native, a native-only thread: its pcs (and stack pointers) as
-	 * last unwound while it slept in a syscall (see still_native in tick.c).
+	 * last unwound while it slept in a syscall (see prof_still_native in nativeonly.c).
 	 */
 	spy_addr_t *kept_v, *kept_sp;
 	size_t kept_n, kept_alloc;
@@ -95,7 +95,7 @@ struct prof_process {
 	/* The tracer's threads (prof_os_tids): scratch, grown to the most listed. */
 	pid_t *tids;
 	size_t tids_alloc;
-	/* Without --native: the threads no listing names (unsampled.c). */
+	/* Without --native: the threads no listing names (nativeonly.c). */
 	struct prof_unsampled *un;
 	size_t nun, un_alloc;
 	uint64_t un_gone_ns, un_total_ns;   /* what the threads gone used; and all of them */
@@ -255,8 +255,18 @@ void prof_tick_process(struct prof_tick_state *ts, struct prof_process *pp, uint
 void prof_side_reads(struct prof_tick_state *e, struct prof_process *p, uint64_t now);
 /* Forget every thread (closing its state files). */
 void prof_threads_clear(struct prof_process *pp);
+void prof_holds_log(const struct prof_tick_state *ts);
 
-/* ---- unsampled.c ---- */
+/* ---- nativeonly.c ---- */
+
+/*
+ * -i --native: native-only thread i (th), asleep, given its kept unwind
+ * instead of a stop, when the kernel vouches for it; true if so.
+ */
+bool prof_still_native(struct prof_tick_state *e, struct prof_process *p, size_t i, struct prof_thread *th);
+/* After native-only thread i's unwind while held (asleep: read so before the stop): kept for the above. */
+void prof_keep_native(struct prof_process *p, size_t i, struct prof_thread *th, bool asleep);
+
 
 /*
  * Without --native: the CPU time of p's threads that no listing names,
@@ -264,6 +274,5 @@ void prof_threads_clear(struct prof_process *pp);
  * end (whatever the clock says).
  */
 void prof_unsampled_read(struct prof_tick_state *e, struct prof_process *p, uint64_t now, bool last);
-void prof_holds_log(const struct prof_tick_state *ts);
 
 #endif

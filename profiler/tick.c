@@ -412,56 +412,6 @@ static bool still_stack(struct prof_tick_state *e, struct prof_process *p, size_
 	return true;
 }
 
-/*
- * -i --native: the native stack of native-only thread i, asleep, without
- * stopping it. Unwinding needs a stop, and a stop wakes the thread, so
- * schedstat cannot vouch for it as it does for still_stack; the kernel's
- * record of where the thread sleeps can: a thread blocked in a syscall
- * with the same user stack pointer and pc as when its kept stack was
- * unwound (asleep in a syscall then too) is taken as in the same call
- * still. An idle pool of 200 threads was 200 stops a tick, each waiting
- * for its thread to get a CPU. Once vouched for, kept_valid says (as for
- * still_stack) it has not been on a CPU since: no read at all.
- */
-static bool still_native(struct prof_tick_state *e, struct prof_process *p, size_t i, struct prof_thread *th)
-{
-	struct prof_walked *t = &p->w[i];
-	const struct spy_tracer_ops *ops = p->h.tracer;
-	spy_addr_t sp, pc;
-	if (!e->o.idle || !t->native_only || !th->kept_n || th->task.failed || !th->task.state ||
-	    proc_task_active(&th->task)) {
-		return false;
-	}
-	if (!th->kept_valid && (ops->task_blocked_at(&p->h, th->task.tid, &sp, &pc) != 1 ||
-				sp != th->kept_sp[0] || pc != th->kept_v[0])) {
-		return false;
-	}
-	th->kept_valid = true;
-	native_pcs_set(&t->pcs, th->kept_v, th->kept_sp, th->kept_n);
-	e->still.kept++;
-	return true;
-}
-
-/* After native-only thread i's unwind while held: kept for still_native if it slept in a syscall. */
-static void keep_native(struct prof_process *p, size_t i, struct prof_thread *th, bool asleep)
-{
-	const struct native_pcs *pcs = &p->w[i].pcs;
-	th->kept_n = 0;
-	/* The stop woke it: schedstat vouches for nothing until still_native has looked. */
-	th->kept_valid = false;
-	if (!asleep || pcs->rc != 0 || pcs->n == 0) {
-		return;
-	}
-	if (th->kept_alloc < pcs->n) {
-		th->kept_v = spy_xrealloc(th->kept_v, pcs->n * sizeof(*th->kept_v));
-		th->kept_sp = spy_xrealloc(th->kept_sp, pcs->n * sizeof(*th->kept_sp));
-		th->kept_alloc = pcs->n;
-	}
-	memcpy(th->kept_v, pcs->v, pcs->n * sizeof(*pcs->v));
-	memcpy(th->kept_sp, pcs->sp, pcs->n * sizeof(*pcs->sp));
-	th->kept_n = pcs->n;
-}
-
 /* One tick of sample_held so far. */
 struct hold_tick {
 	size_t n;                  /* threads listed */
@@ -490,7 +440,7 @@ static struct prof_thread *hold_prepare(struct prof_tick_state *e, struct prof_p
 		t->holds_gil = false;
 		return NULL;
 	}
-	return still_stack(e, p, i, th) || still_native(e, p, i, th) ? NULL : th;
+	return still_stack(e, p, i, th) || prof_still_native(e, p, i, th) ? NULL : th;
 }
 
 /*
@@ -615,7 +565,7 @@ static void hold_one(struct prof_tick_state *e, struct prof_process *p, size_t i
 	}
 	walk_held(e, p, i, now);
 	if (t->native_only && e->o.idle) {
-		keep_native(p, i, th, th->task.state && !th->task.failed && !proc_task_active(&th->task));
+		prof_keep_native(p, i, th, th->task.state && !th->task.failed && !proc_task_active(&th->task));
 	}
 	walk_frozen(e, p, i, t1, ht);
 	ops->resume_thread(&p->h);
