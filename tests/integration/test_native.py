@@ -526,9 +526,14 @@ def check_workers(interp, outdir):
     duties = ",".join(str(d) for d in WORKER_DUTIES)
     with harness.Target(interp, TARGET, [outdir, "workers", duties], binds=[outdir]) as t:
         workers = set(t.info["workers"])
-        before = task_cpu(t.pid)
-        p = record(t.pid, outdir, "workers", ["--native", "-t"], seconds=1.5)
-        probs = check_worker_record(p, cpu_used(before, task_cpu(t.pid)), workers)
+        # Once more if it fails: shares part on a machine loaded past its
+        # CPUs (the tests run beside others), which a second try often misses.
+        for attempt in range(2):
+            before = task_cpu(t.pid)
+            p = record(t.pid, outdir, "workers", ["--native", "-t"], seconds=1.5)
+            probs = check_worker_record(p, cpu_used(before, task_cpu(t.pid)), workers)
+            if not probs:
+                break
         before = task_cpu(t.pid)
         path = os.path.join(outdir, "workers-plain.folded")
         r = harness.run_spy(["record", "-F", "-t", "-d", "%g" % harness.slow(0.5), "-o", path,
