@@ -29,6 +29,8 @@ struct prof_thread {
 	const char *root;   /* interned `thread TID "name"` */
 	const char *name;   /* the interpreter's name the root was made with (NULL: the kernel's) */
 	bool native_only;   /* ... and whether it was made for a thread without a Python thread state */
+	bool rooted;        /* the root was made from a walk (not the table's placeholder) */
+	bool no_frames;     /* found running at its last walk with no Python frame (see nativeonly.c) */
 	/*
 	 * -i --native, a native-only thread: its pcs (and stack pointers) as
 	 * last unwound while it slept in a syscall (see prof_still_native in nativeonly.c).
@@ -59,10 +61,12 @@ struct prof_walked {
 	size_t task_keep;
 };
 
-/* Without --native: a thread no interpreter lists, and its CPU time (ns) first and last read. */
+/* Without --native: a thread of the process at the last reading (nativeonly.c). */
 struct prof_unsampled {
 	pid_t tid;
-	uint64_t first_ns, last_ns;
+	uint64_t last_ns;   /* its CPU time then, if not listed */
+	bool listed;        /* the interpreter listed it then */
+	bool counted;       /* some of its time was counted */
 	bool seen;
 };
 
@@ -98,7 +102,7 @@ struct prof_process {
 	/* Without --native: the threads no listing names (nativeonly.c). */
 	struct prof_unsampled *un;
 	size_t nun, un_alloc;
-	uint64_t un_gone_ns, un_total_ns;   /* what the threads gone used; and all of them */
+	uint64_t un_total_ns;               /* what they used, unlisted, so far */
 	uint64_t un_read_ns;                /* when last read (0: never) */
 	/* --async: the root frame of each task name (names are interned:
 	 * compared by pointer), so a sample interns nothing. */

@@ -77,6 +77,41 @@ static struct prof_unsampled *find(struct prof_process *p, pid_t tid)
 	return NULL;
 }
 
+/*
+ * One reading of thread tid (listed: the interpreter lists it now, and its
+ * stacks are sampled). Time
+ * counts between two readings that both found it unlisted, or from its
+ * start for a thread new since the first reading: an OpenMP worker that
+ * takes a thread state for a moment (a callback through PyGILState_Ensure)
+ * loses the second its reading fell in, and a Python thread's last moments
+ * (its thread state freed, the thread not yet gone) do not count its life.
+ */
+static void read_one(struct prof_tick_state *e, struct prof_process *p, pid_t tid, bool listed, bool first)
+{
+	struct prof_unsampled *u = find(p, tid);
+	if (!u) {
+		SPY_GROW(p->un, p->un_alloc, p->nun + 1);
+		u = &p->un[p->nun++];
+		*u = (struct prof_unsampled){ .tid = tid, .listed = true };
+		/* New since the first reading, unlisted: all of its time was the recording's. */
+		u->listed = first || listed;
+	}
+	u->seen = true;
+	uint64_t cpu = 0;
+	if (listed || p->h.tracer->task_cpu(&p->h, tid, &cpu) < 0) {
+		u->listed = true;
+		return;
+	}
+	if (!u->listed && cpu > u->last_ns) {
+		p->un_total_ns += cpu - u->last_ns;
+		e->st.unsampled_ns += cpu - u->last_ns;
+		e->st.unsampled_threads += !u->counted;
+		u->counted = true;
+	}
+	u->listed = false;
+	u->last_ns = cpu;
+}
+
 void prof_unsampled_read(struct prof_tick_state *e, struct prof_process *p, uint64_t now, bool last)
 {
 	const struct spy_tracer_ops *ops = p->h.tracer;
@@ -92,36 +127,16 @@ void prof_unsampled_read(struct prof_tick_state *e, struct prof_process *p, uint
 		p->un[i].seen = false;
 	}
 	for (size_t i = 0; i < m; i++) {
-		pid_t tid = p->tids[i];
-		uint64_t cpu;
-		if (spy_hmap_get(&p->th_index, (uint64_t)(uint32_t)tid) != SPY_HMAP_NONE ||
-		    ops->task_cpu(&p->h, tid, &cpu) < 0) {
-			continue;
-		}
-		struct prof_unsampled *u = find(p, tid);
-		if (!u) {
-			SPY_GROW(p->un, p->un_alloc, p->nun + 1);
-			u = &p->un[p->nun++];
-			/* One started since the first reading ran all of its time within the recording. */
-			*u = (struct prof_unsampled){ tid, first ? cpu : 0, cpu, false };
-			e->st.unsampled_threads++;
-		}
-		u->seen = true;
-		u->last_ns = cpu >= u->last_ns ? cpu : u->last_ns;
+		uint64_t k = spy_hmap_get(&p->th_index, (uint64_t)(uint32_t)p->tids[i]);
+		/* Listed with no Python frame (a C thread holding a thread state a while): unsampled too. */
+		bool listed = k != SPY_HMAP_NONE && !p->th[k].no_frames;
+		read_one(e, p, p->tids[i], listed, first);
 	}
-	/* A thread gone (or listed by its interpreter now) keeps what it used. */
-	uint64_t total = p->un_gone_ns;
 	size_t kept = 0;
 	for (size_t i = 0; i < p->nun; i++) {
-		uint64_t used = p->un[i].last_ns - p->un[i].first_ns;
-		total += used;
 		if (p->un[i].seen) {
 			p->un[kept++] = p->un[i];
-		} else {
-			p->un_gone_ns += used;
 		}
 	}
 	p->nun = kept;
-	e->st.unsampled_ns += total - p->un_total_ns;
-	p->un_total_ns = total;
 }

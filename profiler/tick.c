@@ -245,14 +245,25 @@ static bool keep(struct prof_tick_state *e, struct prof_process *p, size_t i, st
 		}
 	}
 	bool active = is_active(p, t, th, fresh, &e->st.errors[PROF_ERR_STATE]);
+	if (th && (active || fresh)) {
+		/*
+		 * Walked running (or new, not yet trusted running): a thread
+		 * with a thread state and no Python frame yields no sample.
+		 */
+		th->no_frames = t->stack.n == 0;
+	}
 	e->st.thread_samples++;
 	e->st.active_samples += active;
 	*idle = !active;
 	if (e->o.gil && !t->holds_gil) {
 		return false;
 	}
-	/* A native-only thread's stack is its unwind's, merged once kept. */
-	return (active || e->o.idle) && (t->stack.n > 0 || (t->native_only && t->pcs.n > 0));
+	/*
+	 * With --native a stack is its unwind's too, merged once kept: a
+	 * native-only thread's, or a Python thread's running C with no Python
+	 * frame (an OpenMP worker that took a thread state to call back).
+	 */
+	return (active || e->o.idle) && (t->stack.n > 0 || (p->nat && t->pcs.n > 0));
 }
 
 /*
@@ -866,9 +877,16 @@ void prof_tick_process(struct prof_tick_state *e, struct prof_process *p, uint64
 			th = thread_get(e, p, tid, &fresh);
 			fresh = one && !p->still ? t->fresh : fresh;
 			th->seen = true;
-			/* Names are interned: a new pointer is a new (or first) name. */
-			if (t->name != th->name || t->native_only != th->native_only) {
-				thread_root(e, th, t->name, t->native_only);
+			/*
+			 * Names are interned: a new pointer is a new (or first) name.
+			 * An unnamed thread's [native] is its first walk's: an OpenMP
+			 * worker that takes a thread state for a moment (a callback
+			 * through PyGILState_Ensure) stays under one root.
+			 */
+			if (!th->rooted || t->name != th->name) {
+				thread_root(e, th, t->name,
+					    !t->name && (th->rooted ? th->native_only : t->native_only));
+				th->rooted = true;
 			}
 		}
 		native_only += t->native_only;

@@ -199,6 +199,9 @@ int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, stru
 		t->task = NULL;
 		t->state_read = false;
 		t->native_only = false;
+		/* Unwound only if held this tick: nothing of an earlier one is merged. */
+		t->pcs.n = 0;
+		t->pcs.rc = 0;
 		spy_stack_reset(&t->stack);
 	}
 	size_t all = list_native_only(pp, n);
@@ -243,8 +246,19 @@ void prof_walk_thread(struct prof_process *pp, const struct prof_walk_opts *o, s
 	}
 	bool listed = py->holds_gil;
 	if (held && pyrt_thread_recheck(pp->rt, py) < 0) {
-		t->rc = -SPY_EGONE;
 		t->holds_gil = false;
+		/*
+		 * --native: the thread is stopped, so alive; its thread state was
+		 * freed since the listing (a C thread's PyGILState_Release): a
+		 * native-only thread now.
+		 */
+		if (pp->nat) {
+			t->native_only = true;
+			t->name = NULL;
+			prof_walk_thread(pp, o, i, held, gc_known);
+			return;
+		}
+		t->rc = -SPY_EGONE;
 		return;
 	}
 	/* One holder per GIL a tick: the one listed, if it still holds it (see tick.c). */
