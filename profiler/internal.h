@@ -56,6 +56,7 @@ struct prof_walked {
 	bool retry;           /* read running while the GIL changed hands: once more, or held */
 	bool state_read;      /* its thread's state read this tick, before its walk (skip_idle) */
 	bool native_only;     /* --native: a thread with no Python thread state (py holds its TID alone) */
+	bool walked;          /* its stack was read this tick (prof_walk_thread) */
 	struct native_pcs pcs;   /* --native: from the stop to the merge */
 	const char *task;     /* --async --native: its running task (name), cut after the merge */
 	size_t task_keep;

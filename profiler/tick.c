@@ -245,11 +245,8 @@ static bool keep(struct prof_tick_state *e, struct prof_process *p, size_t i, st
 		}
 	}
 	bool active = is_active(p, t, th, fresh, &e->st.errors[PROF_ERR_STATE]);
-	if (th && (active || fresh)) {
-		/*
-		 * Walked running (or new, not yet trusted running): a thread
-		 * with a thread state and no Python frame yields no sample.
-		 */
+	if (th && t->walked) {
+		/* A thread with a thread state and no Python frame yields no sample. */
 		th->no_frames = t->stack.n == 0;
 	}
 	e->st.thread_samples++;

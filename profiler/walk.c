@@ -199,6 +199,7 @@ int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, stru
 		t->task = NULL;
 		t->state_read = false;
 		t->native_only = false;
+		t->walked = false;
 		/* Unwound only if held this tick: nothing of an earlier one is merged. */
 		t->pcs.n = 0;
 		t->pcs.rc = 0;
@@ -235,6 +236,7 @@ void prof_walk_thread(struct prof_process *pp, const struct prof_walk_opts *o, s
 	struct prof_walked *t = &pp->w[i];
 	struct py_thread *py = &pp->py[i];
 	spy_stack_reset(&t->stack);
+	t->walked = true;
 	if (t->native_only) {
 		/* No Python stack to read or check: its native one, stopped, is all. */
 		t->rc = 0;

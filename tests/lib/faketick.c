@@ -273,7 +273,7 @@ static void f_task_name(const struct spy_process *p, pid_t tid, char *buf, size_
 	snprintf(buf, size, "t%d", (int)tid);
 }
 
-/* The fake's tracer seizes its Python threads alone, whose CPU it does not keep. */
+/* The fake's tracer seizes its Python threads and its native ones. */
 static size_t f_tids(const struct spy_process *p, pid_t *out, size_t max)
 {
 	struct fake_proc *f = fp_of(p);
@@ -281,15 +281,27 @@ static size_t f_tids(const struct spy_process *p, pid_t *out, size_t max)
 	for (size_t i = 0; i < f->nth && n < max; i++) {
 		out[n++] = f->th[i].tid;
 	}
+	for (size_t i = 0; i < f->nnative && n < max; i++) {
+		if (i == 0 || f->cpu_reads[0] > 0) {
+			out[n++] = f->native_tids[i];
+		}
+	}
 	return n;
 }
 
 static int f_task_cpu(const struct spy_process *p, pid_t tid, uint64_t *ns)
 {
-	(void)p;
-	(void)tid;
+	struct fake_proc *f = fp_of(p);
+	for (size_t i = 0; i < f->nnative; i++) {
+		if (f->native_tids[i] == tid) {
+			*ns = (uint64_t)++f->cpu_reads[i] * 100000000ull;
+			return 0;
+		}
+	}
+	/* A Python thread's: counted (test_unsampled wants none), used no CPU. */
+	f->python_cpu_reads++;
 	*ns = 0;
-	return -SPY_EIO;
+	return 0;
 }
 
 static int f_task_blocked_at(const struct spy_process *p, pid_t tid, spy_addr_t *sp, spy_addr_t *pc)
