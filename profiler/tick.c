@@ -778,7 +778,7 @@ static void keep_sample(struct prof_tick_state *e, struct prof_process *p, size_
 	if ((p->nat || t->task) && prof_walk_finish(p, i) < 0) {
 		e->st.errors[PROF_ERR_NATIVE]++;
 	}
-	/* A native-only thread whose unwind failed has nothing else to show. */
+	/* Nothing to show: an unwind that failed, of a thread with no Python frame either. */
 	if (t->stack.n == 0) {
 		return;
 	}

@@ -154,6 +154,19 @@ static size_t list_native_only(struct prof_process *pp, size_t n)
 	return k;
 }
 
+/* What a listing clears of each thread's last tick. */
+static void walked_reset(struct prof_walked *t)
+{
+	t->rc = 0;
+	t->task = NULL;
+	t->state_read = false;
+	t->walked = false;
+	/* Unwound only if held this tick: nothing of an earlier one is merged. */
+	t->pcs.n = 0;
+	t->pcs.rc = 0;
+	spy_stack_reset(&t->stack);
+}
+
 int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, struct spy_err *err)
 {
 	size_t n = 0;
@@ -195,28 +208,15 @@ int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, stru
 		t->attached = py[i].attached;
 		t->gc = false;
 		t->name = pyrt_thread_name(pp->rt, &py[i]);
-		t->rc = 0;
-		t->task = NULL;
-		t->state_read = false;
 		t->native_only = false;
-		t->walked = false;
-		/* Unwound only if held this tick: nothing of an earlier one is merged. */
-		t->pcs.n = 0;
-		t->pcs.rc = 0;
-		spy_stack_reset(&t->stack);
+		walked_reset(t);
 	}
 	size_t all = list_native_only(pp, n);
 	for (size_t i = n; i < all; i++) {
 		struct prof_walked *t = &pp->w[i];
 		t->holds_gil = t->attached = t->gc = false;
 		t->name = NULL;
-		t->rc = 0;
-		t->task = NULL;
-		t->state_read = false;
-		/* Unwound only if held this tick: nothing of an earlier one is merged. */
-		t->pcs.n = 0;
-		t->pcs.rc = 0;
-		spy_stack_reset(&t->stack);
+		walked_reset(t);
 	}
 	pp->nw = all;
 	return 0;
