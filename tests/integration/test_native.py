@@ -458,8 +458,9 @@ def check_worker_record(p, used, workers):
         inside = sum(c for fr, c in stacks if WORKER_FUNC in funcs(fr))
         leaf = sum(c for fr, c in stacks if funcs(fr)[-1:] == [WORKER_FUNC])
         # A thread read running and stopped a few ms later (each hold
-        # waits for its thread to get a CPU) may be in its sleep by then.
-        if inside < 0.85 * got or leaf < 0.5 * got:
+        # waits for its thread to get a CPU) may be in its sleep by then:
+        # on a loaded machine, 5 of 33 samples of the half-time worker.
+        if inside < 0.75 * got or leaf < 0.5 * got:
             probs.append("worker %d: of %d samples %d in %s, %d ending there: %s"
                          % (tid, got, inside, WORKER_FUNC, leaf,
                             sorted(stacks, key=lambda s: -s[1])[:2]))
