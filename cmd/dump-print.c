@@ -178,8 +178,13 @@ void dump_print_text(const struct prof_look *r, FILE *f)
 	bool interps = many_interps(r);
 	for (size_t i = 0; i < r->n; i++) {
 		const struct prof_look_thread *d = &r->threads[i];
-		spy_buf_addf(&b, "\nThread %d (python 0x%llx) \"", (int)d->py.native_tid,
-			     (unsigned long long)d->py.thread_id);
+		if (d->native_only) {
+			/* --native: a thread with no Python thread state has no Python id either. */
+			spy_buf_addf(&b, "\nThread %d (native) \"", (int)d->py.native_tid);
+		} else {
+			spy_buf_addf(&b, "\nThread %d (python 0x%llx) \"", (int)d->py.native_tid,
+				     (unsigned long long)d->py.thread_id);
+		}
 		spy_term_adds(&b, d->name ? d->name : d->comm);
 		spy_buf_addf(&b, "\" %s%s", dump_state_name(d->state),
 			     d->py.holds_gil ? ", holds the GIL" : "");
@@ -188,7 +193,8 @@ void dump_print_text(const struct prof_look *r, FILE *f)
 		}
 		spy_buf_addch(&b, '\n');
 		if (d->stack.n == 0) {
-			spy_buf_adds(&b, "    (no Python frames)\n");
+			spy_buf_adds(&b, d->native_only ? "    (no frames: its native stack could not be read)\n"
+						      : "    (no Python frames)\n");
 		}
 		size_t pj = 0;
 		for (size_t j = 0; j < d->stack.n; j++) {
@@ -267,8 +273,12 @@ static void json_locals(struct spy_buf *b, const struct prof_look_thread *d,
 
 static void json_thread(struct spy_buf *b, const struct prof_look *r, const struct prof_look_thread *d)
 {
-	spy_buf_addf(b, "{\"tid\": %d, \"thread_id\": \"0x%llx\", ", (int)d->py.native_tid,
-		     (unsigned long long)d->py.thread_id);
+	if (d->native_only) {
+		spy_buf_addf(b, "{\"tid\": %d, \"thread_id\": null, \"native_only\": true, ", (int)d->py.native_tid);
+	} else {
+		spy_buf_addf(b, "{\"tid\": %d, \"thread_id\": \"0x%llx\", \"native_only\": false, ",
+			     (int)d->py.native_tid, (unsigned long long)d->py.thread_id);
+	}
 	json_key_str(b, "name", d->name ? d->name : d->comm);
 	spy_buf_adds(b, ", ");
 	json_key_str(b, "os_name", d->comm);

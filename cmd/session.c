@@ -95,5 +95,11 @@ void cmd_summary(const struct profiler *p, uint64_t now_ns, struct spy_buf *out)
 		     (unsigned long long)st.samples, el, el > 0 ? (double)st.samples / el : 0.0,
 		     (unsigned long long)st.missed);
 	prof_format_errors(&st, out);
+	/* Without --native, CPU the profile cannot show: the user should know to look. */
+	if (st.unsampled_threads && st.unsampled_ns >= 10 * 1000 * 1000ull) {
+		spy_buf_addf(out, "; %zu thread%s without Python used %.2f CPU-s, not sampled (--native samples them)",
+			     st.unsampled_threads, st.unsampled_threads == 1 ? "" : "s",
+			     (double)st.unsampled_ns / 1e9);
+	}
 	prof_exec_notes(p, out);
 }

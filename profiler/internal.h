@@ -29,6 +29,15 @@ struct prof_thread {
 	bool kept_valid;
 	const char *root;   /* interned `thread TID "name"` */
 	const char *name;   /* the interpreter's name the root was made with (NULL: the kernel's) */
+	bool native_only;   /* ... and whether it was made for a thread without a Python thread state */
+	bool rooted;        /* the root was made from a walk (not the table's placeholder) */
+	bool no_frames;     /* found running at its last walk with no Python frame (see nativeonly.c) */
+	/*
+	 * -i --native, a native-only thread: its pcs (and stack pointers) as
+	 * last unwound while it slept in a syscall (see prof_still_native in nativeonly.c).
+	 */
+	spy_addr_t *kept_v, *kept_sp;
+	size_t kept_n, kept_alloc;
 	char comm[17];      /* the kernel's name, when first seen */
 };
 
@@ -47,9 +56,20 @@ struct prof_walked {
 	bool frozen;          /* walked behind the GIL holder's hold */
 	bool retry;           /* read running while the GIL changed hands: once more, or held */
 	bool state_read;      /* its thread's state read this tick, before its walk (skip_idle) */
+	bool native_only;     /* --native: a thread with no Python thread state (py holds its TID alone) */
+	bool walked;          /* its stack was read this tick (prof_walk_thread) */
 	struct native_pcs pcs;   /* --native: from the stop to the merge */
 	const char *task;     /* --async --native: its running task (name), cut after the merge */
 	size_t task_keep;
+};
+
+/* Without --native: a thread of the process at the last reading (nativeonly.c). */
+struct prof_unsampled {
+	pid_t tid;
+	uint64_t last_ns;   /* its CPU time then, if not listed */
+	bool listed;        /* the interpreter listed it then */
+	bool counted;       /* some of its time was counted */
+	bool seen;
 };
 
 /* One process profiled: the one named or launched, a descendant (-s), or a core. */
@@ -86,6 +106,14 @@ struct prof_process {
 	struct py_thread *py;
 	struct prof_walked *w;
 	size_t nw, walloc;
+	/* The tracer's threads (prof_os_tids): scratch, grown to the most listed. */
+	pid_t *tids;
+	size_t tids_alloc;
+	/* Without --native: the threads no listing names (nativeonly.c). */
+	struct prof_unsampled *un;
+	size_t nun, un_alloc;
+	uint64_t un_total_ns;               /* what they used, unlisted, so far */
+	uint64_t un_read_ns;                /* when last read (0: never) */
 	/* --async: the root frame of each task name (names are interned:
 	 * compared by pointer), so a sample interns nothing. */
 	struct {
@@ -152,11 +180,17 @@ struct prof_walk_opts {
 	size_t names_reads;
 	uint64_t now_ns; /* the tick's time, for the names' refresh; 0: read the clock */
 };
-/* List every thread into pp->py and pp->w (tid, name, GIL as listed; empty stacks); err may be NULL. */
+/*
+ * List every thread into pp->py and pp->w (tid, name, GIL as listed; empty
+ * stacks); err may be NULL. With --native, after the Python threads, every
+ * other thread the tracer seized (native_only).
+ */
 int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, struct spy_err *err);
 /* Walk listed thread i; held: it alone is stopped (see walk.c). */
 void prof_walk_thread(struct prof_process *pp, const struct prof_walk_opts *o, size_t i, bool held,
 		      bool *gc_known);
+/* Every thread the tracer seized, ascending, into pp->tids: how many (0 without a tracer). */
+size_t prof_os_tids(struct prof_process *pp);
 /* Whether listed thread j cannot run Python while listed thread h is held (h holds its GIL). */
 bool prof_walk_frozen_by(struct prof_process *pp, size_t h, size_t j);
 /* --native, stopped: unwind listed thread i; running again: merge it. < 0: the unwind failed. */
@@ -240,5 +274,23 @@ void prof_side_reads(struct prof_tick_state *e, struct prof_process *p, uint64_t
 /* Forget every thread (closing its state files). */
 void prof_threads_clear(struct prof_process *pp);
 void prof_holds_log(const struct prof_tick_state *ts);
+
+/* ---- nativeonly.c ---- */
+
+/*
+ * -i --native: native-only thread i (th), asleep, given its kept unwind
+ * instead of a stop, when the kernel vouches for it; true if so.
+ */
+bool prof_still_native(struct prof_tick_state *e, struct prof_process *p, size_t i, struct prof_thread *th);
+/* After native-only thread i's unwind while held (asleep: read so before the stop): kept for the above. */
+void prof_keep_native(struct prof_process *p, size_t i, struct prof_thread *th, bool asleep);
+
+
+/*
+ * Without --native: the CPU time of p's threads that no listing names,
+ * into e->st (unsampled_*); every second between ticks, and last at the
+ * end (whatever the clock says).
+ */
+void prof_unsampled_read(struct prof_tick_state *e, struct prof_process *p, uint64_t now, bool last);
 
 #endif

@@ -169,6 +169,7 @@ static void collect_thread(struct look_ctx *c, size_t i)
 	bool gc_known = false;
 	d->py = pp->py[i];
 	d->name = pp->w[i].name;
+	d->native_only = pp->w[i].native_only;
 	const struct proc_thread *ot = find_os_thread(c->os, c->nos, d->py.native_tid);
 	if (ot) {
 		memcpy(d->comm, ot->comm, sizeof(d->comm));
@@ -193,13 +194,14 @@ static void collect_thread(struct look_ctx *c, size_t i)
 		collect_locals(pp->rt, d, &c->l->locals_left);
 	}
 	struct pyrt_range gil[GIL_RANGES];
-	size_t ng = pyrt_gil_ranges(pp->rt, d->py.interp, gil, GIL_RANGES);
+	/* A thread without a thread state waits for no GIL: any futex of its is a lock's. */
+	size_t ng = d->native_only ? 0 : pyrt_gil_ranges(pp->rt, d->py.interp, gil, GIL_RANGES);
 	bool in_gil = false;
 	for (size_t k = 0; k < ng && d->wait.kind == SPY_WAIT_FUTEX; k++) {
 		in_gil |= d->wait.futex >= gil[k].lo && d->wait.futex < gil[k].hi;
 	}
 	d->in_gil = in_gil;
-	d->state = prof_classify(&d->wait, ng > 0, in_gil);
+	d->state = prof_classify(&d->wait, ng > 0 || d->native_only, in_gil);
 	if (pp->nat) {
 		prof_walk_unwind(pp, i);
 	}

@@ -64,6 +64,20 @@ void native_pcs_release(struct native_pcs *pcs)
 	memset(pcs, 0, sizeof(*pcs));
 }
 
+void native_pcs_set(struct native_pcs *pcs, const spy_addr_t *v, const spy_addr_t *sp, size_t n)
+{
+	if (!pcs->v) {
+		pcs->v = spy_xcalloc(SPY_MAX_NATIVE_DEPTH, sizeof(*pcs->v));
+		pcs->sp = spy_xcalloc(SPY_MAX_NATIVE_DEPTH, sizeof(*pcs->sp));
+	}
+	n = n < SPY_MAX_NATIVE_DEPTH ? n : SPY_MAX_NATIVE_DEPTH;
+	memcpy(pcs->v, v, n * sizeof(*v));
+	memcpy(pcs->sp, sp, n * sizeof(*sp));
+	pcs->n = n;
+	pcs->rc = 0;
+	pcs->cpu_ns = 0;
+}
+
 void native_note_anchors(struct pyrt *rt, struct native_pcs *pcs)
 {
 	const spy_addr_t *a;

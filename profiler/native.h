@@ -49,6 +49,8 @@ int native_init(struct native *n, const struct spy_process *h, const char *binar
 		bool all, struct spy_err *err);
 void native_release(struct native *n);
 void native_pcs_release(struct native_pcs *pcs);
+/* pcs as a walk of n frames (v, sp) found them, unwound whole. */
+void native_pcs_set(struct native_pcs *pcs, const spy_addr_t *v, const spy_addr_t *sp, size_t n);
 
 /* Right after the thread's pyrt_stack(): keep where its groups ran, for the unwind and the merge. */
 void native_note_anchors(struct pyrt *rt, struct native_pcs *pcs);

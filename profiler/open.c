@@ -398,6 +398,8 @@ void prof_process_free(struct prof_process *pp)
 	}
 	prof_threads_clear(pp);
 	free(pp->th);
+	free(pp->tids);
+	free(pp->un);
 	spy_hmap_release(&pp->th_index);
 	for (size_t i = 0; i < pp->walloc; i++) {
 		spy_stack_release(&pp->w[i].stack);

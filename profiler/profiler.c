@@ -684,6 +684,9 @@ void prof_stop(struct profiler *e)
 		return;
 	}
 	e->ts.st.stop_ns = ticker_now_ns();
+	for (size_t i = 0; i < e->nprocs; i++) {
+		prof_unsampled_read(&e->ts, e->procs[i], e->ts.st.stop_ns, true);
+	}
 	sched_restore(e);
 	(void)proc_chld_hold(false); /* nothing if it was not held */
 	if (e->chld_set) {

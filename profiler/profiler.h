@@ -120,6 +120,9 @@ struct prof_stats {
 	size_t threads_seen;        /* distinct threads ever seen */
 	size_t live_threads;        /* Python threads in the last tick, over every process */
 	size_t processes;           /* processes sampled now */
+	/* Without --native: threads without a Python thread state, not sampled, and their CPU time. */
+	size_t unsampled_threads;
+	uint64_t unsampled_ns;
 	uint64_t start_ns, stop_ns; /* the first tick; the end (0 while running) */
 };
 
@@ -259,6 +262,7 @@ struct prof_look_thread {
 	char comm[17];
 	const char *name;                  /* threading's name for it (interned), or NULL */
 	bool in_gil;                       /* the futex waited on is the GIL's */
+	bool native_only;                  /* --native: no Python thread state (py holds its TID alone) */
 	/* --locals: per Python frame of stack, in order, and the values they point into. */
 	struct prof_frame_locals *frame_locals;
 	size_t nframe_locals;

@@ -34,13 +34,20 @@
 
 /* ---- the thread table ---- */
 
-/* The thread's root frame, named by the interpreter's name or else the kernel's. */
-static void thread_root(struct prof_tick_state *e, struct prof_thread *th, const char *name)
+/*
+ * The thread's root frame, named by the interpreter's name or else the
+ * kernel's; `[native]` after it for a thread without a Python thread
+ * state (--native), whose samples are all native frames. No parentheses:
+ * a folded frame ending in `)` would read back as a function in a file.
+ */
+static void thread_root(struct prof_tick_state *e, struct prof_thread *th, const char *name, bool native_only)
 {
 	struct spy_buf b = SPY_BUF_INIT;
-	spy_buf_addf(&b, "thread %d \"%s\"", (int)th->task.tid, name ? name : th->comm);
+	spy_buf_addf(&b, "thread %d \"%s\"%s", (int)th->task.tid, name ? name : th->comm,
+		     native_only ? " [native]" : "");
 	th->root = spy_strtab_interns(e->strs, b.buf);
 	th->name = name;
+	th->native_only = native_only;
 	spy_buf_release(&b);
 }
 
@@ -76,7 +83,7 @@ static struct prof_thread *thread_get(struct prof_tick_state *e, struct prof_pro
 	if (p->attached && ops->task_refresh) {
 		ops->task_refresh(&th->task, PROC_TASK_CPU);
 	}
-	thread_root(e, th, NULL);
+	thread_root(e, th, NULL, false);
 	e->st.threads_seen++;
 	*fresh = true;
 	return th;
@@ -96,6 +103,8 @@ static void threads_prune(struct prof_process *p, bool all)
 				p->h.tracer->task_close(&p->th[i].task);
 			}
 			spy_stack_release(&p->th[i].kept);
+			free(p->th[i].kept_v);
+			free(p->th[i].kept_sp);
 		}
 	}
 	p->nth = kept;
@@ -236,13 +245,22 @@ static bool keep(struct prof_tick_state *e, struct prof_process *p, size_t i, st
 		}
 	}
 	bool active = is_active(p, t, th, fresh, &e->st.errors[PROF_ERR_STATE]);
+	if (th && t->walked) {
+		/* A thread with a thread state and no Python frame yields no sample. */
+		th->no_frames = t->stack.n == 0;
+	}
 	e->st.thread_samples++;
 	e->st.active_samples += active;
 	*idle = !active;
 	if (e->o.gil && !t->holds_gil) {
 		return false;
 	}
-	return (active || e->o.idle) && t->stack.n > 0;
+	/*
+	 * With --native a stack is its unwind's too, merged once kept: a
+	 * native-only thread's, or a Python thread's running C with no Python
+	 * frame (an OpenMP worker that took a thread state to call back).
+	 */
+	return (active || e->o.idle) && (t->stack.n > 0 || (p->nat && t->pcs.n > 0));
 }
 
 /*
@@ -430,7 +448,7 @@ static struct prof_thread *hold_prepare(struct prof_tick_state *e, struct prof_p
 		t->holds_gil = false;
 		return NULL;
 	}
-	return still_stack(e, p, i, th) ? NULL : th;
+	return still_stack(e, p, i, th) || prof_still_native(e, p, i, th) ? NULL : th;
 }
 
 /*
@@ -554,6 +572,9 @@ static void hold_one(struct prof_tick_state *e, struct prof_process *p, size_t i
 		e->holds.stops++;
 	}
 	walk_held(e, p, i, now);
+	if (t->native_only && e->o.idle) {
+		prof_keep_native(p, i, th, th->task.state && !th->task.failed && !proc_task_active(&th->task));
+	}
 	walk_frozen(e, p, i, t1, ht);
 	ops->resume_thread(&p->h);
 	uint64_t held = ticker_now_ns() - t1;
@@ -757,6 +778,10 @@ static void keep_sample(struct prof_tick_state *e, struct prof_process *p, size_
 	if ((p->nat || t->task) && prof_walk_finish(p, i) < 0) {
 		e->st.errors[PROF_ERR_NATIVE]++;
 	}
+	/* Nothing to show: an unwind that failed, of a thread with no Python frame either. */
+	if (t->stack.n == 0) {
+		return;
+	}
 	SPY_GROW(e->kept, e->kept_alloc, e->nkept + 1);
 	e->kept[e->nkept++] = (struct prof_sample){
 		.stack = &t->stack,
@@ -839,6 +864,7 @@ void prof_tick_process(struct prof_tick_state *e, struct prof_process *p, uint64
 		n = sample_paused(e, p, now, refreshed);
 	}
 	/* The process runs again; everything below is ours alone. */
+	size_t native_only = 0;
 	for (long i = 0; i < n; i++) {
 		struct prof_walked *t = &p->w[i];
 		struct prof_thread *th = NULL;
@@ -848,18 +874,26 @@ void prof_tick_process(struct prof_tick_state *e, struct prof_process *p, uint64
 			th = thread_get(e, p, tid, &fresh);
 			fresh = one && !p->still ? t->fresh : fresh;
 			th->seen = true;
-			/* Names are interned: a new pointer is a new (or first) name. */
-			if (t->name != th->name) {
-				thread_root(e, th, t->name);
+			/*
+			 * Names are interned: a new pointer is a new (or first) name.
+			 * An unnamed thread's [native] is its first walk's: an OpenMP
+			 * worker that takes a thread state for a moment (a callback
+			 * through PyGILState_Ensure) stays under one root.
+			 */
+			if (!th->rooted || t->name != th->name) {
+				thread_root(e, th, t->name,
+					    !t->name && (th->rooted ? th->native_only : t->native_only));
+				th->rooted = true;
 			}
 		}
+		native_only += t->native_only;
 		*gil_held |= t->holds_gil;
 		if (keep(e, p, (size_t)i, th, fresh, &idle)) {
 			keep_sample(e, p, (size_t)i, th, idle);
 		}
 	}
 	if (n >= 0) {
-		e->st.live_threads += (size_t)n;
+		e->st.live_threads += (size_t)n - native_only;
 		/* Forget threads that are gone, so their stat files do not pile up. */
 		threads_prune(p, false);
 	}
@@ -882,6 +916,7 @@ void prof_side_reads(struct prof_tick_state *e, struct prof_process *p, uint64_t
 	if (p->gone || p->still) {
 		return;
 	}
+	prof_unsampled_read(e, p, now, false);
 	/* A slowly growing heap is followed even where no walk fails. */
 	if (now - p->last_maps_ns >= MAPS_REFRESH_NS) {
 		p->h.tracer->read_maps(&p->h);

@@ -85,6 +85,88 @@ static void grow_walked(struct prof_process *pp, size_t n)
 	pp->walloc = want;
 }
 
+size_t prof_os_tids(struct prof_process *pp)
+{
+	const struct spy_tracer_ops *ops = pp->h.tracer;
+	if (!ops) {
+		return 0;
+	}
+	for (;;) {
+		if (!pp->tids_alloc) {
+			pp->tids_alloc = 64;
+			pp->tids = spy_xcalloc(pp->tids_alloc, sizeof(*pp->tids));
+		}
+		size_t n = ops->tids(&pp->h, pp->tids, pp->tids_alloc);
+		if (n < pp->tids_alloc || pp->tids_alloc >= SPY_MAX_THREADS) {
+			return n;
+		}
+		pp->tids_alloc *= 2;
+		pp->tids = spy_xrealloc(pp->tids, pp->tids_alloc * sizeof(*pp->tids));
+	}
+}
+
+static int tid_cmp(const void *a, const void *b)
+{
+	pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
+	return (x > y) - (x < y);
+}
+
+/*
+ * --native: after the n Python threads listed, every other thread the
+ * tracer seized (an OpenMP or BLAS worker, a C library's own pool),
+ * without a thread state: its stack is its native frames alone. The
+ * tracer's list is as of the tick's proc_track (or the look's pause), so
+ * no listing of task/ is added to a tick. The total stays within the
+ * table's bound. The new count.
+ */
+static size_t list_native_only(struct prof_process *pp, size_t n)
+{
+	size_t m = pp->nat ? prof_os_tids(pp) : 0;
+	if (!m) {
+		return n;
+	}
+	/* The Python threads' TIDs, sorted, to find the others by one merge. */
+	pid_t *py = spy_xcalloc(n ? n : 1, sizeof(*py));
+	for (size_t i = 0; i < n; i++) {
+		py[i] = pp->py[i].native_tid;
+	}
+	qsort(py, n, sizeof(*py), tid_cmp);
+	size_t k = n, j = 0;
+	for (size_t i = 0; i < m && k < SPY_MAX_THREADS; i++) {
+		while (j < n && py[j] < pp->tids[i]) {
+			j++;
+		}
+		if (j < n && py[j] == pp->tids[i]) {
+			continue;
+		}
+		if (k >= pp->walloc) {
+			grow_walked(pp, k + 1);
+			if (k >= pp->walloc) {
+				break;
+			}
+		}
+		memset(&pp->py[k], 0, sizeof(pp->py[k]));
+		pp->py[k].native_tid = pp->tids[i];
+		pp->w[k].native_only = true;
+		k++;
+	}
+	free(py);
+	return k;
+}
+
+/* What a listing clears of each thread's last tick. */
+static void walked_reset(struct prof_walked *t)
+{
+	t->rc = 0;
+	t->task = NULL;
+	t->state_read = false;
+	t->walked = false;
+	/* Unwound only if held this tick: nothing of an earlier one is merged. */
+	t->pcs.n = 0;
+	t->pcs.rc = 0;
+	spy_stack_reset(&t->stack);
+}
+
 int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, struct spy_err *err)
 {
 	size_t n = 0;
@@ -130,12 +212,17 @@ int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, stru
 		t->attached = py[i].attached;
 		t->gc = false;
 		t->name = pyrt_thread_name(pp->rt, &py[i]);
-		t->rc = 0;
-		t->task = NULL;
-		t->state_read = false;
-		spy_stack_reset(&t->stack);
+		t->native_only = false;
+		walked_reset(t);
 	}
-	pp->nw = n;
+	size_t all = list_native_only(pp, n);
+	for (size_t i = n; i < all; i++) {
+		struct prof_walked *t = &pp->w[i];
+		t->holds_gil = t->attached = t->gc = false;
+		t->name = NULL;
+		walked_reset(t);
+	}
+	pp->nw = all;
 	return 0;
 }
 
@@ -153,10 +240,31 @@ void prof_walk_thread(struct prof_process *pp, const struct prof_walk_opts *o, s
 	struct prof_walked *t = &pp->w[i];
 	struct py_thread *py = &pp->py[i];
 	spy_stack_reset(&t->stack);
+	t->walked = true;
+	if (t->native_only) {
+		/* No Python stack to read or check: its native one, stopped, is all. */
+		t->rc = 0;
+		t->pcs.nanchors = 0;
+		if (held) {
+			prof_walk_unwind(pp, i);
+		}
+		return;
+	}
 	bool listed = py->holds_gil;
 	if (held && pyrt_thread_recheck(pp->rt, py) < 0) {
-		t->rc = -SPY_EGONE;
 		t->holds_gil = false;
+		/*
+		 * --native: the thread is stopped, so alive; its thread state was
+		 * freed since the listing (a C thread's PyGILState_Release): a
+		 * native-only thread now.
+		 */
+		if (pp->nat) {
+			t->native_only = true;
+			t->name = NULL;
+			prof_walk_thread(pp, o, i, held, gc_known);
+			return;
+		}
+		t->rc = -SPY_EGONE;
 		return;
 	}
 	/* One holder per GIL a tick: the one listed, if it still holds it (see tick.c). */

@@ -109,6 +109,11 @@ static bool live_traces_only(struct spy_process *p, const pid_t *tids, size_t n)
 	return proc_traces_only(live(p), tids, n);
 }
 
+static size_t live_tids(const struct spy_process *p, pid_t *out, size_t max)
+{
+	return proc_tids(live(p), out, max);
+}
+
 static void live_detach(struct spy_process *p)
 {
 	proc_detach(live(p));
@@ -161,6 +166,16 @@ static void live_task_open(const struct spy_process *p, struct proc_task *t, pid
 static void live_task_name(const struct spy_process *p, pid_t tid, char *buf, size_t size)
 {
 	proc_task_comm(live(p), tid, buf, size);
+}
+
+static int live_task_cpu(const struct spy_process *p, pid_t tid, uint64_t *ns)
+{
+	return proc_task_cpu(live(p), tid, ns);
+}
+
+static int live_task_blocked_at(const struct spy_process *p, pid_t tid, spy_addr_t *sp, spy_addr_t *pc)
+{
+	return proc_task_blocked_at(live(p), tid, sp, pc);
 }
 
 static size_t live_descendants(const struct spy_process *p, pid_t **out)
@@ -221,6 +236,7 @@ static const struct spy_tracer_ops live_tracer = {
 	.resume_thread = live_resume_thread,
 	.poll = live_poll,
 	.traces_only = live_traces_only,
+	.tids = live_tids,
 	.detach = live_detach,
 	.alive = live_alive,
 	.exit_status = live_exit_status,
@@ -235,6 +251,8 @@ static const struct spy_tracer_ops live_tracer = {
 	.task_still = proc_task_still,
 	.task_close = proc_task_close,
 	.task_name = live_task_name,
+	.task_cpu = live_task_cpu,
+	.task_blocked_at = live_task_blocked_at,
 	.descendants = live_descendants,
 	.exe_of = live_exe_of,
 	.thread_wait = live_thread_wait,

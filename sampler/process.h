@@ -65,6 +65,8 @@ struct spy_tracer_ops {
 	int (*poll)(struct spy_process *p);
 	/* Whether the threads seized are exactly tids, none stopped or owed a signal (proc_traces_only). */
 	bool (*traces_only)(struct spy_process *p, const pid_t *tids, size_t n);
+	/* The threads seized, Python or not (proc_tids): at most max into out. */
+	size_t (*tids)(const struct spy_process *p, pid_t *out, size_t max);
 	void (*detach)(struct spy_process *p);
 	/* Not attached: whether it still runs (one cheap read). */
 	bool (*alive)(struct spy_process *p);
@@ -90,6 +92,10 @@ struct spy_tracer_ops {
 	bool (*task_still)(struct proc_task *t);
 	void (*task_close)(struct proc_task *t);
 	void (*task_name)(const struct spy_process *p, pid_t tid, char *buf, size_t size);
+	/* A thread's CPU time (utime + stime, ns) from its stat; < 0 if unread. */
+	int (*task_cpu)(const struct spy_process *p, pid_t tid, uint64_t *ns);
+	/* Where a thread sleeps in a syscall (proc_task_blocked_at): 1, else 0. */
+	int (*task_blocked_at)(const struct spy_process *p, pid_t tid, spy_addr_t *sp, spy_addr_t *pc);
 	/* -s: every descendant's pid (into *out, free()); a pid's executable, to notice an exec. */
 	size_t (*descendants)(const struct spy_process *p, pid_t **out);
 	void (*exe_of)(const struct spy_process *p, pid_t pid, char *buf, size_t size);

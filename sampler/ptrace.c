@@ -866,6 +866,17 @@ bool proc_traces_only(struct proc *p, const pid_t *tids, size_t n)
 	return true;
 }
 
+size_t proc_tids(const struct proc *p, pid_t *out, size_t max)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < p->ntracees && n < max; i++) {
+		if (p->tracees[i].state != TRACEE_GONE) {
+			out[n++] = p->tracees[i].tid;
+		}
+	}
+	return n;
+}
+
 int proc_poll(struct proc *p)
 {
 	if (!p->attached || p->paused) {

@@ -184,6 +184,8 @@ bool proc_task_slept(const struct proc_task *t, uint64_t run_ns, uint64_t pcount
 bool proc_task_still(struct proc_task *t);
 /* R, and (see above) really running; or unknown because a file would not open. */
 bool proc_task_active(const struct proc_task *t);
+/* task/TID/stat's utime + stime in ns into *ns; < 0 (-SPY_EGONE: exited) if unread. */
+int proc_task_cpu(const struct proc *p, pid_t tid, uint64_t *ns);
 /* task/TID/comm without its newline ("" if unreadable) into buf. */
 void proc_task_comm(const struct proc *p, pid_t tid, char *buf, size_t size);
 /* False once the process has exited (zombie or reaped); one pread of a kept-open stat. */
@@ -267,6 +269,12 @@ int proc_track(struct proc *p);
  * looked (schedstat) then knows the whole process has not either.
  */
 bool proc_traces_only(struct proc *p, const pid_t *tids, size_t n);
+/*
+ * The threads seized and not known gone (ascending, at most max) into
+ * out: every thread of the process as of the last proc_track or pause,
+ * without a listing of task/ of its own.
+ */
+size_t proc_tids(const struct proc *p, pid_t *out, size_t max);
 int proc_stop_thread(struct proc *p, pid_t tid, uint64_t wait_ns);
 void proc_resume_thread(struct proc *p);
 /*
@@ -343,6 +351,15 @@ int proc_parse_maps(const char *text, size_t len, struct spy_map **maps_out, siz
  * later.
  */
 void proc_task_wait(const struct proc *p, pid_t tid, struct spy_wait *out);
+/*
+ * Where thread tid sleeps in a syscall: its user stack pointer and pc from
+ * task/TID/syscall (the registers saved at the syscall's entry, read
+ * without a stop). 1 if blocked in a syscall, 0 if not (running, outside
+ * one, gone).
+ */
+int proc_task_blocked_at(const struct proc *p, pid_t tid, spy_addr_t *sp, spy_addr_t *pc);
+/* The parser it uses: "NR ARG1..ARG6 SP PC". */
+int proc_parse_blocked_at(const char *text, spy_addr_t *sp, spy_addr_t *pc);
 /* The pure part, for unit tests: classify a state letter and syscall text. */
 void proc_classify_wait(char state, const char *syscall_text, struct spy_wait *out);
 /* Then note the kernel function it sleeps in (task/TID/wchan's text). */

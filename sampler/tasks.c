@@ -271,6 +271,36 @@ bool proc_task_active(const struct proc_task *t)
 	return (t->state == 'R' && t->ran) || t->failed;
 }
 
+/* Clock ticks (stat's utime, stime) in ns; 0 where the tick rate is unknown. */
+static uint64_t ticks_ns(uint64_t v)
+{
+	static long tck;
+	if (!tck) {
+		tck = sysconf(_SC_CLK_TCK);
+	}
+	if (tck <= 0) {
+		return 0;
+	}
+	return v / (uint64_t)tck * 1000000000u + v % (uint64_t)tck * 1000000000u / (uint64_t)tck;
+}
+
+int proc_task_cpu(const struct proc *p, pid_t tid, uint64_t *ns)
+{
+	char buf[1024];
+	int fd = open_task_file(p, tid, "stat");
+	if (fd < 0) {
+		return errno == ENOENT || errno == ESRCH ? -SPY_EGONE : -SPY_EIO;
+	}
+	ssize_t n = pread_text(fd, buf, sizeof(buf));
+	close(fd);
+	struct proc_resources r = { 0 };
+	if (n <= 0 || !(proc_parse_stat_resources(buf, (size_t)n, &r) & PROC_RES_CPU)) {
+		return -SPY_EIO;
+	}
+	*ns = ticks_ns(r.utime) + ticks_ns(r.stime);
+	return 0;
+}
+
 void proc_task_comm(const struct proc *p, pid_t tid, char *buf, size_t size)
 {
 	int fd = open_task_file(p, tid, "comm");
@@ -341,16 +371,15 @@ void proc_read_resources(struct proc *p, struct proc_resources *out)
 	if (n > 0) {
 		out->known |= proc_parse_stat_resources(buf, (size_t)n, out);
 	}
-	static long tck, page;
-	if (!tck) {
-		tck = sysconf(_SC_CLK_TCK);
+	static long page;
+	if (!page) {
 		page = sysconf(_SC_PAGESIZE);
 	}
-	if (tck <= 0 || page <= 0) {
+	if (sysconf(_SC_CLK_TCK) <= 0 || page <= 0) {
 		out->known &= ~(unsigned)(PROC_RES_CPU | PROC_RES_RSS);
 	} else {
-		out->utime = out->utime / (uint64_t)tck * 1000000000u + out->utime % (uint64_t)tck * 1000000000u / (uint64_t)tck;
-		out->stime = out->stime / (uint64_t)tck * 1000000000u + out->stime % (uint64_t)tck * 1000000000u / (uint64_t)tck;
+		out->utime = ticks_ns(out->utime);
+		out->stime = ticks_ns(out->stime);
 		out->rss *= (uint64_t)page;
 	}
 	if (sum_ctxsw(p, &out->ctxsw)) {

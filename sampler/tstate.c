@@ -92,6 +92,34 @@ void proc_task_wait(const struct proc *p, pid_t tid, struct spy_wait *out)
 	proc_wait_note_wchan(out, wchan);
 }
 
+int proc_parse_blocked_at(const char *text, spy_addr_t *sp, spy_addr_t *pc)
+{
+	char *end;
+	long nr = strtol(text, &end, 10);
+	if (end == text || nr < 0) {
+		return 0;
+	}
+	uint64_t v[8];
+	const char *p = end;
+	for (int i = 0; i < 8; i++) {
+		v[i] = strtoull(p, &end, 16);
+		if (end == p) {
+			return 0;
+		}
+		p = end;
+	}
+	*sp = v[6];
+	*pc = v[7];
+	return 1;
+}
+
+int proc_task_blocked_at(const struct proc *p, pid_t tid, spy_addr_t *sp, spy_addr_t *pc)
+{
+	char sys[256];
+	read_task_text(p, tid, "syscall", sys, sizeof(sys));
+	return proc_parse_blocked_at(sys, sp, pc);
+}
+
 void proc_wait_note_wchan(struct spy_wait *w, const char *wchan)
 {
 	snprintf(w->wchan, sizeof(w->wchan), "%s", strcmp(wchan, "0") ? wchan : "");

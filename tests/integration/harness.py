@@ -851,6 +851,7 @@ class Frame(object):
 class DumpThread(object):
     def __init__(self, tid, pyid, name, state, gil):
         self.tid, self.pyid, self.name = tid, pyid, name
+        self.native_only = pyid is None   # dump --native: no Python thread state
         self.state, self.gil = state, gil
         self.frames = []
         # The interpreters it is in, innermost first; [] when the process
@@ -884,7 +885,8 @@ STATES = ("running", "idle", "waiting on a lock", "waiting for the GIL",
           "unknown")
 _LOCAL = re.compile(r"^        (arg  |local) (\S+) = (.*)$")
 GIL_MARK = ", holds the GIL"
-_THREAD = re.compile(r'^Thread (\d+) \(python 0x([0-9a-fA-F]+)\) "(.*)" (.+)$')
+# A thread without a Python thread state (dump --native) is `(native)`.
+_THREAD = re.compile(r'^Thread (\d+) \((?:python 0x([0-9a-fA-F]+)|native)\) "(.*)" (.+)$')
 _INTERPS = re.compile(r", in interpreter (\d+)((?: (?:entered )?from \d+)*)$")
 _PROCESS = re.compile(r"^Process (\d+): (.*)$")
 _PYTHON = re.compile(r"^Python (\S+)(?: free-threaded, (running without a GIL|"
@@ -985,7 +987,8 @@ def parse_dump(text):
             tail = tail[:-len(GIL_MARK)]
         if tail not in STATES:
             raise DumpParseError("line %d: unknown thread state %r" % (n, tail))
-        cur = DumpThread(int(m.group(1)), int(m.group(2), 16), m.group(3),
+        cur = DumpThread(int(m.group(1)),
+                         int(m.group(2), 16) if m.group(2) else None, m.group(3),
                          tail, gil)
         cur.interps = interps
         d.threads.append(cur)

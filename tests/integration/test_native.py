@@ -35,6 +35,7 @@ Once, first: --native with --nonblocking is a usage error (exit 2).
 (dump --core --native: test_dump_hung.py.)
 """
 
+import json
 import os
 import re
 import shutil
@@ -89,7 +90,7 @@ def build_ext(interp, outdir):
     if not gcc:
         raise harness.SkipInterp("gcc not found, cannot build the test extension")
     argv = [gcc, "-shared", "-fPIC", "-O1", "-g", "-fno-inline",
-            "-fno-optimize-sibling-calls"] + flags + [EXT_SRC,
+            "-fno-optimize-sibling-calls", "-pthread"] + flags + [EXT_SRC,
             "-o", os.path.join(outdir, EXT_LIB)]
     p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        timeout=120)
@@ -393,6 +394,161 @@ def check_usage():
     return probs
 
 
+# targets/native_target.py's workers: C threads that never touch Python,
+# spinning this share (%) of each period in WORKER_FUNC.
+WORKER_DUTIES = (50, 100)
+WORKER_FUNC = "spin_native_worker"
+THREAD_ROOT = re.compile(r'^thread (\d+) "(.*)"( \[native\])?$')
+PY_FRAME = re.compile(r"\.py(:\d+)?\)$")
+UNSAMPLED = re.compile(r"(\d+) threads? without Python used ([0-9.]+) CPU-s, not sampled")
+
+
+def task_cpu(pid):
+    """{tid: utime + stime in clock ticks} of every thread, from /proc."""
+    out = {}
+    for t in os.listdir("/proc/%d/task" % pid):
+        f = harness.read_stat("/proc/%d/task/%s/stat" % (pid, t))
+        if f:
+            out[int(t)] = int(f[11]) + int(f[12])
+    return out
+
+
+def cpu_used(before, after):
+    return dict((tid, after[tid] - before.get(tid, 0)) for tid in after)
+
+
+def by_thread(p):
+    """{tid: (native-marked, [(frames below the thread root, count)])}."""
+    out = {}
+    for fr, c in p.stacks:
+        m = THREAD_ROOT.match(fr[1]) if len(fr) > 1 else None
+        if m:
+            e = out.setdefault(int(m.group(1)), [bool(m.group(3)), []])
+            e[0] = e[0] or bool(m.group(3))
+            e[1].append((fr[2:], c))
+    return out
+
+
+def check_worker_record(p, used, workers):
+    """record -n -t: every native worker with >= 5% of the process's CPU
+    has its own [native] root, its share of the samples within 5 points of
+    its share of the CPU (/proc's), and its samples in WORKER_FUNC."""
+    probs = []
+    threads = by_thread(p)
+    total, cpu = p.total(), sum(used.values())
+    if not total or not cpu:
+        return ["record -n -t: %d samples, %d ticks of CPU" % (total, cpu)]
+    for tid in workers:
+        share = 100.0 * used.get(tid, 0) / cpu
+        native, stacks = threads.get(tid, (False, []))
+        got = sum(c for _, c in stacks)
+        if share < 5:
+            continue
+        if not native:
+            probs.append("worker %d (%.0f%% of the CPU): no [native] thread root (roots: %s)"
+                         % (tid, share, sorted(threads)))
+            continue
+        if abs(100.0 * got / total - share) > 5:
+            # A thread runnable but starved counts as running (doc/kinds.md):
+            # on a machine loaded past its CPUs the two shares part.
+            probs.append("worker %d: %.1f%% of the samples, %.1f%% of the CPU (/proc; "
+                         "load average %.1f)" % (tid, 100.0 * got / total, share,
+                                                 os.getloadavg()[0]))
+        inside = sum(c for fr, c in stacks if WORKER_FUNC in funcs(fr))
+        leaf = sum(c for fr, c in stacks if funcs(fr)[-1:] == [WORKER_FUNC])
+        # A thread read running and stopped a few ms later (each hold
+        # waits for its thread to get a CPU) may be in its sleep by then:
+        # on a loaded machine, 5 of 33 samples of the half-time worker.
+        if inside < 0.75 * got or leaf < 0.5 * got:
+            probs.append("worker %d: of %d samples %d in %s, %d ending there: %s"
+                         % (tid, got, inside, WORKER_FUNC, leaf,
+                            sorted(stacks, key=lambda s: -s[1])[:2]))
+        if any(PY_FRAME.search(f) for fr, _ in stacks for f in fr):
+            probs.append("worker %d: a Python frame in a native-only thread" % tid)
+    for tid, (native, _) in threads.items():
+        if native and tid not in workers:
+            probs.append("thread %d has a [native] root but runs Python" % tid)
+    return probs
+
+
+def check_worker_plain(r, p, used, workers):
+    """record without -n: no [native] root; the summary names the workers'
+    CPU, at least half (spy starts reading after its first tick) and at most
+    what /proc says they used while spy ran."""
+    probs = []
+    if any(native for native, _ in by_thread(p).values()):
+        probs.append("record without -n: a [native] thread root")
+    m = UNSAMPLED.search(r.err)
+    truth = sum(used.get(t, 0) for t in workers) / float(os.sysconf("SC_CLK_TCK"))
+    if not m:
+        probs.append("record without -n: the summary does not name the native threads' "
+                     "CPU (%.2f s): %r" % (truth, r.err_lines()[-1:]))
+    elif int(m.group(1)) < len(workers) or not 0.5 * truth - 0.05 <= float(m.group(2)) <= truth + 0.05:
+        probs.append("record without -n: summary says %s threads, %s CPU-s; /proc: %d, %.2f"
+                     % (m.group(1), m.group(2), len(workers), truth))
+    return probs
+
+
+def check_worker_dump(pid, workers):
+    """dump --native (text and --json) lists the workers as native threads
+    with their C frames."""
+    probs = []
+    r = harness.run_spy(["dump", "--native", "--pid", str(pid)], timeout=60,
+                        env=harness.spy_env(keep_log=False))
+    if r.rc != 0:
+        return ["dump --native: " + r.describe()]
+    d = harness.parse_dump(r.out)
+    listed = dict((t.tid, t) for t in d.threads)
+    for tid in workers:
+        t = listed.get(tid)
+        names = [f.func for f in t.frames] if t else []
+        if not t or not t.native_only or "worker_main" not in names:
+            probs.append("dump --native: worker %d: %r %s" % (tid, t, names))
+    if not any(WORKER_FUNC in [f.func for f in listed[t].frames[:3]]
+               for t in workers if t in listed):
+        probs.append("dump --native: no worker in %s" % WORKER_FUNC)
+    r = harness.run_spy(["dump", "--native", "--json", "--pid", str(pid)], timeout=60,
+                        env=harness.spy_env(keep_log=False))
+    try:
+        doc = json.loads(r.out)
+    except ValueError as e:
+        return probs + ["dump --native --json: %s: %s" % (e, r.describe())]
+    for t in doc["threads"]:
+        native = t["tid"] in workers
+        if t["native_only"] != native or (t["thread_id"] is None) != native or \
+                (native and any(f["kind"] != "native" for f in t["frames"])):
+            probs.append("dump --native --json: thread %r" % t)
+    return probs
+
+
+def check_workers(interp, outdir):
+    """A process whose busy threads are C threads without a thread state."""
+    duties = ",".join(str(d) for d in WORKER_DUTIES)
+    with harness.Target(interp, TARGET, [outdir, "workers", duties], binds=[outdir]) as t:
+        workers = set(t.info["workers"])
+        # Once more if it fails: shares part on a machine loaded past its
+        # CPUs (the tests run beside others), which a second try often misses.
+        for attempt in range(2):
+            before = task_cpu(t.pid)
+            p = record(t.pid, outdir, "workers", ["--native", "-t"], seconds=1.5)
+            probs = check_worker_record(p, cpu_used(before, task_cpu(t.pid)), workers)
+            if not probs:
+                break
+        before = task_cpu(t.pid)
+        path = os.path.join(outdir, "workers-plain.folded")
+        r = harness.run_spy(["record", "-F", "-t", "-d", "%g" % harness.slow(0.5), "-o", path,
+                             "--pid", str(t.pid)], timeout=60,
+                            env=harness.spy_env(keep_log=False))
+        if r.rc != 0:
+            return probs + ["record without -n: " + r.describe()]
+        probs += check_worker_plain(r, Profile(path), cpu_used(before, task_cpu(t.pid)),
+                                    workers)
+        probs += check_worker_dump(t.pid, workers)
+        if not t.alive():
+            probs.append("workers target died: %s" % t.stderr())
+    return probs
+
+
 def run_one(interp):
     harness.require_test_hooks("SPY_TEST_NATIVE_FAIL")
     # The extension is built here and loaded by the target: a directory
@@ -421,6 +577,9 @@ def run_one(interp):
                     env={"SPY_TEST_NATIVE_FAIL": "1"}, seconds=0.5))
             if not t.alive():
                 probs.append("target died: %s" % t.stderr())
+        # Debug files, the JIT and chroot change nothing of what threads are sampled.
+        if not interp.nodebug and not interp.env and interp.mode != "chroot":
+            probs += check_workers(interp, outdir)
         return loop + probs
     finally:
         harness.remove_shared_dir(interp, outdir)

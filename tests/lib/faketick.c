@@ -289,6 +289,45 @@ static void f_task_name(const struct spy_process *p, pid_t tid, char *buf, size_
 	snprintf(buf, size, "t%d", (int)tid);
 }
 
+/* The fake's tracer seizes its Python threads and its native ones. */
+static size_t f_tids(const struct spy_process *p, pid_t *out, size_t max)
+{
+	struct fake_proc *f = fp_of(p);
+	size_t n = 0;
+	for (size_t i = 0; i < f->nth && n < max; i++) {
+		out[n++] = f->th[i].tid;
+	}
+	for (size_t i = 0; i < f->nnative && n < max; i++) {
+		if (i == 0 || f->cpu_reads[0] > 0) {
+			out[n++] = f->native_tids[i];
+		}
+	}
+	return n;
+}
+
+static int f_task_cpu(const struct spy_process *p, pid_t tid, uint64_t *ns)
+{
+	struct fake_proc *f = fp_of(p);
+	for (size_t i = 0; i < f->nnative; i++) {
+		if (f->native_tids[i] == tid) {
+			*ns = (uint64_t)++f->cpu_reads[i] * 100000000ull;
+			return 0;
+		}
+	}
+	/* A Python thread's: counted (test_unsampled wants none), used no CPU. */
+	f->python_cpu_reads++;
+	*ns = 0;
+	return 0;
+}
+
+static int f_task_blocked_at(const struct spy_process *p, pid_t tid, spy_addr_t *sp, spy_addr_t *pc)
+{
+	(void)p;
+	(void)tid;
+	*sp = *pc = 0;
+	return 0;
+}
+
 static size_t f_descendants(const struct spy_process *p, pid_t **out)
 {
 	struct fake_proc *f = fp_of(p);
@@ -386,6 +425,7 @@ static const struct spy_tracer_ops fake_tracer = {
 	.resume_thread = f_resume_thread,
 	.poll = f_poll,
 	.traces_only = f_traces_only,
+	.tids = f_tids,
 	.detach = f_detach,
 	.alive = f_alive,
 	.exit_status = f_exit_status,
@@ -400,6 +440,8 @@ static const struct spy_tracer_ops fake_tracer = {
 	.task_still = f_task_still,
 	.task_close = f_task_close,
 	.task_name = f_task_name,
+	.task_cpu = f_task_cpu,
+	.task_blocked_at = f_task_blocked_at,
 	.descendants = f_descendants,
 	.exe_of = f_exe_of,
 	.thread_wait = f_thread_wait,

@@ -59,6 +59,15 @@ struct fake_proc {
 	bool in_tick;              /* a stop happened since the last track */
 	bool no_still;             /* the backend cannot tell a thread stayed asleep */
 	bool only_python;          /* the tracer seizes the Python threads alone (traces_only can say yes) */
+	/*
+	 * Threads the tracer seizes that no interpreter lists (ascending, after
+	 * the Python ones' TIDs): each reading of one's CPU time gives
+	 * 100 ms more than the last; the second appears after the first reading.
+	 */
+	pid_t native_tids[2];
+	size_t nnative;
+	int cpu_reads[2];
+	int python_cpu_reads;
 	int fresh_views;
 	bool view;                 /* a memory view is on: a line read again is served as first read */
 	bool not_python;           /* opened, it has no runtime (a shell -s watches) */

@@ -667,6 +667,33 @@ static void test_heap_per_process(void)
 	fakepy_free(w.procs[0].fp);
 }
 
+/*
+ * Without --native, the threads no interpreter lists are not walked or
+ * stopped; their CPU time is read at the first reading (after the first
+ * tick) and at the end, and the difference counted; one new since the
+ * first reading counts from its start.
+ */
+static void test_unsampled(void)
+{
+	struct fake_world w;
+	struct spy_strtab strs = SPY_STRTAB_INIT;
+	fake_setup(&w);
+	struct fake_proc *f = &w.procs[0];
+	f->nnative = 2;
+	f->native_tids[0] = 900;
+	f->native_tids[1] = 901;
+	struct profiler *p = fake_run(&w, (struct prof_opts){ 0 }, 5, &strs);
+	struct prof_stats s = fake_stats(p);
+	/* 900: read at 100 ms, then 200 ms; 901: new, read once at 100 ms. */
+	CHECK_INT(f->cpu_reads[0], 2);
+	CHECK_INT(f->cpu_reads[1], 1);
+	CHECK_INT(f->python_cpu_reads, 0);
+	CHECK_INT(s.unsampled_threads, 2);
+	CHECK_INT(s.unsampled_ns, 200000000ull);
+	CHECK_INT(f->stops_of[0], 5);
+	fake_teardown(&w, p, &strs);
+}
+
 int main(void)
 {
 	/* Which threads are stopped, not how fast this machine walks: the
@@ -689,6 +716,7 @@ int main(void)
 	test_watched_root();
 	test_windows();
 	test_heap_per_process();
+	test_unsampled();
 	return check_done();
 }
 

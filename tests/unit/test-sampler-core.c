@@ -508,6 +508,16 @@ static void test_classify(void)
 	CHECK_INT(w.kind, SPY_WAIT_OTHER);
 	proc_wait_note_wchan(&w, "0");
 	CHECK_STR(w.wchan, "");
+
+	/* Where a sleeper sleeps (--native -i's kept unwinds): the last two fields. */
+	spy_addr_t sp = 1, pc = 1;
+	CHECK_INT(proc_parse_blocked_at(text, &sp, &pc), 1);
+	CHECK_INT(sp, 0x7ffd);
+	CHECK_INT(pc, 0x7f12);
+	CHECK_INT(proc_parse_blocked_at("-1 0x7ffd 0x7f12", &sp, &pc), 0);
+	CHECK_INT(proc_parse_blocked_at("running", &sp, &pc), 0);
+	CHECK_INT(proc_parse_blocked_at("", &sp, &pc), 0);
+	CHECK_INT(proc_parse_blocked_at("230 0x1 0x0 0x7ffe", &sp, &pc), 0);
 }
 
 int main(void)

@@ -7,6 +7,11 @@
 #   native_target.py EXT_DIR deep DEPTH ITERS
 #       deep_caller() calls spyext.deep(DEPTH, ITERS) in a loop: C recursion
 #       DEPTH deep, spinning at the bottom.
+#   native_target.py EXT_DIR workers D1,D2,...
+#       spyext.start_workers((D1, D2, ...)): one C thread per duty that
+#       never touches Python, spinning D% of the time in
+#       spin_native_worker; the main thread spins in Python (spin_python).
+#       The ready line carries their TIDs ("workers").
 #
 # Prints "ready {json}" once running; ends by itself after LIFETIME seconds
 # (SPY_TARGET_LIFETIME overrides). Runs on 2.7 and 3.x.
@@ -41,10 +46,23 @@ def deep_caller(depth, iters):
         spyext.deep(depth, iters)
 
 
+def spin_python():
+    x = 0
+    while time.time() - START < LIFETIME:
+        for i in range(1000):
+            x += i
+
+
 def main():
     mode = sys.argv[2]
-    sys.stdout.write("ready %s\n" % json.dumps({"pid": os.getpid()}))
+    ready = {"pid": os.getpid()}
+    if mode == "workers":
+        duties = tuple(int(d) for d in sys.argv[3].split(","))
+        ready["workers"] = list(spyext.start_workers(duties))
+    sys.stdout.write("ready %s\n" % json.dumps(ready))
     sys.stdout.flush()
+    if mode == "workers":
+        spin_python()
     if mode == "callback":
         caller(int(sys.argv[3]))
     elif mode == "deep":
