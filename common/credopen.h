@@ -15,11 +15,14 @@
  * needed for them. A helper that stops answering within CREDOPEN_WAIT_MS
  * is killed and not replaced: the files it would have opened are not read.
  *
- * When no helper is needed: spy is not root (it then has no rights beyond
- * its user's, and cannot take another's), or the program itself could read
- * any file of its root (file system uid 0 in spy's user namespace, with
- * CAP_DAC_OVERRIDE or CAP_DAC_READ_SEARCH in effect). Then spy opens the
- * file itself, under the same rules.
+ * When no helper is needed: spy is neither root nor holding
+ * CAP_DAC_OVERRIDE or CAP_DAC_READ_SEARCH (it then has no rights beyond its
+ * user's, and cannot take another's), or the program itself could read any
+ * file of its root (file system uid 0 in spy's user namespace, with one of
+ * those in effect), now and when spy opened it. Then spy opens the file
+ * itself, under the same rules. A spy with a DAC capability but no
+ * CAP_SETUID cannot become another user: its helper fails, and nothing of
+ * that program's is read.
  */
 #ifndef SPY_COMMON_CREDOPEN_H
 #define SPY_COMMON_CREDOPEN_H
