@@ -30,6 +30,9 @@
  * frames show no line). Real tables are a few hundred bytes. */
 #define PYCODE_TAB_BUDGET ((size_t)64 << 20)
 
+/* A dict's header words from ma_used on (names_moved): used count, version, keys, values. */
+#define PYRT_DICT_SIG_WORDS 4
+
 /* Threads whose names are remembered: twice SPY_MAX_THREADS, because
  * ended threads stay until the next full scan, which comes early when the
  * threads at hand might not fit beside them. */
@@ -243,6 +246,15 @@ struct pyrt {
 		spy_addr_t miss_interp, miss_modules, miss_entries;
 		uint64_t miss_n, miss_used;
 		unsigned miss_skips;
+		/*
+		 * Per interp[]: the dict whose change may name a thread the
+		 * pass left unnamed (threading._active, or sys.modules while
+		 * threading is not there), and its header when the pass read it.
+		 */
+		spy_addr_t watch[8];
+		bool failed;                /* a read of _active or a Thread failed */
+		unsigned retries;           /* failed passes in a row, each rerun at the next tick */
+		uint64_t watch_sig[8][PYRT_DICT_SIG_WORDS];
 	} names_pass;
 
 	/* dump --locals (locals.c): remote reads allowed in all (0: no bound), and made. */

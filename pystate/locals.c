@@ -577,10 +577,55 @@ static void add_big_int(const struct py_value *v, struct spy_buf *out)
 	}
 }
 
-/* Python's float repr: the shortest text that reads back as the same double. */
-static void add_float(double f, struct spy_buf *out)
+/*
+ * A finite double's shortest round-tripping decimal, as digits (no trailing
+ * zeros, at most 17) and decpt, the decimal point's place relative to them:
+ * the value is 0.DIGITS * 10^decpt. This is what CPython's repr asks dtoa
+ * for (mode 0). printf's %.*e gives the p-digit decimal nearest to f; when
+ * f is a power of two the doubles below it are twice as dense as those
+ * above, so the nearest can miss while the one on the other side of f reads
+ * back (2**-1017 is 7.120236347223045e-307; the nearest 16 digits,
+ * ...044, miss), hence its two neighbours are tried too before growing p.
+ */
+static int float_digits(double f, char dig[20], int *decpt)
 {
 	char tmp[40];
+	for (int p = 1;; p++) {
+		snprintf(tmp, sizeof(tmp), "%.*e", p - 1, fabs(f));
+		uint64_t m = 0;
+		const char *s = tmp;
+		for (; *s && *s != 'e'; s++) {
+			if (*s != '.') {
+				m = m * 10 + (uint64_t)(*s - '0');
+			}
+		}
+		int q = atoi(s + 1) - (p - 1); /* |f| ~ m * 10^q */
+		const uint64_t cand[3] = { m, m + 1, m - 1 };
+		for (int i = 0; i < 3; i++) {
+			snprintf(tmp, sizeof(tmp), "%" PRIu64 "e%d", cand[i], q);
+			/* 17 significant digits always read back: p ends there. */
+			if ((p >= 17 && i == 0) || strtod(tmp, NULL) == fabs(f)) {
+				int n = snprintf(dig, 20, "%" PRIu64, cand[i]);
+				*decpt = q + n;
+				while (n > 1 && dig[n - 1] == '0') {
+					dig[--n] = '\0';
+				}
+				return n;
+			}
+		}
+	}
+}
+
+/*
+ * Python's float repr (float_repr_style 'short', Python/pystrtod.c
+ * format_float_short with mode 'r'; the same in 2.7 and 3.x): fixed
+ * notation when -4 < decpt <= 16, with ".0" for an integral value, else
+ * d.ddde+XX with at least two exponent digits.
+ */
+static void add_float(double f, struct spy_buf *out)
+{
+	char dig[20];
+	int decpt;
 	if (isnan(f)) {
 		spy_buf_adds(out, "nan");
 		return;
@@ -589,14 +634,30 @@ static void add_float(double f, struct spy_buf *out)
 		spy_buf_adds(out, f < 0 ? "-inf" : "inf");
 		return;
 	}
-	for (int prec = 1; prec <= 17; prec++) {
-		snprintf(tmp, sizeof(tmp), "%.*g", prec, f);
-		if (strtod(tmp, NULL) == f) {
-			break;
-		}
+	int n = float_digits(f, dig, &decpt);
+	if (signbit(f)) {
+		spy_buf_addch(out, '-');
 	}
-	spy_buf_adds(out, tmp);
-	if (!strpbrk(tmp, ".e")) {
+	if (decpt <= -4 || decpt > 16) {
+		spy_buf_addch(out, dig[0]);
+		if (n > 1) {
+			spy_buf_addf(out, ".%s", dig + 1);
+		}
+		spy_buf_addf(out, "e%c%02d", decpt - 1 < 0 ? '-' : '+', abs(decpt - 1));
+	} else if (decpt <= 0) {
+		spy_buf_adds(out, "0.");
+		for (int i = decpt; i < 0; i++) {
+			spy_buf_addch(out, '0');
+		}
+		spy_buf_adds(out, dig);
+	} else if (decpt < n) {
+		spy_buf_add(out, dig, (size_t)decpt);
+		spy_buf_addf(out, ".%s", dig + decpt);
+	} else {
+		spy_buf_adds(out, dig);
+		for (int i = n; i < decpt; i++) {
+			spy_buf_addch(out, '0');
+		}
 		spy_buf_adds(out, ".0");
 	}
 }

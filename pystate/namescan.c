@@ -142,6 +142,66 @@ static bool read_ptr_ok(struct pyrt *rt, spy_addr_t at, spy_addr_t *p)
 	return spy_mem_read_addr(rt->mem, at, p) == 0;
 }
 
+/*
+ * A dict's state in one read: the words from ma_used to ma_keys/ma_values
+ * (2.7: ma_mask/ma_table), so an insertion (used, 3.6-3.13's version tag)
+ * or a resize (keys, table) changes it, and the refcount does not.
+ */
+static bool dict_sig(struct pyrt *rt, spy_addr_t dict, uint64_t sig[PYRT_DICT_SIG_WORDS])
+{
+	const struct pyoffsets *o = &rt->off;
+	uint32_t end = o->dict_used, offs[] = { o->dict_keys, o->dict_values, o->dict_mask, o->dict_table };
+	for (size_t i = 0; i < SPY_ARRAY_SIZE(offs); i++) {
+		if (offs[i] != PYOFF_NONE && offs[i] > end) {
+			end = offs[i];
+		}
+	}
+	size_t len = end + 8 - o->dict_used;
+	memset(sig, 0, PYRT_DICT_SIG_WORDS * 8);
+	return dict && len <= PYRT_DICT_SIG_WORDS * 8 && spy_mem_read(rt->mem, dict + o->dict_used, sig, len) == 0;
+}
+
+/* Remember dict's state for interp[at] of the pass (0: nothing to watch). */
+static void watch_take(struct pyrt *rt, size_t at, spy_addr_t dict)
+{
+	struct pyname_pass *p = &rt->names_pass;
+	p->watch[at] = dict_sig(rt, dict, p->watch_sig[at]) ? dict : 0;
+}
+
+/*
+ * Whether the last pass may have left a thread unnamed that it would name
+ * now: one read per interpreter with such a thread, each tick. A thread
+ * starts running (and is seen) before threading puts it in _active, and a
+ * program that imports threading later has a main thread threading names
+ * only then; waiting for the next pass (a second) lost their names for a
+ * second, and a launched program is always first seen without threading.
+ */
+static bool names_moved(struct pyrt *rt, const struct py_thread *th, size_t n)
+{
+	struct pyname_pass *p = &rt->names_pass;
+	uint32_t checked = 0;
+	for (size_t i = 0; i < n; i++) {
+		const struct pyname_ent *e = name_find(rt, th[i].thread_id, th[i].tstate);
+		if (!e || e->name) {
+			continue;
+		}
+		for (size_t j = 0; j < p->ninterp; j++) {
+			uint64_t sig[PYRT_DICT_SIG_WORDS];
+			if (p->interp[j] != th[i].interp || (checked & (1u << j)) || !p->watch[j]) {
+				continue;
+			}
+			checked |= 1u << j;
+			if (dict_sig(rt, p->watch[j], sig) && memcmp(sig, p->watch_sig[j], sizeof(sig))) {
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
+/* Failed passes in a row run again at the next tick; then at the refresh. */
+#define NAMES_RETRIES 10
+
 /* Passes that may take an unchanged sys.modules for one still without threading. */
 #define NAMES_MISS_SKIPS 10
 
@@ -167,6 +227,8 @@ static spy_addr_t active_of(struct pyrt *rt, spy_addr_t interp)
 	 * threading is still not there; looked up anyway every
 	 * NAMES_MISS_SKIPS passes, should a dict change escape the measure.
 	 */
+	/* Read before the lookup: an import during it shows as a change. */
+	watch_take(rt, p->at, modules);
 	struct dview mv;
 	memset(&mv, 0, sizeof(mv));
 	uint64_t used = 0;
@@ -179,6 +241,8 @@ static spy_addr_t active_of(struct pyrt *rt, spy_addr_t interp)
 	}
 	if ((threading = pyrt_dict_get(rt, modules, "threading")) &&
 	    read_ptr_ok(rt, threading + o->module_dict, &md)) {
+		/* threading still being imported: _active and MainThread are added to its dict. */
+		watch_take(rt, p->at, md);
 		active = pyrt_dict_get(rt, md, "_active");
 	}
 	p->miss_interp = sig && !threading ? interp : 0;
@@ -298,6 +362,7 @@ static bool step_object(struct step *s)
 		rt->names_cut |= v.cut;
 		rc = pyrt_dict_each_from(rt, &v, p->obj_entry, attr_entry, s, &at);
 	}
+	p->failed |= rc < 0;
 	if (rc == SCAN_BUDGET) {
 		p->obj_entry = at;
 		return false;
@@ -327,9 +392,13 @@ static bool step_pass(struct step *s)
 		/* Finding _active is done once per interpreter (then remembered): not the pass's work. */
 		size_t before = s->c->pc.reads;
 		spy_addr_t active = active_of(rt, p->interp[p->at]);
+		if (active && p->entry == 0) {
+			watch_take(rt, p->at, active);
+		}
 		s->c->budget += s->c->pc.reads - before;
 		struct dview v;
 		if (!active || pyrt_dict_view_max(rt, active, &v, PYRT_NAMES_ACTIVE_MAX) < 0) {
+			p->failed |= active != 0;
 			p->at++;
 			p->entry = 0;
 			continue;
@@ -337,6 +406,7 @@ static bool step_pass(struct step *s)
 		rt->names_cut |= v.cut;
 		size_t at = p->entry;
 		int rc = pyrt_dict_each_from(rt, &v, p->entry, active_entry, s, &at);
+		p->failed |= rc < 0;
 		if (rc == SCAN_BUDGET || rc == SCAN_OBJECT) {
 			p->entry = at;
 			if (rc == SCAN_BUDGET) {
@@ -360,8 +430,10 @@ static void pass_start(struct pyrt *rt, const struct py_thread *th, size_t n, ui
 	p->gen = rt->names_gen;
 	p->started_ns = now_ns;
 	p->ninterp = p->at = p->entry = 0;
+	memset(p->watch, 0, sizeof(p->watch));
 	p->obj = 0;
 	p->found = 0;
+	p->failed = false;
 	/* Each interpreter has its own sys.modules, so its own threading. */
 	for (size_t i = 0; i < n; i++) {
 		bool seen = false;
@@ -380,7 +452,15 @@ static void pass_end(struct pyrt *rt, const struct py_thread *th, size_t n)
 {
 	struct pyname_pass *p = &rt->names_pass;
 	p->on = false;
-	keep_gen(rt, p->gen);
+	/*
+	 * A read that failed (a dict resized or an object built while the
+	 * target runs on) is no news that a thread lost its name: the last
+	 * names stay, and the pass is run again at the next tick, a few times.
+	 */
+	p->retries = p->failed ? p->retries + 1 : 0;
+	if (!p->failed) {
+		keep_gen(rt, p->gen);
+	}
 	for (size_t i = 0; i < n; i++) {
 		if (!name_find(rt, th[i].thread_id, name_ts(&th[i]))) {
 			name_set(rt, th[i].thread_id, name_ts(&th[i]), NULL, p->gen);
@@ -417,13 +497,21 @@ void pyrt_names_update(struct pyrt *rt, const struct py_thread *th, size_t n, ui
 		for (size_t i = 0; i < n && !due; i++) {
 			due = !name_find(rt, th[i].thread_id, name_ts(&th[i]));
 		}
-		if (!due) {
+		due = due || (rt->names_pass.retries && rt->names_pass.retries <= NAMES_RETRIES);
+		if (!due && !names_moved(rt, th, n)) {
 			return;
 		}
 		pass_start(rt, th, n, now_ns);
 	}
 	if (pass_run(rt, th, n, budget)) {
 		pass_end(rt, th, n);
+		/* A thread registered while the pass ran: named now, not a tick late. */
+		if (names_moved(rt, th, n)) {
+			pass_start(rt, th, n, now_ns);
+			if (pass_run(rt, th, n, budget)) {
+				pass_end(rt, th, n);
+			}
+		}
 	}
 }
 

@@ -15,7 +15,9 @@ Targets are modes of targets/hung.py (see its header). For each interpreter:
     again with PYTHON_GIL=1 is checked as a GIL build);
   - --locals: work()'s arguments and locals are shown with the reprs (or
     type and length, or type) the target itself computed for them, those
-    captured by a closure (held in cells) included;
+    captured by a closure (held in cells) included; hold_floats()'s 30
+    float arguments (integral, huge, tiny, subnormal, inf, nan, -0.0...)
+    each as the target's own repr(), in the text and in --json --locals;
   - --core: a gcore of the deadlocked process (taken from here; read with
     --root ROOT when the process runs in a container) dumps the same threads,
     states and frames as the live dump (when gdb's gcore is installed);
@@ -248,7 +250,36 @@ def check_locals(interp, target):
                 p.append("local %s: expected %r, got %r" % (name, exp, got.get(name)))
         return p
 
-    return until(target.pid, check, "--locals")[0]
+    return until(target.pid, check, "--locals")[0] + check_floats(target)
+
+
+def check_floats(target):
+    """hold_floats()'s arguments, text and JSON, each the target's own repr()."""
+    m = harness.markers(HUNG)
+    ident = target.info["threads"]["floats"][0]
+    want = [("arg", name, r) for name, r in target.info["floats"]]
+
+    def check(d):
+        t = by_ident(d, ident)
+        if t is None or top(t) != Frame("hold_floats", HUNG, m["floats_sleep"]):
+            return ["floats thread not at @floats_sleep: %r" % (t and top(t))]
+        return ["float %s: expected %s, got %s" % (w[1], w[2], g and g[2])
+                for w, g in zip(want, t.locals[0] + [None] * len(want)) if w != g]
+
+    p = until(target.pid, check, "--locals")[0]
+    try:
+        doc = json.loads(dump(target.pid, "--json", "--locals"))
+    except ValueError as e:
+        return p + ["--json --locals output does not parse: %s" % e]
+    ts = [t for t in doc["threads"] if int(t["thread_id"], 16) == ident]
+    if not ts or not ts[0]["frames"]:
+        return p + ["--json --locals: no floats thread"]
+    got = [("arg" if x["arg"] else "local", x["name"], x["repr"])
+           for x in ts[0]["frames"][0].get("locals", [])]
+    for w, g in zip(want, got + [None] * len(want)):
+        if w != g:
+            p.append("--json float %s: expected %r, got %r" % (w[1], w, g))
+    return p
 
 
 def native_problems(live_native, core_native):

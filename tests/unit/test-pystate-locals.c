@@ -89,14 +89,58 @@ static void test_big_ints(void)
 	CHECK_STR(repr(&v), "<int of 100 digits of 30 bits>");
 }
 
+/*
+ * Each want is what CPython's repr() prints for the value (the same in 2.7
+ * and 3.6-3.15), given exactly as a hex float: integral values in fixed
+ * notation up to 16 digits before the point, the exponent form's two
+ * digits at least, subnormals, and powers of two whose nearest short
+ * decimal does not read back.
+ */
 static void test_floats(void)
 {
 	static const struct {
 		double f;
 		const char *want;
 	} cases[] = {
-		{ 1.5, "1.5" },   { 0.1, "0.1" },     { 3.0, "3.0" },   { -2.0, "-2.0" },
-		{ 1e16, "1e+16" }, { 1.0 / 3, "0.3333333333333333" }, { 1e-7, "1e-07" },
+		{ 0x1.4000000000000p+3, "10.0" },
+		{ 0x1.e000000000000p+4, "30.0" },
+		{ 0x1.4000000000000p+5, "40.0" },
+		{ 0x1.e000000000000p+6, "120.0" },
+		{ 0x1.9000000000000p+6, "100.0" },
+		{ 0x1.8000000000000p+0, "1.5" },
+		{ 0x1.999999999999ap-4, "0.1" },
+		{ 0x1.199999999999ap+0, "1.1" },
+		{ 0x1.3333333333334p-2, "0.30000000000000004" },
+		{ 0x1.8000000000000p+1, "3.0" },
+		{ -0x1.0000000000000p+1, "-2.0" },
+		{ 0x0.0p+0, "0.0" },
+		{ -0x0.0p+0, "-0.0" },
+		{ 0x1.c6bf526340000p+49, "1000000000000000.0" },
+		{ -0x1.c6bf526340000p+49, "-1000000000000000.0" },
+		{ 0x1.18b54f22aeb03p+50, "1234567890123456.8" },
+		{ 0x1.0000000000000p+53, "9007199254740992.0" },
+		{ 0x1.0000000000001p+53, "9007199254740994.0" },
+		{ 0x1.1c37937e07fffp+53, "9999999999999998.0" },
+		{ 0x1.1c37937e08000p+53, "1e+16" },
+		{ 0x1.6345785d8a000p+56, "1e+17" },
+		{ 0x1.0f0cf064dd592p+73, "1e+22" },
+		{ 0x1.cb9f42cdd2850p+333, "3.14159e+100" },
+		{ 0x1.fffffffffffffp+1023, "1.7976931348623157e+308" },
+		{ -0x1.fffffffffffffp+1023, "-1.7976931348623157e+308" },
+		{ 0x1.0624dd2f1a9fcp-10, "0.001" },
+		{ 0x1.a36e2eb1c432dp-14, "0.0001" },
+		{ 0x1.4f8b588e368f1p-17, "1e-05" },
+		{ -0x1.3a92a30553261p-14, "-7.5e-05" },
+		{ 0x1.ad7f29abcaf48p-24, "1e-07" },
+		{ 0x1.5555555555555p-2, "0.3333333333333333" },
+		{ 0x1.5555555555555p-1, "0.6666666666666666" },
+		{ 0x1.d6f34547df3b6p+26, "123456789.123" },
+		{ 0x1.0000000000000p-1017, "7.120236347223045e-307" },
+		{ 0x1.0000000000000p-1018, "3.5601181736115222e-307" },
+		{ 0x1.8000000000000p-1021, "6.675221575521604e-308" },
+		{ 0x1.0000000000000p-1022, "2.2250738585072014e-308" },
+		{ 0x0.0000000000001p-1022, "5e-324" },
+		{ -0x0.0000000000001p-1022, "-5e-324" },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct py_value v = val(PYV_FLOAT, "float");
@@ -106,8 +150,23 @@ static void test_floats(void)
 	struct py_value v = val(PYV_FLOAT, "float");
 	v.fval = NAN;
 	CHECK_STR(repr(&v), "nan");
+	v.fval = INFINITY;
+	CHECK_STR(repr(&v), "inf");
 	v.fval = -INFINITY;
 	CHECK_STR(repr(&v), "-inf");
+
+	/* Any double: text that reads back as it, no longer than -d.(16 d)e-XXX. */
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+	for (int i = 0; i < 20000; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		memcpy(&v.fval, &x, sizeof(v.fval));
+		if (!isfinite(v.fval)) {
+			continue;
+		}
+		const char *r = repr(&v);
+		CHECK(strtod(r, NULL) == v.fval);
+		CHECK(strlen(r) <= 24);
+	}
 }
 
 static void test_text(void)

@@ -7,7 +7,9 @@
 #   recv      a worker blocked in socket.recv at @recv; the main thread sleeps.
 #   locals    a worker sleeps inside work(), whose arguments are an int, a
 #             big int, a str, a list, a dict and more; the ready line gives
-#             each one's repr (or type and length) as the target sees it.
+#             each one's repr (or type and length) as the target sees it;
+#             a second worker sleeps inside hold_floats(), whose 30
+#             arguments are the floats of FLOATS, each with its own repr().
 #   gil       a spinning thread waits for the GIL while the main thread holds
 #             it, asleep in libc's sleep() called through ctypes.PyDLL (which
 #             does not release the GIL), at @gil_sleep.
@@ -125,6 +127,22 @@ def work(small, big, text, items, table, ratio=1.5, data=b"xy", nothing=None, fl
     return total, peek
 
 
+# Floats whose repr trips a formatter: integral values in fixed notation up
+# to 16 digits, the exponent form from 1e16 and below 1e-4, subnormals, the
+# extremes, powers of two whose nearest short decimal misses, and the specials.
+FLOATS = [10.0, 30.0, 40.0, 120.0, -2.5, 0.0, -0.0, float("inf"), float("-inf"),
+          float("nan"), 1e15, -1e15, 1e16, 1e17, 1e-5, 0.0001, 1e22, 5e-324,
+          2.2250738585072014e-308, 1.7976931348623157e308, 0.1, 1 / 3.0,
+          123456789.123, 2.0 ** 53, 9999999999999998.0, 2.0 ** -1017,
+          1234567890123456.8, -7.5e-05, 0.30000000000000004, 3.14159e100]
+
+
+def hold_floats(f00, f01, f02, f03, f04, f05, f06, f07, f08, f09,
+                f10, f11, f12, f13, f14, f15, f16, f17, f18, f19,
+                f20, f21, f22, f23, f24, f25, f26, f27, f28, f29):
+    time.sleep(LIFETIME)  # @floats_sleep
+
+
 def describe(v):
     if isinstance(v, (list, tuple, dict, set)):
         return ["container", type(v).__name__, len(v)]
@@ -141,12 +159,15 @@ def locals_mode():
     args = dict(small=42, big=2 ** 100 + 7, text="hello world", items=[1, 2, 3],
                 table={"a": 1, "b": 2})
     t = start(lambda: work(**args), "worker")
+    ft = start(lambda: hold_floats(*FLOATS), "floats")
     at_line(t, work, "work_sleep")
+    at_line(ft, hold_floats, "floats_sleep")
     want = dict((k, describe(v)) for k, v in args.items())
     for k, v in (("ratio", 1.5), ("data", b"xy"), ("nothing", None), ("flag", True),
                  ("total", 43), ("captured", 7), ("peek", lambda: None)):
         want[k] = describe(v)
-    ready({"threads": ids(t), "locals": want})
+    floats = [["f%02d" % i, repr(v)] for i, v in enumerate(FLOATS)]
+    ready({"threads": ids(t, ft), "locals": want, "floats": floats})
     end_later()
 
 
