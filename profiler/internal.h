@@ -120,7 +120,7 @@ struct prof_process {
 		const char *name, *frame;
 	} task_frames[64];
 	uint64_t last_maps_ns;
-	uint64_t maps_retry_ns;   /* how long after the last maps read a failed walk may read them again */
+	uint64_t maps_retry_ns;   /* how long after the last maps read a failed read may read them again */
 	uint64_t last_alive_ns;
 	uint64_t last_trim_ns;    /* when its memory cache last gave back what went unread (PROF_TRIM_NS) */
 	/*
@@ -292,5 +292,35 @@ void prof_keep_native(struct prof_process *p, size_t i, struct prof_thread *th, 
  * end (whatever the clock says).
  */
 void prof_unsampled_read(struct prof_tick_state *e, struct prof_process *p, uint64_t now, bool last);
+
+/*
+ * How often a process's maps are re-read. Reads refuse addresses outside
+ * the maps spy knows (spy_mem_plausible), and a process that grows its
+ * heap (every interpreter during start-up, any program allocating) puts
+ * new frames, thread states and Thread objects in new mappings: at once
+ * when a walk or the names' lookup fails (at most every MAPS_RETRY_NS,
+ * backing off while retries do not help), and every few seconds in any
+ * case, so a slowly growing heap is followed too.
+ */
+#define MAPS_RETRY_NS (10 * 1000 * 1000ull)
+#define MAPS_REFRESH_NS (2 * 1000 * 1000 * 1000ull)
+
+/* For a read that met trouble: the maps read again now, if the backoff allows (true). */
+static inline bool prof_maps_reread(struct prof_process *p, uint64_t now)
+{
+	if (!p->h.tracer || !p->h.tracer->read_maps || now - p->last_maps_ns < p->maps_retry_ns) {
+		return false;
+	}
+	p->h.tracer->read_maps(&p->h);
+	p->last_maps_ns = now;
+	return true;
+}
+
+/* Whether reading them helped: the next retry's wait, doubling while it does not. */
+static inline void prof_maps_retried(struct prof_process *p, bool helped)
+{
+	p->maps_retry_ns = helped ? MAPS_RETRY_NS
+		: p->maps_retry_ns < MAPS_REFRESH_NS / 2 ? 2 * p->maps_retry_ns : MAPS_REFRESH_NS;
+}
 
 #endif

@@ -21,17 +21,6 @@
 #include "common/util.h"
 #include "profiler/internal.h"
 
-/*
- * How often a process's maps are re-read. The walk refuses addresses
- * outside the maps it knows, and a process that grows its heap (every
- * interpreter during start-up, any program allocating) puts new frames and
- * thread states in new mappings: at once when a walk fails (at most every
- * MAPS_RETRY_NS, backing off while retries do not help), and every few
- * seconds in any case, so a slowly growing heap is followed too.
- */
-#define MAPS_RETRY_NS (10 * 1000 * 1000ull)
-#define MAPS_REFRESH_NS (2 * 1000 * 1000 * 1000ull)
-
 /* ---- the thread table ---- */
 
 /*
@@ -191,14 +180,11 @@ static int walk(struct prof_tick_state *e, struct prof_process *p, size_t *n_out
 static int walk_with_retry(struct prof_tick_state *e, struct prof_process *p, size_t *n, uint64_t now)
 {
 	int rc = walk(e, p, n);
-	if (rc == 0 || !p->h.tracer->read_maps || now - p->last_maps_ns < p->maps_retry_ns) {
+	if (rc == 0 || !prof_maps_reread(p, now)) {
 		return rc;
 	}
-	p->h.tracer->read_maps(&p->h);
-	p->last_maps_ns = now;
 	rc = walk(e, p, n);
-	p->maps_retry_ns = rc == 0 ? MAPS_RETRY_NS
-		: p->maps_retry_ns < MAPS_REFRESH_NS / 2 ? 2 * p->maps_retry_ns : MAPS_REFRESH_NS;
+	prof_maps_retried(p, rc == 0);
 	return rc;
 }
 
@@ -369,16 +355,11 @@ static void walk_held(struct prof_tick_state *e, struct prof_process *p, size_t 
 {
 	struct prof_walked *t = &p->w[i];
 	prof_walk_thread(p, &e->wo, i, true, &e->gc_known);
-	if ((t->rc == 0 && !t->stack.truncated) || !p->h.tracer->read_maps ||
-	    now - p->last_maps_ns < p->maps_retry_ns) {
+	if ((t->rc == 0 && !t->stack.truncated) || !prof_maps_reread(p, now)) {
 		return;
 	}
-	p->h.tracer->read_maps(&p->h);
-	p->last_maps_ns = now;
 	prof_walk_thread(p, &e->wo, i, true, &e->gc_known);
-	bool ok = t->rc == 0 && !t->stack.truncated;
-	p->maps_retry_ns = ok ? MAPS_RETRY_NS
-		: p->maps_retry_ns < MAPS_REFRESH_NS / 2 ? 2 * p->maps_retry_ns : MAPS_REFRESH_NS;
+	prof_maps_retried(p, t->rc == 0 && !t->stack.truncated);
 }
 
 /*

@@ -194,8 +194,17 @@ int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, stru
 	/* threading's names: looked up for new threads, all again each second. */
 	uint64_t now = o->now_ns ? o->now_ns : ticker_now_ns();
 	uint64_t before = pyrt_names_reads(pp->rt);
-	pyrt_names_update(pp->rt, py, n, now, NAMES_REFRESH_NS,
-			  o->names_reads ? o->names_reads : PYRT_NAMES_TICK_READS);
+	size_t budget = o->names_reads ? o->names_reads : PYRT_NAMES_TICK_READS;
+	pyrt_names_update(pp->rt, py, n, now, NAMES_REFRESH_NS, budget);
+	/*
+	 * A Thread object in memory mapped since the maps were read reads as
+	 * garbage: a launched program's threads went unnamed until the next
+	 * refresh, two seconds on.
+	 */
+	if (pyrt_names_failing(pp->rt) && prof_maps_reread(pp, now)) {
+		pyrt_names_update(pp->rt, py, n, now, NAMES_REFRESH_NS, budget);
+		prof_maps_retried(pp, !pyrt_names_failing(pp->rt));
+	}
 	uint64_t made = pyrt_names_reads(pp->rt) - before;
 	if (pp->names_listed && made > pp->names_most) {
 		pp->names_most = made;

@@ -125,6 +125,11 @@ const char *pyrt_thread_name(const struct pyrt *rt, const struct py_thread *t)
 	return e ? e->name : NULL;
 }
 
+bool pyrt_names_failing(const struct pyrt *rt)
+{
+	return rt->names_pass.retries > 0;
+}
+
 bool pyrt_names_cut(const struct pyrt *rt)
 {
 	return rt->names_cut;
