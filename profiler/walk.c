@@ -199,11 +199,15 @@ int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, stru
 	/*
 	 * A Thread object in memory mapped since the maps were read reads as
 	 * garbage: a launched program's threads went unnamed until the next
-	 * refresh, two seconds on.
+	 * refresh, two seconds on. Not on the walks' backoff, which a start-up
+	 * full of failed walks stretches to seconds: a failing pass is rerun
+	 * a few ticks only (pyrt_names_failing), so at most that many reads.
 	 */
-	if (pyrt_names_failing(pp->rt) && prof_maps_reread(pp, now)) {
+	if (pyrt_names_failing(pp->rt) && pp->h.tracer && pp->h.tracer->read_maps &&
+	    now - pp->last_maps_ns >= MAPS_RETRY_NS) {
+		pp->h.tracer->read_maps(&pp->h);
+		pp->last_maps_ns = now;
 		pyrt_names_update(pp->rt, py, n, now, NAMES_REFRESH_NS, budget);
-		prof_maps_retried(pp, !pyrt_names_failing(pp->rt));
 	}
 	uint64_t made = pyrt_names_reads(pp->rt) - before;
 	if (pp->names_listed && made > pp->names_most) {

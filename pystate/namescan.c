@@ -125,9 +125,12 @@ const char *pyrt_thread_name(const struct pyrt *rt, const struct py_thread *t)
 	return e ? e->name : NULL;
 }
 
+/* Failed passes in a row run again at the next tick; then at the refresh. */
+#define NAMES_RETRIES 10
+
 bool pyrt_names_failing(const struct pyrt *rt)
 {
-	return rt->names_pass.retries > 0;
+	return rt->names_pass.retries && rt->names_pass.retries <= NAMES_RETRIES;
 }
 
 bool pyrt_names_cut(const struct pyrt *rt)
@@ -204,8 +207,6 @@ static bool names_moved(struct pyrt *rt, const struct py_thread *th, size_t n)
 	return false;
 }
 
-/* Failed passes in a row run again at the next tick; then at the refresh. */
-#define NAMES_RETRIES 10
 
 /* Passes that may take an unchanged sys.modules for one still without threading. */
 #define NAMES_MISS_SKIPS 10
@@ -502,7 +503,7 @@ void pyrt_names_update(struct pyrt *rt, const struct py_thread *th, size_t n, ui
 		for (size_t i = 0; i < n && !due; i++) {
 			due = !name_find(rt, th[i].thread_id, name_ts(&th[i]));
 		}
-		due = due || (rt->names_pass.retries && rt->names_pass.retries <= NAMES_RETRIES);
+		due = due || pyrt_names_failing(rt);
 		if (!due && !names_moved(rt, th, n)) {
 			return;
 		}

@@ -222,7 +222,7 @@ void pyrt_names_update(struct pyrt *rt, const struct py_thread *th, size_t n, ui
 		       uint64_t refresh_ns, size_t budget);
 /* Whether a list was past its bound (above): names were given for those found. */
 bool pyrt_names_cut(const struct pyrt *rt);
-/* Whether the last pass failed a read (and is run again at the next ticks). */
+/* Whether the last pass failed a read and is run again at the next tick (a few times in a row at most). */
 bool pyrt_names_failing(const struct pyrt *rt);
 /* Remote reads the names' lookup has made in all, for a sampler's count per tick. */
 uint64_t pyrt_names_reads(const struct pyrt *rt);

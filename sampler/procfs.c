@@ -646,23 +646,36 @@ int procfs_thread_state(int dirfd, pid_t tid, char *state)
 	return 0;
 }
 
-pid_t procfs_tracer_pid(int dirfd, pid_t tid)
+/*
+ * The value of "Key:" (key given as "\nKey:") in the status file at path
+ * under dirfd, read into buf (size bytes), its blanks skipped; NULL when
+ * the file or the line is missing.
+ */
+static const char *status_field(int dirfd, const char *path, const char *key, char *buf, size_t size)
 {
-	static const char key[] = "\nTracerPid:";
-	char path[64], buf[4096];
-	snprintf(path, sizeof(path), "task/%d/status", (int)tid);
-	ssize_t n = read_small(dirfd, path, buf, sizeof(buf) - 1);
+	ssize_t n = read_small(dirfd, path, buf, size - 1);
 	if (n <= 0) {
-		return 0;
+		return NULL;
 	}
 	buf[n] = '\0';
 	const char *s = strstr(buf, key);
 	if (!s) {
-		return 0;
+		return NULL;
 	}
-	s += sizeof(key) - 1;
+	s += strlen(key);
 	while (*s == ' ' || *s == '\t') {
 		s++;
+	}
+	return s;
+}
+
+pid_t procfs_tracer_pid(int dirfd, pid_t tid)
+{
+	char path[64], buf[4096];
+	snprintf(path, sizeof(path), "task/%d/status", (int)tid);
+	const char *s = status_field(dirfd, path, "\nTracerPid:", buf, sizeof(buf));
+	if (!s) {
+		return 0;
 	}
 	char *e;
 	long v = strtol(s, &e, 10);
@@ -671,18 +684,11 @@ pid_t procfs_tracer_pid(int dirfd, pid_t tid)
 
 int procfs_nspid(int dirfd, const char *name, pid_t *first, pid_t *last)
 {
-	static const char key[] = "\nNSpid:";
 	char buf[4096];
-	ssize_t n = read_small(dirfd, name, buf, sizeof(buf) - 1);
-	if (n <= 0) {
-		return 0;
-	}
-	buf[n] = '\0';
-	const char *s = strstr(buf, key);
+	const char *s = status_field(dirfd, name, "\nNSpid:", buf, sizeof(buf));
 	if (!s) {
 		return 0;
 	}
-	s += sizeof(key) - 1;
 	/* One number a namespace, spy's procfs's first: 32 levels at most (the kernel's). */
 	int k = 0;
 	for (char *e; k < 33; s = e) {

@@ -204,13 +204,21 @@ def run_files(interp):
         harness.remove_shared_dir(interp, d)
 
 
-def run_sudo(rep):
-    label = "sudo launch (/usr/bin/python3)"
+def root_and_system_python(rep, label, why_root):
+    """Whether the once-only checks can run: as root, with the system's interpreter (the only
+    one nobody can run); else a SKIP saying why."""
     if os.geteuid() != 0:
-        rep.skip(label, "needs root: spy drops privileges only as root")
-        return
+        rep.skip(label, "needs root: " + why_root)
+        return False
     if not os.access("/usr/bin/python3", os.X_OK):
         rep.skip(label, "no /usr/bin/python3 that nobody can run")
+        return False
+    return True
+
+
+def run_sudo(rep):
+    label = "sudo launch (/usr/bin/python3)"
+    if not root_and_system_python(rep, label, "spy drops privileges only as root"):
         return
     d = harness.shared_dir("spy-trust-")
     try:
@@ -238,12 +246,11 @@ def run_sudo(rep):
 
 def run_caps(rep):
     label = "setcap'd spy, not root (/usr/bin/python3)"
-    if os.geteuid() != 0:
-        rep.skip(label, "needs root: to give a copy of spy capabilities and run it as another user")
+    if not root_and_system_python(rep, label, "to give a copy of spy capabilities and run it as another user"):
         return
     setcap = shutil.which("setcap") or "/usr/sbin/setcap"
-    if not os.access("/usr/bin/python3", os.X_OK) or not os.access(setcap, os.X_OK):
-        rep.skip(label, "no /usr/bin/python3 that nobody can run, or no setcap (libcap2-bin)")
+    if not os.access(setcap, os.X_OK):
+        rep.skip(label, "no setcap (libcap2-bin)")
         return
     d = harness.shared_dir("spy-trust-")
     target = None
@@ -304,11 +311,7 @@ RACE_RUNS = 20
 
 def run_race(rep):
     label = "exec race x%d (/usr/bin/python3)" % RACE_RUNS
-    if os.geteuid() != 0:
-        rep.skip(label, "needs root: a set-uid-root program of the test's own")
-        return
-    if not os.access("/usr/bin/python3", os.X_OK):
-        rep.skip(label, "no /usr/bin/python3 that nobody can run")
+    if not root_and_system_python(rep, label, "a set-uid-root program of the test's own"):
         return
     d = harness.shared_dir("spy-trust-")
     p = []
