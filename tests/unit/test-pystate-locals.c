@@ -155,7 +155,7 @@ static void test_floats(void)
 	v.fval = -INFINITY;
 	CHECK_STR(repr(&v), "-inf");
 
-	/* Any double: text that reads back as it, no longer than -d.(16 d)e-XXX. */
+	/* Any double: text that reads back as it, no longer than -d.(16 d)e-NNN. */
 	uint64_t x = 0x9e3779b97f4a7c15ull;
 	for (int i = 0; i < 20000; i++) {
 		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
