@@ -111,7 +111,12 @@ def sampled_names(target, want):
 
 
 LAUNCHED = harness.target_path("thread_names.py")
-LAUNCH_LATE = 3
+# Samples a thread may go unnamed once threading has it: the pass that
+# names it runs the tick after threading's dicts change, and again the
+# next while a read of new memory fails (the maps re-read); at most 3 on a
+# quiet machine, up to 6 seen at load 5 (ticks late there). Before the fix
+# about 100 (a second).
+LAUNCH_LATE = 8
 
 
 def launched(interp):
@@ -132,7 +137,7 @@ def launched(interp):
             return ["launch record -t: " + r.describe()]
         with open(out) as f:
             want = dict((int(k), v) for k, v in json.load(f).items())
-        p, named, unnamed = [], {}, {}
+        p, named, unnamed, last = [], {}, {}, {}
         here = re.compile(r"\(%s:(\d+)\)$" % re.escape(LAUNCHED))
         with open(folded, encoding="utf-8") as f:
             for line in f:
@@ -152,15 +157,14 @@ def launched(interp):
                          else m["nap"] not in lines)
                 if not early:
                     unnamed[tid] = unnamed.get(tid, 0) + int(count)
-                    last = "%s (%s)" % (name, stack[-160:])
+                    last[tid] = "%s (%s)" % (name, stack[-160:])
         # A Thread's objects can sit in memory spy's map of the target does
-        # not have yet (read as corrupt, the pass run again at the next
-        # tick): a new thread's first sample or two may miss its name. Before
-        # the fix every thread missed it for a second (~100 samples).
+        # not have yet (read as corrupt, the maps read again and the pass
+        # run again at the next tick): see LAUNCH_LATE.
         for tid, k in sorted(unnamed.items()):
             if k > LAUNCH_LATE:
                 p.append("launch record -t: thread %d (%s) unnamed in %d samples once "
-                         "threading had it, e.g. %s" % (tid, want.get(tid), k, last))
+                         "threading had it, e.g. %s" % (tid, want.get(tid), k, last[tid]))
         for tid, name in sorted(want.items()):
             if named.get(tid, 0) < 50:
                 p.append("launch record -t: %d samples of thread %d named %r"
