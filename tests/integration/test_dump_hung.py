@@ -328,6 +328,9 @@ def check_core(interp, target, live):
             p.append("--core dump differs from the live one: %r vs %r" % (got, want))
         if d.pid != target.pid or d.version != interp.vstring:
             p.append("--core header: pid %s, Python %s" % (d.pid, d.version))
+        if harness.slowness() > 1:
+            # Not run in the emulated arm64 guest yet (its PAC mask from the core, untried there).
+            return p
         res = harness.run_spy(["dump", "--core", core, "--native-all"] + root, timeout=60)
         if res.rc != 0:
             return p + ["--core --native-all: " + res.describe()]
@@ -379,6 +382,9 @@ def crash_checked(interp):
     the root's release and debug ones), but a free-threaded build's
     PYTHON_GIL=1 run is the same binary again."""
     if interp.free_threaded and interp.gil:
+        return False
+    # gdb's run and the unwind of a core under emulation (the arm64 guest): not measured yet.
+    if harness.slowness() > 1:
         return False
     return interp.origin != "pyenv" or interp.minor in ("2.7", "3.13")
 

@@ -183,7 +183,13 @@ def launched(interp):
 
 
 def run_one(interp):
-    problems = launched(interp)
+    if harness.slowness() > 1:
+        # A 2 s launch under emulation (the arm64 guest, 10x slower) is mostly the interpreter's start.
+        sys.stdout.write("(%s: the launch-mode names check is not run at SPY_TEST_SLOWNESS=%g)\n"
+                         % (interp.label, harness.slowness()))
+        problems = []
+    else:
+        problems = launched(interp)
     with harness.Target(interp, TARGET) as target:
         want = dict((int(k), v) for k, v in target.info["names"].items())
         for tid, v in list(want.items()):

@@ -594,6 +594,11 @@ def check_watched(interp, d):
     """-s of a parent that is no Python process: a bash that starts the
     Python 2 s later, and unshare -p -f with the Python its child in a PID
     namespace of its own."""
+    if harness.slowness() > 1:
+        # Not measured under emulation yet (the arm64 guest, 10x slower): its waits are a native machine's.
+        sys.stdout.write("(%s: -s of a non-Python parent is not checked at SPY_TEST_SLOWNESS=%g)\n"
+                         % (interp.label, harness.slowness()))
+        return []
     cmd = interp.command([TARGET, "short", "1"])
     sh = harness.spawn(["bash", "-c", "sleep 2; %s >/dev/null; true"
                         % " ".join(shlex.quote(a) for a in cmd)])
