@@ -39,31 +39,10 @@ import os
 import tempfile
 
 import harness
+from test_record import Profile, func_of
 
 TARGET = harness.target_path("subinterp.py")
 RATE, SECONDS = 100, 2
-
-
-def read_folded(path):
-    meta, stacks = {}, []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.rstrip("\n")
-            if not line:
-                continue
-            if line.startswith("# "):
-                k, _, v = line[2:].partition(":")
-                meta[k] = v.strip()
-                continue
-            body, _, count = line.rpartition(" ")
-            stacks.append((body.split(";"), int(count)))
-    return meta, stacks
-
-
-def func_of(frame):
-    """The function part of a folded frame `func (file:line)`."""
-    i = frame.find(" (")
-    return frame if i < 0 else frame[:i]
 
 
 def check_order(what, funcs, marker, enter):
@@ -88,7 +67,8 @@ def check_record(t, d, marker, enter):
                          "-d", str(SECONDS), "-f", "folded", "-o", out], timeout=60)
     if r.rc != 0:
         return ["record: " + r.describe()]
-    meta, stacks = read_folded(out)
+    prof = Profile(out)
+    meta, stacks = prof.meta, prof.stacks
     ticks = int(meta.get("samples", 0))
     if ticks < RATE * SECONDS // 2:
         return ["record: only %d ticks taken of %d" % (ticks, RATE * SECONDS)]

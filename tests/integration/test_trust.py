@@ -236,10 +236,7 @@ def run_sudo(rep):
                     meta = json.load(f)["metadata"]
                 p += withheld_problems("record -f json -- (sudo)", meta.get("withheld", ""), secret,
                                        os.path.join(home, "planted.py"), os.path.join(home, "mine.py"))
-        if p:
-            rep.fail(label, "; ".join(p))
-        else:
-            rep.ok(label)
+        rep.check(label, p)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -296,10 +293,7 @@ def run_caps(rep):
                 p.append("%s: the secret and the link are not both named withheld: %r" % (what, withheld))
             if own and (not seen_own or json.dumps(mine) in withheld):
                 p.append("%s: the target's own file was not read: withheld %r" % (what, withheld))
-        if p:
-            rep.fail(label, "; ".join(p))
-        else:
-            rep.ok(label)
+        rep.check(label, p)
     finally:
         if target:
             harness.kill(target)
@@ -350,10 +344,7 @@ def run_race(rep):
                          % (raced, RACE_RUNS))
         if not p and raced == 0:
             p.append("no run exec'd: spy never opened the target's own file, the race was not run")
-        if p:
-            rep.fail(label, "; ".join(p))
-        else:
-            rep.ok(label)
+        rep.check(label, p)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
