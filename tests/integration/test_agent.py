@@ -290,8 +290,13 @@ def fleet(rep, interps):
             p.append("the name churner's windows never say names went over the budget (%d windows)" % len(cw))
         if hooks and not re.search(r"names over budget \d+", text):
             p.append("the status line does not count the names over budget")
+        sanitized = os.environ.get("SPY_TEST_SANITIZED") == "1"
         heavy = [s for s in agent.status_rss() if s > 64 * 1024]
-        if heavy:
+        if sanitized:
+            sys.stdout.write("(the agent's RSS and CPU bounds are not judged: a sanitizer build, whose "
+                             "quarantine keeps freed memory and whose checks cost CPU; rss %r KiB)\n"
+                             % agent.status_rss()[-1:])
+        elif heavy:
             p.append("the agent's RSS went over 64 MB with the name churner: %r KiB" % heavy)
         for name, t, app, extra in targets:
             labels = {"host": None, "pid": str(t.pid), "python": t.interp.vstring}
@@ -324,7 +329,7 @@ def fleet(rep, interps):
         if not st:
             p.append("no status line")
         over = [s for s in st if s[2] > 5.0 * 1.5]
-        if over:
+        if over and not sanitized:
             p.append("the agent's CPU went over its 5%% budget: %r" % over)
         for name, t, _, _ in targets:
             if t is not early and not t.alive():
