@@ -559,7 +559,44 @@ static const char *offset_name(struct sym_native *s, const char *lib, uint64_t a
 	return spy_strtab_interns(s->strs, buf);
 }
 
-/* Names of the calls inlined at addr, innermost first, from DWARF if the file has any. */
+/* DIEs one inline look-up visits at most: a CU of an LTO build has hundreds of thousands. */
+#define INLINE_WALK_DIES 200000
+
+/*
+ * The DIE under parent whose code holds pc: a function, an inlined call
+ * or a block; a namespace (whose functions hold code, itself none) is
+ * searched through. *budget counts DIEs visited.
+ */
+static bool scope_child(Dwarf_Die *parent, Dwarf_Addr pc, Dwarf_Die *out, long *budget, int depth)
+{
+	Dwarf_Die c;
+	if (depth > 8 || dwarf_child(parent, &c) != 0) {
+		return false;
+	}
+	do {
+		if (--*budget < 0) {
+			return false;
+		}
+		int tag = dwarf_tag(&c);
+		if ((tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine || tag == DW_TAG_lexical_block) &&
+		    dwarf_haspc(&c, pc) > 0) {
+			*out = c;
+			return true;
+		}
+		if ((tag == DW_TAG_namespace || tag == DW_TAG_module) && scope_child(&c, pc, out, budget, depth + 1)) {
+			return true;
+		}
+	} while (dwarf_siblingof(&c, &c) == 0);
+	return false;
+}
+
+/*
+ * Names of the calls inlined at addr, innermost first, from DWARF if the
+ * file has any: the scopes holding addr, walked down from its CU. Not
+ * dwarf_getscopes: an LTO build's inlined call whose abstract origin lies
+ * in another CU makes it find no scope at all (Debian's _ctypes, where gdb
+ * and addr2line show _call_function_pointer inlined in _ctypes_callproc).
+ */
 static void push_inlines(struct sym_native *s, const struct nfile *f, Dwarf_Addr addr)
 {
 	Dwarf_Addr cubias;
@@ -567,20 +604,21 @@ static void push_inlines(struct sym_native *s, const struct nfile *f, Dwarf_Addr
 	if (!cu) {
 		return;
 	}
-	Dwarf_Die *scopes = NULL;
-	int n = dwarf_getscopes(cu, addr - cubias, &scopes);
-	for (int i = 0, kept = 0; i < n && kept < MAX_INLINE; i++) {
-		int tag = dwarf_tag(&scopes[i]);
-		if (tag == DW_TAG_subprogram) {
-			break;
-		}
-		if (tag == DW_TAG_inlined_subroutine) {
-			const char *name = dwarf_diename(&scopes[i]);
-			push_name(s, name);
-			kept++;
+	Dwarf_Die at = *cu, next;
+	const char *outer_first[MAX_INLINE];
+	int n = 0, depth = 0;
+	long budget = INLINE_WALK_DIES;
+	while (depth++ < 64 && scope_child(&at, addr - cubias, &next, &budget, 0)) {
+		at = next;
+		if (dwarf_tag(&at) == DW_TAG_subprogram) {
+			n = 0; /* a function nested in another (GNU C): only its own inlined calls */
+		} else if (dwarf_tag(&at) == DW_TAG_inlined_subroutine && n < MAX_INLINE) {
+			outer_first[n++] = dwarf_diename(&at);
 		}
 	}
-	free(scopes);
+	while (n > 0) {
+		push_name(s, outer_first[--n]);
+	}
 }
 
 /* Resolve one address of f into names[], returning where they start. */

@@ -304,6 +304,30 @@ static void test_resolve_inline(struct sym_native *s, const struct spy_mem *mem)
 	spy_stack_release(&out);
 }
 
+#ifdef SPY_TEST_LTO
+#include "tests/lib/lto.h"
+#endif
+
+/* The same through an LTO build's DWARF, where libdw's dwarf_getscopes finds no scope at all. */
+static void test_resolve_lto_inline(struct sym_native *s, const struct spy_mem *mem)
+{
+#ifdef SPY_TEST_LTO
+	struct spy_stack out = SPY_STACK_INIT;
+	spy_addr_t pcs[2] = { 0, (spy_addr_t)spy_lto_outer(1) };
+	sym_native_resolve(s, mem, pcs, 2, &out);
+	CHECK_INT(out.n, 3);
+	if (out.n == 3) {
+		CHECK_STR(out.v[1].func, "spy_lto_inner");
+		CHECK_STR(out.v[2].func, "spy_lto_outer");
+		CHECK_STR(out.v[1].file, "libspy-test-lto.so");
+		CHECK_INT(out.v[1].flags, SPY_FRAME_INLINED);
+	}
+	spy_stack_release(&out);
+#else
+	printf("SKIP inlined frames of an LTO build: the test's LTO library is built by GCC only\n");
+#endif
+}
+
 static void test_resolve_self(void)
 {
 	FILE *f = fopen("/proc/self/maps", "r");
@@ -362,6 +386,7 @@ static void test_resolve_self(void)
 		CHECK_STR(out.v[0].file, "test-symbolize-native");
 	}
 	test_resolve_inline(s, &mem);
+	test_resolve_lto_inline(s, &mem);
 	sym_native_free(s);
 	spy_stack_release(&out);
 	free(maps);
