@@ -109,6 +109,13 @@ const char *spy_basename(const char *path)
 	return slash ? slash + 1 : path;
 }
 
+uint64_t spy_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 uint64_t spy_thread_cpu_ns(void)
 {
 	struct timespec ts;

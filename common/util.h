@@ -60,6 +60,8 @@ static inline uint64_t spy_mix64(uint64_t x)
 #define SPY_NS_MAX ((uint64_t)1 << 62)
 uint64_t spy_s_to_ns(double s);
 
+/* CLOCK_MONOTONIC in ns: the one clock of deadlines, ticks and timeouts. */
+uint64_t spy_now_ns(void);
 /* The calling thread's CPU time in ns: what a piece of spy's work costs,
  * whatever else the machine runs (wall time would count that too). */
 uint64_t spy_thread_cpu_ns(void);

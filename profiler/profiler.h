@@ -210,8 +210,6 @@ void prof_resources(struct profiler *p, struct prof_resources *out);
 void prof_format_errors(const struct prof_stats *s, struct spy_buf *out);
 uint64_t prof_errors(const struct prof_stats *s);
 
-/* The clock ticks are on (monotonic ns). */
-uint64_t prof_now_ns(void);
 /* The stop signal received (SIGINT, SIGTERM, SIGHUP), or 0. */
 int prof_stop_signal(void);
 /* The handlers that set it, for a command that opens nothing through prof_open (dump). */

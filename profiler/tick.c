@@ -315,7 +315,7 @@ static long sample_paused(struct prof_tick_state *e, struct prof_process *p, uin
 		threads_refresh(e, p);
 	}
 	threads_settle(e, p, 0);
-	uint64_t t0 = ticker_now_ns();
+	uint64_t t0 = spy_now_ns();
 	if (p->attached) {
 		int rc = ops->pause(&p->h, NULL);
 		if (rc == -SPY_EGONE) {
@@ -335,7 +335,7 @@ static long sample_paused(struct prof_tick_state *e, struct prof_process *p, uin
 	if (p->attached) {
 		ops->resume(&p->h);
 		/* Every thread was held from the pause to the resume. */
-		uint64_t held = ticker_now_ns() - t0;
+		uint64_t held = spy_now_ns() - t0;
 		hold_account(e, held, held * (n ? n : 1), true);
 	}
 	if (rc < 0) {
@@ -477,7 +477,7 @@ static void walk_frozen(struct prof_tick_state *e, struct prof_process *p, size_
 		if (j == h || p->w[j].listed_gil || p->w[j].frozen) {
 			continue;
 		}
-		if (ticker_now_ns() - held_from >= frozen_budget_ns()) {
+		if (spy_now_ns() - held_from >= frozen_budget_ns()) {
 			return;
 		}
 		/*
@@ -523,7 +523,7 @@ static void hold_one(struct prof_tick_state *e, struct prof_process *p, size_t i
 		prof_walk_thread(p, &e->wo, i, false, &e->gc_known);
 		th->walked = true;
 	}
-	uint64_t t0 = ticker_now_ns();
+	uint64_t t0 = spy_now_ns();
 	int rc = ops->stop_thread(&p->h, p->py[i].native_tid, p->nat ? 0 : e->offcpu_wait_ns);
 	if (rc == -SPY_EINTR) {
 		ht->stop = true;
@@ -544,7 +544,7 @@ static void hold_one(struct prof_tick_state *e, struct prof_process *p, size_t i
 		return;
 	}
 	/* Held from its stop, not from the interrupt: until then it ran. */
-	uint64_t t1 = ticker_now_ns();
+	uint64_t t1 = spy_now_ns();
 	if (rc == 1) {
 		/* Off a CPU, interrupted: it runs nothing until it stops, and then waits for a poll. */
 		e->holds.offcpu++;
@@ -558,7 +558,7 @@ static void hold_one(struct prof_tick_state *e, struct prof_process *p, size_t i
 	}
 	walk_frozen(e, p, i, t1, ht);
 	ops->resume_thread(&p->h);
-	uint64_t held = ticker_now_ns() - t1;
+	uint64_t held = spy_now_ns() - t1;
 	ht->longest = held > ht->longest ? held : ht->longest;
 	ht->total += held;
 	ht->stopped++;

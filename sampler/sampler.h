@@ -440,8 +440,6 @@ struct ticker {
 	uint64_t missed;     /* deadlines skipped because the caller was late */
 };
 
-/* CLOCK_MONOTONIC in nanoseconds. */
-uint64_t ticker_now_ns(void);
 /* Period from a rate; hz must be > 0. The first deadline is now_ns. */
 void ticker_init(struct ticker *t, double hz, uint64_t now_ns);
 /* The next deadline, in CLOCK_MONOTONIC nanoseconds. */

@@ -575,7 +575,7 @@ static void test_windows(void)
 	clock_gettime(CLOCK_REALTIME, &t0);
 	CHECK_INT(prof_open(&p, &o, &strs, 100, NULL, &err), 0);
 	struct cmd_windows win;
-	cmd_windows_start(&win, 1, prof_now_ns(), on_window, NULL);
+	cmd_windows_start(&win, 1, spy_now_ns(), on_window, NULL);
 	struct prof_tick tk;
 	enum prof_event ev;
 	while ((ev = prof_next(p, &tk)) != PROF_END) {
@@ -583,7 +583,7 @@ static void test_windows(void)
 		if (ev == PROF_TICK) {
 			cmd_windows_tick(&win, &s, tk.start_ns);
 		}
-		cmd_windows_check(&win, &s, prof_now_ns());
+		cmd_windows_check(&win, &s, spy_now_ns());
 	}
 	struct prof_stats s = fake_stats(p);
 	cmd_windows_end(&win, &s, s.stop_ns);
