@@ -124,50 +124,14 @@ static int read_pid_file(int procfd, pid_t pid, const char *name, size_t max, st
  * (flags, field 9, PF_KTHREAD) or a zombie: neither can be Python. */
 static bool parse_stat(const char *text, size_t len, uint64_t *start, bool *eligible)
 {
-	const char *close_paren = NULL;
-	for (size_t i = len; i > 0; i--) {
-		if (text[i - 1] == ')') {
-			close_paren = text + i - 1;
-			break;
-		}
-	}
-	if (!close_paren) {
+	struct proc_stat st;
+	if (!proc_parse_stat(text, len, PROC_STAT_STARTTIME, &st) || !proc_stat_has(&st, PROC_STAT_FLAGS) ||
+	    !proc_stat_has(&st, PROC_STAT_STARTTIME)) {
 		return false;
 	}
-	const char *p = close_paren + 1, *end = text + len;
-	char state = 0;
-	uint64_t flags = 0;
-	for (int field = 3; field <= 22 && p < end; field++) {
-		while (p < end && *p == ' ') {
-			p++;
-		}
-		const char *f = p;
-		while (p < end && *p != ' ' && *p != '\n') {
-			p++;
-		}
-		if (p == f) {
-			return false;
-		}
-		if (field == 3) {
-			state = *f;
-		} else if (field == 9 || field == 22) {
-			uint64_t v = 0;
-			for (const char *c = f; c < p; c++) {
-				if (!isdigit((unsigned char)*c) || v > UINT64_MAX / 10 - 1) {
-					return false;
-				}
-				v = v * 10 + (uint64_t)(*c - '0');
-			}
-			if (field == 9) {
-				flags = v;
-			} else {
-				*start = v;
-				*eligible = state != 'Z' && state != 'X' && !(flags & 0x00200000u);
-				return true;
-			}
-		}
-	}
-	return false;
+	*start = st.field[PROC_STAT_STARTTIME];
+	*eligible = st.state != 'Z' && st.state != 'X' && !(st.field[PROC_STAT_FLAGS] & 0x00200000u);
+	return true;
 }
 
 /* Whether some mapped file's name starts with libpython. Reads at most
