@@ -134,8 +134,16 @@ static bool parse_stat(const char *text, size_t len, uint64_t *start, bool *elig
 	return true;
 }
 
-/* Whether some mapped file's name starts with libpython. Reads at most
- * DISC_MAPS_MAX bytes, in pieces, stopping at the first hit. */
+/* Whether a line of maps names libpython (spy_is_libpython): its path is
+ * from the first '/', the address and device fields have none. */
+static bool maps_line_libpython(const char *line)
+{
+	const char *path = strchr(line, '/');
+	return path && strstr(path, "/libpython") && spy_is_libpython(path);
+}
+
+/* Whether some mapped file is libpython. Reads at most DISC_MAPS_MAX
+ * bytes, in pieces, whole lines at a time, stopping at the first hit. */
 static bool maps_libpython(int procfd, pid_t pid)
 {
 	char path[64];
@@ -144,21 +152,29 @@ static bool maps_libpython(int procfd, pid_t pid)
 	if (fd < 0) {
 		return false;
 	}
-	static const char needle[] = "/libpython";
-	char buf[64 * 1024 + sizeof(needle)];
-	size_t keep = 0, total = 0;
+	char buf[64 * 1024];
+	size_t have = 0, total = 0;
 	bool hit = false;
 	while (!hit && total < DISC_MAPS_MAX) {
-		ssize_t n = read(fd, buf + keep, sizeof(buf) - keep);
+		ssize_t n = read(fd, buf + have, sizeof(buf) - 1 - have);
 		if (n <= 0) {
 			break;
 		}
 		total += (size_t)n;
-		size_t have = keep + (size_t)n;
-		hit = memmem(buf, have, needle, sizeof(needle) - 1) != NULL;
-		/* Keep the tail, so a name cut between two reads is still found. */
-		keep = have < sizeof(needle) - 1 ? have : sizeof(needle) - 1;
-		memmove(buf, buf + have - keep, keep);
+		have += (size_t)n;
+		char *line = buf, *end = buf + have, *nl;
+		while (!hit && (nl = memchr(line, '\n', (size_t)(end - line)))) {
+			*nl = 0;
+			hit = maps_line_libpython(line);
+			line = nl + 1;
+		}
+		/* Keep a line cut between two reads; one longer than the buffer names no library. */
+		have = (size_t)(end - line) < sizeof(buf) - 1 ? (size_t)(end - line) : 0;
+		memmove(buf, line, have);
+	}
+	if (!hit && have) {
+		buf[have] = 0;
+		hit = maps_line_libpython(buf);
 	}
 	close(fd);
 	return hit;
