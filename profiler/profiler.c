@@ -44,17 +44,6 @@
  */
 #define REJECT_TRIES 20
 
-const char *const prof_error_names[PROF_ERR_MAX] = {
-	[PROF_ERR_PAUSE] = "pause",
-	[PROF_ERR_THREADS] = "threads",
-	[PROF_ERR_GONE] = "thread-gone",
-	[PROF_ERR_TORN] = "torn",
-	[PROF_ERR_TRUNCATED] = "truncated",
-	[PROF_ERR_DROPPED] = "dropped",
-	[PROF_ERR_NATIVE] = "native",
-	[PROF_ERR_STATE] = "state",
-};
-
 /* A descendant that was not (yet) a Python process, and when to look again. */
 struct prof_rejected {
 	pid_t pid;
@@ -860,7 +849,7 @@ void prof_stats(const struct profiler *e, struct prof_stats *out)
 
 void prof_dropped(struct profiler *e)
 {
-	e->ts.st.errors[PROF_ERR_DROPPED]++;
+	e->ts.st.errors[SPY_SAMPLE_ERR_DROPPED]++;
 }
 
 bool prof_gc_known(const struct profiler *e)
@@ -899,7 +888,7 @@ void prof_resources(struct profiler *e, struct prof_resources *out)
 uint64_t prof_errors(const struct prof_stats *s)
 {
 	uint64_t sum = 0;
-	for (size_t i = 0; i < PROF_ERR_MAX; i++) {
+	for (size_t i = 0; i < SPY_SAMPLE_ERR_MAX; i++) {
 		sum += s->errors[i];
 	}
 	return sum;
@@ -909,11 +898,11 @@ void prof_format_errors(const struct prof_stats *s, struct spy_buf *out)
 {
 	spy_buf_addf(out, "%llu", (unsigned long long)prof_errors(s));
 	const char *sep = " (";
-	for (size_t i = 0; i < PROF_ERR_MAX; i++) {
+	for (size_t i = 0; i < SPY_SAMPLE_ERR_MAX; i++) {
 		if (!s->errors[i]) {
 			continue;
 		}
-		spy_buf_addf(out, "%s%s %llu", sep, prof_error_names[i], (unsigned long long)s->errors[i]);
+		spy_buf_addf(out, "%s%s %llu", sep, spy_sample_errors[i].name, (unsigned long long)s->errors[i]);
 		sep = ", ";
 	}
 	if (sep[0] == ',') {

@@ -69,19 +69,6 @@ struct prof_opts {
 	bool aligned;
 };
 
-/* Per-sample failures, by reason (their names are prof_error_names). */
-enum prof_error {
-	PROF_ERR_PAUSE,      /* the process could not be paused */
-	PROF_ERR_THREADS,    /* the thread list could not be read */
-	PROF_ERR_GONE,       /* a thread's stack could not be read (it exited) */
-	PROF_ERR_TORN,       /* --nonblocking: a walk did not reach the root */
-	PROF_ERR_TRUNCATED,  /* a walk stopped at a bound or bad memory (kept) */
-	PROF_ERR_DROPPED,    /* the command refused a stack (counted with prof_dropped) */
-	PROF_ERR_NATIVE,     /* --native: a thread could not be unwound (Python stack kept) */
-	PROF_ERR_STATE,      /* a thread's state file would not open (descriptors?): sampled anyway */
-	PROF_ERR_MAX
-};
-extern const char *const prof_error_names[PROF_ERR_MAX];
 
 /* One stack kept in a tick, valid until the next prof_next(). */
 struct prof_sample {
@@ -116,7 +103,7 @@ struct prof_stats {
 	uint64_t gil_ticks;         /* ticks in which a Python thread held the GIL */
 	uint64_t thread_samples;    /* threads walked, summed over ticks */
 	uint64_t active_samples;    /* of those, the ones running or holding the GIL */
-	uint64_t errors[PROF_ERR_MAX];
+	uint64_t errors[SPY_SAMPLE_ERR_MAX];
 	size_t threads_seen;        /* distinct threads ever seen */
 	size_t live_threads;        /* Python threads in the last tick, over every process */
 	size_t processes;           /* processes sampled now */

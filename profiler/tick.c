@@ -139,7 +139,7 @@ static bool skip_idle(struct prof_tick_state *e, struct prof_process *p, size_t 
 		return false;
 	}
 	ops->task_refresh(&th->task, 0);
-	e->st.errors[PROF_ERR_STATE] += th->task.failed;
+	e->st.errors[SPY_SAMPLE_ERR_STATE] += th->task.failed;
 	t->state_read = true;
 	return !th->task.failed && !wanted(e, t, th);
 }
@@ -220,17 +220,17 @@ static bool keep(struct prof_tick_state *e, struct prof_process *p, size_t i, st
 {
 	const struct prof_walked *t = &p->w[i];
 	if (t->rc < 0) {
-		e->st.errors[PROF_ERR_GONE]++;
+		e->st.errors[SPY_SAMPLE_ERR_GONE]++;
 		return false;
 	}
 	if (t->stack.truncated) {
 		bool torn = !p->attached;
-		e->st.errors[torn ? PROF_ERR_TORN : PROF_ERR_TRUNCATED]++;
+		e->st.errors[torn ? SPY_SAMPLE_ERR_TORN : SPY_SAMPLE_ERR_TRUNCATED]++;
 		if (torn) {
 			return false;
 		}
 	}
-	bool active = is_active(p, t, th, fresh, &e->st.errors[PROF_ERR_STATE]);
+	bool active = is_active(p, t, th, fresh, &e->st.errors[SPY_SAMPLE_ERR_STATE]);
 	if (th && t->walked) {
 		/* A thread with a thread state and no Python frame yields no sample. */
 		th->no_frames = t->stack.n == 0;
@@ -263,7 +263,7 @@ static void threads_refresh(struct prof_tick_state *e, struct prof_process *p)
 		if (p->attached && ops->task_refresh) {
 			th->had_cpu = th->task.read_ns != 0;
 			ops->task_refresh(&th->task, PROC_TASK_CPU | PROC_TASK_DEFER);
-			e->st.errors[PROF_ERR_STATE] += th->task.failed;
+			e->st.errors[SPY_SAMPLE_ERR_STATE] += th->task.failed;
 			/* Scheduled since its stack was kept: it may have changed. */
 			th->kept_valid = th->kept_valid && th->task.slept;
 		}
@@ -286,7 +286,7 @@ static void threads_settle(struct prof_tick_state *e, struct prof_process *p, pi
 		struct proc_task *t = &p->th[i].task;
 		if (t->owed) {
 			ops->task_settle(t, holder > 0 && t->tid == holder);
-			e->st.errors[PROF_ERR_STATE] += t->failed;
+			e->st.errors[SPY_SAMPLE_ERR_STATE] += t->failed;
 		}
 	}
 }
@@ -321,7 +321,7 @@ static long sample_paused(struct prof_tick_state *e, struct prof_process *p, uin
 		if (rc == -SPY_EGONE) {
 			p->gone = true;
 		} else if (rc < 0 && rc != -SPY_EINTR) {
-			e->st.errors[PROF_ERR_PAUSE]++;
+			e->st.errors[SPY_SAMPLE_ERR_PAUSE]++;
 		}
 		if (rc < 0) {
 			return -1;
@@ -339,7 +339,7 @@ static long sample_paused(struct prof_tick_state *e, struct prof_process *p, uin
 		hold_account(e, held, held * (n ? n : 1), true);
 	}
 	if (rc < 0) {
-		e->st.errors[PROF_ERR_THREADS]++;
+		e->st.errors[SPY_SAMPLE_ERR_THREADS]++;
 		return -1;
 	}
 	return (long)n;
@@ -537,7 +537,7 @@ static void hold_one(struct prof_tick_state *e, struct prof_process *p, size_t i
 		 * stopped it; or it would not stop in time.
 		 */
 		t->rc = rc == -SPY_EGONE ? rc : 0;
-		e->st.errors[PROF_ERR_PAUSE] += rc != -SPY_EGONE && rc != -SPY_ENOPROC;
+		e->st.errors[SPY_SAMPLE_ERR_PAUSE] += rc != -SPY_EGONE && rc != -SPY_ENOPROC;
 		t->holds_gil = false;
 		/* Nor is what a walk running left (a warm-up, a read whose count moved) handed on. */
 		spy_stack_reset(&t->stack);
@@ -720,7 +720,7 @@ static long sample_held(struct prof_tick_state *e, struct prof_process *p, uint6
 	}
 	threads_settle(e, p, holder);
 	if (rc < 0) {
-		e->st.errors[PROF_ERR_THREADS]++;
+		e->st.errors[SPY_SAMPLE_ERR_THREADS]++;
 		return -1;
 	}
 	/*
@@ -757,7 +757,7 @@ static void keep_sample(struct prof_tick_state *e, struct prof_process *p, size_
 	struct prof_walked *t = &p->w[i];
 	/* Symbols and merging only for the stacks kept, and with the process running. */
 	if ((p->nat || t->task) && prof_walk_finish(p, i) < 0) {
-		e->st.errors[PROF_ERR_NATIVE]++;
+		e->st.errors[SPY_SAMPLE_ERR_NATIVE]++;
 	}
 	/* Nothing to show: an unwind that failed, of a thread with no Python frame either. */
 	if (t->stack.n == 0) {
