@@ -10,7 +10,7 @@
 #include "common/hashmap.h"
 #include "profiler/native.h"
 #include "common/credopen.h"
-#include "profiler/profiler.h"
+#include "profiler/look.h"
 #include "sampler/process.h"
 #include "sampler/sampler.h"
 

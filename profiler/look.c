@@ -316,3 +316,8 @@ void prof_look_release(struct prof_look *l)
 	spy_strtab_release(&l->strs);
 	memset(l, 0, sizeof(*l));
 }
+
+void prof_value_repr(const struct py_value *v, struct spy_buf *out)
+{
+	pyrt_value_repr(v, out);
+}
