@@ -184,7 +184,7 @@ static void collect_thread(struct look_ctx *c, size_t i)
 	 * walk does (tick.c's walk_with_retry). Stopped, nothing maps more.
 	 */
 	struct prof_walked *w = &pp->w[i];
-	if ((w->rc != 0 || w->stack.truncated) && !c->maps_again && pp->h.tracer && pp->h.tracer->read_maps) {
+	if ((w->rc != 0 || w->stack.truncated) && !c->maps_again && pp->h.tracer) {
 		c->maps_again = true;
 		pp->h.tracer->read_maps(&pp->h);
 		prof_walk_thread(pp, &wo, i, false, &gc_known);

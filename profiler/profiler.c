@@ -428,7 +428,7 @@ static void poll_processes(struct profiler *e, uint64_t now)
 		} else if (i == 0 && e->launched) {
 			/* Our own child: only our wait sees it exit. */
 			p->gone = spawn_reap(&e->sp, false);
-		} else if (ops->alive && now - p->last_alive_ns >= e->poll_ns) {
+		} else if (now - p->last_alive_ns >= e->poll_ns) {
 			/* A /proc read each tick would cost more than the sample; exit can wait 10 ms. */
 			p->gone = !ops->alive(&p->h);
 			p->last_alive_ns = now;

@@ -59,17 +59,10 @@ static struct prof_thread *thread_get(struct prof_tick_state *e, struct prof_pro
 	struct prof_thread *th = &p->th[p->nth++];
 	memset(th, 0, sizeof(*th));
 	const struct spy_tracer_ops *ops = p->h.tracer;
-	if (ops->task_open) {
-		ops->task_open(&p->h, &th->task, tid);
-	} else {
-		th->task.tid = tid;
-		th->task.stat_fd = -1;
-	}
-	if (ops->task_name) {
-		ops->task_name(&p->h, tid, th->comm, sizeof(th->comm));
-	}
+	ops->task_open(&p->h, &th->task, tid);
+	ops->task_name(&p->h, tid, th->comm, sizeof(th->comm));
 	/* A first CPU reading, so that the next tick can trust an R (see is_active). */
-	if (p->attached && ops->task_refresh) {
+	if (p->attached) {
 		ops->task_refresh(&th->task, PROC_TASK_CPU);
 	}
 	thread_root(e, th, NULL, false);
@@ -88,9 +81,7 @@ static void threads_prune(struct prof_process *p, bool all)
 			spy_hmap_put(&p->th_index, (uint64_t)(uint32_t)p->th[i].task.tid, kept);
 			p->th[kept++] = p->th[i];
 		} else {
-			if (p->h.tracer->task_close) {
-				p->h.tracer->task_close(&p->th[i].task);
-			}
+			p->h.tracer->task_close(&p->th[i].task);
 			spy_stack_release(&p->th[i].kept);
 			free(p->th[i].kept_v);
 			free(p->th[i].kept_sp);
@@ -135,7 +126,7 @@ static bool skip_idle(struct prof_tick_state *e, struct prof_process *p, size_t 
 	 * read a GIL holder's either. A one-thread target's flat-out sample
 	 * cost a third more with that read (bench/README, run 6).
 	 */
-	if (p->attached || !ops->task_refresh || !th || wanted_any_state(e, t)) {
+	if (p->attached || !th || wanted_any_state(e, t)) {
 		return false;
 	}
 	ops->task_refresh(&th->task, 0);
@@ -149,7 +140,7 @@ static int walk(struct prof_tick_state *e, struct prof_process *p, size_t *n_out
 {
 	size_t n = 0;
 	/* Paused, the view is fresh already; a running process needs one asked for. */
-	if (!p->attached && p->h.tracer->fresh_view) {
+	if (!p->attached) {
 		p->h.tracer->fresh_view(&p->h, 0);
 	}
 	int rc = prof_walk_list(p, &e->wo, NULL);
@@ -205,7 +196,7 @@ static bool is_active(struct prof_process *p, const struct prof_walked *t, struc
 	if (!th) {
 		return false;
 	}
-	if (!p->attached && p->h.tracer->task_refresh && !t->state_read) {
+	if (!p->attached && !t->state_read) {
 		p->h.tracer->task_refresh(&th->task, 0);
 		*failed += th->task.failed;
 	}
@@ -260,7 +251,7 @@ static void threads_refresh(struct prof_tick_state *e, struct prof_process *p)
 	for (size_t i = 0; i < p->nth; i++) {
 		struct prof_thread *th = &p->th[i];
 		th->seen = false;
-		if (p->attached && ops->task_refresh) {
+		if (p->attached) {
 			th->had_cpu = th->task.read_ns != 0;
 			ops->task_refresh(&th->task, PROC_TASK_CPU | PROC_TASK_DEFER);
 			e->st.errors[SPY_SAMPLE_ERR_STATE] += th->task.failed;
@@ -279,7 +270,7 @@ static void threads_refresh(struct prof_tick_state *e, struct prof_process *p)
 static void threads_settle(struct prof_tick_state *e, struct prof_process *p, pid_t holder)
 {
 	const struct spy_tracer_ops *ops = p->h.tracer;
-	if (!p->attached || !ops->task_settle) {
+	if (!p->attached) {
 		return;
 	}
 	for (size_t i = 0; i < p->nth; i++) {
@@ -377,7 +368,7 @@ static bool still_stack(struct prof_tick_state *e, struct prof_process *p, size_
 {
 	struct prof_walked *t = &p->w[i];
 	const struct spy_tracer_ops *ops = p->h.tracer;
-	if (!e->o.idle || p->w[i].listed_gil || (p->nat != NULL) || !ops->task_still ||
+	if (!e->o.idle || p->w[i].listed_gil || (p->nat != NULL) ||
 	    th->task.failed || !th->task.state || proc_task_active(&th->task)) {
 		return false;
 	}
@@ -697,9 +688,7 @@ static long sample_held(struct prof_tick_state *e, struct prof_process *p, uint6
 		return -1;
 	}
 	size_t n = 0;
-	if (p->h.tracer->fresh_view) {
-		p->h.tracer->fresh_view(&p->h, 0);
-	}
+	p->h.tracer->fresh_view(&p->h, 0);
 	rc = prof_walk_list(p, &e->wo, NULL);
 	if (rc < 0 && now - p->last_maps_ns >= p->maps_retry_ns) {
 		ops->read_maps(&p->h);
@@ -808,7 +797,7 @@ static bool process_still(const struct prof_process *p)
 static bool repeatable(struct prof_process *p, long n, bool one)
 {
 	const struct spy_tracer_ops *ops = p->h.tracer;
-	if (!one || n <= 0 || p->nat || !ops->traces_only || (size_t)n != p->nth || p->nth > STILL_MAX_THREADS) {
+	if (!one || n <= 0 || p->nat || (size_t)n != p->nth || p->nth > STILL_MAX_THREADS) {
 		return false;
 	}
 	pid_t tids[STILL_MAX_THREADS];

@@ -203,7 +203,7 @@ int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, stru
 	 * full of failed walks stretches to seconds: a failing pass is rerun
 	 * a few ticks only (pyrt_names_failing), so at most that many reads.
 	 */
-	if (pyrt_names_failing(pp->rt) && pp->h.tracer && pp->h.tracer->read_maps &&
+	if (pyrt_names_failing(pp->rt) && pp->h.tracer &&
 	    now - pp->last_maps_ns >= MAPS_RETRY_NS) {
 		pp->h.tracer->read_maps(&pp->h);
 		pp->last_maps_ns = now;
