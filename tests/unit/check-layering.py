@@ -121,32 +121,38 @@ def problems(root, build=None, nm_prog="nm"):
     return include_problems(root) + (symbol_problems(build, nm_prog) if build else [])
 
 
+# Each a file planted in a clean tree, the line that must be flagged, and what it is.
+PLANTED_INCLUDES = [
+    ("sampler/bad.c", '#include "common/err.h"\n#include "pystate/pystate.h"\n', "a sibling include"),
+    ("cmd/bad.c", '#include "profiler/profiler.h"\n#include "sampler/process.h"\n',
+     "cmd reaching past profiler"),
+    ("profiler/profiler.h", '#include "common/err.h"\n#include "pystate/pystate.h"\n',
+     "profiler.h exposing pystate"),
+]
+
+
 def self_test_includes(d):
     for module in ALLOWED:
         os.mkdir(os.path.join(d, module))
-    with open(os.path.join(d, "sampler", "ok.c"), "w") as f:
-        f.write('#include "sampler/sampler.h"\n#include "common/err.h"\n')
-    with open(os.path.join(d, "profiler", "look.h"), "w") as f:
-        f.write('#include "profiler/profiler.h"\n#include "pystate/pystate.h"\n')
+    clean = {"sampler/ok.c": '#include "sampler/sampler.h"\n#include "common/err.h"\n',
+             "profiler/look.h": '#include "profiler/profiler.h"\n#include "pystate/pystate.h"\n',
+             "profiler/profiler.h": '#include "common/err.h"\n'}
+    for rel, text in clean.items():
+        with open(os.path.join(d, rel), "w") as f:
+            f.write(text)
     if include_problems(d):
         return ["a clean tree was flagged: %r" % include_problems(d)]
-    with open(os.path.join(d, "sampler", "bad.c"), "w") as f:
-        f.write('#include "common/err.h"\n#include "pystate/pystate.h"\n')
-    got = include_problems(d)
-    if len(got) != 1 or "sampler/bad.c:2" not in got[0]:
-        return ["a sibling include was not caught: %r" % got]
-    os.remove(os.path.join(d, "sampler", "bad.c"))
-    with open(os.path.join(d, "cmd", "bad.c"), "w") as f:
-        f.write('#include "profiler/profiler.h"\n#include "sampler/process.h"\n')
-    got = include_problems(d)
-    if len(got) != 1 or "cmd/bad.c:2" not in got[0]:
-        return ["cmd reaching past profiler was not caught: %r" % got]
-    os.remove(os.path.join(d, "cmd", "bad.c"))
-    with open(os.path.join(d, "profiler", "profiler.h"), "w") as f:
-        f.write('#include "common/err.h"\n#include "pystate/pystate.h"\n')
-    got = include_problems(d)
-    if len(got) != 1 or "profiler/profiler.h:2" not in got[0]:
-        return ["profiler.h exposing pystate was not caught: %r" % got]
+    for rel, text, what in PLANTED_INCLUDES:
+        with open(os.path.join(d, rel), "w") as f:
+            f.write(text)
+        got = include_problems(d)
+        if len(got) != 1 or rel + ":2" not in got[0]:
+            return ["%s was not caught: %r" % (what, got)]
+        if rel in clean:
+            with open(os.path.join(d, rel), "w") as f:
+                f.write(clean[rel])
+        else:
+            os.remove(os.path.join(d, rel))
     return []
 
 
