@@ -648,7 +648,7 @@ static void status_line(struct agent *a, uint64_t since_ns, uint64_t since_cpu)
 	if (f) {
 		fclose(f);
 	}
-	double cpu = since_ns ? 100.0 * (double)(cpu_ns() - since_cpu) / (double)(prof_now_ns() - since_ns) : 0;
+	double cpu = since_ns ? 100.0 * (double)(cpu_ns() - since_cpu) / (double)(spy_now_ns() - since_ns) : 0;
 	/* The heap in use against what the allocator keeps free: a leak from fragmentation, at a glance. */
 	struct mallinfo2 mi = mallinfo2();
 	char over[64] = "";
@@ -716,12 +716,12 @@ static int check_args(struct agent *a)
 /* Until a stop signal: scan, start and reap workers, keep the budget, say how it goes. */
 static void run(struct agent *a)
 {
-	uint64_t start = prof_now_ns(), last_status = start, status_cpu = cpu_ns();
+	uint64_t start = spy_now_ns(), last_status = start, status_cpu = cpu_ns();
 	a->budget_ns = start;
 	a->budget_cpu_ns = status_cpu;
 	struct push_status shown = { 0 };
 	while (!prof_stop_signal()) {
-		uint64_t now = prof_now_ns();
+		uint64_t now = spy_now_ns();
 		if (prof_hup_seen()) {
 			say("SIGHUP ignored: nothing to reload (options are the command line, the log is stderr); "
 			    "SIGTERM or SIGINT stops the agent");

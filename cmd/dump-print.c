@@ -151,7 +151,7 @@ static void print_frame_locals(const struct prof_look_thread *d, const struct pr
 	for (size_t k = fl->first; k < fl->first + fl->n; k++) {
 		const struct py_local *l = &d->locals[k];
 		spy_buf_reset(&b);
-		pyrt_value_repr(&l->v, &b);
+		prof_value_repr(&l->v, &b);
 		spy_buf_addf(out, "        %s ", l->is_arg ? "arg  " : "local");
 		spy_term_adds(out, l->name);
 		spy_buf_adds(out, " = ");
@@ -258,7 +258,7 @@ static void json_locals(struct spy_buf *b, const struct prof_look_thread *d,
 	for (size_t k = fl->first; k < fl->first + fl->n; k++) {
 		const struct py_local *l = &d->locals[k];
 		spy_buf_reset(&repr);
-		pyrt_value_repr(&l->v, &repr);
+		prof_value_repr(&l->v, &repr);
 		spy_buf_adds(b, k > fl->first ? ", {" : "{");
 		json_key_str(b, "name", l->name);
 		spy_buf_addf(b, ", \"arg\": %s, ", l->is_arg ? "true" : "false");

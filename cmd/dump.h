@@ -13,7 +13,7 @@
 
 #include "common/buf.h"
 #include "common/sample.h"
-#include "profiler/profiler.h"
+#include "profiler/look.h"
 
 const char *dump_state_name(enum prof_state s);
 /* One line of deadlock hint into out (empty when nothing looks stuck). */

@@ -129,7 +129,7 @@ static void uuid4(char out[37])
 	unsigned char r[16];
 	if (getrandom(r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r)) {
 		/* No entropy yet (early boot): unique is what matters, not unpredictable. */
-		uint64_t a = spy_mix64(http_now_ns() ^ (uint64_t)getpid() << 32), b = spy_mix64(a + 1);
+		uint64_t a = spy_mix64(spy_now_ns() ^ (uint64_t)getpid() << 32), b = spy_mix64(a + 1);
 		memcpy(r, &a, 8);
 		memcpy(r + 8, &b, 8);
 	}
@@ -382,8 +382,8 @@ static uint64_t back_off(struct pusher *p, uint64_t backoff)
 	cap = cap < BACKOFF_MAX_NS ? cap : BACKOFF_MAX_NS;
 	backoff = backoff ? backoff * 2 : BACKOFF_MIN_NS;
 	backoff = backoff > cap ? cap : backoff;
-	uint64_t until = http_now_ns() + backoff;
-	for (uint64_t now = http_now_ns(); now < until && now < atomic_load(&p->abort_at_ns); now = http_now_ns()) {
+	uint64_t until = spy_now_ns() + backoff;
+	for (uint64_t now = spy_now_ns(); now < until && now < atomic_load(&p->abort_at_ns); now = spy_now_ns()) {
 		if (p->closing && until > now + FLUSH_RETRY_NS) {
 			until = now + FLUSH_RETRY_NS;
 		}
@@ -401,7 +401,7 @@ static void *sender(void *arg)
 		while (p->n == 0 && !p->closing) {
 			pthread_cond_wait(&p->cv, &p->mu);
 		}
-		if (p->n == 0 || http_now_ns() >= atomic_load(&p->abort_at_ns)) {
+		if (p->n == 0 || spy_now_ns() >= atomic_load(&p->abort_at_ns)) {
 			break;
 		}
 		struct window w = p->q[p->head];
@@ -461,7 +461,7 @@ int pusher_start(struct pusher **out, const struct push_config *c, struct spy_er
 		return rc;
 	}
 	atomic_store(&p->abort_at_ns, UINT64_MAX);
-	uint64_t r = spy_mix64(http_now_ns() ^ (uint64_t)getpid() << 32);
+	uint64_t r = spy_mix64(spy_now_ns() ^ (uint64_t)getpid() << 32);
 	uint64_t r2 = spy_mix64(r + 0x9e3779b97f4a7c15ull);
 	snprintf(p->boundary, sizeof(p->boundary), "spy-%016llx%016llx", (unsigned long long)r,
 		 (unsigned long long)r2);
@@ -492,7 +492,7 @@ void pusher_finish(struct pusher *p, uint64_t wait_ns, struct push_status *st)
 {
 	pthread_mutex_lock(&p->mu);
 	p->closing = true;
-	atomic_store(&p->abort_at_ns, http_now_ns() + wait_ns);
+	atomic_store(&p->abort_at_ns, spy_now_ns() + wait_ns);
 	pthread_cond_signal(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 	/*
@@ -501,10 +501,10 @@ void pusher_finish(struct pusher *p, uint64_t wait_ns, struct push_status *st)
 	 * second past the flush time is left behind, with p, for the
 	 * process's end.
 	 */
-	uint64_t limit = http_now_ns() + wait_ns + JOIN_GRACE_NS;
+	uint64_t limit = spy_now_ns() + wait_ns + JOIN_GRACE_NS;
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	uint64_t rt = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + (limit - http_now_ns());
+	uint64_t rt = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + (limit - spy_now_ns());
 	ts.tv_sec = (time_t)(rt / 1000000000ull);
 	ts.tv_nsec = (long)(rt % 1000000000ull);
 	if (pthread_timedjoin_np(p->thread, NULL, &ts) != 0) {

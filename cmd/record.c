@@ -317,7 +317,7 @@ static void between_ticks(struct rec *r, uint64_t now)
 /* Sample until the duration, a stop signal or the process's exit. */
 static void run(struct rec *r)
 {
-	cmd_windows_start(&r->win, r->window_s, prof_now_ns(), record_window, r);
+	cmd_windows_start(&r->win, r->window_s, spy_now_ns(), record_window, r);
 	struct prof_tick tk;
 	enum prof_event ev;
 	while ((ev = prof_next(r->p, &tk)) != PROF_END) {
@@ -331,7 +331,7 @@ static void run(struct rec *r)
 				}
 			}
 		}
-		between_ticks(r, prof_now_ns());
+		between_ticks(r, spy_now_ns());
 	}
 	struct prof_stats st;
 	prof_stats(r->p, &st);
@@ -746,7 +746,7 @@ int cmd_record(int argc, char **argv)
 
 	r->keep_run = !r->no_file || r->want_table;
 	run(r);
-	uint64_t end = prof_now_ns();
+	uint64_t end = spy_now_ns();
 	if (r->res) {
 		/* The run's end is a reading too, while the process is still open. */
 		read_resources(r, end);

@@ -398,7 +398,7 @@ static void loop(struct top *t)
 				prof_dropped(t->p);
 			}
 		}
-		if (!between_ticks(t, prof_now_ns())) {
+		if (!between_ticks(t, spy_now_ns())) {
 			break;
 		}
 	}
@@ -426,7 +426,7 @@ static int run(struct top *t, struct top_args *a)
 		spy_term_crash_arm(STDIN_FILENO, t->keys ? &t->saved_tio : NULL, STDOUT_FILENO,
 				   "\033[?25h\033[?1049l");
 	}
-	start_interval(t, prof_now_ns());
+	start_interval(t, spy_now_ns());
 	t->next_ns = t->mark_ns + spy_s_to_ns(t->refresh_s);
 	if (t->tty) {
 		/* the frame of the view at once, rather than a blank screen for a whole interval */
@@ -434,7 +434,7 @@ static int run(struct top *t, struct top_args *a)
 	}
 	loop(t);
 	prof_detach(t->p);
-	uint64_t end = prof_now_ns();
+	uint64_t end = spy_now_ns();
 	struct prof_stats st;
 	prof_stats(t->p, &st);
 	/* The last, partial interval is worth showing if it saw anything. */

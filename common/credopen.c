@@ -513,9 +513,7 @@ static struct helper *helper_for(struct spy_credopen *co, const struct spy_creds
 
 static int64_t now_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (int64_t)(spy_now_ns() / 1000000);
 }
 
 /* Wait for h's reply, at most CREDOPEN_WAIT_MS in all. */

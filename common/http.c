@@ -39,13 +39,6 @@ struct http_client {
 	char kept[HTTP_MAX_BODY_KEPT];
 };
 
-uint64_t http_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* ---- the URL ---- */
 
 static bool host_char(char c)
@@ -215,7 +208,7 @@ static int on_progress(void *ctx, curl_off_t dltotal, curl_off_t dlnow, curl_off
 {
 	const struct http_client *c = ctx;
 	const _Atomic uint64_t *abort_at = c->rq ? c->rq->abort_at_ns : NULL;
-	return abort_at && http_now_ns() >= atomic_load(abort_at);
+	return abort_at && spy_now_ns() >= atomic_load(abort_at);
 }
 
 /*

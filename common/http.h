@@ -63,7 +63,7 @@ struct http_request {
 	const void *body;                   /* POSTed; not copied */
 	size_t body_len;
 	uint64_t timeout_ns;                /* for the whole request */
-	/* When set, a monotonic time (http_now_ns) past which the request gives up early. */
+	/* When set, a monotonic time (spy_now_ns) past which the request gives up early. */
 	const _Atomic uint64_t *abort_at_ns;
 	bool direct;                        /* no proxy, whatever the environment says */
 };
@@ -101,7 +101,5 @@ const char *http_reason(int status);
 void http_base64(struct spy_buf *out, const void *data, size_t len);
 /* Append s percent-encoded for a query value (RFC 3986 unreserved kept). */
 void http_query_escape(struct spy_buf *out, const char *s);
-/* Monotonic now, in ns (CLOCK_MONOTONIC, the ticker's clock). */
-uint64_t http_now_ns(void);
 
 #endif

@@ -5,6 +5,27 @@
 #include "common/sample.h"
 #include "common/util.h"
 
+const struct spy_sample_error_kind spy_sample_errors[SPY_SAMPLE_ERR_MAX] = {
+	[SPY_SAMPLE_ERR_PAUSE] = { "pause", "pause that failed", "pauses that failed" },
+	[SPY_SAMPLE_ERR_THREADS] = { "threads", "thread list unread", "thread lists unread" },
+	[SPY_SAMPLE_ERR_GONE] = { "thread-gone", "thread gone while read", "threads gone while read" },
+	[SPY_SAMPLE_ERR_TORN] = { "torn", "stack torn while read (dropped)", "stacks torn while read (dropped)" },
+	[SPY_SAMPLE_ERR_TRUNCATED] = { "truncated", "stack cut short", "stacks cut short" },
+	[SPY_SAMPLE_ERR_DROPPED] = { "dropped", "stack refused", "stacks refused" },
+	[SPY_SAMPLE_ERR_NATIVE] = { "native", "native unwind that failed (Python stack kept)",
+				    "native unwinds that failed (Python stacks kept)" },
+	[SPY_SAMPLE_ERR_STATE] = { "state", "thread state unread", "thread states unread" },
+};
+
+enum spy_sample_error spy_sample_error_named(const char *name)
+{
+	unsigned i = 0;
+	while (i < SPY_SAMPLE_ERR_MAX && strcmp(spy_sample_errors[i].name, name)) {
+		i++;
+	}
+	return (enum spy_sample_error)i;
+}
+
 struct spy_frame *spy_stack_push(struct spy_stack *s)
 {
 	SPY_GROW(s->v, s->alloc, s->n + 1);

@@ -43,6 +43,30 @@ struct spy_stack {
 
 #define SPY_STACK_INIT { NULL, 0, 0, 0, 0 }
 
+/*
+ * Per-sample failures, by kind: the profiler counts them, a profile's
+ * errors metadata names them ("N (kind n, ...)") and the flame graph's
+ * header says them in words, all from spy_sample_errors.
+ */
+enum spy_sample_error {
+	SPY_SAMPLE_ERR_PAUSE,      /* the process could not be paused */
+	SPY_SAMPLE_ERR_THREADS,    /* the thread list could not be read */
+	SPY_SAMPLE_ERR_GONE,       /* a thread's stack could not be read (it exited) */
+	SPY_SAMPLE_ERR_TORN,       /* --nonblocking: a walk did not reach the root */
+	SPY_SAMPLE_ERR_TRUNCATED,  /* a walk stopped at a bound or bad memory (kept) */
+	SPY_SAMPLE_ERR_DROPPED,    /* the command refused a stack (counted with prof_dropped) */
+	SPY_SAMPLE_ERR_NATIVE,     /* --native: a thread could not be unwound (Python stack kept) */
+	SPY_SAMPLE_ERR_STATE,      /* a thread's state file would not open (descriptors?): sampled anyway */
+	SPY_SAMPLE_ERR_MAX
+};
+struct spy_sample_error_kind {
+	const char *name;        /* in the errors metadata */
+	const char *one, *many;  /* in words: "1 stack cut short", "2 stacks cut short" */
+};
+extern const struct spy_sample_error_kind spy_sample_errors[SPY_SAMPLE_ERR_MAX];
+/* The kind named name, or SPY_SAMPLE_ERR_MAX (a newer spy's kind, or none). */
+enum spy_sample_error spy_sample_error_named(const char *name);
+
 /* Append a frame; reuses storage, so steady-state pushes do not allocate. */
 struct spy_frame *spy_stack_push(struct spy_stack *s);
 /* Append n frames, as n pushes would, in one copy. */

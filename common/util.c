@@ -109,6 +109,27 @@ const char *spy_basename(const char *path)
 	return slash ? slash + 1 : path;
 }
 
+bool spy_is_libpython(const char *path)
+{
+	const char *b = spy_basename(path);
+	if (strncmp(b, "libpython", 9)) {
+		return false;
+	}
+	const char *p = b + 9;
+	/* A digit after the dot: libpython3.so is the stable-ABI stub, not the interpreter. */
+	if ((p[0] != '2' && p[0] != '3') || p[1] != '.' || p[2] < '0' || p[2] > '9') {
+		return false;
+	}
+	return strstr(p, ".so") != NULL;
+}
+
+uint64_t spy_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 uint64_t spy_thread_cpu_ns(void)
 {
 	struct timespec ts;

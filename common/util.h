@@ -34,6 +34,9 @@ bool spy_ends_with(const char *s, const char *suffix);
 bool spy_ends_with_nocase(const char *s, const char *suffix);
 /* The part of path after its last '/' (path itself without one). */
 const char *spy_basename(const char *path);
+/* Whether path names CPython's shared library (libpython3.11.so.1.0,
+ * libpython2.7.so): the one rule of discovery and of finding the interpreter. */
+bool spy_is_libpython(const char *path);
 /*
  * The splitmix64 finaliser: every input bit reaches every output bit, so
  * masking the low bits of a pointer-derived key spreads well. Inline: it
@@ -60,6 +63,8 @@ static inline uint64_t spy_mix64(uint64_t x)
 #define SPY_NS_MAX ((uint64_t)1 << 62)
 uint64_t spy_s_to_ns(double s);
 
+/* CLOCK_MONOTONIC in ns: the one clock of deadlines, ticks and timeouts. */
+uint64_t spy_now_ns(void);
 /* The calling thread's CPU time in ns: what a piece of spy's work costs,
  * whatever else the machine runs (wall time would count that too). */
 uint64_t spy_thread_cpu_ns(void);

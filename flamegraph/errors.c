@@ -1,5 +1,5 @@
 /*
- * The errors metadata ("N (kind n, ...)", sampler/engine.h's kinds) in
+ * The errors metadata ("N (kind n, ...)", common/sample.h's kinds) in
  * words, for the headers of the SVG and the HTML report: a user reading
  * "errors: 1 (truncated 1)" on a demo cannot tell what went wrong, or
  * that it was the interpreter's start-up (record's FG_META_STARTUP).
@@ -9,20 +9,6 @@
 
 #include "common/util.h"
 #include "flamegraph/internal.h"
-
-/* What each kind of the errors metadata counts (sampler/engine.h), in words: one, many. */
-static const struct {
-	const char *name, *one, *many;
-} error_words[] = {
-	{ "pause", "pause that failed", "pauses that failed" },
-	{ "threads", "thread list unread", "thread lists unread" },
-	{ "thread-gone", "thread gone while read", "threads gone while read" },
-	{ "torn", "stack torn while read (dropped)", "stacks torn while read (dropped)" },
-	{ "truncated", "stack cut short", "stacks cut short" },
-	{ "dropped", "stack refused", "stacks refused" },
-	{ "native", "native unwind that failed (Python stack kept)", "native unwinds that failed (Python stacks kept)" },
-	{ "state", "thread state unread", "thread states unread" },
-};
 
 void fg_errors_words(const struct fg_profile *p, struct spy_buf *out)
 {
@@ -54,15 +40,12 @@ void fg_errors_words(const struct fg_profile *p, struct spy_buf *out)
 		q += *q == ',';
 		spy_buf_adds(out, first ? "" : "; ");
 		first = false;
-		size_t i = 0;
-		while (i < SPY_ARRAY_SIZE(error_words) && strcmp(error_words[i].name, name)) {
-			i++;
-		}
-		if (i == SPY_ARRAY_SIZE(error_words)) {
+		enum spy_sample_error i = spy_sample_error_named(name);
+		if (i == SPY_SAMPLE_ERR_MAX) {
 			spy_buf_addf(out, "%s %llu", name, k);
 			continue;
 		}
-		spy_buf_addf(out, "%llu %s", k, k == 1 ? error_words[i].one : error_words[i].many);
+		spy_buf_addf(out, "%llu %s", k, k == 1 ? spy_sample_errors[i].one : spy_sample_errors[i].many);
 		if (!strcmp(name, "truncated") && cut) {
 			spy_buf_addf(out, cut >= k ? ", in the start-up" : ", %llu in the start-up", cut);
 		}

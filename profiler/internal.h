@@ -10,7 +10,7 @@
 #include "common/hashmap.h"
 #include "profiler/native.h"
 #include "common/credopen.h"
-#include "profiler/profiler.h"
+#include "profiler/look.h"
 #include "sampler/process.h"
 #include "sampler/sampler.h"
 
@@ -167,8 +167,6 @@ extern int (*prof_test_open)(pid_t pid, struct spy_process *h, struct pyrt_hints
 /* Exposed for unit tests: PY_VERSION_HEX (major.minor) from a path such as
  * ".../libpython3.11.so.1.0" or "/usr/bin/python2.7"; 0 if none. */
 unsigned prof_version_from_path(const char *path);
-/* Whether a mapped file's name looks like libpython. */
-int prof_is_libpython(const char *path);
 
 /* ---- walk.c ---- */
 

@@ -64,8 +64,8 @@ static void hold_paused_for_tests(uint64_t deadline)
 {
 #ifdef SPY_TEST_HOOKS
 	const char *v = getenv("SPY_TEST_HOLD_PAUSED_MS");
-	uint64_t until = ticker_now_ns() + (v ? (uint64_t)strtoul(v, NULL, 10) * 1000000ull : 0);
-	while (ticker_now_ns() < until && ticker_now_ns() < deadline && !proc_stop_requested) {
+	uint64_t until = spy_now_ns() + (v ? (uint64_t)strtoul(v, NULL, 10) * 1000000ull : 0);
+	while (spy_now_ns() < until && spy_now_ns() < deadline && !proc_stop_requested) {
 		struct timespec ts = { 0, 10 * 1000 * 1000 };
 		nanosleep(&ts, NULL);
 	}
@@ -154,7 +154,7 @@ struct look_ctx {
 
 static bool over_time(struct look_ctx *c)
 {
-	if (!c->l->incomplete && c->l->pp->h.tracer && ticker_now_ns() >= c->deadline) {
+	if (!c->l->incomplete && c->l->pp->h.tracer && spy_now_ns() >= c->deadline) {
 		c->l->incomplete = true;
 	}
 	return c->l->incomplete || proc_stop_requested;
@@ -184,7 +184,7 @@ static void collect_thread(struct look_ctx *c, size_t i)
 	 * walk does (tick.c's walk_with_retry). Stopped, nothing maps more.
 	 */
 	struct prof_walked *w = &pp->w[i];
-	if ((w->rc != 0 || w->stack.truncated) && !c->maps_again && pp->h.tracer && pp->h.tracer->read_maps) {
+	if ((w->rc != 0 || w->stack.truncated) && !c->maps_again && pp->h.tracer) {
 		c->maps_again = true;
 		pp->h.tracer->read_maps(&pp->h);
 		prof_walk_thread(pp, &wo, i, false, &gc_known);
@@ -245,7 +245,7 @@ static int look_stopped(struct look_ctx *c, struct spy_err *err)
 	if (rc == 0 && t) {
 		rc = t->pause(h, err);
 	}
-	uint64_t t0 = ticker_now_ns();
+	uint64_t t0 = spy_now_ns();
 	c->deadline = t0 + PROF_LOOK_STOP_NS;
 	if (rc == 0 && !proc_stop_requested) {
 		rc = collect(c, err);
@@ -253,7 +253,7 @@ static int look_stopped(struct look_ctx *c, struct spy_err *err)
 	if (t) {
 		t->detach(h);
 	}
-	c->l->stopped_ms = (double)(ticker_now_ns() - t0) / 1e6;
+	c->l->stopped_ms = (double)(spy_now_ns() - t0) / 1e6;
 	spy_log(SPY_LOG_DEBUG, "dump: target paused for %.3f ms (%zu threads)", c->l->stopped_ms, c->l->n);
 	return rc;
 }
@@ -315,4 +315,9 @@ void prof_look_release(struct prof_look *l)
 	prof_process_free(l->pp);
 	spy_strtab_release(&l->strs);
 	memset(l, 0, sizeof(*l));
+}
+
+void prof_value_repr(const struct py_value *v, struct spy_buf *out)
+{
+	pyrt_value_repr(v, out);
 }

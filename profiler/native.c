@@ -120,7 +120,7 @@ static void refresh_maps_for(struct native *n, struct spy_process *h, const stru
 	const struct spy_mem *mem = h->ops->mem(h);
 	for (size_t i = 0; i < pcs->n; i++) {
 		if (!spy_mem_find_map(mem, pcs->v[i])) {
-			uint64_t now = ticker_now_ns();
+			uint64_t now = spy_now_ns();
 			if (now - n->maps_read_ns >= NATIVE_MAPS_NS && h->tracer) {
 				n->maps_read_ns = now;
 				h->tracer->read_maps(h);

@@ -116,7 +116,7 @@ void prof_unsampled_read(struct prof_tick_state *e, struct prof_process *p, uint
 {
 	const struct spy_tracer_ops *ops = p->h.tracer;
 	/* Not before a tick has filled the thread table: every thread would pass for unlisted. */
-	if (p->nat || !p->attached || p->gone || !p->names_listed || !ops || !ops->task_cpu ||
+	if (p->nat || !p->attached || p->gone || !p->names_listed || !ops ||
 	    (!last && now - p->un_read_ns < UNSAMPLED_NS)) {
 		return;
 	}

@@ -24,21 +24,6 @@
 #include "profiler/internal.h"
 #include "symbolize/symbolize.h"
 
-int prof_is_libpython(const char *path)
-{
-	const char *b = spy_basename(path);
-	const char *p = strstr(b, "libpython");
-	if (p != b) {
-		return 0;
-	}
-	p += strlen("libpython");
-	/* A digit after the dot: libpython3.so is the stable-ABI stub, not the interpreter. */
-	if ((p[0] != '2' && p[0] != '3') || p[1] != '.' || p[2] < '0' || p[2] > '9') {
-		return 0;
-	}
-	return strstr(p, ".so") != NULL;
-}
-
 unsigned prof_version_from_path(const char *path)
 {
 	const char *b = spy_basename(path);
@@ -63,7 +48,7 @@ unsigned prof_version_from_path(const char *path)
 static const char *pick_binary(const struct spy_mem *mem, const char *exe)
 {
 	for (size_t i = 0; i < mem->nmaps; i++) {
-		if (mem->maps[i].path[0] == '/' && prof_is_libpython(mem->maps[i].path)) {
+		if (mem->maps[i].path[0] == '/' && spy_is_libpython(mem->maps[i].path)) {
 			return mem->maps[i].path;
 		}
 	}

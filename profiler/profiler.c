@@ -44,17 +44,6 @@
  */
 #define REJECT_TRIES 20
 
-const char *const prof_error_names[PROF_ERR_MAX] = {
-	[PROF_ERR_PAUSE] = "pause",
-	[PROF_ERR_THREADS] = "threads",
-	[PROF_ERR_GONE] = "thread-gone",
-	[PROF_ERR_TORN] = "torn",
-	[PROF_ERR_TRUNCATED] = "truncated",
-	[PROF_ERR_DROPPED] = "dropped",
-	[PROF_ERR_NATIVE] = "native",
-	[PROF_ERR_STATE] = "state",
-};
-
 /* A descendant that was not (yet) a Python process, and when to look again. */
 struct prof_rejected {
 	pid_t pid;
@@ -121,7 +110,7 @@ static int process_open(struct profiler *e, pid_t pid, struct prof_process **out
 /* Unless nonblocking, seize it (with --native, its unwinder first). */
 static int process_start(struct profiler *e, struct prof_process *p, struct spy_err *err)
 {
-	p->last_maps_ns = ticker_now_ns();
+	p->last_maps_ns = spy_now_ns();
 	p->maps_retry_ns = 10 * 1000 * 1000ull;
 	if (e->ts.o.nonblocking || p->watched) {
 		return 0;
@@ -222,7 +211,7 @@ static void root_became_python(struct profiler *e)
  */
 static bool launch_watch_now(const struct profiler *e, uint64_t start)
 {
-	if (ticker_now_ns() - start >= LAUNCH_FAST_NS) {
+	if (spy_now_ns() - start >= LAUNCH_FAST_NS) {
 		return true;
 	}
 	pid_t *v = NULL;
@@ -239,7 +228,7 @@ static int launch(struct profiler *e, char **program, struct spy_err *err)
 	}
 	e->launched = true;
 	e->program = program[0];
-	uint64_t start = ticker_now_ns(), deadline = start + LAUNCH_WAIT_NS;
+	uint64_t start = spy_now_ns(), deadline = start + LAUNCH_WAIT_NS;
 	struct spy_err last = SPY_ERR_INIT;
 	struct prof_process *p;
 	/* A shim (pyenv's) execs the interpreter later: each try opens the process afresh. */
@@ -260,14 +249,14 @@ static int launch(struct profiler *e, char **program, struct spy_err *err)
 		if (e->ts.o.subprocesses && rc == -SPY_ENOPY && launch_watch_now(e, start)) {
 			return watch_root(e, e->sp.pid, &last, err);
 		}
-		if (ticker_now_ns() >= deadline) {
+		if (spy_now_ns() >= deadline) {
 			/* Not left running unsupervised, as root or otherwise. */
 			spawn_abandon(&e->sp);
 			return spy_err_set(err, SPY_ENOPY, "no Python interpreter found in '%s' (process %d) after %llu s: %s",
 					   program[0], (int)e->sp.pid,
 					   (unsigned long long)(LAUNCH_WAIT_NS / 1000000000ull), last.msg);
 		}
-		bool fast = ticker_now_ns() - start < LAUNCH_FAST_NS;
+		bool fast = spy_now_ns() - start < LAUNCH_FAST_NS;
 		struct timespec ts = { 0, (long)(fast ? LAUNCH_POLL_FAST_NS : LAUNCH_POLL_NS) };
 		nanosleep(&ts, NULL);
 	}
@@ -439,7 +428,7 @@ static void poll_processes(struct profiler *e, uint64_t now)
 		} else if (i == 0 && e->launched) {
 			/* Our own child: only our wait sees it exit. */
 			p->gone = spawn_reap(&e->sp, false);
-		} else if (ops->alive && now - p->last_alive_ns >= e->poll_ns) {
+		} else if (now - p->last_alive_ns >= e->poll_ns) {
 			/* A /proc read each tick would cost more than the sample; exit can wait 10 ms. */
 			p->gone = !ops->alive(&p->h);
 			p->last_alive_ns = now;
@@ -501,7 +490,7 @@ static void sched_raise(struct profiler *e)
 	}
 	e->sched_rt = true;
 	e->sched_judged = false;
-	e->sched_check_ns = ticker_now_ns();
+	e->sched_check_ns = spy_now_ns();
 	e->sched_cpu_ns = thread_cpu_ns();
 	spy_log(SPY_LOG_DEBUG, "engine: sampling at SCHED_RR 1");
 }
@@ -575,7 +564,7 @@ void prof_set_rate(struct profiler *e, double rate)
 	}
 	e->ts.o.rate = rate;
 	if (e->started) {
-		set_clock(e, ticker_now_ns());
+		set_clock(e, spy_now_ns());
 	}
 }
 
@@ -583,7 +572,7 @@ void prof_set_rate(struct profiler *e, double rate)
 static void start(struct profiler *e)
 {
 	e->started = true;
-	e->ts.st.start_ns = ticker_now_ns();
+	e->ts.st.start_ns = spy_now_ns();
 	e->end_ns = e->ts.o.duration >= 0 ? e->ts.st.start_ns + spy_s_to_ns(e->ts.o.duration) : UINT64_MAX;
 	set_clock(e, e->ts.st.start_ns);
 	/*
@@ -622,7 +611,7 @@ static void tick(struct profiler *e, uint64_t start_ns)
 	for (size_t i = 0; i < e->nprocs && !proc_stop_requested; i++) {
 		if (!e->procs[i]->gone && !e->procs[i]->watched) {
 			/* The first at the tick's start; the others when their turn comes. */
-			prof_tick_process(&e->ts, e->procs[i], i ? ticker_now_ns() : start_ns, &gil_held);
+			prof_tick_process(&e->ts, e->procs[i], i ? spy_now_ns() : start_ns, &gil_held);
 		}
 	}
 	e->ts.st.gil_ticks += gil_held;
@@ -638,7 +627,7 @@ enum prof_event prof_next(struct profiler *e, struct prof_tick *out)
 		start(e);
 	}
 	/* Just after a tick, its end's clock serves: flat out, each read is 1% of a sample. */
-	uint64_t now = e->ticked_ns ? e->ticked_ns : ticker_now_ns();
+	uint64_t now = e->ticked_ns ? e->ticked_ns : spy_now_ns();
 	e->ticked_ns = 0;
 	poll_processes(e, now);
 	e->timed_out = ticker_deadline(&e->tk) >= e->end_ns;
@@ -661,10 +650,10 @@ enum prof_event prof_next(struct profiler *e, struct prof_tick *out)
 	if (ticker_wait(&e->tk, e->poll_ns, &seen) != 1) {
 		return PROF_WAIT;
 	}
-	out->start_ns = seen ? seen : ticker_now_ns();
+	out->start_ns = seen ? seen : spy_now_ns();
 	out->t_s = (double)(out->start_ns - e->ts.st.start_ns) / 1e9;
 	tick(e, out->start_ns);
-	now = ticker_now_ns();
+	now = spy_now_ns();
 	e->ticked_ns = now;
 	/* A late last tick must not count deadlines past the end as missed. */
 	ticker_take(&e->tk, now < e->end_ns ? now : e->end_ns);
@@ -683,7 +672,7 @@ void prof_stop(struct profiler *e)
 	if (!e->started) {
 		return;
 	}
-	e->ts.st.stop_ns = ticker_now_ns();
+	e->ts.st.stop_ns = spy_now_ns();
 	for (size_t i = 0; i < e->nprocs; i++) {
 		prof_unsampled_read(&e->ts, e->procs[i], e->ts.st.stop_ns, true);
 	}
@@ -731,9 +720,9 @@ static void describe_exit(struct spy_buf *out, int status)
 static bool wait_program(struct profiler *e)
 {
 	int signals = proc_stop_requested ? 1 : 0;
-	uint64_t deadline = ticker_now_ns() + PROGRAM_WAIT_NS;
+	uint64_t deadline = spy_now_ns() + PROGRAM_WAIT_NS;
 	while (!spawn_reap(&e->sp, false)) {
-		if (ticker_now_ns() >= deadline) {
+		if (spy_now_ns() >= deadline) {
 			return false;
 		}
 		proc_stop_requested = 0;
@@ -860,7 +849,7 @@ void prof_stats(const struct profiler *e, struct prof_stats *out)
 
 void prof_dropped(struct profiler *e)
 {
-	e->ts.st.errors[PROF_ERR_DROPPED]++;
+	e->ts.st.errors[SPY_SAMPLE_ERR_DROPPED]++;
 }
 
 bool prof_gc_known(const struct profiler *e)
@@ -899,7 +888,7 @@ void prof_resources(struct profiler *e, struct prof_resources *out)
 uint64_t prof_errors(const struct prof_stats *s)
 {
 	uint64_t sum = 0;
-	for (size_t i = 0; i < PROF_ERR_MAX; i++) {
+	for (size_t i = 0; i < SPY_SAMPLE_ERR_MAX; i++) {
 		sum += s->errors[i];
 	}
 	return sum;
@@ -909,21 +898,16 @@ void prof_format_errors(const struct prof_stats *s, struct spy_buf *out)
 {
 	spy_buf_addf(out, "%llu", (unsigned long long)prof_errors(s));
 	const char *sep = " (";
-	for (size_t i = 0; i < PROF_ERR_MAX; i++) {
+	for (size_t i = 0; i < SPY_SAMPLE_ERR_MAX; i++) {
 		if (!s->errors[i]) {
 			continue;
 		}
-		spy_buf_addf(out, "%s%s %llu", sep, prof_error_names[i], (unsigned long long)s->errors[i]);
+		spy_buf_addf(out, "%s%s %llu", sep, spy_sample_errors[i].name, (unsigned long long)s->errors[i]);
 		sep = ", ";
 	}
 	if (sep[0] == ',') {
 		spy_buf_adds(out, ")");
 	}
-}
-
-uint64_t prof_now_ns(void)
-{
-	return ticker_now_ns();
 }
 
 int prof_stop_signal(void)

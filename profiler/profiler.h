@@ -10,9 +10,9 @@
  * runtime, caches, thread table and stop state together. prof_next()
  * waits for the next tick (looking after the processes meanwhile) and
  * hands back the stacks kept that tick; the command does everything else
- * (windows, progress, output) between calls. prof_look() is the one-shot
- * read dump makes, of a live process or a core, through the same thread
- * walk the ticks use.
+ * (windows, progress, output) between calls. prof_look() (look.h) is the
+ * one-shot read dump makes, of a live process or a core, through the same
+ * thread walk the ticks use.
  *
  * Invariants, kept on every path, the command's included:
  * - A target is never left stopped: every stop is undone before a call
@@ -46,7 +46,6 @@
 #include "common/sample.h"
 #include "common/strtab.h"
 #include "common/wait.h"
-#include "pystate/pystate.h"
 
 struct profiler;
 struct prof_process;
@@ -69,19 +68,6 @@ struct prof_opts {
 	bool aligned;
 };
 
-/* Per-sample failures, by reason (their names are prof_error_names). */
-enum prof_error {
-	PROF_ERR_PAUSE,      /* the process could not be paused */
-	PROF_ERR_THREADS,    /* the thread list could not be read */
-	PROF_ERR_GONE,       /* a thread's stack could not be read (it exited) */
-	PROF_ERR_TORN,       /* --nonblocking: a walk did not reach the root */
-	PROF_ERR_TRUNCATED,  /* a walk stopped at a bound or bad memory (kept) */
-	PROF_ERR_DROPPED,    /* the command refused a stack (counted with prof_dropped) */
-	PROF_ERR_NATIVE,     /* --native: a thread could not be unwound (Python stack kept) */
-	PROF_ERR_STATE,      /* a thread's state file would not open (descriptors?): sampled anyway */
-	PROF_ERR_MAX
-};
-extern const char *const prof_error_names[PROF_ERR_MAX];
 
 /* One stack kept in a tick, valid until the next prof_next(). */
 struct prof_sample {
@@ -116,7 +102,7 @@ struct prof_stats {
 	uint64_t gil_ticks;         /* ticks in which a Python thread held the GIL */
 	uint64_t thread_samples;    /* threads walked, summed over ticks */
 	uint64_t active_samples;    /* of those, the ones running or holding the GIL */
-	uint64_t errors[PROF_ERR_MAX];
+	uint64_t errors[SPY_SAMPLE_ERR_MAX];
 	size_t threads_seen;        /* distinct threads ever seen */
 	size_t live_threads;        /* Python threads in the last tick, over every process */
 	size_t processes;           /* processes sampled now */
@@ -210,8 +196,6 @@ void prof_resources(struct profiler *p, struct prof_resources *out);
 void prof_format_errors(const struct prof_stats *s, struct spy_buf *out);
 uint64_t prof_errors(const struct prof_stats *s);
 
-/* The clock ticks are on (monotonic ns). */
-uint64_t prof_now_ns(void);
 /* The stop signal received (SIGINT, SIGTERM, SIGHUP), or 0. */
 int prof_stop_signal(void);
 /* The handlers that set it, for a command that opens nothing through prof_open (dump). */
@@ -232,81 +216,5 @@ enum prof_state {
 };
 /* The state a wait gives, knowing whether the GIL's address is known and its futex is the GIL's. */
 enum prof_state prof_classify(const struct spy_wait *w, bool gil_known, bool futex_is_gil);
-
-/* One frame's locals: [first, first + n) of the thread's locals array. */
-struct prof_frame_locals {
-	size_t first, n;
-	bool unreadable;
-	bool over_budget;     /* not (all) read: PROF_LOCALS_BUDGET or PROF_LOCALS_READS was spent */
-};
-
-/*
- * Memory --locals may take over all threads: a frame holds up to
- * PYRT_MAX_LOCALS values of a few hundred bytes, and frames x threads of
- * a hostile (or just deep, wide) target would multiply into gigabytes.
- */
-#define PROF_LOCALS_BUDGET ((size_t)32 << 20)
-/* ... and the remote reads they may take in all (pystate's bound for a dump). */
-#define PROF_LOCALS_READS PYRT_LOCALS_READS
-/* Tasks a look reads at most (each carries its chain: ~3 KiB). */
-#define PROF_MAX_TASKS 4096
-/* How long a look keeps a live target stopped at most: past it, it lets go with what it has. */
-#define PROF_LOOK_STOP_NS (2000 * 1000 * 1000ull)
-
-/* One thread as a look read it. */
-struct prof_look_thread {
-	struct py_thread py;
-	struct spy_stack stack;
-	struct spy_wait wait;
-	enum prof_state state;
-	char comm[17];
-	const char *name;                  /* threading's name for it (interned), or NULL */
-	bool in_gil;                       /* the futex waited on is the GIL's */
-	bool native_only;                  /* --native: no Python thread state (py holds its TID alone) */
-	/* --locals: per Python frame of stack, in order, and the values they point into. */
-	struct prof_frame_locals *frame_locals;
-	size_t nframe_locals;
-	struct py_local *locals;
-	size_t nlocals, alloc_locals;
-};
-
-struct prof_look_opts {
-	int pid;                          /* a live process, or */
-	const char *core, *exe, *root;    /* a core file (see core_open) */
-	bool locals, native, native_all, tasks;
-};
-
-struct prof_look {
-	struct prof_look_opts o;           /* what was asked for */
-	int pid;
-	const char *cmdline, *version, *binary;
-	bool free_threaded;                /* a --disable-gil build */
-	bool no_gil;                       /* ... running with its GIL off: nobody holds it */
-	struct prof_look_thread *threads;  /* in the order listed */
-	size_t n;
-	size_t locals_left;                /* of PROF_LOCALS_BUDGET */
-	/* --tasks: the asyncio tasks (tasks_total may exceed ntasks), or why there are none */
-	struct pyrt_task *task_v;
-	size_t ntasks, tasks_total;
-	const char *tasks_error;
-	struct spy_err tasks_err;
-	/* The target was let go before everything was read: the stop's time limit passed. */
-	bool incomplete;
-	double stopped_ms;                 /* how long it was kept stopped */
-	struct prof_process *pp;           /* the look's own */
-	struct spy_strtab strs;
-};
-
-/*
- * One look at a process or a core, the same thread walk ticks use: each
- * thread's wait is read first (a stop interrupts it), then the target is
- * stopped (a core is read as it is) for the walk, at most
- * PROF_LOOK_STOP_NS, resumed and detached on every path, and with
- * --native the stacks are merged once it runs again. -SPY_EVERSION with
- * --tasks where tasks cannot be read; -SPY_EUSAGE for --native on a core.
- * prof_look_release() in every case.
- */
-int prof_look(struct prof_look *out, const struct prof_look_opts *o, struct spy_err *err);
-void prof_look_release(struct prof_look *l);
 
 #endif

@@ -59,17 +59,10 @@ static struct prof_thread *thread_get(struct prof_tick_state *e, struct prof_pro
 	struct prof_thread *th = &p->th[p->nth++];
 	memset(th, 0, sizeof(*th));
 	const struct spy_tracer_ops *ops = p->h.tracer;
-	if (ops->task_open) {
-		ops->task_open(&p->h, &th->task, tid);
-	} else {
-		th->task.tid = tid;
-		th->task.stat_fd = -1;
-	}
-	if (ops->task_name) {
-		ops->task_name(&p->h, tid, th->comm, sizeof(th->comm));
-	}
+	ops->task_open(&p->h, &th->task, tid);
+	ops->task_name(&p->h, tid, th->comm, sizeof(th->comm));
 	/* A first CPU reading, so that the next tick can trust an R (see is_active). */
-	if (p->attached && ops->task_refresh) {
+	if (p->attached) {
 		ops->task_refresh(&th->task, PROC_TASK_CPU);
 	}
 	thread_root(e, th, NULL, false);
@@ -88,9 +81,7 @@ static void threads_prune(struct prof_process *p, bool all)
 			spy_hmap_put(&p->th_index, (uint64_t)(uint32_t)p->th[i].task.tid, kept);
 			p->th[kept++] = p->th[i];
 		} else {
-			if (p->h.tracer->task_close) {
-				p->h.tracer->task_close(&p->th[i].task);
-			}
+			p->h.tracer->task_close(&p->th[i].task);
 			spy_stack_release(&p->th[i].kept);
 			free(p->th[i].kept_v);
 			free(p->th[i].kept_sp);
@@ -135,11 +126,11 @@ static bool skip_idle(struct prof_tick_state *e, struct prof_process *p, size_t 
 	 * read a GIL holder's either. A one-thread target's flat-out sample
 	 * cost a third more with that read (bench/README, run 6).
 	 */
-	if (p->attached || !ops->task_refresh || !th || wanted_any_state(e, t)) {
+	if (p->attached || !th || wanted_any_state(e, t)) {
 		return false;
 	}
 	ops->task_refresh(&th->task, 0);
-	e->st.errors[PROF_ERR_STATE] += th->task.failed;
+	e->st.errors[SPY_SAMPLE_ERR_STATE] += th->task.failed;
 	t->state_read = true;
 	return !th->task.failed && !wanted(e, t, th);
 }
@@ -149,7 +140,7 @@ static int walk(struct prof_tick_state *e, struct prof_process *p, size_t *n_out
 {
 	size_t n = 0;
 	/* Paused, the view is fresh already; a running process needs one asked for. */
-	if (!p->attached && p->h.tracer->fresh_view) {
+	if (!p->attached) {
 		p->h.tracer->fresh_view(&p->h, 0);
 	}
 	int rc = prof_walk_list(p, &e->wo, NULL);
@@ -205,7 +196,7 @@ static bool is_active(struct prof_process *p, const struct prof_walked *t, struc
 	if (!th) {
 		return false;
 	}
-	if (!p->attached && p->h.tracer->task_refresh && !t->state_read) {
+	if (!p->attached && !t->state_read) {
 		p->h.tracer->task_refresh(&th->task, 0);
 		*failed += th->task.failed;
 	}
@@ -220,17 +211,17 @@ static bool keep(struct prof_tick_state *e, struct prof_process *p, size_t i, st
 {
 	const struct prof_walked *t = &p->w[i];
 	if (t->rc < 0) {
-		e->st.errors[PROF_ERR_GONE]++;
+		e->st.errors[SPY_SAMPLE_ERR_GONE]++;
 		return false;
 	}
 	if (t->stack.truncated) {
 		bool torn = !p->attached;
-		e->st.errors[torn ? PROF_ERR_TORN : PROF_ERR_TRUNCATED]++;
+		e->st.errors[torn ? SPY_SAMPLE_ERR_TORN : SPY_SAMPLE_ERR_TRUNCATED]++;
 		if (torn) {
 			return false;
 		}
 	}
-	bool active = is_active(p, t, th, fresh, &e->st.errors[PROF_ERR_STATE]);
+	bool active = is_active(p, t, th, fresh, &e->st.errors[SPY_SAMPLE_ERR_STATE]);
 	if (th && t->walked) {
 		/* A thread with a thread state and no Python frame yields no sample. */
 		th->no_frames = t->stack.n == 0;
@@ -260,10 +251,10 @@ static void threads_refresh(struct prof_tick_state *e, struct prof_process *p)
 	for (size_t i = 0; i < p->nth; i++) {
 		struct prof_thread *th = &p->th[i];
 		th->seen = false;
-		if (p->attached && ops->task_refresh) {
+		if (p->attached) {
 			th->had_cpu = th->task.read_ns != 0;
 			ops->task_refresh(&th->task, PROC_TASK_CPU | PROC_TASK_DEFER);
-			e->st.errors[PROF_ERR_STATE] += th->task.failed;
+			e->st.errors[SPY_SAMPLE_ERR_STATE] += th->task.failed;
 			/* Scheduled since its stack was kept: it may have changed. */
 			th->kept_valid = th->kept_valid && th->task.slept;
 		}
@@ -279,14 +270,14 @@ static void threads_refresh(struct prof_tick_state *e, struct prof_process *p)
 static void threads_settle(struct prof_tick_state *e, struct prof_process *p, pid_t holder)
 {
 	const struct spy_tracer_ops *ops = p->h.tracer;
-	if (!p->attached || !ops->task_settle) {
+	if (!p->attached) {
 		return;
 	}
 	for (size_t i = 0; i < p->nth; i++) {
 		struct proc_task *t = &p->th[i].task;
 		if (t->owed) {
 			ops->task_settle(t, holder > 0 && t->tid == holder);
-			e->st.errors[PROF_ERR_STATE] += t->failed;
+			e->st.errors[SPY_SAMPLE_ERR_STATE] += t->failed;
 		}
 	}
 }
@@ -315,13 +306,13 @@ static long sample_paused(struct prof_tick_state *e, struct prof_process *p, uin
 		threads_refresh(e, p);
 	}
 	threads_settle(e, p, 0);
-	uint64_t t0 = ticker_now_ns();
+	uint64_t t0 = spy_now_ns();
 	if (p->attached) {
 		int rc = ops->pause(&p->h, NULL);
 		if (rc == -SPY_EGONE) {
 			p->gone = true;
 		} else if (rc < 0 && rc != -SPY_EINTR) {
-			e->st.errors[PROF_ERR_PAUSE]++;
+			e->st.errors[SPY_SAMPLE_ERR_PAUSE]++;
 		}
 		if (rc < 0) {
 			return -1;
@@ -335,11 +326,11 @@ static long sample_paused(struct prof_tick_state *e, struct prof_process *p, uin
 	if (p->attached) {
 		ops->resume(&p->h);
 		/* Every thread was held from the pause to the resume. */
-		uint64_t held = ticker_now_ns() - t0;
+		uint64_t held = spy_now_ns() - t0;
 		hold_account(e, held, held * (n ? n : 1), true);
 	}
 	if (rc < 0) {
-		e->st.errors[PROF_ERR_THREADS]++;
+		e->st.errors[SPY_SAMPLE_ERR_THREADS]++;
 		return -1;
 	}
 	return (long)n;
@@ -377,7 +368,7 @@ static bool still_stack(struct prof_tick_state *e, struct prof_process *p, size_
 {
 	struct prof_walked *t = &p->w[i];
 	const struct spy_tracer_ops *ops = p->h.tracer;
-	if (!e->o.idle || p->w[i].listed_gil || (p->nat != NULL) || !ops->task_still ||
+	if (!e->o.idle || p->w[i].listed_gil || (p->nat != NULL) ||
 	    th->task.failed || !th->task.state || proc_task_active(&th->task)) {
 		return false;
 	}
@@ -477,7 +468,7 @@ static void walk_frozen(struct prof_tick_state *e, struct prof_process *p, size_
 		if (j == h || p->w[j].listed_gil || p->w[j].frozen) {
 			continue;
 		}
-		if (ticker_now_ns() - held_from >= frozen_budget_ns()) {
+		if (spy_now_ns() - held_from >= frozen_budget_ns()) {
 			return;
 		}
 		/*
@@ -523,7 +514,7 @@ static void hold_one(struct prof_tick_state *e, struct prof_process *p, size_t i
 		prof_walk_thread(p, &e->wo, i, false, &e->gc_known);
 		th->walked = true;
 	}
-	uint64_t t0 = ticker_now_ns();
+	uint64_t t0 = spy_now_ns();
 	int rc = ops->stop_thread(&p->h, p->py[i].native_tid, p->nat ? 0 : e->offcpu_wait_ns);
 	if (rc == -SPY_EINTR) {
 		ht->stop = true;
@@ -537,14 +528,14 @@ static void hold_one(struct prof_tick_state *e, struct prof_process *p, size_t i
 		 * stopped it; or it would not stop in time.
 		 */
 		t->rc = rc == -SPY_EGONE ? rc : 0;
-		e->st.errors[PROF_ERR_PAUSE] += rc != -SPY_EGONE && rc != -SPY_ENOPROC;
+		e->st.errors[SPY_SAMPLE_ERR_PAUSE] += rc != -SPY_EGONE && rc != -SPY_ENOPROC;
 		t->holds_gil = false;
 		/* Nor is what a walk running left (a warm-up, a read whose count moved) handed on. */
 		spy_stack_reset(&t->stack);
 		return;
 	}
 	/* Held from its stop, not from the interrupt: until then it ran. */
-	uint64_t t1 = ticker_now_ns();
+	uint64_t t1 = spy_now_ns();
 	if (rc == 1) {
 		/* Off a CPU, interrupted: it runs nothing until it stops, and then waits for a poll. */
 		e->holds.offcpu++;
@@ -558,7 +549,7 @@ static void hold_one(struct prof_tick_state *e, struct prof_process *p, size_t i
 	}
 	walk_frozen(e, p, i, t1, ht);
 	ops->resume_thread(&p->h);
-	uint64_t held = ticker_now_ns() - t1;
+	uint64_t held = spy_now_ns() - t1;
 	ht->longest = held > ht->longest ? held : ht->longest;
 	ht->total += held;
 	ht->stopped++;
@@ -697,9 +688,7 @@ static long sample_held(struct prof_tick_state *e, struct prof_process *p, uint6
 		return -1;
 	}
 	size_t n = 0;
-	if (p->h.tracer->fresh_view) {
-		p->h.tracer->fresh_view(&p->h, 0);
-	}
+	p->h.tracer->fresh_view(&p->h, 0);
 	rc = prof_walk_list(p, &e->wo, NULL);
 	if (rc < 0 && now - p->last_maps_ns >= p->maps_retry_ns) {
 		ops->read_maps(&p->h);
@@ -720,7 +709,7 @@ static long sample_held(struct prof_tick_state *e, struct prof_process *p, uint6
 	}
 	threads_settle(e, p, holder);
 	if (rc < 0) {
-		e->st.errors[PROF_ERR_THREADS]++;
+		e->st.errors[SPY_SAMPLE_ERR_THREADS]++;
 		return -1;
 	}
 	/*
@@ -757,7 +746,7 @@ static void keep_sample(struct prof_tick_state *e, struct prof_process *p, size_
 	struct prof_walked *t = &p->w[i];
 	/* Symbols and merging only for the stacks kept, and with the process running. */
 	if ((p->nat || t->task) && prof_walk_finish(p, i) < 0) {
-		e->st.errors[PROF_ERR_NATIVE]++;
+		e->st.errors[SPY_SAMPLE_ERR_NATIVE]++;
 	}
 	/* Nothing to show: an unwind that failed, of a thread with no Python frame either. */
 	if (t->stack.n == 0) {
@@ -808,7 +797,7 @@ static bool process_still(const struct prof_process *p)
 static bool repeatable(struct prof_process *p, long n, bool one)
 {
 	const struct spy_tracer_ops *ops = p->h.tracer;
-	if (!one || n <= 0 || p->nat || !ops->traces_only || (size_t)n != p->nth || p->nth > STILL_MAX_THREADS) {
+	if (!one || n <= 0 || p->nat || (size_t)n != p->nth || p->nth > STILL_MAX_THREADS) {
 		return false;
 	}
 	pid_t tids[STILL_MAX_THREADS];

@@ -192,7 +192,7 @@ int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, stru
 		py[i].native_tid = pp->h.tracer->host_tid(&pp->h, py[i].own_tid);
 	}
 	/* threading's names: looked up for new threads, all again each second. */
-	uint64_t now = o->now_ns ? o->now_ns : ticker_now_ns();
+	uint64_t now = o->now_ns ? o->now_ns : spy_now_ns();
 	uint64_t before = pyrt_names_reads(pp->rt);
 	size_t budget = o->names_reads ? o->names_reads : PYRT_NAMES_TICK_READS;
 	pyrt_names_update(pp->rt, py, n, now, NAMES_REFRESH_NS, budget);
@@ -203,7 +203,7 @@ int prof_walk_list(struct prof_process *pp, const struct prof_walk_opts *o, stru
 	 * full of failed walks stretches to seconds: a failing pass is rerun
 	 * a few ticks only (pyrt_names_failing), so at most that many reads.
 	 */
-	if (pyrt_names_failing(pp->rt) && pp->h.tracer && pp->h.tracer->read_maps &&
+	if (pyrt_names_failing(pp->rt) && pp->h.tracer &&
 	    now - pp->last_maps_ns >= MAPS_RETRY_NS) {
 		pp->h.tracer->read_maps(&pp->h);
 		pp->last_maps_ns = now;

@@ -124,54 +124,26 @@ static int read_pid_file(int procfd, pid_t pid, const char *name, size_t max, st
  * (flags, field 9, PF_KTHREAD) or a zombie: neither can be Python. */
 static bool parse_stat(const char *text, size_t len, uint64_t *start, bool *eligible)
 {
-	const char *close_paren = NULL;
-	for (size_t i = len; i > 0; i--) {
-		if (text[i - 1] == ')') {
-			close_paren = text + i - 1;
-			break;
-		}
-	}
-	if (!close_paren) {
+	struct proc_stat st;
+	if (!proc_parse_stat(text, len, PROC_STAT_STARTTIME, &st) || !proc_stat_has(&st, PROC_STAT_FLAGS) ||
+	    !proc_stat_has(&st, PROC_STAT_STARTTIME)) {
 		return false;
 	}
-	const char *p = close_paren + 1, *end = text + len;
-	char state = 0;
-	uint64_t flags = 0;
-	for (int field = 3; field <= 22 && p < end; field++) {
-		while (p < end && *p == ' ') {
-			p++;
-		}
-		const char *f = p;
-		while (p < end && *p != ' ' && *p != '\n') {
-			p++;
-		}
-		if (p == f) {
-			return false;
-		}
-		if (field == 3) {
-			state = *f;
-		} else if (field == 9 || field == 22) {
-			uint64_t v = 0;
-			for (const char *c = f; c < p; c++) {
-				if (!isdigit((unsigned char)*c) || v > UINT64_MAX / 10 - 1) {
-					return false;
-				}
-				v = v * 10 + (uint64_t)(*c - '0');
-			}
-			if (field == 9) {
-				flags = v;
-			} else {
-				*start = v;
-				*eligible = state != 'Z' && state != 'X' && !(flags & 0x00200000u);
-				return true;
-			}
-		}
-	}
-	return false;
+	*start = st.field[PROC_STAT_STARTTIME];
+	*eligible = st.state != 'Z' && st.state != 'X' && !(st.field[PROC_STAT_FLAGS] & 0x00200000u);
+	return true;
 }
 
-/* Whether some mapped file's name starts with libpython. Reads at most
- * DISC_MAPS_MAX bytes, in pieces, stopping at the first hit. */
+/* Whether a line of maps names libpython (spy_is_libpython): its path is
+ * from the first '/', the address and device fields have none. */
+static bool maps_line_libpython(const char *line)
+{
+	const char *path = strchr(line, '/');
+	return path && strstr(path, "/libpython") && spy_is_libpython(path);
+}
+
+/* Whether some mapped file is libpython. Reads at most DISC_MAPS_MAX
+ * bytes, in pieces, whole lines at a time, stopping at the first hit. */
 static bool maps_libpython(int procfd, pid_t pid)
 {
 	char path[64];
@@ -180,21 +152,29 @@ static bool maps_libpython(int procfd, pid_t pid)
 	if (fd < 0) {
 		return false;
 	}
-	static const char needle[] = "/libpython";
-	char buf[64 * 1024 + sizeof(needle)];
-	size_t keep = 0, total = 0;
+	char buf[64 * 1024];
+	size_t have = 0, total = 0;
 	bool hit = false;
 	while (!hit && total < DISC_MAPS_MAX) {
-		ssize_t n = read(fd, buf + keep, sizeof(buf) - keep);
+		ssize_t n = read(fd, buf + have, sizeof(buf) - 1 - have);
 		if (n <= 0) {
 			break;
 		}
 		total += (size_t)n;
-		size_t have = keep + (size_t)n;
-		hit = memmem(buf, have, needle, sizeof(needle) - 1) != NULL;
-		/* Keep the tail, so a name cut between two reads is still found. */
-		keep = have < sizeof(needle) - 1 ? have : sizeof(needle) - 1;
-		memmove(buf, buf + have - keep, keep);
+		have += (size_t)n;
+		char *line = buf, *end = buf + have, *nl;
+		while (!hit && (nl = memchr(line, '\n', (size_t)(end - line)))) {
+			*nl = 0;
+			hit = maps_line_libpython(line);
+			line = nl + 1;
+		}
+		/* Keep a line cut between two reads; one longer than the buffer names no library. */
+		have = (size_t)(end - line) < sizeof(buf) - 1 ? (size_t)(end - line) : 0;
+		memmove(buf, line, have);
+	}
+	if (!hit && have) {
+		buf[have] = 0;
+		hit = maps_line_libpython(buf);
 	}
 	close(fd);
 	return hit;

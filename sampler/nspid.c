@@ -61,7 +61,7 @@ pid_t proc_host_tid(struct proc *p, pid_t tid)
 	}
 	uint64_t v = spy_hmap_get(&p->ns_tids, (uint64_t)tid);
 	if (v == SPY_HMAP_NONE) {
-		uint64_t now = ticker_now_ns();
+		uint64_t now = spy_now_ns();
 		if (p->ns_read_ns && now - p->ns_read_ns < NS_REREAD_NS) {
 			return 0;
 		}

@@ -48,7 +48,10 @@ struct spy_process_ops {
 
 /*
  * What only a running process has (see sampler.h for each proc_ call the
- * live backend maps these to). Every member is set.
+ * live backend maps these to). Every member is required: each tracer (the
+ * live backend, the tests' fake) sets all of them, a no-op where it has
+ * nothing to do, and no caller checks one for NULL. What may be absent is
+ * the table itself (spy_process.tracer), for a process that does not run.
  */
 struct spy_tracer_ops {
 	/* Seize every thread; -SPY_EPERM with a remedy if refused. */

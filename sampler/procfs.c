@@ -1,5 +1,5 @@
 /*
- * Reading /proc: whole text files, the maps table, stat state letters and the
+ * Reading /proc: whole text files, the maps table, stat lines and the
  * thread list.
  *
  * The parsers take text, not file names, so the unit tests can feed them
@@ -153,40 +153,6 @@ bool proc_parse_schedstat(const char *text, size_t len, uint64_t *run_ns, uint64
 	return true;
 }
 
-char proc_parse_stat_state(const char *text, size_t len)
-{
-	if (!text) {
-		return 0;
-	}
-	const char *s = text, *end = text + len;
-	while (s < end && *s >= '0' && *s <= '9') {
-		s++;
-	}
-	if (s == text || end - s < 2 || s[0] != ' ' || s[1] != '(') {
-		return 0;
-	}
-	s += 2;
-	/* The fields after comm are numbers and letters, so the last ')' closes comm. */
-	const char *rp = memrchr(s, ')', (size_t)(end - s));
-	if (!rp) {
-		return 0;
-	}
-	s = rp + 1;
-	if (s >= end || *s != ' ') {
-		return 0;
-	}
-	while (s < end && *s == ' ') {
-		s++;
-	}
-	if (s >= end || !isalpha((unsigned char)*s)) {
-		return 0;
-	}
-	if (s + 1 < end && s[1] != ' ' && s[1] != '\n') {
-		return 0;
-	}
-	return *s;
-}
-
 /* ---- /proc/PID/maps ---- */
 
 static int hexval(char c)
@@ -277,41 +243,83 @@ static bool field_value(const char *text, size_t len, const char *key, uint64_t 
 	return false;
 }
 
-unsigned proc_parse_stat_resources(const char *text, size_t len, struct proc_resources *out)
+bool proc_parse_stat(const char *text, size_t len, unsigned upto, struct proc_stat *out)
 {
-	if (!text || !proc_parse_stat_state(text, len)) {
-		return 0;
+	out->state = 0;
+	out->have = 0;
+	if (!text) {
+		return false;
 	}
-	const char *end = text + len;
-	const char *s = memrchr(text, ')', len) + 1;
-	/* Fields from 3 (state) on, space-separated; some (nice, priority) may be negative. */
-	uint64_t f[25] = { 0 };
-	bool ok[25] = { false };
-	for (unsigned i = 3; i <= 24 && s < end; i++) {
+	const char *s = text, *end = text + len;
+	while (s < end && *s >= '0' && *s <= '9') {
+		s++;
+	}
+	if (s == text || end - s < 2 || s[0] != ' ' || s[1] != '(') {
+		return false;
+	}
+	s += 2;
+	/* The fields after comm are numbers and letters, so the last ')' closes comm. */
+	const char *rp = memrchr(s, ')', (size_t)(end - s));
+	if (!rp) {
+		return false;
+	}
+	s = rp + 1;
+	if (s >= end || *s != ' ') {
+		return false;
+	}
+	while (s < end && *s == ' ') {
+		s++;
+	}
+	if (s >= end || !isalpha((unsigned char)*s) || (s + 1 < end && s[1] != ' ' && s[1] != '\n')) {
+		return false;
+	}
+	out->state = *s++;
+	/* Some fields (tty_nr, nice, priority) may be negative: not numbers here, and skipped. */
+	for (unsigned i = PROC_STAT_STATE + 1; i <= upto && i < PROC_STAT_FIELDS; i++) {
 		while (s < end && *s == ' ') {
 			s++;
 		}
 		const char *tok = s;
-		ok[i] = take_dec(&s, end, &f[i]) && (s == end || *s == ' ' || *s == '\n');
-		while (s < end && *s != ' ') {
-			s++;
+		uint64_t v = 0;
+		bool num = take_dec(&s, end, &v);
+		for (; s < end && *s != ' ' && *s != '\n'; s++) {
+			num = false;
 		}
 		if (s == tok) {
 			break;
 		}
+		if (num) {
+			out->field[i] = v;
+			out->have |= 1u << i;
+		}
+	}
+	return true;
+}
+
+char proc_parse_stat_state(const char *text, size_t len)
+{
+	struct proc_stat st;
+	return proc_parse_stat(text, len, PROC_STAT_STATE, &st) ? st.state : 0;
+}
+
+unsigned proc_parse_stat_resources(const char *text, size_t len, struct proc_resources *out)
+{
+	struct proc_stat st;
+	if (!proc_parse_stat(text, len, PROC_STAT_RSS, &st)) {
+		return 0;
 	}
 	unsigned known = 0;
-	if (ok[14] && ok[15]) {
-		out->utime = f[14];
-		out->stime = f[15];
+	if (proc_stat_has(&st, PROC_STAT_UTIME) && proc_stat_has(&st, PROC_STAT_STIME)) {
+		out->utime = st.field[PROC_STAT_UTIME];
+		out->stime = st.field[PROC_STAT_STIME];
 		known |= PROC_RES_CPU;
 	}
-	if (ok[20]) {
-		out->threads = f[20];
+	if (proc_stat_has(&st, PROC_STAT_THREADS)) {
+		out->threads = st.field[PROC_STAT_THREADS];
 		known |= PROC_RES_THREADS;
 	}
-	if (ok[24]) {
-		out->rss = f[24];
+	if (proc_stat_has(&st, PROC_STAT_RSS)) {
+		out->rss = st.field[PROC_STAT_RSS];
 		known |= PROC_RES_RSS;
 	}
 	return known;

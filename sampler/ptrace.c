@@ -114,13 +114,6 @@ enum collect_mode {
 	COLLECT_DETACH, /* keep it stopped, remember the signal for PTRACE_DETACH */
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static long xptrace(enum __ptrace_request req, pid_t tid, long data)
 {
 	return ptrace(req, tid, NULL, (void *)data);
@@ -336,7 +329,7 @@ static int wait_one(struct proc *p, struct proc_tracee *t, uint64_t deadline,
 		if (interruptible && proc_stop_requested) {
 			return -SPY_EINTR;
 		}
-		if (now_ns() >= deadline) {
+		if (spy_now_ns() >= deadline) {
 			return 0;
 		}
 		/*
@@ -471,7 +464,7 @@ static void collect_pending(struct proc *p, enum collect_mode mode)
  */
 static void collect_noticed(struct proc *p, enum collect_mode mode)
 {
-	uint64_t now = now_ns();
+	uint64_t now = spy_now_ns();
 	if (now - p->looked_ns < LOOK_BACKSTOP_NS) {
 		/* chld_quiet: nothing reported since the look before the tick's sleep. */
 		if (chld_quiet || (now - p->quiet_ns < LOOK_FRESH_NS && p->quiet_news == chld_news)) {
@@ -572,7 +565,7 @@ static int seize_new(struct proc *p, bool attaching, bool *again, struct spy_err
 
 	*again = false;
 	p->listed_whole = false;
-	p->listed_ns = now_ns();
+	p->listed_ns = spy_now_ns();
 	if (rc == -SPY_EGONE) {
 		return spy_err_set(err, SPY_EGONE, "process %d has exited", (int)p->pid);
 	}
@@ -649,7 +642,7 @@ static int seize_new(struct proc *p, bool attaching, bool *again, struct spy_err
 static bool tasks_changed(struct proc *p)
 {
 	struct stat st;
-	uint64_t now = now_ns();
+	uint64_t now = spy_now_ns();
 	if (!p->listed_whole || p->relist || now - p->listed_ns >= LIST_BACKSTOP_NS) {
 		return true;
 	}
@@ -708,7 +701,7 @@ int proc_pause(struct proc *p, struct spy_err *err)
 	if (proc_stop_requested) {
 		return spy_err_set(err, SPY_EINTR, "interrupted");
 	}
-	uint64_t deadline = now_ns() + PAUSE_TIMEOUT_NS;
+	uint64_t deadline = spy_now_ns() + PAUSE_TIMEOUT_NS;
 	for (size_t i = 0; i < p->ntracees; i++) {
 		p->tracees[i].redeliveries = 0;
 	}
@@ -800,7 +793,7 @@ int proc_stop_thread(struct proc *p, pid_t tid, uint64_t wait_ns)
 		/* Held (proc_chld_hold): blocked already, and taken at the poll. */
 		bool unblock = !chld_held;
 		p->held_wait = chld_held || pthread_sigmask(SIG_BLOCK, &p->held_chld, &old) == 0;
-		int rc = stop_one(p, t, now_ns() + (wait_ns ? wait_ns : PAUSE_TIMEOUT_NS), COLLECT_PAUSE,
+		int rc = stop_one(p, t, spy_now_ns() + (wait_ns ? wait_ns : PAUSE_TIMEOUT_NS), COLLECT_PAUSE,
 				  true, wait_ns != 0);
 		if (p->held_wait && unblock) {
 			pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -928,7 +921,7 @@ void proc_detach(struct proc *p)
 	 * any interrupt still pending, so nothing is left to trap later.
 	 */
 	collect_pending(p, COLLECT_DETACH);
-	uint64_t deadline = now_ns() + DETACH_TIMEOUT_NS;
+	uint64_t deadline = spy_now_ns() + DETACH_TIMEOUT_NS;
 	size_t left = 0;
 	for (size_t i = 0; i < p->ntracees; i++) {
 		struct proc_tracee *t = &p->tracees[i];

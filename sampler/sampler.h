@@ -325,7 +325,34 @@ bool proc_exit_status(const struct proc *p, int *status);
  */
 bool proc_execed(const struct proc *p);
 
-/* Parse the text of /proc/.../stat: state letter, or 0 if malformed. Exposed for unit tests. */
+/*
+ * The one parser of a /proc/.../stat line: comm is skipped from its last
+ * ')' (a comm may hold spaces and ')'), then field 3 must be one letter;
+ * fields 4 to upto (numbered as in proc(5), at most PROC_STAT_FIELDS - 1)
+ * that are unsigned decimals are kept, the state alone read when upto is
+ * PROC_STAT_STATE. false (state 0) when malformed.
+ */
+enum {
+	PROC_STAT_STATE = 3,
+	PROC_STAT_FLAGS = 9,
+	PROC_STAT_UTIME = 14,
+	PROC_STAT_STIME = 15,
+	PROC_STAT_THREADS = 20,
+	PROC_STAT_STARTTIME = 22,
+	PROC_STAT_RSS = 24,
+	PROC_STAT_FIELDS = 25,
+};
+struct proc_stat {
+	char state;
+	uint32_t have;                     /* bit i: field[i] was read */
+	uint64_t field[PROC_STAT_FIELDS];  /* valid where have says so */
+};
+bool proc_parse_stat(const char *text, size_t len, unsigned upto, struct proc_stat *out);
+static inline bool proc_stat_has(const struct proc_stat *st, unsigned field)
+{
+	return field < PROC_STAT_FIELDS && (st->have >> field & 1u);
+}
+/* The state letter alone, or 0 if malformed. */
 char proc_parse_stat_state(const char *text, size_t len);
 /*
  * Parse task/TID/schedstat: run time, time spent waiting on a runqueue
@@ -440,8 +467,6 @@ struct ticker {
 	uint64_t missed;     /* deadlines skipped because the caller was late */
 };
 
-/* CLOCK_MONOTONIC in nanoseconds. */
-uint64_t ticker_now_ns(void);
 /* Period from a rate; hz must be > 0. The first deadline is now_ns. */
 void ticker_init(struct ticker *t, double hz, uint64_t now_ns);
 /* The next deadline, in CLOCK_MONOTONIC nanoseconds. */

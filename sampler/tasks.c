@@ -224,7 +224,7 @@ void proc_task_refresh(struct proc_task *t, unsigned how)
 	bool sched = false;
 	if (with_cpu) {
 		/* Before stat: a schedule-in after this read shows at the next one. */
-		now = ticker_now_ns();
+		now = spy_now_ns();
 		ssize_t n = read_task_file(t, &t->sched_fd, "schedstat", buf, sizeof(buf));
 		sched = n > 0 && proc_parse_schedstat(buf, (size_t)n, &cpu, &delay, &pcount);
 		if (sched && proc_task_slept(t, cpu, pcount)) {

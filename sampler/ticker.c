@@ -20,13 +20,6 @@
 #include "common/util.h"
 #include "sampler/sampler.h"
 
-uint64_t ticker_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 void ticker_init(struct ticker *t, double hz, uint64_t now_ns)
 {
 	uint64_t period = spy_s_to_ns(1.0 / hz);
@@ -68,7 +61,7 @@ void ticker_take(struct ticker *t, uint64_t now_ns)
 
 int ticker_wait(struct ticker *t, uint64_t max_ns, uint64_t *now_out)
 {
-	uint64_t now = ticker_now_ns();
+	uint64_t now = spy_now_ns();
 	uint64_t due = ticker_deadline(t);
 	uint64_t unused;
 	now_out = now_out ? now_out : &unused;
@@ -88,7 +81,7 @@ int ticker_wait(struct ticker *t, uint64_t max_ns, uint64_t *now_out)
 		return reached;
 	}
 	if (t->spin) {
-		while ((*now_out = ticker_now_ns()) < until) {
+		while ((*now_out = spy_now_ns()) < until) {
 			if (proc_stop_requested) {
 				return -SPY_EINTR;
 			}

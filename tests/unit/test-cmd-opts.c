@@ -200,12 +200,12 @@ static void test_paths(void)
 	CHECK_INT(prof_version_from_path("/usr/bin/python3"), 0);
 	CHECK_INT(prof_version_from_path("/usr/bin/sleep"), 0);
 	CHECK_INT(prof_version_from_path("/opt/python3.11/bin/uwsgi"), 0);
-	CHECK(prof_is_libpython("/a/b/libpython3.13.so.1.0"));
-	CHECK(prof_is_libpython("/a/b/libpython2.7.so.1.0"));
-	CHECK(prof_is_libpython("/a/b/libpython3.6m.so.1.0"));
-	CHECK(!prof_is_libpython("/a/b/libpython3.so"));
-	CHECK(!prof_is_libpython("/a/libpython3.11/python3.11"));
-	CHECK(!prof_is_libpython("/a/b/mylibpython3.11.so"));
+	CHECK(spy_is_libpython("/a/b/libpython3.13.so.1.0"));
+	CHECK(spy_is_libpython("/a/b/libpython2.7.so.1.0"));
+	CHECK(spy_is_libpython("/a/b/libpython3.6m.so.1.0"));
+	CHECK(!spy_is_libpython("/a/b/libpython3.so"));
+	CHECK(!spy_is_libpython("/a/libpython3.11/python3.11"));
+	CHECK(!spy_is_libpython("/a/b/mylibpython3.11.so"));
 }
 
 int main(void)

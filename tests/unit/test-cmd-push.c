@@ -255,19 +255,19 @@ static void test_deadlines(void)
 	struct http_request rq = *request_to(&u, port, 300 * 1000 * 1000ull);
 	struct http_response rs;
 	struct spy_err err = SPY_ERR_INIT;
-	uint64_t t0 = http_now_ns();
+	uint64_t t0 = spy_now_ns();
 	CHECK_INT(http_post(c, &rq, &rs, &err), -SPY_EIO);
-	uint64_t took = http_now_ns() - t0;
+	uint64_t took = spy_now_ns() - t0;
 	CHECK(strstr(err.msg, "timed out"));
 	CHECK(took >= 250 * 1000 * 1000ull && took < 2000 * 1000 * 1000ull);
 
 	/* An abort time cuts a long timeout short, and says why. */
-	_Atomic uint64_t abort_at = http_now_ns() + 200 * 1000 * 1000ull;
+	_Atomic uint64_t abort_at = spy_now_ns() + 200 * 1000 * 1000ull;
 	rq.timeout_ns = 30 * 1000 * 1000 * 1000ull;
 	rq.abort_at_ns = &abort_at;
-	t0 = http_now_ns();
+	t0 = spy_now_ns();
 	CHECK_INT(http_post(c, &rq, &rs, &err), -SPY_EIO);
-	CHECK(http_now_ns() - t0 < 2500 * 1000 * 1000ull);
+	CHECK(spy_now_ns() - t0 < 2500 * 1000 * 1000ull);
 	CHECK(strstr(err.msg, "exiting"));
 	close(lfd);
 
@@ -342,10 +342,10 @@ static int against(enum hostile_kind kind, const char *script, char *why, size_t
 	struct http_request rq = *request_to(&u, port, 1500 * 1000 * 1000ull);
 	struct http_response rs;
 	struct spy_err err = SPY_ERR_INIT;
-	uint64_t t0 = http_now_ns();
+	uint64_t t0 = spy_now_ns();
 	int rc = http_post(c, &rq, &rs, &err);
 	/* Every case ends within the request's deadline (and a second's slack). */
-	CHECK(http_now_ns() - t0 < 2500 * 1000 * 1000ull);
+	CHECK(spy_now_ns() - t0 < 2500 * 1000 * 1000ull);
 	snprintf(why, size, "%s", rc < 0 ? err.msg : rs.reason);
 	*status = rc < 0 ? 0 : rs.status;
 	if (rc == 0) {

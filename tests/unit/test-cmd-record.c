@@ -159,23 +159,23 @@ static void test_ticker_wait(void)
 	struct ticker t;
 	/* 10 Hz: nothing below yields the CPU before the sleep it checks, but a
 	 * loaded machine may still preempt the test for milliseconds. */
-	ticker_init(&t, 10, ticker_now_ns());
+	ticker_init(&t, 10, spy_now_ns());
 	/* The first deadline is now, and the clock read is handed back. */
-	uint64_t seen = 0, at = ticker_now_ns();
+	uint64_t seen = 0, at = spy_now_ns();
 	CHECK_INT(ticker_wait(&t, 1000000, &seen), 1);
-	CHECK(seen >= at && seen <= ticker_now_ns());
-	ticker_take(&t, ticker_now_ns());
+	CHECK(seen >= at && seen <= spy_now_ns());
+	ticker_take(&t, spy_now_ns());
 	/* The next is ~100 ms away: a 0 ns slice is a poll that runs out at
 	 * once, without sleeping (the clock it read is handed back); a long
 	 * slice reaches the deadline. */
-	uint64_t before = ticker_now_ns();
+	uint64_t before = spy_now_ns();
 	seen = 0;
 	CHECK_INT(ticker_wait(&t, 0, &seen), 0);
 	CHECK(seen >= before);
 	CHECK_INT(ticker_wait(&t, 1000000000ull, &seen), 1);
 	CHECK_INT(seen, 0); /* slept */
-	CHECK(ticker_now_ns() >= ticker_deadline(&t));
-	CHECK(ticker_now_ns() - before < 500000000ull);
+	CHECK(spy_now_ns() >= ticker_deadline(&t));
+	CHECK(spy_now_ns() - before < 500000000ull);
 }
 
 /* Short periods are spun for: the deadline is still met, and a stop request or max_ns ends the wait. */
@@ -186,22 +186,22 @@ static void test_ticker_spin(void)
 	CHECK(!t.spin);
 	ticker_init(&t, 20001, 0);
 	CHECK(t.spin);
-	ticker_init(&t, 1e6, ticker_now_ns());
+	ticker_init(&t, 1e6, spy_now_ns());
 	CHECK_INT(ticker_wait(&t, 1000000, NULL), 1);
-	ticker_take(&t, ticker_now_ns());
+	ticker_take(&t, spy_now_ns());
 	uint64_t seen = 0;
 	CHECK_INT(ticker_wait(&t, 1000000000ull, &seen), 1);
 	/* Spun for: the read that found the deadline reached. */
-	CHECK(seen >= ticker_deadline(&t) && seen <= ticker_now_ns());
+	CHECK(seen >= ticker_deadline(&t) && seen <= spy_now_ns());
 	/* A first deadline a minute away: neither wait may last that long. */
-	uint64_t before = ticker_now_ns();
+	uint64_t before = spy_now_ns();
 	ticker_init(&t, 1e6, before + 60000000000ull);
 	CHECK_INT(ticker_wait(&t, 2000000, NULL), 0);
-	CHECK(ticker_now_ns() - before >= 2000000);
+	CHECK(spy_now_ns() - before >= 2000000);
 	proc_stop_requested = SIGINT;
 	CHECK_INT(ticker_wait(&t, 1000000000ull, NULL), -SPY_EINTR);
 	proc_stop_requested = 0;
-	CHECK(ticker_now_ns() - before < 500000000ull);
+	CHECK(spy_now_ns() - before < 500000000ull);
 }
 
 int main(void)

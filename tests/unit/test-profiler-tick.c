@@ -92,7 +92,7 @@ static void test_one_at_a_time(void)
 	w.procs[0].no_switches = true;
 	p = fake_run(&w, (struct prof_opts){ 0 }, 5, &strs);
 	CHECK_INT(w.stacks, 5);
-	CHECK_INT(fake_stats(p).errors[PROF_ERR_GONE], 5);
+	CHECK_INT(fake_stats(p).errors[SPY_SAMPLE_ERR_GONE], 5);
 	fake_teardown(&w, p, &strs);
 }
 
@@ -127,7 +127,7 @@ static void test_frozen_behind_holder(void)
 		CHECK_INT(f->waitless_stops, cases[c].native ? f->stops : 0);
 		/* The same stacks either way. */
 		CHECK_INT(w.stacks, 10 + 9);
-		CHECK_INT(prof_errors(&s), cases[c].native ? s.errors[PROF_ERR_NATIVE] : 0);
+		CHECK_INT(prof_errors(&s), cases[c].native ? s.errors[SPY_SAMPLE_ERR_NATIVE] : 0);
 		CHECK(!f->held);
 		fake_teardown(&w, p, &strs);
 	}
@@ -177,7 +177,7 @@ static void test_read_running(void)
 		CHECK_INT(w.stacks, cases[c].idle ? 30 : 10 + 9);
 		struct prof_stats s = fake_stats(p);
 		CHECK_INT(s.samples, 10);
-		CHECK_INT(prof_errors(&s), cases[c].native ? s.errors[PROF_ERR_NATIVE] : 0);
+		CHECK_INT(prof_errors(&s), cases[c].native ? s.errors[SPY_SAMPLE_ERR_NATIVE] : 0);
 		CHECK(!f->held);
 		fake_teardown(&w, p, &strs);
 	}
@@ -400,7 +400,7 @@ static void test_nonblocking_and_truncated(void)
 	CHECK_INT(w.procs[0].pauses + w.procs[0].stops, 0);
 	CHECK(!w.procs[0].attached);
 	struct prof_stats s = fake_stats(p);
-	CHECK_INT(s.errors[PROF_ERR_TORN], 6);
+	CHECK_INT(s.errors[SPY_SAMPLE_ERR_TORN], 6);
 	CHECK_INT(w.stacks, 6);
 	fake_teardown(&w, p, &strs);
 
@@ -410,8 +410,8 @@ static void test_nonblocking_and_truncated(void)
 	w.procs[0].th[1].own_interp = true;
 	p = fake_run(&w, (struct prof_opts){ 0 }, 6, &strs);
 	s = fake_stats(p);
-	CHECK_INT(s.errors[PROF_ERR_TRUNCATED], 6);
-	CHECK_INT(s.errors[PROF_ERR_TORN], 0);
+	CHECK_INT(s.errors[SPY_SAMPLE_ERR_TRUNCATED], 6);
+	CHECK_INT(s.errors[SPY_SAMPLE_ERR_TORN], 0);
 	CHECK_INT(w.stacks, 6 + 5);
 	fake_teardown(&w, p, &strs);
 }
@@ -455,7 +455,7 @@ static void test_maps_and_dropped(void)
 	struct prof_stats s = fake_stats(p);
 	CHECK_INT(w.procs[0].maps_reads, 1);
 	CHECK(!w.procs[0].broken_until_maps);
-	CHECK(s.errors[PROF_ERR_TRUNCATED] > 0 && s.errors[PROF_ERR_TRUNCATED] < 15);
+	CHECK(s.errors[SPY_SAMPLE_ERR_TRUNCATED] > 0 && s.errors[SPY_SAMPLE_ERR_TRUNCATED] < 15);
 	CHECK_INT(w.stacks, 40 + 39);
 	fake_teardown(&w, p, &strs);
 
@@ -464,7 +464,7 @@ static void test_maps_and_dropped(void)
 	w.refuse_stacks = true;
 	p = fake_run(&w, (struct prof_opts){ 0 }, 4, &strs);
 	s = fake_stats(p);
-	CHECK_INT(s.errors[PROF_ERR_DROPPED], (uint64_t)w.stacks);
+	CHECK_INT(s.errors[SPY_SAMPLE_ERR_DROPPED], (uint64_t)w.stacks);
 	struct spy_buf b = SPY_BUF_INIT;
 	prof_format_errors(&s, &b);
 	CHECK(strstr(b.buf, "dropped") != NULL);
@@ -575,7 +575,7 @@ static void test_windows(void)
 	clock_gettime(CLOCK_REALTIME, &t0);
 	CHECK_INT(prof_open(&p, &o, &strs, 100, NULL, &err), 0);
 	struct cmd_windows win;
-	cmd_windows_start(&win, 1, prof_now_ns(), on_window, NULL);
+	cmd_windows_start(&win, 1, spy_now_ns(), on_window, NULL);
 	struct prof_tick tk;
 	enum prof_event ev;
 	while ((ev = prof_next(p, &tk)) != PROF_END) {
@@ -583,7 +583,7 @@ static void test_windows(void)
 		if (ev == PROF_TICK) {
 			cmd_windows_tick(&win, &s, tk.start_ns);
 		}
-		cmd_windows_check(&win, &s, prof_now_ns());
+		cmd_windows_check(&win, &s, spy_now_ns());
 	}
 	struct prof_stats s = fake_stats(p);
 	cmd_windows_end(&win, &s, s.stop_ns);

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/buf.h"
 #include "common/util.h"
 #include "sampler/discover.h"
 #include "tests/lib/check.h"
@@ -264,6 +265,45 @@ static void test_fake_proc(void)
 	}
 }
 
+/* The libpython rule on maps (spy_is_libpython, whole lines): the
+ * stable-ABI stub libpython3.so is no interpreter; a libpython named in a
+ * last line without a newline, after 100 KiB of maps (so cut between two
+ * reads), is found. */
+static void test_maps_rule(void)
+{
+	snprintf(root, sizeof(root), "/tmp/spy-discover-XXXXXX");
+	if (!mkdtemp(root)) {
+		perror("mkdtemp");
+		exit(2);
+	}
+	put("uptime", "1000.00 50.00\n");
+	unsigned long old = 10ul * (unsigned long)sysconf(_SC_CLK_TCK);
+	fake_pid(200, old, "/usr/bin/gimp", "7f00-7f01 r-xp 0 fe:00 1 /usr/lib/libpython3.so\n", 'S');
+	struct spy_buf m = SPY_BUF_INIT;
+	while (m.len < 100 * 1024) {
+		spy_buf_adds(&m, "7f00-7f01 r--p 0 fe:00 1 /usr/share/fonts/some-font-with-a-long-name.ttf\n");
+	}
+	spy_buf_adds(&m, "7f00-7f01 r-xp 0 fe:00 1 /opt/py/lib/libpython3.12.so.1.0");
+	fake_pid(201, old, "/opt/app/server", m.buf, 'S');
+	spy_buf_release(&m);
+
+	struct discover *d = discover_new(root);
+	CHECK(d != NULL);
+	if (d) {
+		const pid_t *born, *gone;
+		size_t nb, ng;
+		discover_scan(d, &born, &nb, &gone, &ng);
+		CHECK_INT(nb, 1);
+		CHECK(has(born, nb, 201));
+		discover_free(d);
+	}
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	if (system(cmd) != 0) {
+		CHECK(0);
+	}
+}
+
 /* On this machine's /proc: a child that execs a program named python* (a
  * copy of /bin/sleep) is found, then reported gone once reaped. */
 static void test_live(void)
@@ -316,6 +356,7 @@ int main(void)
 	test_environ();
 	test_otel();
 	test_fake_proc();
+	test_maps_rule();
 	test_live();
 	return check_done();
 }

@@ -434,6 +434,16 @@ static void test_resources(void)
 	CHECK_INT(proc_parse_stat_resources("garbage", 7, &r), 0);
 	CHECK_INT(proc_parse_stat_resources(NULL, 0, &r), 0);
 
+	/* The fields discovery takes: flags (9) and starttime (22), a negative field skipped, upto honoured. */
+	struct proc_stat ps;
+	CHECK(proc_parse_stat(st, strlen(st), PROC_STAT_STARTTIME, &ps));
+	CHECK_INT(ps.state, 'R');
+	CHECK(proc_stat_has(&ps, PROC_STAT_FLAGS) && ps.field[PROC_STAT_FLAGS] == 4194560);
+	CHECK(proc_stat_has(&ps, PROC_STAT_STARTTIME) && ps.field[PROC_STAT_STARTTIME] == 123456);
+	CHECK(!proc_stat_has(&ps, 8) && !proc_stat_has(&ps, 19)); /* tpgid -1, nice -5 */
+	CHECK(!proc_stat_has(&ps, PROC_STAT_RSS) && !proc_stat_has(&ps, PROC_STAT_FIELDS));
+	CHECK(!proc_parse_stat("garbage", 7, PROC_STAT_RSS, &ps) && ps.state == 0 && ps.have == 0);
+
 	const char *status = "Name:\tvoluntary_ctxt_switches: 9\nvoluntary_ctxt_switches:\t150\n"
 			     "nonvoluntary_ctxt_switches:\t545\n";
 	uint64_t sum = 0;
