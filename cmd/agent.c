@@ -654,24 +654,27 @@ static void status_line(struct agent *a, uint64_t since_ns, uint64_t since_cpu)
 
 /*
  * Over --max-memory: the process whose names and window hold the most is
- * let go (its worker sees the word at its next tick), one a second at most.
+ * let go (its worker sees the word at its next tick); one at a time, a
+ * second apart at least.
  */
 static void memory(struct agent *a, uint64_t now)
 {
-	size_t rss;
-	if (!agent_memory_over(&a->mem, now, &rss)) {
-		return;
-	}
 	struct worker *worst = NULL;
-	size_t most = 0;
+	size_t most = 0, rss;
 	for (struct worker *w = a->workers; w; w = w->next) {
 		size_t c = atomic_load(&w->cost);
-		if (!atomic_load(&w->done) && !atomic_load(&w->shed) && (!worst || c > most)) {
+		if (atomic_load(&w->done)) {
+			continue;
+		}
+		if (atomic_load(&w->shed)) {
+			return; /* one still letting go: what it holds is not free yet */
+		}
+		if (!worst || c > most) {
 			worst = w;
 			most = c;
 		}
 	}
-	if (!worst) {
+	if (!worst || !agent_memory_over(&a->mem, now, &rss)) {
 		return;
 	}
 	atomic_store(&worst->shed, true);
