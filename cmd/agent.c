@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cmd/agent-memory.h"
 #include "cmd/cmd.h"
 #include "cmd/opts.h"
 #include "cmd/push.h"
@@ -62,13 +63,6 @@
  * 0.5, ... 8 s (AGENT_RETRIES tries after the first), then given up on
  * until it replaces its program.
  */
-/*
- * The bytes of names one process's worker keeps (function and file names,
- * which live as long as the process is profiled): a process that churns
- * unique names gets SPY_STRTAB_OVER in their place past it, counted, and
- * cannot grow the agent (it took 637 MB in 9 s with unique 4 KB names).
- */
-#define AGENT_NAMES_BYTES ((size_t)8 << 20)
 #define AGENT_RETRIES 6
 #define AGENT_RETRY_NS (250 * 1000 * 1000ull)
 #define AGENT_CMDLINE_MAX 4096
@@ -85,6 +79,8 @@ struct worker {
 	struct push_series series;
 	char program[300];
 	uint64_t names_over_told;    /* the strtab's refusals already put in a window */
+	atomic_size_t cost;          /* bytes its names and window hold (agent-memory.h) */
+	atomic_bool shed;            /* the main thread's word: let the process go, it costs too much */
 	struct worker *next;
 };
 
@@ -93,6 +89,7 @@ enum worker_end {
 	WORKER_LET_GO = 0,   /* the process exited, or a stop, or it could not be profiled (said) */
 	WORKER_NO_PYTHON,    /* no interpreter found in it (yet) */
 	WORKER_EXECED,       /* it replaced its program: perhaps by another Python */
+	WORKER_SHED,         /* let go for --max-memory: not again unless it replaces its program */
 };
 
 /*
@@ -178,6 +175,9 @@ struct agent {
 	atomic_uint_fast64_t ticks;  /* over every process, since the start */
 	atomic_uint_fast64_t left;   /* processes let go */
 	atomic_uint_fast64_t names_over;  /* names refused for a process's budget, over every process */
+	atomic_uint_fast64_t stacks_over; /* samples past a window's budget, over every process */
+	unsigned max_memory_mb;
+	struct agent_memory mem;
 	uint64_t budget_ns, budget_cpu_ns, budget_ticks;
 	double cost_ns;              /* CPU per tick over the last period; 0 until measured */
 };
@@ -212,10 +212,11 @@ static void push_synthetic(struct spy_stack *s, const char *name)
 }
 
 /* The window [from, until) to the pusher, with the rate it was sampled at; a new one opens. */
-static void close_window(struct worker *w, struct fg_profile **win, struct spy_strtab *strs, int64_t from,
+static void close_window(struct worker *w, struct agent_window *win, struct spy_strtab *strs, int64_t from,
 			 int64_t until, double rate, const char *python)
 {
-	struct fg_profile *p = *win;
+	uint64_t stacks_over = win->over;
+	struct fg_profile *p = agent_window_take(win);
 	fg_profile_meta_set(p, FG_META_SPY_VERSION, SPY_VERSION);
 	fg_profile_meta_setf(p, FG_META_PID, "%d", (int)w->pid);
 	fg_profile_meta_set(p, FG_META_PYTHON, python);
@@ -228,10 +229,13 @@ static void close_window(struct worker *w, struct fg_profile **win, struct spy_s
 		atomic_fetch_add(&w->a->names_over, over);
 		w->names_over_told += over;
 	}
+	if (stacks_over) {
+		fg_profile_meta_setf(p, FG_META_STACKS_OVER, "%llu", (unsigned long long)stacks_over);
+		atomic_fetch_add(&w->a->stacks_over, stacks_over);
+	}
 	w->series.rate_hz = rate;
 	pusher_window(w->a->pusher, &w->series, p, from, until);
 	fg_profile_free(p);
-	*win = fg_profile_new(strs, 0);
 }
 
 /* service_name, then host, pid, python, container_id, pod_uid, k8s_*: never an argument. */
@@ -271,7 +275,7 @@ static void label_series(struct worker *w, const char *cmdline, const char *pyth
 }
 
 /* The samples of one tick into the window, under a `process PID "PROGRAM"` root. */
-static void add_tick(struct fg_profile *win, const struct prof_tick *t, struct spy_stack *st, const char *root)
+static void add_tick(struct agent_window *win, const struct prof_tick *t, struct spy_stack *st, const char *root)
 {
 	for (size_t i = 0; i < t->n; i++) {
 		const struct prof_sample *s = &t->v[i];
@@ -281,20 +285,8 @@ static void add_tick(struct fg_profile *win, const struct prof_tick *t, struct s
 			push_synthetic(st, s->thread_root);
 		}
 		push_synthetic(st, root);
-		fg_profile_add(win, st, 1);
+		agent_window_add(win, st);
 	}
-}
-
-static size_t names_budget(void)
-{
-#ifdef SPY_TEST_HOOKS
-	/* Tests: reached within the seconds a test runs, on every interpreter's speed. */
-	const char *v = getenv("SPY_TEST_AGENT_NAMES_KB");
-	if (v) {
-		return (size_t)strtoul(v, NULL, 10) << 10;
-	}
-#endif
-	return AGENT_NAMES_BYTES;
 }
 
 static void *worker_main(void *arg)
@@ -302,7 +294,7 @@ static void *worker_main(void *arg)
 	struct worker *w = arg;
 	struct agent *a = w->a;
 	struct spy_strtab strs = SPY_STRTAB_INIT;
-	spy_strtab_set_budget(&strs, names_budget());
+	spy_strtab_set_budget(&strs, agent_names_budget());
 	double rate = atomic_load(&a->rate_now);
 	/* Aligned: one timer wakes every worker, not one each. */
 	struct prof_opts o = { .rate = rate, .duration = -1, .aligned = true };
@@ -330,7 +322,8 @@ static void *worker_main(void *arg)
 	say("profiling process %d (%s, Python %s) as %s at %g Hz", (int)w->pid,
 		w->program, python, w->series.app, rate);
 
-	struct fg_profile *win = fg_profile_new(&strs, 0);
+	struct agent_window win;
+	agent_window_open(&win, &strs, agent_window_budget());
 	struct spy_stack st = SPY_STACK_INIT;
 	int64_t every = a->push_every;
 	int64_t from = (int64_t)wall_s() / every * every;
@@ -342,8 +335,12 @@ static void *worker_main(void *arg)
 			break;
 		}
 		if (ev == PROF_TICK) {
-			add_tick(win, &t, &st, root);
+			add_tick(&win, &t, &st, root);
 			atomic_fetch_add(&a->ticks, 1);
+			atomic_store(&w->cost, spy_strtab_bytes(&strs) + agent_window_bytes(&win));
+		}
+		if (atomic_load(&w->shed)) {
+			break;
 		}
 		double now = wall_s();
 		if (now >= (double)(from + every)) {
@@ -366,20 +363,21 @@ static void *worker_main(void *arg)
 	 * a process that exited may not be reaped by its parent yet, and
 	 * would still answer kill(pid, 0).
 	 */
-	bool replaced = !prof_stop_signal() && prof_execed(p);
+	bool shed = atomic_load(&w->shed);
+	bool replaced = !shed && !prof_stop_signal() && prof_execed(p);
 	prof_stop(p);
 	prof_detach(p);
 	/* What is held goes too: the last window ends where the next would have begun. */
 	close_window(w, &win, &strs, from, from + every, win_rate, python);
-	fg_profile_free(win);
+	agent_window_close(&win);
 	spy_stack_release(&st);
 	prof_close(p);
 	spy_strtab_release(&strs);
-	if (!prof_stop_signal() && !replaced) {
+	if (!prof_stop_signal() && !replaced && !shed) {
 		say("process %d exited, let go", (int)w->pid);
 	}
 	atomic_store(&w->done, true);
-	return (void *)(intptr_t)(replaced ? WORKER_EXECED : WORKER_LET_GO);
+	return (void *)(intptr_t)(shed ? WORKER_SHED : replaced ? WORKER_EXECED : WORKER_LET_GO);
 }
 
 /* ---- choosing processes ---- */
@@ -484,7 +482,7 @@ static void worker_ended(struct agent *a, pid_t pid, enum worker_end how, uint64
 		pd->at_ns = now + retry_ns();
 		return;
 	}
-	if (++pd->tries <= AGENT_RETRIES) {
+	if (how != WORKER_SHED && ++pd->tries <= AGENT_RETRIES) {
 		pd->at_ns = now + (retry_ns() << (pd->tries - 1));
 		spy_log(SPY_LOG_DEBUG, "agent: process %d: no Python interpreter found yet; retry %u of %u in %.2f s",
 			(int)pid, pd->tries, AGENT_RETRIES, (double)(pd->at_ns - now) / 1e9);
@@ -496,8 +494,10 @@ static void worker_ended(struct agent *a, pid_t pid, enum worker_end how, uint64
 		drop_pending(a, pid);
 		return;
 	}
-	say("process %d: no Python interpreter found in %u tries; looked at again if it "
-		"replaces its program", (int)pid, pd->tries);
+	if (how != WORKER_SHED) {
+		say("process %d: no Python interpreter found in %u tries; looked at again if it "
+		    "replaces its program", (int)pid, pd->tries);
+	}
 }
 
 /* Join the workers that ended. */
@@ -639,28 +639,49 @@ static void status_line(struct agent *a, uint64_t since_ns, uint64_t since_cpu)
 	pusher_status(a->pusher, &st);
 	struct rusage ru;
 	getrusage(RUSAGE_SELF, &ru);
-	long rss_kb = 0;
-	FILE *f = fopen("/proc/self/statm", "r");
-	long size = 0, pages = 0;
-	if (f && fscanf(f, "%ld %ld", &size, &pages) == 2) {
-		rss_kb = pages * (sysconf(_SC_PAGESIZE) / 1024);
-	}
-	if (f) {
-		fclose(f);
-	}
+	long rss_kb = (long)(agent_rss() >> 10);
 	double cpu = since_ns ? 100.0 * (double)(cpu_ns() - since_cpu) / (double)(spy_now_ns() - since_ns) : 0;
 	/* The heap in use against what the allocator keeps free: a leak from fragmentation, at a glance. */
 	struct mallinfo2 mi = mallinfo2();
-	char over[64] = "";
-	uint64_t names_over = atomic_load(&a->names_over);
-	if (names_over) {
-		snprintf(over, sizeof(over), ", names over budget %llu", (unsigned long long)names_over);
-	}
+	char over[160];
+	agent_memory_status(over, sizeof(over), atomic_load(&a->names_over), atomic_load(&a->stacks_over), a->mem.shed);
 	say("%zu processes at %.3g Hz, %llu samples; windows sent %llu, kept %zu, "
 		"dropped %llu; cpu %.1f%% (%.0f us a sample), rss %ld KiB (heap %zu KiB, %zu free)%s",
 		live_workers(a), atomic_load(&a->rate_now), (unsigned long long)atomic_load(&a->ticks),
 		(unsigned long long)st.sent, st.queued, (unsigned long long)(st.dropped + st.rejected), cpu,
 		a->cost_ns / 1000, rss_kb, (mi.uordblks + mi.hblkhd) >> 10, mi.fordblks >> 10, over);
+}
+
+/*
+ * Over --max-memory: the process whose names and window hold the most is
+ * let go (its worker sees the word at its next tick); one at a time, a
+ * second apart at least.
+ */
+static void memory(struct agent *a, uint64_t now)
+{
+	struct worker *worst = NULL;
+	size_t most = 0, rss;
+	for (struct worker *w = a->workers; w; w = w->next) {
+		size_t c = atomic_load(&w->cost);
+		if (atomic_load(&w->done)) {
+			continue;
+		}
+		if (atomic_load(&w->shed)) {
+			return; /* one still letting go: what it holds is not free yet */
+		}
+		if (!worst || c > most) {
+			worst = w;
+			most = c;
+		}
+	}
+	if (!worst || !agent_memory_over(&a->mem, now, &rss)) {
+		return;
+	}
+	atomic_store(&worst->shed, true);
+	agent_memory_shed(&a->mem, now);
+	say("process %d (%s) shed: the agent's RSS, %zu MiB, is over --max-memory %u MiB, and its names and "
+	    "window held the most (%zu KiB); not profiled again unless it replaces its program",
+	    (int)worst->pid, worst->program, rss >> 20, a->max_memory_mb, most >> 10);
 }
 
 /* ---- the command ---- */
@@ -679,6 +700,10 @@ static int check_args(struct agent *a)
 	if (a->push_every < 1 || a->push_every > 3600) {
 		return cmd_usage_error("agent", "--push-every must be 1 to 3600 seconds");
 	}
+	if (a->max_memory_mb < AGENT_MIN_MEMORY_MB || a->max_memory_mb > (1u << 20)) {
+		return cmd_usage_error("agent", "--max-memory must be %d to %u MiB", AGENT_MIN_MEMORY_MB, 1u << 20);
+	}
+	a->mem.max_bytes = (size_t)a->max_memory_mb << 20;
 	if (a->status_every < 1) {
 		return cmd_usage_error("agent", "--status-every must be at least 1 second");
 	}
@@ -729,6 +754,7 @@ static void run(struct agent *a)
 		reap(a, now);
 		scan(a, now);
 		budget(a, now);
+		memory(a, now);
 		struct push_status st;
 		pusher_status(a->pusher, &st);
 		if (st.failing && !shown.failing) {
@@ -754,6 +780,7 @@ int cmd_agent(int argc, char **argv)
 	struct agent *a = spy_xcalloc(1, sizeof(*a));
 	a->rate = AGENT_RATE_HZ;
 	a->max_cpu = AGENT_MAX_CPU;
+	a->max_memory_mb = AGENT_MAX_MEMORY_MB;
 	a->push_every = 10;
 	a->status_every = AGENT_STATUS_S;
 	const struct opt opts[] = {
@@ -761,6 +788,7 @@ int cmd_agent(int argc, char **argv)
 		{ 0, "push-every", OPT_UINT, &a->push_every, "S", "a window per process every S seconds, on wall-clock multiples (default 10)" },
 		{ 'r', "rate", OPT_DOUBLE, &a->rate, "HZ", "samples per second per process (default 19)" },
 		{ 0, "max-cpu", OPT_DOUBLE, &a->max_cpu, "PCT", "spy's CPU budget, % of one core (default 5): the rate is lowered evenly to stay under it" },
+		{ 0, "max-memory", OPT_UINT, &a->max_memory_mb, "MIB", "the agent's memory budget, MiB of RSS (default 256): over it the process holding the most is let go" },
 		{ 0, "match", OPT_STRING, &a->match, "RE", "only processes whose command line matches RE (POSIX extended)" },
 		{ 0, "exclude", OPT_STRING, &a->exclude, "RE", "not the processes whose command line matches RE" },
 		{ 0, "uid", OPT_STRING, &a->uid_text, "UID", "only the processes of this user id" },
@@ -818,8 +846,8 @@ int cmd_agent(int argc, char **argv)
 	 */
 	prof_ignore_hup();
 	prof_install_stop_handlers();
-	say("pushing to %s every %u s, %g Hz per process, at most %g%% of a core",
-		a->push->url_text, a->push_every, a->rate, a->max_cpu);
+	say("pushing to %s every %u s, %g Hz per process, at most %g%% of a core and %u MiB",
+		a->push->url_text, a->push_every, a->rate, a->max_cpu, a->max_memory_mb);
 	run(a);
 	/* Each worker sees the stop at its next tick, lets its process go and hands over what it holds. */
 	while (a->workers) {

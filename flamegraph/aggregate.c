@@ -94,6 +94,7 @@ void fg_profile_free(struct fg_profile *p)
 	free(p->ids);
 	free(p->last);
 	free(p->last_h);
+	free(p->known_ids);
 	fg_source_free(p->source);
 	spy_strtab_release(&p->own_strtab);
 	free(p);
@@ -152,7 +153,60 @@ uint32_t fg_intern_frame(struct fg_profile *p, const char *func, const char *fil
 	uint32_t id = (uint32_t)p->nframes++;
 	p->frames[id] = (struct fg_frame){ func, file, line, kind };
 	spy_hmap_add(&p->frame_index, h, id);
+	p->names += strlen(func) + (file ? strlen(file) : 0);
 	return id;
+}
+
+/* fg_intern_frame's id for a frame the profile has, FG_NONE for one it has not (nothing added). */
+static uint32_t find_frame(const struct fg_profile *p, const struct spy_frame *f)
+{
+	/* fg_intern_frame's normalisation, the same. */
+	const char *func = f->func ? f->func : spy_strtab_intern(p->strtab, "", 0), *file = f->file;
+	uint32_t line = p->flags & FG_FUNCTION ? 0 : f->line;
+	if (f->kind == SPY_FRAME_SYNTHETIC) {
+		file = NULL;
+		line = 0;
+	} else if (!file) {
+		file = spy_strtab_intern(p->strtab, "", 0);
+	}
+	struct spy_hmap_it it;
+	SPY_HMAP_FOR_KEY(&p->frame_index, frame_hash(func, file, line, f->kind), it, v) {
+		const struct fg_frame *e = &p->frames[v];
+		if (e->func == func && e->file == file && e->line == line && e->kind == f->kind) {
+			return (uint32_t)v;
+		}
+	}
+	return FG_NONE;
+}
+
+int fg_profile_add_known(struct fg_profile *p, const struct spy_stack *s, uint64_t count)
+{
+	p->last_stack = FG_NONE;
+	size_t n = s->n > FG_MAX_DEPTH ? FG_MAX_DEPTH : s->n;
+	if (!count || !n || count > FG_MAX_TOTAL - p->samples) {
+		return -SPY_EBOUND;
+	}
+	/* Its own scratch: ids and last are fg_profile_add's cache of the stack it added last. */
+	SPY_GROW(p->known_ids, p->known_alloc, n);
+	const struct spy_frame *v = s->v + (s->n - n);
+	for (size_t k = 0; k < n; k++) {
+		if ((p->known_ids[k] = find_frame(p, &v[n - 1 - k])) == FG_NONE) {
+			return -SPY_EBOUND;
+		}
+	}
+	uint64_t h = path_hash(p->known_ids, n);
+	struct spy_hmap_it it;
+	SPY_HMAP_FOR_KEY(&p->stack_index, h, it, x) {
+		struct fg_stack_ent *e = &p->stacks[x];
+		if (e->depth == n && !memcmp(p->pool + e->off, p->known_ids, n * sizeof(*p->known_ids))) {
+			e->count += count;
+			p->samples += count;
+			p->truncated += s->n > n ? count : 0;
+			p->last_stack = (uint32_t)x;
+			return 0;
+		}
+	}
+	return -SPY_EBOUND;
 }
 
 /* fg_add_path with the path's hash at hand. */
@@ -302,13 +356,14 @@ void fg_profile_stats(const struct fg_profile *p, struct fg_stats *st)
 	st->frames = p->nframes;
 	st->stacks = p->nstacks;
 	st->frame_ids = p->npool;
+	st->names = p->names;
 	st->bytes = p->frames_alloc * sizeof(*p->frames) +
 		    spy_hmap_bytes(&p->frame_index) +
 		    p->stacks_alloc * sizeof(*p->stacks) +
 		    spy_hmap_bytes(&p->stack_index) +
 		    p->pool_alloc * sizeof(*p->pool) +
 		    p->ids_alloc * sizeof(*p->ids) + p->last_alloc * sizeof(*p->last) +
-		    p->last_h_alloc * sizeof(*p->last_h);
+		    p->last_h_alloc * sizeof(*p->last_h) + p->known_alloc * sizeof(*p->known_ids);
 }
 
 uint32_t fg_profile_last_stack(const struct fg_profile *p)

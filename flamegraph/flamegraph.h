@@ -45,6 +45,8 @@
 #define FG_META_WITHHELD "withheld"
 /* The agent: names interned in place of new ones past the process's name budget, in this window (common/strtab.h). */
 #define FG_META_NAMES_OVER "names-over-budget"
+/* The agent: samples of new stacks counted under one truncation frame past the window's byte budget (cmd/agent-memory.h). */
+#define FG_META_STACKS_OVER "stacks-over-budget"
 /* The synthetic frame record puts innermost on a sample taken while the garbage collector ran. */
 #define FG_GC_FRAME "<GC>"
 /* Launch mode: the interpreter's start-up (imports before the program's code) folded into one frame. */
@@ -72,6 +74,8 @@ struct fg_stats {
 	size_t stacks;       /* distinct stacks */
 	size_t frame_ids;    /* frames stored over all distinct stacks */
 	size_t bytes;        /* heap held by frames, stacks and hashes (not strings) */
+	size_t names;        /* bytes of the names the frames carry (func and file, each frame's own):
+				what writing the profile out costs beyond bytes */
 };
 
 struct fg_profile;
@@ -86,6 +90,14 @@ void fg_profile_free(struct fg_profile *p);
  * -SPY_EBOUND when a bound is hit (the samples are counted as dropped).
  */
 int fg_profile_add(struct fg_profile *p, const struct spy_stack *s, uint64_t count);
+
+/*
+ * Add count samples of s only if the profile holds that stack already: 0,
+ * or -SPY_EBOUND with nothing added, counted or interned (a frame or the
+ * stack is new, or the sample bound). For a caller holding a profile to a
+ * budget: past it, known stacks still count and new ones go elsewhere.
+ */
+int fg_profile_add_known(struct fg_profile *p, const struct spy_stack *s, uint64_t count);
 
 /* Cap the distinct stacks (known ones still count), to bound memory. */
 void fg_profile_limit_stacks(struct fg_profile *p, size_t max_stacks);

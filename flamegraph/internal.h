@@ -628,6 +628,10 @@ struct fg_profile {
 	 * kept its root side hashes only the frames above what it kept. */
 	uint64_t *last_h;
 	size_t last_h_alloc;
+	/* fg_profile_add_known's frame ids. */
+	uint32_t *known_ids;
+	size_t known_alloc;
+	size_t names;         /* fg_stats.names */
 
 	uint64_t samples, dropped, truncated;
 	/* Index of the stack the last add counted, FG_NONE if it counted none

@@ -19,6 +19,15 @@
  *    own CPU profiles name them);
  *  - duration_nanos from "# duration-s:", time_nanos when given; every metadata entry as a
  *    "key: value" comment.
+ * The message is encoded and compressed as it is written: each top-level
+ * field goes into a small buffer, which is deflated to f whenever it
+ * holds FLUSH_AT bytes, so a profile of many megabytes of names never
+ * exists whole, uncompressed, in memory (an agent writes one a window for
+ * every process: issue #37). Top-level fields may come in any order and
+ * a repeated field's elements are read in the order written, so each
+ * string_table entry is written when first used, not gathered for the
+ * end.
+ *
  * The string table is deduplicated by pointer (profile strings are
  * interned), starts with "" as the format requires, and holds only valid
  * UTF-8: pprof's readers are written in Go and Java, where an invalid byte
@@ -40,10 +49,16 @@ struct pp_func {
 	const char *func, *file;
 };
 
+/* The Profile's top-level fields gathered here are deflated to f past this many bytes. */
+#define FLUSH_AT (64 * 1024)
+
 struct pp {
 	const struct fg_profile *p;
-	struct spy_buf out;       /* the Profile message */
-	struct spy_buf strings;   /* string_table entries, already encoded */
+	struct spy_buf out;       /* the Profile message's fields not deflated yet */
+	z_stream z;
+	FILE *f;
+	int rc;                   /* the first failure: nothing more is written */
+	struct spy_err *err;
 	struct spy_buf sub, sub2; /* scratch for nested messages */
 	struct spy_hmap strmap;   /* interned string -> string_table index */
 	struct spy_hmap funcmap;  /* hash of a pp_func -> its index in funcs */
@@ -54,6 +69,8 @@ struct pp {
 	int64_t period;           /* ns per sample, 0 when the rate is unknown */
 };
 
+static void maybe_flush(struct pp *pp);
+
 /* A new string_table entry for s (valid UTF-8, controls made visible); its index. */
 static uint64_t string_new(struct pp *pp, const char *s)
 {
@@ -61,7 +78,7 @@ static uint64_t string_new(struct pp *pp, const char *s)
 	spy_buf_reset(t);
 	/* pprof shows these strings in a terminal: the one terminal escaper. */
 	spy_term_adds(t, s);
-	spy_pb_bytes(&pp->strings, 6, t->buf, t->len);
+	spy_pb_bytes(&pp->out, 6, t->buf, t->len);
 	spy_buf_reset(t);
 	return pp->nstrings++;
 }
@@ -121,7 +138,8 @@ static int pp_sample(void *ctx, const uint32_t *frames, size_t depth, uint64_t c
 	spy_pb_bytes(&pp->sub, 2, packed->buf, packed->len);
 	spy_buf_reset(packed);
 	spy_pb_msg(&pp->out, 2, &pp->sub);
-	return 0;
+	maybe_flush(pp);
+	return pp->rc;
 }
 
 /* A ValueType {type, unit} as field of the Profile. */
@@ -134,45 +152,53 @@ static void value_type(struct pp *pp, unsigned field, const char *type, const ch
 	spy_pb_msg(&pp->out, field, &pp->sub);
 }
 
-/* Compress the message as one gzip member to f. */
-static int gzip_out(const struct spy_buf *msg, FILE *f, struct spy_err *err)
+static int gzip_start(struct pp *pp)
 {
-	z_stream z;
-	memset(&z, 0, sizeof(z));
 	/* 15 + 16: a gzip header and trailer (mtime 0, so output is deterministic). */
-	if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
-		return spy_err_set(err, SPY_EIO, "writing the pprof profile: zlib init failed");
+	if (deflateInit2(&pp->z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+		return pp->rc = spy_err_set(pp->err, SPY_EIO, "writing the pprof profile: zlib init failed");
 	}
-	unsigned char out[65536];
-	const unsigned char *in = (const unsigned char *)msg->buf;
-	size_t left = msg->len;
-	int rc = 0, zr;
-	do {
-		/* avail_in is 32-bit: feed a huge message in slices. */
-		if (z.avail_in == 0 && left) {
+	return 0;
+}
+
+/* Deflate what pp->out holds to f (with finish, the end of the gzip member) and empty it. */
+static int gzip_some(struct pp *pp, bool finish)
+{
+	unsigned char out[16384];
+	const unsigned char *in = (const unsigned char *)pp->out.buf;
+	size_t left = pp->out.len;
+	int zr = Z_OK;
+	while (!pp->rc) {
+		/* avail_in is 32-bit: a huge field goes in slices. */
+		if (pp->z.avail_in == 0 && left) {
 			size_t chunk = left > (1u << 30) ? (1u << 30) : left;
-			z.next_in = (unsigned char *)(uintptr_t)in;
-			z.avail_in = (uInt)chunk;
+			pp->z.next_in = (unsigned char *)(uintptr_t)in;
+			pp->z.avail_in = (uInt)chunk;
 			in += chunk;
 			left -= chunk;
 		}
-		z.next_out = out;
-		z.avail_out = sizeof(out);
-		zr = deflate(&z, left ? Z_NO_FLUSH : Z_FINISH);
-		size_t have = sizeof(out) - z.avail_out;
-		if (have && fwrite(out, 1, have, f) != have) {
-			rc = spy_err_set(err, SPY_EIO, "writing the pprof profile: %s", strerror(errno));
+		pp->z.next_out = out;
+		pp->z.avail_out = sizeof(out);
+		zr = deflate(&pp->z, left || !finish ? Z_NO_FLUSH : Z_FINISH);
+		size_t have = sizeof(out) - pp->z.avail_out;
+		if (have && fwrite(out, 1, have, pp->f) != have) {
+			pp->rc = spy_err_set(pp->err, SPY_EIO, "writing the pprof profile: %s", strerror(errno));
+		} else if (zr == Z_STREAM_ERROR || (finish && zr == Z_BUF_ERROR && have == 0)) {
+			pp->rc = spy_err_set(pp->err, SPY_EIO, "writing the pprof profile: zlib error %d", zr);
+		} else if (finish ? zr == Z_STREAM_END : !left && pp->z.avail_in == 0 && pp->z.avail_out != 0) {
 			break;
 		}
-	} while (zr != Z_STREAM_END && zr != Z_STREAM_ERROR);
-	if (!rc && zr != Z_STREAM_END) {
-		rc = spy_err_set(err, SPY_EIO, "writing the pprof profile: zlib error %d", zr);
 	}
-	deflateEnd(&z);
-	if (!rc && fflush(f) != 0) {
-		rc = spy_err_set(err, SPY_EIO, "writing the pprof profile: %s", strerror(errno));
+	spy_buf_reset(&pp->out);
+	return pp->rc;
+}
+
+/* After a top-level field: deflated once enough is gathered. */
+static void maybe_flush(struct pp *pp)
+{
+	if (pp->out.len >= FLUSH_AT) {
+		gzip_some(pp, false);
 	}
-	return rc;
 }
 
 /* A metadata number, or 0 when unset or not a plain positive finite number. */
@@ -191,8 +217,13 @@ int fg_profile_write_pprof(const struct fg_profile *p, const struct fg_pprof_opt
 	struct pp pp;
 	memset(&pp, 0, sizeof(pp));
 	pp.p = p;
+	pp.f = f;
+	pp.err = err;
+	if (gzip_start(&pp) < 0) {
+		return pp.rc;
+	}
 	/* string_table[0] must be "". */
-	spy_pb_bytes(&pp.strings, 6, "", 0);
+	spy_pb_bytes(&pp.out, 6, "", 0);
 	pp.nstrings = 1;
 
 	double rate = meta_number(p, FG_META_RATE_HZ);
@@ -217,7 +248,7 @@ int fg_profile_write_pprof(const struct fg_profile *p, const struct fg_pprof_opt
 	}
 
 	size_t nframes = fg_profile_frame_count(p);
-	for (uint32_t id = 0; id < nframes; id++) {
+	for (uint32_t id = 0; id < nframes && !pp.rc; id++) {
 		const struct fg_frame *fr = fg_profile_frame(p, id);
 		uint64_t fid = function_id(&pp, fr);
 		spy_pb_uint(&pp.sub2, 1, fid);
@@ -227,8 +258,11 @@ int fg_profile_write_pprof(const struct fg_profile *p, const struct fg_pprof_opt
 		spy_pb_uint(&pp.sub, 1, (uint64_t)id + 1);
 		spy_pb_msg(&pp.sub, 4, &pp.sub2);
 		spy_pb_msg(&pp.out, 4, &pp.sub);
+		maybe_flush(&pp);
 	}
-	fg_profile_foreach_stack(p, pp_sample, &pp);
+	if (!pp.rc) {
+		fg_profile_foreach_stack(p, pp_sample, &pp);
+	}
 
 	/* Comments are string indices, written unpacked (readers take both forms). */
 	size_t nmeta = fg_profile_meta_count(p);
@@ -242,10 +276,12 @@ int fg_profile_write_pprof(const struct fg_profile *p, const struct fg_pprof_opt
 	}
 	spy_buf_release(&text);
 
-	spy_buf_add(&pp.out, pp.strings.buf, pp.strings.len);
-	int rc = gzip_out(&pp.out, f, err);
+	int rc = gzip_some(&pp, true);
+	deflateEnd(&pp.z);
+	if (!rc && fflush(f) != 0) {
+		rc = spy_err_set(err, SPY_EIO, "writing the pprof profile: %s", strerror(errno));
+	}
 	spy_buf_release(&pp.out);
-	spy_buf_release(&pp.strings);
 	spy_buf_release(&pp.sub);
 	spy_buf_release(&pp.sub2);
 	spy_hmap_release(&pp.strmap);

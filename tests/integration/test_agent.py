@@ -17,8 +17,10 @@ people's processes run on this machine). One run of about 40 s, with:
     "profiling process" line) and one ended mid-run (let go);
   - one --exclude names (never attached);
   - one that churns unique 4 KB function names (targets/churn_names.py):
-    its windows say how many names went over its budget, the status line
-    counts them, the agent's RSS stays under 64 MB;
+    its windows say how many names and how many stacks went over its
+    budgets (names 2 MiB, a window 256 KiB: test hooks), the status line
+    counts both, no other target's window says either, the agent's RSS
+    stays under 64 MB;
   - one held by another tracer (a `spy record --pid` of its own): skipped,
     in one line;
   - the receiver down for 10 s (its port closed), then back on the same port.
@@ -32,7 +34,12 @@ test) with a bearer token: --rate 400 with --max-cpu 1 must lower the
 rate, in the status line and in the windows' rate. Then the retries: two
 processes whose executable is named like Python's but holds none are tried
 6 times with backoff and given up on in one line; the one that later execs
-a real Python is profiled then.
+a real Python is profiled then. Then the memory budget: --max-memory 8 MiB
+above the agent's RSS with one busy target, the name churner beside it
+(its names budget made 64 MiB): the churner alone is shed, in one line,
+counted in the status line, its RSS given back, never profiled again; the
+busy target's windows go on, contiguous (a SKIP under a sanitizer, whose
+RSS is not the product's).
 
 Usage errors: no --push, a bad regex, a bad --uid: exit 2, one line.
 Run by Debian's /usr/bin/python3 (meson.build), which sees python3-protobuf.
@@ -168,6 +175,12 @@ def pick(interps):
     return out
 
 
+def over_budget(r):
+    """Whether window r says names or stacks went over the process's budget."""
+    c = r.comments()
+    return any(int(c.get(k, "0")) > 0 for k in ("names-over-budget", "stacks-over-budget"))
+
+
 def windows_of(reqs, pid):
     return sorted((r for r in reqs if r.labels.get("pid") == str(pid)), key=lambda r: r.frm)
 
@@ -245,9 +258,11 @@ def fleet(rep, interps):
         others.append(forger)
         time.sleep(1)
 
-        # The names' budget made 2 MiB (SPY_TEST_AGENT_NAMES_KB; 8 MiB by default): the churner passes
-        # it within seconds on the slowest interpreter, the busy targets' few names stay far below.
-        hooks = {"SPY_TEST_AGENT_NAMES_KB": "2048"} if os.environ.get("SPY_TEST_HOOKS_BUILT", "1") == "1" else {}
+        # The names' budget made 2 MiB (SPY_TEST_AGENT_NAMES_KB; 8 MiB by default) and a window's 256 KiB
+        # (SPY_TEST_AGENT_WINDOW_KB; 4 MiB): the churner passes both within seconds on the slowest
+        # interpreter (its first windows' stacks, then its names), the busy targets stay far below.
+        hooks = ({"SPY_TEST_AGENT_NAMES_KB": "2048", "SPY_TEST_AGENT_WINDOW_KB": "256"}
+                 if os.environ.get("SPY_TEST_HOOKS_BUILT", "1") == "1" else {})
         agent = Agent(["--push", recv.url(), "--push-every", str(EVERY), "--match", marker,
                        "--uid", str(os.getuid()), "--status-every", "2", "--exclude", "exclude[m]e|excludeme$"],
                       hooks)
@@ -288,8 +303,13 @@ def fleet(rep, interps):
             sys.stdout.write("(the name churner's budget is not checked: a build without test hooks)\n")
         elif not any(int(r.comments().get("names-over-budget", "0")) > 0 for r in cw):
             p.append("the name churner's windows never say names went over the budget (%d windows)" % len(cw))
-        if hooks and not re.search(r"names over budget \d+", text):
-            p.append("the status line does not count the names over budget")
+        elif not any(int(r.comments().get("stacks-over-budget", "0")) > 0 for r in cw):
+            p.append("the name churner's windows never say stacks went over the budget (%d windows)" % len(cw))
+        if hooks and not re.search(r"names over budget \d+, stacks over budget \d+", text):
+            p.append("the status line does not count the names and stacks over budget")
+        for name, t, _, _ in targets:
+            if t is not churner and any(over_budget(r) for r in windows_of(reqs, t.pid)):
+                p.append("%s: its windows say a budget was hit" % name)
         sanitized = os.environ.get("SPY_TEST_SANITIZED") == "1"
         heavy = [s for s in agent.status_rss() if s > 64 * 1024]
         if sanitized:
@@ -388,6 +408,85 @@ def budget(rep, interp):
         ca.close()
 
 
+def memory(rep, interp):
+    """--max-memory: over it the process holding the most is let go (shed), in one line, counted in the
+    status line, not profiled again; the others go on, their windows complete. The budget is 8 MiB
+    above the agent's RSS with the busy target alone (a first run of about 4 s), and the name churner's
+    names budget is made 64 MiB (SPY_TEST_AGENT_NAMES_KB), so that it is what grows (0.6 MiB/s here).
+    Under a sanitizer the RSS is not the product's: SKIP."""
+    harness.require_test_hooks("SPY_TEST_AGENT_NAMES_KB")
+    if os.environ.get("SPY_TEST_SANITIZED") == "1":
+        raise harness.SkipInterp("a sanitizer build: its RSS is not spy's (ASan's quarantine keeps freed memory)")
+    recv = pushrecv.Receiver()
+    marker = "spyagentmem%d%s" % (os.getpid(), os.urandom(4).hex())
+    ts = []
+    try:
+        busy = harness.Target(interp, harness.target_path("agent_target.py"), [marker, "busy"])
+        ts.append(busy)
+        args = ["--push", recv.url(), "--push-every", str(EVERY), "--match", marker, "--uid", str(os.getuid()),
+                "--status-every", "1", "--max-cpu", "50"]
+        # Its own receiver: the second run's windows of the busy target must be contiguous on their own.
+        first = pushrecv.Receiver()
+        base = Agent(["--push", first.url()] + args[2:])
+        # Three status lines with the target profiled: its RSS settled (the first scan of a busy /proc
+        # may take seconds).
+        deadline = time.time() + 20
+        while time.time() < deadline and (base.attached_at(busy.pid) is None or
+                                          len([t for t, _ in base.lines if t > base.attached_at(busy.pid)]) < 4):
+            time.sleep(0.5)
+        base.stop()
+        first.close()
+        if not base.status_rss():
+            return ["the first run wrote no status line:\n" + base.text()]
+        limit = base.status_rss()[-1] // 1024 + 1 + 8
+        churner = harness.Target(interp, harness.target_path("churn_names.py"), [marker])
+        ts.append(churner)
+        agent = Agent(args + ["--max-memory", str(limit)], {"SPY_TEST_AGENT_NAMES_KB": "65536"})
+        deadline = time.time() + 40
+        while time.time() < deadline and not any(" shed: " in l for _, l in agent.lines):
+            time.sleep(0.5)
+        shed_at = time.time()
+        time.sleep(3 * EVERY)
+        rc = agent.stop()
+        reqs, problems, _ = recv.snapshot()
+        p = list(problems)
+        if rc != 0:
+            p.append("SIGTERM: exit %r" % rc)
+        lines = [l for _, l in agent.lines]
+        shed = [l for l in lines if " shed: " in l]
+        if len(shed) != 1 or not shed[0].startswith("spy agent: process %d (" % churner.pid):
+            p.append("over --max-memory %d MiB: %d lines shedding (expected 1, the churner %d's): %r"
+                     % (limit, len(shed), churner.pid, shed))
+        after = [l for t, l in agent.lines if t > shed_at + 1.5 and re.match(r"spy agent: \d+ processes", l)]
+        if shed and (not after or not after[-1].endswith(", shed 1")):
+            p.append("the status lines after the shed do not count it: %r" % after[-1:])
+        rss = [int(m.group(1)) for m in (re.search(r", rss (\d+) KiB", l) for l in after) if m]
+        if shed and rss and rss[-1] > limit * 1024:
+            p.append("the RSS stayed over --max-memory %d MiB after the shed: %r KiB" % (limit, rss))
+        if len([l for l in lines if l.startswith("spy agent: profiling process %d " % churner.pid)]) != 1:
+            p.append("the churner was profiled again after it was shed")
+        cw = windows_of(reqs, churner.pid)
+        if cw and cw[-1].until > shed_at + 2 * EVERY:
+            p.append("the churner has windows after it was shed (%d > %d)" % (cw[-1].until, shed_at))
+        bw = windows_of(reqs, busy.pid)
+        if not bw or bw[-1].until < shed_at + EVERY:
+            p.append("the busy target's windows stopped with the shed")
+        p += check_target("busy beside a shed one", reqs, busy.pid, "agent_target",
+                          {"host": bw[0].labels.get("host") if bw else None, "pid": str(busy.pid),
+                           "python": interp.vstring})
+        if any(over_budget(r) for r in bw):
+            p.append("the busy target's windows say a budget was hit")
+        if not churner.alive() or not busy.alive():
+            p.append("a target died")
+        if p:
+            p.append("agent's stderr:\n" + agent.text())
+        return p
+    finally:
+        for t in ts:
+            t.stop()
+        recv.close()
+
+
 def retries(rep, interp):
     """A process that looks like Python (an executable named python*) but has no interpreter is tried
     again with backoff, AGENT_RETRIES (6) times, then given up on in one line and left alone; one that
@@ -449,6 +548,7 @@ def usage(rep):
     cases = [([], "--push URL is required"),
              (["--push", "http://127.0.0.1:1", "--match", "("], "--match"),
              (["--push", "http://127.0.0.1:1", "--uid", "root"], "--uid"),
+             (["--push", "http://127.0.0.1:1", "--max-memory", "8"], "--max-memory"),
              (["--push", "ftp://x"], "")]
     p = []
     for args, want in cases:
@@ -482,6 +582,7 @@ def main():
     host_newest = [i for i in chosen if not i.root][-1]
     rep.run("budget %s" % host_newest.label, budget, rep, host_newest)
     rep.run("retries %s" % host_newest.label, retries, rep, host_newest)
+    rep.run("memory budget %s" % host_newest.label, memory, rep, host_newest)
     rep.finish()
 
 

@@ -3,7 +3,8 @@
 message at all (a directive it cannot parse is only a warning there, so
 any output fails), ExecStart pointed at the spy just built; and both the
 unit and the DaemonSet grant exactly the capabilities doc/spy-agent.md
-justifies, with the hardening it lists. Self-test: a mutant unit (a bad
+justifies, with the hardening it lists; the agent's default --max-memory
+is under both's memory limits. Self-test: a mutant unit (a bad
 ProtectSystem value) must fail the same check. SKIP (77) when
 systemd-analyze is absent, saying so.
 
@@ -57,13 +58,37 @@ def static_checks(unit, ds):
     return p
 
 
+def mib(text):
+    """A systemd or Kubernetes memory figure (512M, 512Mi, 1G, 1Gi) in MiB, or None."""
+    m = re.match(r"^(\d+)(M|Mi|G|Gi)$", text.strip())
+    return int(m.group(1)) * (1024 if m and m.group(2).startswith("G") else 1) if m else None
+
+
+def memory_checks(unit, ds, spy):
+    """The agent's own memory budget (--max-memory's default, from its --help) is under both
+    backstops, so that they never stop it first (a Restart=on-failure loop of re-attaching)."""
+    r = subprocess.run([spy, "agent", "--help"], stdout=subprocess.PIPE, timeout=20)
+    m = re.search(r"--max-memory MIB .*\(default (\d+)\)", r.stdout.decode("utf-8", "replace"))
+    if not m:
+        return ["spy agent --help gives no --max-memory default"]
+    budget, p = int(m.group(1)), []
+    um = re.search(r"^MemoryMax=(.*)$", unit, re.M)
+    if not um or not mib(um.group(1)) or budget >= mib(um.group(1)):
+        p.append("unit: MemoryMax=%s is not above --max-memory's default %d MiB" % (um and um.group(1), budget))
+    dm = re.search(r"limits:\s*\n(?:\s+cpu: .*\n)?\s+memory: (\S+)", ds)
+    if not dm or not mib(dm.group(1)) or budget >= mib(dm.group(1)):
+        p.append("DaemonSet: the memory limit %s is not above --max-memory's default %d MiB"
+                 % (dm and dm.group(1), budget))
+    return p
+
+
 def main():
     src, spy = sys.argv[1], os.path.abspath(sys.argv[2])
     with open(os.path.join(src, "deploy", "spy-agent.service")) as f:
         unit = f.read()
     with open(os.path.join(src, "deploy", "spy-agent-daemonset.yaml")) as f:
         ds = f.read()
-    problems = static_checks(unit, ds)
+    problems = static_checks(unit, ds) + memory_checks(unit, ds, spy)
     if not shutil.which("systemd-analyze"):
         for p in problems:
             print("FAIL", p)

@@ -1,7 +1,7 @@
 /*
  * Unit tests for flamegraph/ aggregation: the trie's self and total counts,
  * distinct stacks, the trie view, -F merging, synthetic roots, bounds (depth,
- * stack and sample limits),
+ * stack and sample limits), adding only known stacks,
  * no growth when known stacks are added again, deterministic order, and the
  * metadata list.
  */
@@ -408,6 +408,58 @@ static void test_bounds(void)
 	spy_stack_release(&s);
 }
 
+/*
+ * fg_profile_add_known (a budget's past-the-limit add): a held stack counts,
+ * a new stack or frame changes nothing, not even the frame table, and
+ * fg_profile_add's cache of its last stack is left as it was. names
+ * counts each new frame's func and file bytes.
+ */
+static void test_add_known(void)
+{
+	struct fg_profile *p = fg_profile_new(NULL, 0);
+	struct spy_stack s = SPY_STACK_INIT;
+	struct fg_stats st;
+	add(p, &s, "root|a@m.py:1|b@m.py:2", 1);
+	fg_profile_stats(p, &st);
+	/* root (4) + a, m.py (1 + 4) + b, m.py (1 + 4) */
+	CHECK_INT(st.names, 14);
+	build(&s, fg_profile_strtab(p), "root|a@m.py:1|b@m.py:2");
+	CHECK_INT(fg_profile_add_known(p, &s, 3), 0);
+	CHECK_INT(fg_profile_last_stack(p), 0);
+	/* A new line is a new frame; a known prefix is a new stack: neither is added. */
+	build(&s, fg_profile_strtab(p), "root|a@m.py:1|b@m.py:7");
+	CHECK_INT(fg_profile_add_known(p, &s, 5), -SPY_EBOUND);
+	build(&s, fg_profile_strtab(p), "root|a@m.py:1");
+	CHECK_INT(fg_profile_add_known(p, &s, 5), -SPY_EBOUND);
+	CHECK_INT(fg_profile_last_stack(p), FG_NONE);
+	fg_profile_stats(p, &st);
+	CHECK_INT(st.samples, 4);
+	CHECK_INT(st.frames, 3);
+	CHECK_INT(st.stacks, 1);
+	CHECK_INT(st.dropped, 0);
+	CHECK_INT(st.names, 14);
+	/* The same stack again through fg_profile_add: its cache still right. */
+	add(p, &s, "root|a@m.py:1|b@m.py:2", 1);
+	add(p, &s, "root|a@m.py:1", 1);
+	fg_profile_stats(p, &st);
+	CHECK_INT(st.samples, 6);
+	CHECK_INT(st.stacks, 2);
+	char *text = folded(p);
+	CHECK_STR(text, "root;a (m.py:1) 1\nroot;a (m.py:1);b (m.py:2) 5\n");
+	free(text);
+	/* A NULL file is "" in both. */
+	spy_stack_reset(&s);
+	struct spy_frame *f = spy_stack_push(&s);
+	memset(f, 0, sizeof(*f));
+	f->func = spy_strtab_interns(fg_profile_strtab(p), "n");
+	f->kind = PY;
+	CHECK_INT(fg_profile_add_known(p, &s, 1), -SPY_EBOUND);
+	CHECK_INT(fg_profile_add(p, &s, 1), 0);
+	CHECK_INT(fg_profile_add_known(p, &s, 1), 0);
+	spy_stack_release(&s);
+	fg_profile_free(p);
+}
+
 /* Memory does not grow with samples, only with distinct stacks. */
 static void test_steady_state(void)
 {
@@ -658,6 +710,7 @@ int main(void)
 	test_order();
 	test_foreach();
 	test_bounds();
+	test_add_known();
 	test_steady_state();
 	test_last_stack();
 	test_borrowed_strtab();

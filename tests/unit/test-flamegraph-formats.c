@@ -2,8 +2,8 @@
  * Unit tests for the json, speedscope and pprof writers: what can be checked
  * without a parser (the gzip magic, deterministic bytes whatever order the
  * samples came in, escaping of quotes and control bytes, a write error), on
- * a plain profile, one split by thread roots, one of hostile names and an
- * empty one.
+ * a plain profile, one split by thread roots, one of hostile names, one
+ * larger than the pprof writer's flush and an empty one.
  *
  * The structure is checked by tests/unit/check-formats.py, which runs this
  * program with a directory argument; it then also saves every output there
@@ -214,6 +214,42 @@ static void test_long_duration(void)
 	fg_profile_free(p);
 }
 
+/*
+ * A profile whose pprof is many times the writer's 64 KiB flush (names of
+ * 200 bytes, 400 stacks of 10 frames: 800 KB of them): written in many deflated pieces,
+ * it must read back as the one message (check-formats.py compares it with
+ * the JSON, frame by frame), and a write error midway is -SPY_EIO.
+ */
+static void test_large(void)
+{
+	struct spy_buf text = SPY_BUF_INIT;
+	char pad[201];
+	memset(pad, 'n', 200);
+	pad[200] = '\0';
+	spy_buf_adds(&text, "# rate-hz: 19\n# duration-s: 10\n");
+	for (int i = 0; i < 400; i++) {
+		for (int j = 0; j < 10; j++) {
+			spy_buf_addf(&text, "%sf%d_%d_%s (big_%d.py:%d)", j ? ";" : "", i, j, pad, i, j + 1);
+		}
+		spy_buf_addf(&text, " %d\n", i % 7 + 1);
+	}
+	struct fg_profile *p = load(text.buf);
+	spy_buf_release(&text);
+	size_t len;
+	char *pb = render(p, FMT_PPROF, "large", &len);
+	CHECK(len > 10 && (unsigned char)pb[0] == 0x1f && (unsigned char)pb[1] == 0x8b);
+	free(pb);
+	render_all(p, "large");
+	FILE *full = fopen("/dev/full", "w");
+	if (full) {
+		struct spy_err err = SPY_ERR_INIT;
+		CHECK_INT(fg_profile_write_pprof(p, NULL, full, &err), -SPY_EIO);
+		spy_err_clear(&err);
+		fclose(full);
+	}
+	fg_profile_free(p);
+}
+
 static void test_empty_and_errors(void)
 {
 	struct fg_profile *p = fg_profile_new(NULL, 0);
@@ -243,6 +279,7 @@ int main(int argc, char **argv)
 	test_hostile();
 	test_deterministic();
 	test_long_duration();
+	test_large();
 	test_empty_and_errors();
 	return check_done();
 }
