@@ -247,12 +247,15 @@ struct pyrt {
 		uint64_t miss_n, miss_used;
 		unsigned miss_skips;
 		/*
-		 * Per interp[]: the dict whose change may name a thread the
-		 * pass left unnamed (threading._active, or sys.modules while
-		 * threading is not there), and its header when the pass read it.
+		 * Per interp[]: where a change may name a thread the pass left
+		 * unnamed (the header of threading._active, of threading's
+		 * dict while it is imported, of sys.modules while threading is
+		 * not there, or the interpreter's sys.modules slot while that
+		 * is NULL), and those watch_len bytes when the pass read them.
 		 */
 		spy_addr_t watch[8];
-		bool failed;                /* a read of _active or a Thread failed */
+		uint32_t watch_len[8];
+		bool failed;                /* a read of threading's dicts or of a Thread failed */
 		unsigned retries;           /* failed passes in a row, each rerun at the next tick */
 		uint64_t watch_sig[8][PYRT_DICT_SIG_WORDS];
 	} names_pass;
@@ -520,7 +523,13 @@ int pyrt_dict_each(struct pyrt *rt, const struct dview *v, pyrt_entry_fn fn, voi
 /* The same from entry from on; *stopped (if not NULL) is the entry at which fn returned nonzero. */
 int pyrt_dict_each_from(struct pyrt *rt, const struct dview *v, size_t from, pyrt_entry_fn fn, void *ctx,
 			size_t *stopped);
-/* The value of str key want in the dict at dict, or 0. */
+/*
+ * 1 and *value when str key want is in the dict at dict, 0 when it is
+ * not, < 0 when that is unknown: the dict or one of its keys unreadable
+ * (memory mapped since the maps were read reads so, as does a resize).
+ */
+int pyrt_dict_find(struct pyrt *rt, spy_addr_t dict, const char *want, spy_addr_t *value);
+/* The value of str key want in the dict at dict, or 0 (absent or unreadable). */
 spy_addr_t pyrt_dict_get(struct pyrt *rt, spy_addr_t dict, const char *want);
 /* Attribute want of an ordinary instance (a Thread, a WeakSet), or 0. */
 spy_addr_t pyrt_attr_get(struct pyrt *rt, spy_addr_t obj, const char *want);

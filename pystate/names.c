@@ -183,6 +183,7 @@ int pyrt_dict_each_from(struct pyrt *rt, const struct dview *v, size_t from, pyr
 struct find_str {
 	const char *want;
 	spy_addr_t value;
+	bool unread;    /* a key could not be read: want may be that one */
 };
 
 static int match_str(struct pyrt *rt, void *ctx, spy_addr_t key, spy_addr_t value)
@@ -191,25 +192,37 @@ static int match_str(struct pyrt *rt, void *ctx, spy_addr_t key, spy_addr_t valu
 	char buf[NAMES_KEY_MAX];
 	size_t len;
 	int trunc;
-	if (pystr_read(rt->mem, &rt->off, key, buf, sizeof(buf), &len, &trunc, NULL) == 0 && !trunc &&
-	    len == strlen(f->want) && memcmp(buf, f->want, len) == 0) {
+	int rc = pystr_read(rt->mem, &rt->off, key, buf, sizeof(buf), &len, &trunc, NULL);
+	if (rc == 0 && !trunc && len == strlen(f->want) && memcmp(buf, f->want, len) == 0) {
 		f->value = value;
 		return 1;
 	}
+	/* A key that is no str is not want; one that could not be read may be. */
+	f->unread |= rc == -SPY_EMEM;
 	return 0;
 }
 
-/* The value of str key want in the view, or 0. */
-static spy_addr_t view_get(struct pyrt *rt, const struct dview *v, const char *want)
+/* 1 and *value when str key want is in the view, 0 when it is not, < 0 when that is unknown. */
+static int view_find(struct pyrt *rt, const struct dview *v, const char *want, spy_addr_t *value)
 {
-	struct find_str f = { want, 0 };
-	return pyrt_dict_each(rt, v, match_str, &f) == 1 ? f.value : 0;
+	struct find_str f = { want, 0, false };
+	int rc = pyrt_dict_each(rt, v, match_str, &f);
+	*value = rc == 1 ? f.value : 0;
+	return rc != 0 ? rc : f.unread ? -SPY_EMEM : 0;
+}
+
+int pyrt_dict_find(struct pyrt *rt, spy_addr_t dict, const char *want, spy_addr_t *value)
+{
+	struct dview v;
+	int rc = pyrt_dict_view(rt, dict, &v);
+	*value = 0;
+	return rc < 0 ? rc : view_find(rt, &v, want, value);
 }
 
 spy_addr_t pyrt_dict_get(struct pyrt *rt, spy_addr_t dict, const char *want)
 {
-	struct dview v;
-	return pyrt_dict_view(rt, dict, &v) < 0 ? 0 : view_get(rt, &v, want);
+	spy_addr_t value;
+	return pyrt_dict_find(rt, dict, want, &value) == 1 ? value : 0;
 }
 
 int pyrt_attr_view(struct pyrt *rt, spy_addr_t obj, struct dview *v, size_t max)
@@ -285,5 +298,9 @@ int pyrt_attr_view(struct pyrt *rt, spy_addr_t obj, struct dview *v, size_t max)
 spy_addr_t pyrt_attr_get(struct pyrt *rt, spy_addr_t obj, const char *want)
 {
 	struct dview v;
-	return pyrt_attr_view(rt, obj, &v, PYRT_DICT_MAX_ENTRIES) < 0 || v.cut ? 0 : view_get(rt, &v, want);
+	spy_addr_t value;
+	if (pyrt_attr_view(rt, obj, &v, PYRT_DICT_MAX_ENTRIES) < 0 || v.cut) {
+		return 0;
+	}
+	return view_find(rt, &v, want, &value) == 1 ? value : 0;
 }

@@ -150,12 +150,23 @@ static bool read_ptr_ok(struct pyrt *rt, spy_addr_t at, spy_addr_t *p)
 	return spy_mem_read_addr(rt->mem, at, p) == 0;
 }
 
+/* Remember the len bytes at addr for interp[at] of the pass (0: nothing to watch). */
+static void watch_bytes(struct pyrt *rt, size_t at, spy_addr_t addr, size_t len)
+{
+	struct pyname_pass *p = &rt->names_pass;
+	memset(p->watch_sig[at], 0, sizeof(p->watch_sig[at]));
+	bool ok = addr && len <= sizeof(p->watch_sig[at]) &&
+		  spy_mem_read(rt->mem, addr, p->watch_sig[at], len) == 0;
+	p->watch[at] = ok ? addr : 0;
+	p->watch_len[at] = ok ? (uint32_t)len : 0;
+}
+
 /*
  * A dict's state in one read: the words from ma_used to ma_keys/ma_values
  * (2.7: ma_mask/ma_table), so an insertion (used, 3.6-3.13's version tag)
  * or a resize (keys, table) changes it, and the refcount does not.
  */
-static bool dict_sig(struct pyrt *rt, spy_addr_t dict, uint64_t sig[PYRT_DICT_SIG_WORDS])
+static void watch_dict(struct pyrt *rt, size_t at, spy_addr_t dict)
 {
 	const struct pyoffsets *o = &rt->off;
 	uint32_t end = o->dict_used, offs[] = { o->dict_keys, o->dict_values, o->dict_mask, o->dict_table };
@@ -164,16 +175,7 @@ static bool dict_sig(struct pyrt *rt, spy_addr_t dict, uint64_t sig[PYRT_DICT_SI
 			end = offs[i];
 		}
 	}
-	size_t len = end + 8 - o->dict_used;
-	memset(sig, 0, PYRT_DICT_SIG_WORDS * 8);
-	return dict && len <= PYRT_DICT_SIG_WORDS * 8 && spy_mem_read(rt->mem, dict + o->dict_used, sig, len) == 0;
-}
-
-/* Remember dict's state for interp[at] of the pass (0: nothing to watch). */
-static void watch_take(struct pyrt *rt, size_t at, spy_addr_t dict)
-{
-	struct pyname_pass *p = &rt->names_pass;
-	p->watch[at] = dict_sig(rt, dict, p->watch_sig[at]) ? dict : 0;
+	watch_bytes(rt, at, dict ? dict + o->dict_used : 0, end + 8 - o->dict_used);
 }
 
 /*
@@ -189,17 +191,18 @@ static bool names_moved(struct pyrt *rt, const struct py_thread *th, size_t n)
 	struct pyname_pass *p = &rt->names_pass;
 	uint32_t checked = 0;
 	for (size_t i = 0; i < n; i++) {
-		const struct pyname_ent *e = name_find(rt, th[i].thread_id, th[i].tstate);
+		const struct pyname_ent *e = name_find(rt, th[i].thread_id, name_ts(&th[i]));
 		if (!e || e->name) {
 			continue;
 		}
 		for (size_t j = 0; j < p->ninterp; j++) {
 			uint64_t sig[PYRT_DICT_SIG_WORDS];
-			if (p->interp[j] != th[i].interp || (checked & (1u << j)) || !p->watch[j]) {
+			if (p->interp[j] != name_ip(&th[i]) || (checked & (1u << j)) || !p->watch[j]) {
 				continue;
 			}
 			checked |= 1u << j;
-			if (dict_sig(rt, p->watch[j], sig) && memcmp(sig, p->watch_sig[j], sizeof(sig))) {
+			if (spy_mem_read(rt->mem, p->watch[j], sig, p->watch_len[j]) == 0 &&
+			    memcmp(sig, p->watch_sig[j], p->watch_len[j])) {
 				return true;
 			}
 		}
@@ -211,18 +214,37 @@ static bool names_moved(struct pyrt *rt, const struct py_thread *th, size_t n)
 /* Passes that may take an unchanged sys.modules for one still without threading. */
 #define NAMES_MISS_SKIPS 10
 
-/* threading._active of interp: remembered, else looked up (sys.modules, the module's dict). */
-static spy_addr_t active_of(struct pyrt *rt, spy_addr_t interp)
+/*
+ * threading._active of interp in *active: remembered, else looked up
+ * (sys.modules, the module's dict); 0 while threading is not (fully)
+ * imported, or sys.modules not made yet. < 0 when the lookup could not be
+ * made: a dict or key unreadable (memory mapped since the maps were read,
+ * often sys.modules' table grown by the import of threading itself). That
+ * is no news that threading is absent: the pass fails, so it is run again
+ * at the next tick with the maps read again, not at the refresh a second
+ * on (the dict watched need not change again before then).
+ */
+static int active_of(struct pyrt *rt, spy_addr_t interp, spy_addr_t *active)
 {
 	struct pyname_pass *p = &rt->names_pass;
+	*active = 0;
 	for (size_t i = 0; i < p->nknown; i++) {
 		if (p->known_interp[i] == interp) {
-			return p->known_active[i];
+			*active = p->known_active[i];
+			return 0;
 		}
 	}
 	const struct pyoffsets *o = &rt->off;
-	spy_addr_t modules, threading, md, active = 0;
+	spy_addr_t modules, threading, md;
+	/* Set again only by a lookup that found no threading. */
+	bool missed = p->miss_interp == interp;
+	p->miss_interp = 0;
 	if (!read_ptr_ok(rt, interp + o->interp_modules, &modules)) {
+		return -SPY_EMEM;
+	}
+	if (!modules) {
+		/* Seen before its start-up made sys.modules: the slot is what changes next. */
+		watch_bytes(rt, p->at, interp + o->interp_modules, sizeof(modules));
 		return 0;
 	}
 	/*
@@ -234,34 +256,45 @@ static spy_addr_t active_of(struct pyrt *rt, spy_addr_t interp)
 	 * NAMES_MISS_SKIPS passes, should a dict change escape the measure.
 	 */
 	/* Read before the lookup: an import during it shows as a change. */
-	watch_take(rt, p->at, modules);
+	watch_dict(rt, p->at, modules);
 	struct dview mv;
-	memset(&mv, 0, sizeof(mv));
 	uint64_t used = 0;
-	bool sig = pyrt_dict_view(rt, modules, &mv) == 0 &&
-		   spy_mem_read(rt->mem, modules + o->dict_used, &used, sizeof(used)) == 0;
-	if (sig && p->miss_interp == interp && p->miss_modules == modules && p->miss_entries == mv.entries &&
-	    p->miss_n == mv.n && p->miss_used == used && p->miss_skips < NAMES_MISS_SKIPS) {
+	if (pyrt_dict_view(rt, modules, &mv) < 0 ||
+	    spy_mem_read(rt->mem, modules + o->dict_used, &used, sizeof(used)) < 0) {
+		return -SPY_EMEM;
+	}
+	if (missed && p->miss_modules == modules && p->miss_entries == mv.entries && p->miss_n == mv.n &&
+	    p->miss_used == used && p->miss_skips < NAMES_MISS_SKIPS) {
+		p->miss_interp = interp;
 		p->miss_skips++;
 		return 0;
 	}
-	if ((threading = pyrt_dict_get(rt, modules, "threading")) &&
-	    read_ptr_ok(rt, threading + o->module_dict, &md)) {
-		/* threading still being imported: _active and MainThread are added to its dict. */
-		watch_take(rt, p->at, md);
-		active = pyrt_dict_get(rt, md, "_active");
+	int rc = pyrt_dict_find(rt, modules, "threading", &threading);
+	if (rc < 0) {
+		return rc;
 	}
-	p->miss_interp = sig && !threading ? interp : 0;
-	p->miss_modules = modules;
-	p->miss_entries = mv.entries;
-	p->miss_n = mv.n;
-	p->miss_used = used;
-	p->miss_skips = 0;
-	if (active && p->nknown < SPY_ARRAY_SIZE(p->known_interp)) {
+	if (rc == 0) {
+		p->miss_interp = interp;
+		p->miss_modules = modules;
+		p->miss_entries = mv.entries;
+		p->miss_n = mv.n;
+		p->miss_used = used;
+		p->miss_skips = 0;
+		return 0;
+	}
+	if (!read_ptr_ok(rt, threading + o->module_dict, &md)) {
+		return -SPY_EMEM;
+	}
+	/* threading still being imported: _active and MainThread are added to its dict. */
+	watch_dict(rt, p->at, md);
+	if ((rc = pyrt_dict_find(rt, md, "_active", active)) < 0) {
+		return rc;
+	}
+	if (*active && p->nknown < SPY_ARRAY_SIZE(p->known_interp)) {
 		p->known_interp[p->nknown] = interp;
-		p->known_active[p->nknown++] = active;
+		p->known_active[p->nknown++] = *active;
 	}
-	return active;
+	return 0;
 }
 
 struct step {
@@ -397,14 +430,15 @@ static bool step_pass(struct step *s)
 		}
 		/* Finding _active is done once per interpreter (then remembered): not the pass's work. */
 		size_t before = s->c->pc.reads;
-		spy_addr_t active = active_of(rt, p->interp[p->at]);
+		spy_addr_t active;
+		bool failed = active_of(rt, p->interp[p->at], &active) < 0;
 		if (active && p->entry == 0) {
-			watch_take(rt, p->at, active);
+			watch_dict(rt, p->at, active);
 		}
 		s->c->budget += s->c->pc.reads - before;
 		struct dview v;
 		if (!active || pyrt_dict_view_max(rt, active, &v, PYRT_NAMES_ACTIVE_MAX) < 0) {
-			p->failed |= active != 0;
+			p->failed |= failed || active != 0;
 			p->at++;
 			p->entry = 0;
 			continue;

@@ -715,9 +715,10 @@ spy_addr_t fakepy_new_interp(struct fakepy *fp, int64_t id)
 			fakepy_w32(fp, g + o->gil_enabled, 1);
 		}
 	}
-	/* sys.modules and the sys dict: what a guessed interpreter must have. */
+	/* sys.modules and the sys dict: what a guessed interpreter must have
+	 * (sys.modules empty, its keys not NULL: a real dict's never are). */
 	if (o->interp_modules != PYOFF_NONE) {
-		fakepy_w64(fp, ip + o->interp_modules, fakepy_object(fp, fp->dict_type, 0x30));
+		fakepy_w64(fp, ip + o->interp_modules, fakepy_dict(fp, NULL, NULL, 0, true));
 	}
 	if (o->interp_sysdict != PYOFF_NONE) {
 		fakepy_w64(fp, ip + o->interp_sysdict, fakepy_object(fp, fp->dict_type, 0x30));

@@ -177,12 +177,102 @@ static void test_budget(const struct pyoffsets *row)
 	img_release(&m);
 }
 
+/*
+ * A launched program, first seen before it imports threading. Its name
+ * must come a tick or two after threading registers the main thread, not
+ * at the refresh a second on: the lookup that could not read a dict is
+ * no news that threading is absent (it fails the pass, which profiler/walk.c
+ * then runs again with the maps read again, as tick() here does), and a
+ * sys.modules not made yet is watched until it is. Either way the dict
+ * watched need not change again.
+ */
+enum late_how { LATE_GROWN, LATE_NO_MODULES };
+
+struct late {
+	struct fakepy *fp;
+	struct spy_mem mem;   /* fakepy's, with maps of its own */
+	struct spy_map map;
+	spy_addr_t full_hi;
+	struct py_thread th[4];
+	size_t n;
+};
+
+static void tick(struct late *l, struct pyrt *rt, uint64_t now)
+{
+	pyrt_names_update(rt, l->th, l->n, now, 1000000000ull, PYRT_NAMES_TICK_READS);
+	if (pyrt_names_failing(rt)) {
+		l->map.hi = l->full_hi;
+		pyrt_names_update(rt, l->th, l->n, now, 1000000000ull, PYRT_NAMES_TICK_READS);
+	}
+}
+
+static void test_late_threading(const struct pyoffsets *row, enum late_how how)
+{
+	if (row->interp_modules == PYOFF_NONE || row->module_dict == PYOFF_NONE) {
+		return;
+	}
+	struct late l;
+	memset(&l, 0, sizeof(l));
+	l.fp = fakepy_new(row, row->version | 0x01f0);
+	struct spy_strtab strs = SPY_STRTAB_INIT;
+	spy_addr_t interp = fakepy_main_interp(l.fp), t = fakepy_thread(l.fp, interp, 5000);
+	spy_addr_t modules = fakepy_r64(l.fp, interp + row->interp_modules);
+	l.mem = *fakepy_mem(l.fp);
+	l.map = l.mem.maps[0];
+	l.full_hi = l.map.hi;
+	l.mem.maps = &l.map;
+	struct pyrt *rt = NULL;
+	struct spy_err err = SPY_ERR_INIT;
+	CHECK_INT(pyrt_new(&rt, &l.mem, fakepy_hints(l.fp), &strs, &err), 0);
+	if (!rt) {
+		fakepy_free(l.fp);
+		return;
+	}
+	CHECK_INT(pyrt_threads(rt, l.th, 4, &l.n, NULL), 0);
+	CHECK_INT(l.n, 1);
+	if (how == LATE_NO_MODULES) {
+		fakepy_w64(l.fp, interp + row->interp_modules, 0);
+	}
+	uint64_t now = 5000000000ull;
+	tick(&l, rt, now);
+	CHECK(pyrt_thread_name(rt, &l.th[0]) == NULL);
+
+	/* import threading: what it allocates is past the maps spy read. */
+	l.map.hi = fakepy_alloc(l.fp, 16);
+	static const char *const names[1] = { "MainThread" };
+	struct fakepy_threading tg;
+	fakepy_threading(l.fp, interp, &t, names, 1, false, &tg);
+	if (how == LATE_GROWN) {
+		/* The same sys.modules, its table grown into the new memory. */
+		spy_addr_t grown = fakepy_r64(l.fp, interp + row->interp_modules);
+		memcpy(fakepy_at(l.fp, modules), fakepy_at(l.fp, grown), 0x60);
+		fakepy_w64(l.fp, interp + row->interp_modules, modules);
+	}
+	int ticks = 0;
+	while (ticks < 50 && !pyrt_thread_name(rt, &l.th[0])) {
+		tick(&l, rt, now += 10000000ull);
+		ticks++;
+	}
+	const char *name = pyrt_thread_name(rt, &l.th[0]);
+	CHECK(name && !strcmp(name, "MainThread"));
+	CHECK(ticks <= 2);
+	if (!name || ticks > 2) {
+		fprintf(stderr, "  row %x build %u how %d: named after %d ticks (10 ms)\n", row->version, row->build,
+			how, ticks);
+	}
+	pyrt_free(rt);
+	fakepy_free(l.fp);
+	spy_strtab_release(&strs);
+}
+
 int main(void)
 {
 	for (unsigned i = 0; i < pyoffsets_count; i++) {
 		const struct pyoffsets *row = &pyoffsets_table[i];
 		test_row(row, IN_DICT);
 		test_budget(row);
+		test_late_threading(row, LATE_GROWN);
+		test_late_threading(row, LATE_NO_MODULES);
 		if (row->idict_model != PYIDICT_OFFSET) {
 			test_row(row, IN_VALUES);
 		}
