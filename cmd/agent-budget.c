@@ -195,12 +195,23 @@ bool agent_open_begin(struct agent_budget *b)
 	return ok;
 }
 
-void agent_open_end(struct agent_budget *b, uint64_t cost_ns)
+uint64_t agent_thread_cpu_ns(void)
 {
+	bool ok;
+	return clock_ns(CLOCK_THREAD_CPUTIME_ID, &ok);
+}
+
+uint64_t agent_open_end(struct agent_budget *b, struct agent_cost *c, uint64_t from)
+{
+	uint64_t now = from ? agent_thread_cpu_ns() : 0, cost = now > from ? now - from : 0;
+	if (c) {
+		atomic_store(&c->opened_cpu, now + 1);
+	}
 	pthread_mutex_lock(&b->lock);
 	b->opening--;
-	b->open_credit -= (double)cost_ns;
+	b->open_credit -= (double)cost;
 	pthread_mutex_unlock(&b->lock);
+	return cost;
 }
 
 uint64_t agent_open_wait(const struct agent_budget *b, uint64_t cost_ns)

@@ -201,13 +201,6 @@ static uint64_t cpu_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static uint64_t thread_cpu_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static double wall_s(void)
 {
 	struct timespec ts;
@@ -322,13 +315,10 @@ static void *worker_main(void *arg)
 	struct prof_opts o = { .rate = rate, .duration = -1, .aligned = true };
 	struct profiler *p = NULL;
 	struct spy_err err = SPY_ERR_INIT;
-	uint64_t cpu0 = thread_cpu_ns();
+	uint64_t cpu0 = agent_thread_cpu_ns();
 	int orc = prof_open(&p, &o, &strs, w->pid, NULL, &err);
 	/* What opening cost is the opens' (and this process's next wait), what follows its sampling's. */
-	uint64_t cpu1 = thread_cpu_ns();
-	w->open_ns = cpu1 - cpu0;
-	atomic_store(&w->cost.opened_cpu, cpu1 + 1);
-	agent_open_end(&a->bud, w->open_ns);
+	w->open_ns = agent_open_end(&a->bud, &w->cost, cpu0);
 	if (orc < 0) {
 		/* Gone already: nothing to say. Anything else (another tracer, no rights): one line. */
 		if (err.code != SPY_ENOPROC && err.code != SPY_EGONE && err.code != SPY_ENOPY) {
@@ -431,7 +421,7 @@ static void start_worker(struct agent *a, pid_t pid)
 	agent_cost_init(&w->cost, a->rate);
 	if (pthread_create(&w->th, NULL, worker_main, w) != 0) {
 		say("process %d not profiled: no thread: %s", (int)pid, strerror(errno));
-		agent_open_end(&a->bud, 0);
+		agent_open_end(&a->bud, NULL, 0);
 		free(w);
 		return;
 	}

@@ -185,6 +185,58 @@ static bool has(const pid_t *v, size_t n, pid_t pid)
 	return false;
 }
 
+/* The maps reads, in the fake tree test_fake_proc made (old: an old process's start). */
+static void fake_maps_reads(unsigned long old)
+{
+	struct discover *d;
+	const pid_t *born, *gone;
+	size_t nb, ng;
+	/* The maps are read once per executable and mapped size: 102, old,
+	 * comes to map a libpython under the same exe and size; it is not
+	 * found at its recheck, and is at the one after its size changed. */
+	fake_pid(102, old, "/usr/bin/bash", "7f00-7f01 r-xp 0 fe:00 1 /usr/lib/libc.so.6\n", 'S');
+	d = discover_new(root);
+	discover_scan(d, &born, &nb, &gone, &ng);
+	CHECK(!has(born, nb, 102));
+	uint64_t reads;
+	size_t waits;
+	discover_stats(d, &reads, &waits);
+	fake_pid(102, old, "/usr/bin/bash", "7f00-7f01 r-xp 0 fe:00 1 /usr/lib/libpython3.12.so.1.0\n", 'S');
+	put("uptime", "1130.00 50.00\n");
+	discover_scan(d, &born, &nb, &gone, &ng);
+	CHECK(!has(born, nb, 102));
+	uint64_t reads2;
+	discover_stats(d, &reads2, &waits);
+	CHECK_INT(reads2, reads);
+	fake_vsize = 2000;
+	fake_pid(102, old, "/usr/bin/bash", "7f00-7f01 r-xp 0 fe:00 1 /usr/lib/libpython3.12.so.1.0\n", 'S');
+	fake_vsize = 1000;
+	put("uptime", "1200.00 50.00\n");
+	discover_scan(d, &born, &nb, &gone, &ng);
+	CHECK(has(born, nb, 102));
+	discover_free(d);
+	fake_pid(102, old, "/usr/bin/python3.11", "", 'S');
+	put("uptime", "1000.00 50.00\n");
+
+	/* No CPU credit for the scans: the maps wait (106, found by its libpython alone), the
+	 * executables named python* do not; 106 is found once there is credit. */
+	fake_pid(106, old, "/usr/local/bin/uwsgi", "7f00-7f01 r-xp 0 fe:00 1 /usr/lib/libpython3.12.so.1.0\n", 'S');
+	d = discover_new(root);
+	discover_set_cpu_budget(d, 1e-12);
+	discover_scan(d, &born, &nb, &gone, &ng);
+	CHECK(!has(born, nb, 106) && has(born, nb, 103));
+	discover_stats(d, &reads, &waits);
+	CHECK_INT(reads, 0);
+	CHECK(waits >= 1);
+	discover_set_cpu_budget(d, 1);
+	discover_scan(d, &born, &nb, &gone, &ng);
+	CHECK(has(born, nb, 106));
+	discover_stats(d, &reads, &waits);
+	CHECK(reads >= 1);
+	discover_free(d);
+	remove_pid(106);
+}
+
 static void test_fake_proc(void)
 {
 	snprintf(root, sizeof(root), "/tmp/spy-discover-XXXXXX");
@@ -258,50 +310,7 @@ static void test_fake_proc(void)
 	CHECK(has(born, nb, 102));
 	discover_free(d);
 
-	/* The maps are read once per executable and mapped size: 102, old,
-	 * comes to map a libpython under the same exe and size; it is not
-	 * found at its recheck, and is at the one after its size changed. */
-	fake_pid(102, old, "/usr/bin/bash", "7f00-7f01 r-xp 0 fe:00 1 /usr/lib/libc.so.6\n", 'S');
-	d = discover_new(root);
-	discover_scan(d, &born, &nb, &gone, &ng);
-	CHECK(!has(born, nb, 102));
-	uint64_t reads;
-	size_t waits;
-	discover_stats(d, &reads, &waits);
-	fake_pid(102, old, "/usr/bin/bash", "7f00-7f01 r-xp 0 fe:00 1 /usr/lib/libpython3.12.so.1.0\n", 'S');
-	put("uptime", "1130.00 50.00\n");
-	discover_scan(d, &born, &nb, &gone, &ng);
-	CHECK(!has(born, nb, 102));
-	uint64_t reads2;
-	discover_stats(d, &reads2, &waits);
-	CHECK_INT(reads2, reads);
-	fake_vsize = 2000;
-	fake_pid(102, old, "/usr/bin/bash", "7f00-7f01 r-xp 0 fe:00 1 /usr/lib/libpython3.12.so.1.0\n", 'S');
-	fake_vsize = 1000;
-	put("uptime", "1200.00 50.00\n");
-	discover_scan(d, &born, &nb, &gone, &ng);
-	CHECK(has(born, nb, 102));
-	discover_free(d);
-	fake_pid(102, old, "/usr/bin/python3.11", "", 'S');
-	put("uptime", "1000.00 50.00\n");
-
-	/* No CPU credit for the scans: the maps wait (106, found by its libpython alone), the
-	 * executables named python* do not; 106 is found once there is credit. */
-	fake_pid(106, old, "/usr/local/bin/uwsgi", "7f00-7f01 r-xp 0 fe:00 1 /usr/lib/libpython3.12.so.1.0\n", 'S');
-	d = discover_new(root);
-	discover_set_cpu_budget(d, 1e-12);
-	discover_scan(d, &born, &nb, &gone, &ng);
-	CHECK(!has(born, nb, 106) && has(born, nb, 103));
-	discover_stats(d, &reads, &waits);
-	CHECK_INT(reads, 0);
-	CHECK(waits >= 1);
-	discover_set_cpu_budget(d, 1);
-	discover_scan(d, &born, &nb, &gone, &ng);
-	CHECK(has(born, nb, 106));
-	discover_stats(d, &reads, &waits);
-	CHECK(reads >= 1);
-	discover_free(d);
-	remove_pid(106);
+	fake_maps_reads(old);
 
 	/* A budget of 2 examinations a scan: 4 candidates take 2 scans, and
 	 * none is reported twice. */
