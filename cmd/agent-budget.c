@@ -129,10 +129,15 @@ static double fair_cap(struct agent_cost *const *c, size_t n, double budget)
 	return cap;
 }
 
+bool agent_budget_due(const struct agent_budget *b, uint64_t now)
+{
+	return now - b->at_ns >= AGENT_BUDGET_NS;
+}
+
 bool agent_budget_period(struct agent_budget *b, struct agent_cost *const *c, size_t n, uint64_t now,
 			 uint64_t cpu, uint64_t ticks)
 {
-	if (now - b->at_ns < AGENT_BUDGET_NS) {
+	if (!agent_budget_due(b, now)) {
 		return false;
 	}
 	double period = (double)(now - b->at_ns), used = cpu > b->cpu_at ? (double)(cpu - b->cpu_at) : 0;

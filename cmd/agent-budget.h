@@ -55,6 +55,8 @@ void agent_budget_release(struct agent_budget *b);
 void agent_cost_init(struct agent_cost *c, double rate);
 void agent_cost_track(struct agent_cost *c, pthread_t th);
 
+/* Whether a period (3 s) has passed since the last one. */
+bool agent_budget_due(const struct agent_budget *b, uint64_t now);
 /*
  * Once a period (3 s; false before): the agent's CPU (cpu, ns) and ticks
  * (over every process) since the start; c the live workers' parts. Sets

@@ -641,6 +641,9 @@ static size_t live_workers(const struct agent *a)
 /* The rates for the next period (cmd/agent-budget.h), from each live process's cost. */
 static void budget(struct agent *a, uint64_t now)
 {
+	if (!agent_budget_due(&a->bud, now)) {
+		return;
+	}
 	struct agent_cost *few[64], **c = few;
 	size_t n = 0, live = live_workers(a);
 	if (live > SPY_ARRAY_SIZE(few)) {

@@ -373,6 +373,33 @@ static double read_uptime(int procfd)
 	return strtod(buf, NULL);
 }
 
+/*
+ * The maps reads due, while the credit lasts: the young processes' first,
+ * so that a new embedding of libpython is not kept waiting behind old
+ * hoarders of mappings, then the others, each in PID order. The scan's
+ * CPU so far is charged before each read: one read past the credit at
+ * most. cpu0: the thread's CPU at the scan's start.
+ */
+static void maps_looks(struct discover *d, size_t n, double now, uint64_t cpu0)
+{
+	for (int pass = 0; pass < 2; pass++) {
+		for (size_t j = 0; j < n; j++) {
+			struct seen *s = &d->next[j];
+			bool young = now - (double)s->start / d->hz < DISC_YOUNG_S;
+			if (!s->maps_wait || s->candidate || young != (pass == 0)) {
+				continue;
+			}
+			uint64_t c = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+			d->cpu_credit -= (double)(c - cpu0);
+			cpu0 = c;
+			if (maps_look(d, s)) {
+				note(&d->born, &d->n_born, &d->alloc_born, s->pid);
+			}
+		}
+	}
+	d->cpu_credit -= (double)(clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0);
+}
+
 /* Whether s, known from an earlier scan, is due another examination. */
 static bool due(const struct discover *d, const struct seen *s, double now)
 {
@@ -453,18 +480,11 @@ int discover_scan(struct discover *d, const pid_t **born, size_t *n_born,
 				continue;
 			}
 		}
-		/* The scan's CPU so far is charged before each maps read: one read past the credit at most. */
-		if (s->maps_wait && !s->candidate) {
-			uint64_t c = clock_ns(CLOCK_THREAD_CPUTIME_ID);
-			d->cpu_credit -= (double)(c - cpu0);
-			cpu0 = c;
-			maps_look(d, s);
-		}
 		if (s->candidate && !was) {
 			note(&d->born, &d->n_born, &d->alloc_born, s->pid);
 		}
 	}
-	d->cpu_credit -= (double)(clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0);
+	maps_looks(d, n, now, cpu0);
 	for (; i < d->n_known; i++) {
 		if (d->known[i].candidate) {
 			note(&d->gone, &d->n_gone, &d->alloc_gone, d->known[i].pid);
