@@ -13,11 +13,12 @@
  * process's windows line up, and hands it to the one pusher, whose thread
  * does the network.
  *
- * The CPU budget (--max-cpu, % of one core): every 3 s the main thread
- * measures spy's own CPU (per tick taken: what processes x rate costs)
- * and scales the per-process rate so that it stays under the budget, the
- * same for every process; workers apply it at their next tick (prof_set_rate), and
- * each window says the rate it was sampled at.
+ * The CPU budget (--max-cpu, % of one core) is charged to whoever causes
+ * it (cmd/agent-budget.h): the scans of /proc and the opens under shares
+ * of their own, and every 3 s each process's sampling, read off its
+ * worker's thread clock, sets that process's rate: the expensive one is
+ * lowered, not every one. Workers apply it at their next tick
+ * (prof_set_rate), and each window says the rate it was sampled at.
  */
 #include <errno.h>
 #include <limits.h>
@@ -35,6 +36,7 @@
 #include <unistd.h>
 
 #include "cmd/agent-memory.h"
+#include "cmd/agent-budget.h"
 #include "cmd/cmd.h"
 #include "cmd/opts.h"
 #include "cmd/push.h"
@@ -56,7 +58,6 @@
 /* 5% of one core: the agent's whole cost on a node, with the pusher. */
 #define AGENT_MAX_CPU 5.0
 #define AGENT_SCAN_NS (500 * 1000 * 1000ull)
-#define AGENT_BUDGET_NS (3 * 1000 * 1000 * 1000ull)
 #define AGENT_STATUS_S 60
 /*
  * A process too young to show its interpreter is tried again after 0.25,
@@ -65,9 +66,14 @@
  */
 #define AGENT_RETRIES 6
 #define AGENT_RETRY_NS (250 * 1000 * 1000ull)
+/*
+ * A process older than this when first found with no interpreter is given
+ * up on at once: the retries are for a Python still loading its own, and
+ * one that has run this long has loaded it, or is not one (an executable
+ * named python* that is not, which cost 7 opens).
+ */
+#define AGENT_YOUNG_S 20.0
 #define AGENT_CMDLINE_MAX 4096
-/* Below this rate a window would hold too few samples to mean anything. */
-#define AGENT_MIN_RATE_HZ 0.5
 
 struct agent;
 
@@ -79,8 +85,10 @@ struct worker {
 	struct push_series series;
 	char program[300];
 	uint64_t names_over_told;    /* the strtab's refusals already put in a window */
-	atomic_size_t cost;          /* bytes its names and window hold (agent-memory.h) */
+	atomic_size_t mem_bytes;     /* bytes its names and window hold (agent-memory.h) */
 	atomic_bool shed;            /* the main thread's word: let the process go, it costs too much */
+	struct agent_cost cost;      /* its CPU and rate (cmd/agent-budget.h) */
+	uint64_t open_ns;            /* what its open cost on its own clock; read once joined */
 	struct worker *next;
 };
 
@@ -103,6 +111,7 @@ struct pending {
 	unsigned tries;     /* opens that found no interpreter, since the last exec */
 	uint64_t at_ns;     /* the next try; UINT64_MAX while one runs, or given up */
 	bool given_up;
+	bool execed;        /* its tries are for a program it exec'd: as young as its exec */
 	uint64_t exe;       /* given up: what it ran then (its exe link, hashed: an entry stays small) */
 };
 
@@ -171,15 +180,13 @@ struct agent {
 	struct recheck *recheck;
 	size_t nrecheck, alloc_recheck;
 
-	_Atomic double rate_now;     /* per process */
 	atomic_uint_fast64_t ticks;  /* over every process, since the start */
 	atomic_uint_fast64_t left;   /* processes let go */
 	atomic_uint_fast64_t names_over;  /* names refused for a process's budget, over every process */
 	atomic_uint_fast64_t stacks_over; /* samples past a window's budget, over every process */
 	unsigned max_memory_mb;
 	struct agent_memory mem;
-	uint64_t budget_ns, budget_cpu_ns, budget_ticks;
-	double cost_ns;              /* CPU per tick over the last period; 0 until measured */
+	struct agent_budget bud;
 };
 
 static const char *const agent_usage[] = {
@@ -295,12 +302,16 @@ static void *worker_main(void *arg)
 	struct agent *a = w->a;
 	struct spy_strtab strs = SPY_STRTAB_INIT;
 	spy_strtab_set_budget(&strs, agent_names_budget());
-	double rate = atomic_load(&a->rate_now);
+	double rate = atomic_load(&w->cost.rate);
 	/* Aligned: one timer wakes every worker, not one each. */
 	struct prof_opts o = { .rate = rate, .duration = -1, .aligned = true };
 	struct profiler *p = NULL;
 	struct spy_err err = SPY_ERR_INIT;
-	if (prof_open(&p, &o, &strs, w->pid, NULL, &err) < 0) {
+	uint64_t cpu0 = agent_thread_cpu_ns();
+	int orc = prof_open(&p, &o, &strs, w->pid, NULL, &err);
+	/* What opening cost is the opens' (and this process's next wait), what follows its sampling's. */
+	w->open_ns = agent_open_end(&a->bud, &w->cost, cpu0);
+	if (orc < 0) {
 		/* Gone already: nothing to say. Anything else (another tracer, no rights): one line. */
 		if (err.code != SPY_ENOPROC && err.code != SPY_EGONE && err.code != SPY_ENOPY) {
 			say("process %d not profiled: %s", (int)w->pid, err.msg);
@@ -337,7 +348,7 @@ static void *worker_main(void *arg)
 		if (ev == PROF_TICK) {
 			add_tick(&win, &t, &st, root);
 			atomic_fetch_add(&a->ticks, 1);
-			atomic_store(&w->cost, spy_strtab_bytes(&strs) + agent_window_bytes(&win));
+			atomic_store(&w->mem_bytes, spy_strtab_bytes(&strs) + agent_window_bytes(&win));
 		}
 		if (atomic_load(&w->shed)) {
 			break;
@@ -349,7 +360,7 @@ static void *worker_main(void *arg)
 			from = next;
 			win_rate = rate;
 		}
-		double want = atomic_load(&a->rate_now);
+		double want = atomic_load(&w->cost.rate);
 		if (want != rate) {
 			prof_set_rate(p, want);
 			/* A window sampled at two rates says the lower: its samples are at least that far apart. */
@@ -397,17 +408,22 @@ static bool chosen(struct agent *a, pid_t pid)
 	       (!a->has_exclude || regexec(&a->exclude_re, cmdline, 0, NULL, 0) != 0);
 }
 
+/* A worker for pid, counted among the opens by agent_open_begin. */
 static void start_worker(struct agent *a, pid_t pid)
 {
 	struct worker *w = spy_xcalloc(1, sizeof(*w));
 	w->a = a;
 	w->pid = pid;
 	atomic_init(&w->done, false);
+	/* At the full rate: the next period lowers it if this one proves expensive. */
+	agent_cost_init(&w->cost, a->rate);
 	if (pthread_create(&w->th, NULL, worker_main, w) != 0) {
 		say("process %d not profiled: no thread: %s", (int)pid, strerror(errno));
+		agent_open_end(&a->bud, NULL, 0);
 		free(w);
 		return;
 	}
+	agent_cost_track(&w->cost, w->th);
 	w->next = a->workers;
 	a->workers = w;
 	a->nworkers++;
@@ -466,8 +482,8 @@ static void drop_pending(struct agent *a, pid_t pid)
 	}
 }
 
-/* A worker ended: what next for its process. */
-static void worker_ended(struct agent *a, pid_t pid, enum worker_end how, uint64_t now)
+/* A worker ended (its open cost open_ns): what next for its process. */
+static void worker_ended(struct agent *a, pid_t pid, enum worker_end how, uint64_t open_ns, uint64_t now)
 {
 	if (how == WORKER_LET_GO || prof_stop_signal()) {
 		drop_pending(a, pid);
@@ -479,11 +495,16 @@ static void worker_ended(struct agent *a, pid_t pid, enum worker_end how, uint64
 	if (how == WORKER_EXECED) {
 		/* A new program: the tries start again, once it has had time to load its interpreter. */
 		pd->tries = 0;
+		pd->execed = true;
 		pd->at_ns = now + retry_ns();
 		return;
 	}
-	if (how != WORKER_SHED && ++pd->tries <= AGENT_RETRIES) {
-		pd->at_ns = now + (retry_ns() << (pd->tries - 1));
+	double age = 0;
+	bool young = pd->tries > 0 || pd->execed || prof_fleet_age(a->fleet, pid, &age) < 0 || age < AGENT_YOUNG_S;
+	if (how != WORKER_SHED && ++pd->tries <= AGENT_RETRIES && young) {
+		/* Its own opens' cost sets its pace too: no process takes more than the opens' share. */
+		uint64_t wait = retry_ns() << (pd->tries - 1), paid = agent_open_wait(&a->bud, open_ns);
+		pd->at_ns = now + (wait > paid ? wait : paid);
 		spy_log(SPY_LOG_DEBUG, "agent: process %d: no Python interpreter found yet; retry %u of %u in %.2f s",
 			(int)pid, pd->tries, AGENT_RETRIES, (double)(pd->at_ns - now) / 1e9);
 		return;
@@ -494,9 +515,12 @@ static void worker_ended(struct agent *a, pid_t pid, enum worker_end how, uint64
 		drop_pending(a, pid);
 		return;
 	}
+	if (!young) {
+		pd->tries = 1;
+	}
 	if (how != WORKER_SHED) {
-		say("process %d: no Python interpreter found in %u tries; looked at again if it "
-		    "replaces its program", (int)pid, pd->tries);
+		say("process %d: no Python interpreter found in %u %s; looked at again if it "
+		    "replaces its program", (int)pid, pd->tries, pd->tries == 1 ? "try" : "tries");
 	}
 }
 
@@ -511,7 +535,7 @@ static void reap(struct agent *a, uint64_t now)
 		}
 		void *ret = NULL;
 		pthread_join(w->th, &ret);
-		worker_ended(a, w->pid, (enum worker_end)(intptr_t)ret, now);
+		worker_ended(a, w->pid, (enum worker_end)(intptr_t)ret, w->open_ns, now);
 		*pw = w->next;
 		a->nworkers--;
 		free(w);
@@ -535,18 +559,34 @@ static void retry(struct agent *a, uint64_t now)
 			}
 			pd->given_up = false;
 			pd->tries = 0;
+			pd->execed = true;
 			pd->at_ns = now;
 			if (!chosen(a, pd->pid)) {
 				*pd = a->pending[--a->npending];
 				continue;
 			}
 		}
-		if (pd->at_ns <= now && !has_worker(a, pd->pid)) {
+		if (pd->at_ns <= now && !has_worker(a, pd->pid) && agent_open_begin(&a->bud)) {
 			start_worker(a, pd->pid);
 			pd->at_ns = UINT64_MAX;
 		}
 		i++;
 	}
+}
+
+/* pid to be profiled: opened now if the opens' budget allows, else first in line among the pending. */
+static void open_or_queue(struct agent *a, pid_t pid, uint64_t now)
+{
+	if (has_worker(a, pid)) {
+		return;
+	}
+	if (agent_open_begin(&a->bud)) {
+		start_worker(a, pid);
+		return;
+	}
+	struct pending *pd = get_pending(a, pid);
+	pd->given_up = false;
+	pd->at_ns = now;
 }
 
 static void scan(struct agent *a, uint64_t now)
@@ -558,9 +598,7 @@ static void scan(struct agent *a, uint64_t now)
 	}
 	for (size_t i = 0; i < nb; i++) {
 		if (chosen(a, born[i])) {
-			if (!has_worker(a, born[i])) {
-				start_worker(a, born[i]);
-			}
+			open_or_queue(a, born[i], now);
 		} else if (a->has_uid || a->has_match || a->has_exclude) {
 			SPY_GROW(a->recheck, a->alloc_recheck, a->nrecheck + 1);
 			a->recheck[a->nrecheck++] = (struct recheck){ born[i], now + AGENT_RECHECK_NS };
@@ -577,9 +615,7 @@ static void scan(struct agent *a, uint64_t now)
 			continue;
 		}
 		if (chosen(a, rc.pid)) {
-			if (!has_worker(a, rc.pid)) {
-				start_worker(a, rc.pid);
-			}
+			open_or_queue(a, rc.pid, now);
 			continue;
 		}
 		a->recheck[kept++] = rc;
@@ -602,35 +638,26 @@ static size_t live_workers(const struct agent *a)
 	return n;
 }
 
-/*
- * The per-process rate that keeps the agent's CPU under --max-cpu: its own
- * CPU over the last period, per tick taken, says what processes x rate
- * costs; the rate is scaled by budget / measured (down at once, up by half
- * at most per period, never above --rate), the same for every process.
- */
+/* The rates for the next period (cmd/agent-budget.h), from each live process's cost. */
 static void budget(struct agent *a, uint64_t now)
 {
-	if (now - a->budget_ns < AGENT_BUDGET_NS) {
+	if (!agent_budget_due(&a->bud, now)) {
 		return;
 	}
-	uint64_t cpu = cpu_ns(), ticks = atomic_load(&a->ticks);
-	double used = 100.0 * (double)(cpu - a->budget_cpu_ns) / (double)(now - a->budget_ns);
-	bool sampled = ticks - a->budget_ticks >= 10;
-	a->cost_ns = sampled ? (double)(cpu - a->budget_cpu_ns) / (double)(ticks - a->budget_ticks) : a->cost_ns;
-	a->budget_ns = now;
-	a->budget_cpu_ns = cpu;
-	a->budget_ticks = ticks;
-	double cur = atomic_load(&a->rate_now), rate = cur;
-	if (sampled && used > 0) {
-		double scale = a->max_cpu / used;
-		rate = cur * (scale > 1.5 ? 1.5 : scale);
-	} else if (live_workers(a) == 0) {
-		rate = a->rate;
+	struct agent_cost *few[64], **c = few;
+	size_t n = 0, live = live_workers(a);
+	if (live > SPY_ARRAY_SIZE(few)) {
+		c = spy_xcalloc(live, sizeof(*c));
 	}
-	rate = rate > a->rate ? a->rate : rate < AGENT_MIN_RATE_HZ ? AGENT_MIN_RATE_HZ : rate;
-	/* Steps of 1/8 Hz: a rate that wobbles with the measure would reset every clock. */
-	rate = rate < a->rate ? (double)(long)(rate * 8) / 8 : rate;
-	atomic_store(&a->rate_now, rate);
+	for (struct worker *w = a->workers; w && n < live; w = w->next) {
+		if (!atomic_load(&w->done)) {
+			c[n++] = &w->cost;
+		}
+	}
+	agent_budget_period(&a->bud, c, n, now, cpu_ns(), atomic_load(&a->ticks));
+	if (c != few) {
+		free(c);
+	}
 }
 
 static void status_line(struct agent *a, uint64_t since_ns, uint64_t since_cpu)
@@ -645,11 +672,22 @@ static void status_line(struct agent *a, uint64_t since_ns, uint64_t since_cpu)
 	struct mallinfo2 mi = mallinfo2();
 	char over[160];
 	agent_memory_status(over, sizeof(over), atomic_load(&a->names_over), atomic_load(&a->stacks_over), a->mem.shed);
-	say("%zu processes at %.3g Hz, %llu samples; windows sent %llu, kept %zu, "
-		"dropped %llu; cpu %.1f%% (%.0f us a sample), rss %ld KiB (heap %zu KiB, %zu free)%s",
-		live_workers(a), atomic_load(&a->rate_now), (unsigned long long)atomic_load(&a->ticks),
+	/* The highest rate in use, and how many are below --rate: the expensive ones alone are lowered. */
+	const struct agent_budget *b = &a->bud;
+	char lowered[64] = "";
+	if (b->lowered) {
+		snprintf(lowered, sizeof(lowered), ", %zu lowered (to %.3g Hz at least)", b->lowered, b->lowest);
+	}
+	uint64_t maps_reads;
+	size_t maps_waiting;
+	prof_fleet_stats(a->fleet, &maps_reads, &maps_waiting);
+	say("%zu processes at %.3g Hz%s, %llu samples; windows sent %llu, kept %zu, "
+		"dropped %llu; cpu %.1f%% (%.0f us a sample; not sampling %.1f%%; maps read %llu, %zu waiting), "
+		"rss %ld KiB (heap %zu KiB, %zu free)%s",
+		live_workers(a), b->highest, lowered, (unsigned long long)atomic_load(&a->ticks),
 		(unsigned long long)st.sent, st.queued, (unsigned long long)(st.dropped + st.rejected), cpu,
-		a->cost_ns / 1000, rss_kb, (mi.uordblks + mi.hblkhd) >> 10, mi.fordblks >> 10, over);
+		b->cost_ns / 1000, b->overhead, (unsigned long long)maps_reads, maps_waiting,
+		rss_kb, (mi.uordblks + mi.hblkhd) >> 10, mi.fordblks >> 10, over);
 }
 
 /*
@@ -662,7 +700,7 @@ static void memory(struct agent *a, uint64_t now)
 	struct worker *worst = NULL;
 	size_t most = 0, rss;
 	for (struct worker *w = a->workers; w; w = w->next) {
-		size_t c = atomic_load(&w->cost);
+		size_t c = atomic_load(&w->mem_bytes);
 		if (atomic_load(&w->done)) {
 			continue;
 		}
@@ -742,8 +780,7 @@ static int check_args(struct agent *a)
 static void run(struct agent *a)
 {
 	uint64_t start = spy_now_ns(), last_status = start, status_cpu = cpu_ns();
-	a->budget_ns = start;
-	a->budget_cpu_ns = status_cpu;
+	agent_budget_init(&a->bud, a->rate, a->max_cpu, start, status_cpu);
 	struct push_status shown = { 0 };
 	while (!prof_stop_signal()) {
 		uint64_t now = spy_now_ns();
@@ -787,7 +824,7 @@ int cmd_agent(int argc, char **argv)
 		{ 0, "push", OPT_STRING, &a->push_url, "URL", "the Pyroscope server (http:// or https://); required" },
 		{ 0, "push-every", OPT_UINT, &a->push_every, "S", "a window per process every S seconds, on wall-clock multiples (default 10)" },
 		{ 'r', "rate", OPT_DOUBLE, &a->rate, "HZ", "samples per second per process (default 19)" },
-		{ 0, "max-cpu", OPT_DOUBLE, &a->max_cpu, "PCT", "spy's CPU budget, % of one core (default 5): the rate is lowered evenly to stay under it" },
+		{ 0, "max-cpu", OPT_DOUBLE, &a->max_cpu, "PCT", "spy's CPU budget, % of one core (default 5): finding and opening processes under shares of it, the rate lowered for the processes that cost most" },
 		{ 0, "max-memory", OPT_UINT, &a->max_memory_mb, "MIB", "the agent's memory budget, MiB of RSS (default 256): over it the process holding the most is let go" },
 		{ 0, "match", OPT_STRING, &a->match, "RE", "only processes whose command line matches RE (POSIX extended)" },
 		{ 0, "exclude", OPT_STRING, &a->exclude, "RE", "not the processes whose command line matches RE" },
@@ -813,7 +850,6 @@ int cmd_agent(int argc, char **argv)
 		free(a);
 		return rc;
 	}
-	atomic_init(&a->rate_now, a->rate);
 	/*
 	 * One heap for every thread. glibc gives threads arenas of their own
 	 * (up to 8 a core), and what a worker frees stays in its arena: each
@@ -834,6 +870,8 @@ int cmd_agent(int argc, char **argv)
 		say("cannot read /proc: %s", strerror(errno));
 		return 2;
 	}
+	/* The scans' share of the budget; their maps reads wait past it (sampler/discover.h). */
+	prof_fleet_set_budget(a->fleet, AGENT_EXAMS_PER_SCAN, a->max_cpu / 100 * AGENT_SCAN_SHARE);
 	if (pusher_start(&a->pusher, a->push, &err) < 0) {
 		cmd_fail(&err);
 		return 2;
@@ -861,6 +899,7 @@ int cmd_agent(int argc, char **argv)
 	say("stopped; windows sent %llu, not sent %zu, dropped %llu",
 		(unsigned long long)st.sent, st.queued, (unsigned long long)(st.dropped + st.rejected));
 	prof_fleet_free(a->fleet);
+	agent_budget_release(&a->bud);
 	if (a->has_match) {
 		regfree(&a->match_re);
 	}

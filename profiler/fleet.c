@@ -35,6 +35,22 @@ void prof_fleet_free(struct prof_fleet *f)
 	}
 }
 
+void prof_fleet_set_budget(struct prof_fleet *f, size_t per_scan, double cpu_share)
+{
+	discover_set_budget(f->d, per_scan);
+	discover_set_cpu_budget(f->d, cpu_share);
+}
+
+void prof_fleet_stats(const struct prof_fleet *f, uint64_t *maps_reads, size_t *maps_waiting)
+{
+	discover_stats(f->d, maps_reads, maps_waiting);
+}
+
+int prof_fleet_age(const struct prof_fleet *f, pid_t pid, double *age_s)
+{
+	return discover_age(f->d, pid, age_s);
+}
+
 int prof_fleet_scan(struct prof_fleet *f, const pid_t **born, size_t *n_born, const pid_t **gone,
 		    size_t *n_gone)
 {

@@ -10,6 +10,7 @@
 #define SPY_PROFILER_FLEET_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct prof_fleet;
@@ -17,6 +18,15 @@ struct prof_fleet;
 /* procdir: "/proc" (or a directory laid out like it). NULL with errno set. */
 struct prof_fleet *prof_fleet_new(const char *procdir);
 void prof_fleet_free(struct prof_fleet *f);
+/*
+ * What the scans may spend: examinations per scan, and the share of one
+ * core (0.01: 1%) their thread's CPU may take; the maps reads wait past it.
+ */
+void prof_fleet_set_budget(struct prof_fleet *f, size_t per_scan, double cpu_share);
+/* Maps read since the start, and the processes whose maps read waits for the CPU budget. */
+void prof_fleet_stats(const struct prof_fleet *f, uint64_t *maps_reads, size_t *maps_waiting);
+/* How old pid was at the last scan (s); -1 if the scans have not examined it. */
+int prof_fleet_age(const struct prof_fleet *f, pid_t pid, double *age_s);
 /* One scan: the candidates born and gone since the last, valid until the next. Negative SPY_E* on failure. */
 int prof_fleet_scan(struct prof_fleet *f, const pid_t **born, size_t *n_born, const pid_t **gone,
 		    size_t *n_gone);

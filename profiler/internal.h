@@ -302,6 +302,7 @@ void prof_unsampled_read(struct prof_tick_state *e, struct prof_process *p, uint
  */
 #define MAPS_RETRY_NS (10 * 1000 * 1000ull)
 #define MAPS_REFRESH_NS (2 * 1000 * 1000 * 1000ull)
+#define MAPS_REFRESH_TICKS 38.0   /* 2 s at the agent's 19 Hz */
 
 /* For a read that met trouble: the maps read again now, if the backoff allows (true). */
 static inline bool prof_maps_reread(struct prof_process *p, uint64_t now)

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/buf.h"
@@ -24,9 +25,13 @@
 
 /* pid_max's ceiling on 64-bit Linux: no /proc lists more. */
 #define DISC_MAX_PIDS (1u << 22)
-/* A process younger than this is examined on every scan: entry points
- * (sh -c "exec python …", tini, dumb-init) exec within it. */
+/* A process younger than this is examined again and again: entry points
+ * (sh -c "exec python …", tini, dumb-init) exec within it. Not on every
+ * scan: each look waits half the age of the last (0.25 s at least), so an
+ * exec at age t is seen by 1.5 t, and a thousand young processes cost
+ * about a dozen looks each, not sixty. */
 #define DISC_YOUNG_S 30.0
+#define DISC_YOUNG_STEP_S 0.25
 /* Older non-candidates are examined again this often, for the rare late
  * exec (a supervisor replacing itself). */
 #define DISC_RECHECK_S 60.0
@@ -43,6 +48,17 @@ struct seen {
 	double checked; /* uptime of the last examination */
 	bool candidate;
 	bool examined;
+	/*
+	 * The maps, the one costly read (a process with 20,000 mappings has a
+	 * megabyte of them, 10-25 ms of kernel time), are read once per
+	 * executable and mapped size: again only when the exe link or the
+	 * size of the address space (stat's vsize) differs from what they were
+	 * at the last read, as after an exec or a late dlopen of libpython.
+	 */
+	bool maps_read;
+	bool maps_wait;     /* a read is due, and waits for the CPU budget */
+	uint64_t exe_hash, vsize;           /* at this examination */
+	uint64_t maps_exe_hash, maps_vsize; /* at the last maps read */
 };
 
 struct discover {
@@ -56,6 +72,12 @@ struct discover {
 	size_t budget;
 	pid_t self;
 	double hz;
+	double uptime;       /* at the last scan */
+	/* Thread CPU the scans may spend, per second, and what is left of it (ns; may go below 0). */
+	double cpu_per_s, cpu_credit;
+	uint64_t credit_at;  /* CLOCK_MONOTONIC of the last refill */
+	uint64_t maps_reads;
+	size_t maps_waiting;  /* processes whose maps read waits for credit, at the last scan */
 };
 
 struct discover *discover_new(const char *procdir)
@@ -67,6 +89,8 @@ struct discover *discover_new(const char *procdir)
 	struct discover *d = spy_xcalloc(1, sizeof(*d));
 	d->procfd = fd;
 	d->budget = 256;
+	d->cpu_per_s = 1e9;
+	d->cpu_credit = 1e9;
 	d->self = getpid();
 	long hz = sysconf(_SC_CLK_TCK);
 	d->hz = hz > 0 ? (double)hz : 100.0;
@@ -89,6 +113,44 @@ void discover_free(struct discover *d)
 void discover_set_budget(struct discover *d, size_t per_scan)
 {
 	d->budget = per_scan ? per_scan : 1;
+}
+
+void discover_set_cpu_budget(struct discover *d, double cpu_share)
+{
+	d->cpu_per_s = cpu_share > 0 ? cpu_share * 1e9 : 1e6;
+	d->cpu_credit = d->cpu_per_s;
+}
+
+void discover_stats(const struct discover *d, uint64_t *maps_reads, size_t *maps_waiting)
+{
+	*maps_reads = d->maps_reads;
+	*maps_waiting = d->maps_waiting;
+}
+
+int discover_age(const struct discover *d, pid_t pid, double *age_s)
+{
+	size_t lo = 0, hi = d->n_known;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (d->known[mid].pid < pid) {
+			lo = mid + 1;
+		} else {
+			hi = mid;
+		}
+	}
+	if (lo == d->n_known || d->known[lo].pid != pid || !d->known[lo].examined) {
+		return -1;
+	}
+	double age = d->uptime - (double)d->known[lo].start / d->hz;
+	*age_s = age > 0 ? age : 0;
+	return 0;
+}
+
+static uint64_t clock_ns(clockid_t c)
+{
+	struct timespec ts;
+	clock_gettime(c, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 size_t discover_count(const struct discover *d)
@@ -120,16 +182,18 @@ static int read_pid_file(int procfd, pid_t pid, const char *name, size_t max, st
 	return rc;
 }
 
-/* Field 22 (starttime) of a stat line, and whether it is a kernel thread
- * (flags, field 9, PF_KTHREAD) or a zombie: neither can be Python. */
-static bool parse_stat(const char *text, size_t len, uint64_t *start, bool *eligible)
+/* Fields 22 and 23 (starttime, vsize) of a stat line, and whether it is a
+ * kernel thread (flags, field 9, PF_KTHREAD) or a zombie: neither can be
+ * Python. */
+static bool parse_stat(const char *text, size_t len, uint64_t *start, uint64_t *vsize, bool *eligible)
 {
 	struct proc_stat st;
-	if (!proc_parse_stat(text, len, PROC_STAT_STARTTIME, &st) || !proc_stat_has(&st, PROC_STAT_FLAGS) ||
-	    !proc_stat_has(&st, PROC_STAT_STARTTIME)) {
+	if (!proc_parse_stat(text, len, PROC_STAT_VSIZE, &st) || !proc_stat_has(&st, PROC_STAT_FLAGS) ||
+	    !proc_stat_has(&st, PROC_STAT_STARTTIME) || !proc_stat_has(&st, PROC_STAT_VSIZE)) {
 		return false;
 	}
 	*start = st.field[PROC_STAT_STARTTIME];
+	*vsize = st.field[PROC_STAT_VSIZE];
 	*eligible = st.state != 'Z' && st.state != 'X' && !(st.field[PROC_STAT_FLAGS] & 0x00200000u);
 	return true;
 }
@@ -180,35 +244,62 @@ static bool maps_libpython(int procfd, pid_t pid)
 	return hit;
 }
 
-static bool exe_is_python(int procfd, pid_t pid)
+/* Whether pid's executable is named python*; *hash: its exe link's, 0 if unreadable. */
+static bool exe_is_python(int procfd, pid_t pid, uint64_t *hash)
 {
 	char path[64], target[4096];
 	snprintf(path, sizeof(path), "%d/exe", (int)pid);
 	ssize_t n = readlinkat(procfd, path, target, sizeof(target) - 1);
+	*hash = 0;
 	if (n <= 0) {
 		return false;
 	}
 	target[n] = 0;
+	*hash = spy_hash_bytes(target, (size_t)n);
 	/* A replaced executable reads "… (deleted)": still its name. */
 	return !strncmp(spy_basename(target), "python", 6);
 }
 
-/* Examines s->pid: its start time, and whether it is a candidate. false
- * when the process is gone (or unreadable) by now. */
+/*
+ * Examines s->pid: its start time, and whether its executable's name makes
+ * it a candidate; when it does not, whether its maps are to be read
+ * (s->maps_wait: read by maps_look, under the CPU budget). false when the
+ * process is gone (or unreadable) by now.
+ */
 static bool examine(struct discover *d, struct seen *s, double now)
 {
 	struct spy_buf b = SPY_BUF_INIT;
 	bool eligible = false, ok = read_pid_file(d->procfd, s->pid, "stat", 4096, &b) >= 0 &&
-				    parse_stat(b.buf, b.len, &s->start, &eligible);
+				    parse_stat(b.buf, b.len, &s->start, &s->vsize, &eligible);
 	spy_buf_release(&b);
 	if (!ok) {
 		return false;
 	}
 	s->checked = now;
 	s->examined = true;
-	s->candidate = eligible && s->pid != d->self &&
-		       (exe_is_python(d->procfd, s->pid) || maps_libpython(d->procfd, s->pid));
+	s->candidate = eligible && s->pid != d->self && exe_is_python(d->procfd, s->pid, &s->exe_hash);
+	s->maps_wait = eligible && s->pid != d->self && !s->candidate &&
+		       (!s->maps_read || s->exe_hash != s->maps_exe_hash || s->vsize != s->maps_vsize);
 	return true;
+}
+
+/* The maps read examine asked for, if the budget has CPU left: whether it made s a candidate. */
+static bool maps_look(struct discover *d, struct seen *s)
+{
+	if (!s->maps_wait || s->candidate) {
+		return false;
+	}
+	if (d->cpu_credit <= 0) {
+		d->maps_waiting++;
+		return false;
+	}
+	s->maps_wait = false;
+	s->maps_read = true;
+	s->maps_exe_hash = s->exe_hash;
+	s->maps_vsize = s->vsize;
+	d->maps_reads++;
+	s->candidate = maps_libpython(d->procfd, s->pid);
+	return s->candidate;
 }
 
 static void note(pid_t **v, size_t *n, size_t *alloc, pid_t pid)
@@ -261,6 +352,33 @@ static double read_uptime(int procfd)
 	return strtod(buf, NULL);
 }
 
+/*
+ * The maps reads due, while the credit lasts: the young processes' first,
+ * so that a new embedding of libpython is not kept waiting behind old
+ * hoarders of mappings, then the others, each in PID order. The scan's
+ * CPU so far is charged before each read: one read past the credit at
+ * most. cpu0: the thread's CPU at the scan's start.
+ */
+static void maps_looks(struct discover *d, size_t n, double now, uint64_t cpu0)
+{
+	for (int pass = 0; pass < 2; pass++) {
+		for (size_t j = 0; j < n; j++) {
+			struct seen *s = &d->next[j];
+			bool young = now - (double)s->start / d->hz < DISC_YOUNG_S;
+			if (!s->maps_wait || s->candidate || young != (pass == 0)) {
+				continue;
+			}
+			uint64_t c = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+			d->cpu_credit -= (double)(c - cpu0);
+			cpu0 = c;
+			if (maps_look(d, s)) {
+				note(&d->born, &d->n_born, &d->alloc_born, s->pid);
+			}
+		}
+	}
+	d->cpu_credit -= (double)(clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0);
+}
+
 /* Whether s, known from an earlier scan, is due another examination. */
 static bool due(const struct discover *d, const struct seen *s, double now)
 {
@@ -270,20 +388,36 @@ static bool due(const struct discover *d, const struct seen *s, double now)
 	if (s->candidate) {
 		return false; /* found: the one attached watches it from now on */
 	}
-	double age = now - (double)s->start / d->hz;
-	return age < DISC_YOUNG_S || now - s->checked >= DISC_RECHECK_S;
+	double born = (double)s->start / d->hz, age = now - born, then = s->checked - born;
+	double step = then / 2 > DISC_YOUNG_STEP_S ? then / 2 : DISC_YOUNG_STEP_S;
+	return (age < DISC_YOUNG_S && now - s->checked >= step) || now - s->checked >= DISC_RECHECK_S;
+}
+
+/* The scans' CPU credit, refilled at cpu_per_s, at most a second's worth kept. */
+static void refill(struct discover *d)
+{
+	uint64_t t = clock_ns(CLOCK_MONOTONIC);
+	if (d->credit_at) {
+		d->cpu_credit += (double)(t - d->credit_at) / 1e9 * d->cpu_per_s;
+	}
+	d->credit_at = t;
+	d->cpu_credit = d->cpu_credit > d->cpu_per_s ? d->cpu_per_s : d->cpu_credit;
 }
 
 int discover_scan(struct discover *d, const pid_t **born, size_t *n_born,
 		  const pid_t **gone, size_t *n_gone)
 {
 	d->n_born = d->n_gone = 0;
+	d->maps_waiting = 0;
+	refill(d);
+	uint64_t cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
 	size_t n = 0;
 	int rc = list_pids(d, &n);
 	if (rc < 0) {
 		return rc;
 	}
 	double now = read_uptime(d->procfd);
+	d->uptime = now;
 	size_t budget = d->budget;
 	size_t i = 0; /* in d->known */
 	for (size_t j = 0; j < n; j++) {
@@ -304,8 +438,9 @@ int discover_scan(struct discover *d, const pid_t **born, size_t *n_born,
 				uint64_t start = 0;
 				bool eligible;
 				struct spy_buf b = SPY_BUF_INIT;
+				uint64_t vsize;
 				bool same = read_pid_file(d->procfd, s->pid, "stat", 4096, &b) >= 0 &&
-					    parse_stat(b.buf, b.len, &start, &eligible) &&
+					    parse_stat(b.buf, b.len, &start, &vsize, &eligible) &&
 					    start == old->start;
 				spy_buf_release(&b);
 				s->ino = ino;
@@ -317,15 +452,18 @@ int discover_scan(struct discover *d, const pid_t **born, size_t *n_born,
 				}
 			}
 		}
-		if (!due(d, s, now) || budget == 0) {
-			continue;
-		}
-		budget--;
 		bool was = s->candidate;
-		if (examine(d, s, now) && s->candidate && !was) {
+		if (due(d, s, now) && budget > 0) {
+			budget--;
+			if (!examine(d, s, now)) {
+				continue;
+			}
+		}
+		if (s->candidate && !was) {
 			note(&d->born, &d->n_born, &d->alloc_born, s->pid);
 		}
 	}
+	maps_looks(d, n, now, cpu0);
 	for (; i < d->n_known; i++) {
 		if (d->known[i].candidate) {
 			note(&d->gone, &d->n_gone, &d->alloc_gone, d->known[i].pid);

@@ -7,10 +7,14 @@
  * attaches confirms it by finding the interpreter's runtime.
  *
  * Cost on a busy node: each scan is one readdir of /proc. A process is
- * examined (its stat, its exe link, perhaps its maps) when first seen, then
- * only again while young (an entry point that execs python keeps its PID and
- * start time) or once a recheck period, within a budget of examinations per
- * scan; the rest wait for the next scan.
+ * examined (its stat and exe link) when first seen, then only again while
+ * young (an entry point that execs python keeps its PID and start time),
+ * ever less often as it ages, or once a recheck period, within a budget of
+ * examinations per scan; the rest wait for the next scan. Its maps, the one
+ * read whose cost the process chooses (a megabyte for 20,000 mappings), are
+ * read once per executable and address-space size, and only while the
+ * scans' CPU budget has credit left: a process that hoards mappings delays
+ * the maps reads of others, never the rest of the scan.
  */
 #ifndef SPY_SAMPLER_DISCOVER_H
 #define SPY_SAMPLER_DISCOVER_H
@@ -30,6 +34,20 @@ void discover_free(struct discover *d);
 /* Examinations per scan (default 256): a node that starts 10,000 processes
  * at once is caught up with over a few scans, each of them short. */
 void discover_set_budget(struct discover *d, size_t per_scan);
+
+/* The thread CPU the scans may spend, as a share of one core (default 1,
+ * no limit to speak of): each scan's CPU, measured on the calling thread's
+ * clock, is charged, and no maps are read while the credit (at most one
+ * second's worth) is spent. Scans must all be made by one thread. */
+void discover_set_cpu_budget(struct discover *d, double cpu_share);
+
+/* Maps read since the start, and the processes whose maps read waited for
+ * the CPU budget at the last scan. */
+void discover_stats(const struct discover *d, uint64_t *maps_reads, size_t *maps_waiting);
+
+/* How old pid was at the last scan, in seconds: 0, or -1 if the last scan
+ * did not examine it (not seen, or waiting for the budget). */
+int discover_age(const struct discover *d, pid_t pid, double *age_s);
 
 /* One scan. *born lists the candidates seen for the first time (or that
  * became one by exec), *gone those that have exited or whose PID now names

@@ -115,6 +115,55 @@ class Agent(object):
         return out
 
 
+class Hoarders(object):
+    """Maps hoarders (targets/hoard_maps.c, built here with gcc): processes with no Python in them
+    holding `maps` separate small mappings each, asleep. Under the name `hoard` discovery examines
+    and leaves them; under `python-hoard` it takes them for Python's, and the agent opens them to
+    find out. Each carries marker in its command line, for --match. why: a reason none can run."""
+
+    def __init__(self, marker, maps, lifetime):
+        self.marker, self.maps, self.lifetime = marker, maps, int(lifetime)
+        self.procs, self.named = [], []
+        self.dir = tempfile.mkdtemp(prefix="spy-hoard-")
+        self.why = None
+        gcc = shutil.which("gcc")
+        if not gcc:
+            self.why = "gcc not found, cannot build the maps hoarder"
+            return
+        exe = os.path.join(self.dir, "hoard")
+        r = subprocess.run([gcc, "-O2", "-o", exe, harness.target_path("hoard_maps.c")],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        if r.returncode != 0:
+            self.why = "gcc could not build the maps hoarder: %s" % r.stdout.decode("utf-8", "replace")[-300:]
+            return
+        shutil.copy(exe, os.path.join(self.dir, "python-hoard"))
+
+    def start(self, plain, named):
+        """plain hoarders named `hoard`, named ones `python-hoard`, each mapped before this returns."""
+        new = []
+        for name, n in (("hoard", plain), ("python-hoard", named)):
+            for _ in range(n):
+                p = harness.spawn([os.path.join(self.dir, name), str(self.maps), str(self.lifetime), self.marker],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                new.append(p)
+                if name != "hoard":
+                    self.named.append(p)
+        self.procs += new
+        for p in new:
+            line = p.stdout.readline().decode("utf-8", "replace")
+            if not line.startswith("ready "):
+                raise harness.HarnessError("a maps hoarder did not start: %r" % line)
+
+    def named_pids(self):
+        return [p.pid for p in self.named]
+
+    def stop(self):
+        for p in self.procs:
+            harness.kill(p)
+        self.procs = []
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 def cgroup2_root():
     with open("/proc/self/mounts") as f:
         for line in f:
@@ -543,6 +592,134 @@ def retries(rep, interp):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def sanitized():
+    """Why CPU figures of this spy are not the product's (a sanitizer's runtime linked in), or None."""
+    if os.environ.get("SPY_TEST_SANITIZED"):
+        return "SPY_TEST_SANITIZED is set"
+    try:
+        out = subprocess.run(["ldd", harness.spy_path()], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             timeout=20).stdout.decode("utf-8", "replace")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    libs = [l for l in ("libasan", "libtsan", "libubsan") if l in out]
+    return "spy is linked with %s" % ", ".join(libs) if libs else None
+
+
+def proc_cpu_s(pid):
+    """utime + stime of pid, from /proc/PID/stat: the kernel's count, not spy's."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / float(os.sysconf("SC_CLK_TCK"))
+
+
+HOARD_MAPS = 20000
+HOARD_PLAIN = 20
+HOARD_MAX_CPU = 1.5
+HOARD_RUN_S = 48
+HOARD_EVERY = 4
+
+
+def hoarders(rep, interp):
+    """Issue #37 case 4: the agent's CPU is charged to whoever causes it. Beside the agent, 20
+    processes without Python holding 20,000 separate mappings each (a megabyte of maps to read),
+    asleep; two more named python-hoard, 21 s old when the agent starts; a Python process holding
+    as many mappings, working 50 ms twice a second (its maps, re-read to follow its heap, make it
+    the expensive one to sample); and one benign busy Python process. --max-cpu 1.5, for 48 s.
+    Checked: the agent's CPU from /proc/AGENT/stat over the run and in each status line after the
+    first within its budget; the benign process's windows all at the full 19 Hz, with as many
+    samples as it is busy (it spins 90% of the time: 17.1 a second, -25% +10%); the Python hoarder
+    lowered (else the budget never bound, and the benign rate proves nothing); each named hoarder
+    opened once, given up on in one line, never profiled. Built with a sanitizer, the CPU and rate
+    figures are printed, not judged: they are the sanitizer's."""
+    marker = "spyagenthoard%d%s" % (os.getpid(), os.urandom(4).hex())
+    hoard = Hoarders(marker, HOARD_MAPS, HOARD_RUN_S + 120)
+    if hoard.why:
+        raise harness.SkipInterp(hoard.why)
+    recv = pushrecv.Receiver()
+    procs = []
+    try:
+        t0 = time.time()
+        hoard.start(0, 2)
+        hoard.start(HOARD_PLAIN, 0)
+        env = dict(os.environ, SPY_TARGET_LIFETIME=str(HOARD_RUN_S + 120))
+        pyhoard = harness.Target(interp, harness.target_path("hoard_maps.py"), [marker, str(HOARD_MAPS)], env=env)
+        benign = harness.Target(interp, harness.target_path("agent_target.py"), [marker, "busy"], env=env)
+        procs += [pyhoard, benign]
+        # The named hoarders old enough (AGENT_YOUNG_S, 20 s) that one open says enough.
+        time.sleep(max(0.0, 21 - (time.time() - t0)))
+        agent = Agent(["--push", recv.url(), "--push-every", str(HOARD_EVERY), "--match", marker,
+                       "--uid", str(os.getuid()), "--max-cpu", str(HOARD_MAX_CPU), "--status-every", "8"],
+                      {"SPY_LOG": "debug"})
+        start = time.time()
+        time.sleep(HOARD_RUN_S)
+        cpu_a, el = proc_cpu_s(agent.proc.pid), time.time() - start
+        rc = agent.stop()
+        reqs, problems, _ = recv.snapshot()
+        p, judged = list(problems), []   # judged: the CPU and rate checks, which a sanitizer's figures skip
+        if rc != 0:
+            p.append("SIGTERM: exit %r" % rc)
+        text = agent.text()
+        lines = text.splitlines()
+        st = agent.status()
+        used = 100 * cpu_a / el
+        if used > HOARD_MAX_CPU * 1.25:
+            judged.append("the agent used %.2f%% of a core over %.0f s (/proc), over its --max-cpu %g"
+                          % (used, el, HOARD_MAX_CPU))
+        if not st:
+            p.append("no status line")
+        over = [s for s in st[1:] if s[2] > HOARD_MAX_CPU * 1.5]
+        if over:
+            judged.append("status lines over the %g%% budget: %r" % (HOARD_MAX_CPU, over))
+        # Whole windows only, from the third on: the first ones come before the budget's first period.
+        bw = [r for r in windows_of(reqs, benign.pid) if r.until - r.frm == HOARD_EVERY][2:]
+        brates = sorted(set(float(r.comments().get("rate-hz", "0")) for r in bw))
+        # The target spins 90 ms of every 100 (agent_target.py): at 19 Hz, 17.1 samples a second (spy
+        # counts a thread waiting for a CPU as running, so the machine's load does not lower it).
+        busy = 0.9
+        per_s = sum(r.sample_count() for r in bw) / float(HOARD_EVERY * len(bw)) if bw else 0
+        if len(bw) < 5:
+            p.append("the benign process: %d whole windows after the first two (expected 8 or more)" % len(bw))
+        elif brates != [19.0]:
+            judged.append("the benign process was not kept at 19 Hz: its windows' rates %r" % brates)
+        elif not 0.75 * 19 * busy <= per_s <= 1.1 * 19 * busy:
+            judged.append("the benign process: %.1f samples a second, busy %.0f%% of the time (19 Hz: %.1f)"
+                          % (per_s, 100 * busy, 19 * busy))
+        hrates = [float(r.comments().get("rate-hz", "0")) for r in windows_of(reqs, pyhoard.pid)]
+        if agent.attached_at(pyhoard.pid) is None:
+            p.append("the Python hoarder was not profiled")
+        elif not any(r < 19 for r in hrates) and not any(re.search(r"processes at [\d.]+ Hz, 1 lowered", l)
+                                                          for l in lines):
+            judged.append("the Python hoarder was never lowered (windows at %r): the budget did not bind, "
+                          "the benign rate proves nothing" % sorted(set(hrates)))
+        for pid in hoard.named_pids():
+            tries = [l for l in lines if l.startswith("spy[debug]: agent: process %d: no Python" % pid)]
+            gave = [l for l in lines if l.startswith("spy agent: process %d: no Python interpreter found in 1 try;" % pid)]
+            if tries or len(gave) != 1 or agent.attached_at(pid) is not None or windows_of(reqs, pid):
+                p.append("named hoarder %d: %d retries, %d lines giving up after one try, %s (expected 0, 1, "
+                         "not profiled)" % (pid, len(tries), len(gave),
+                                            "profiled" if agent.attached_at(pid) else "not profiled"))
+        figures = ("agent %.2f%% of a core (/proc) against --max-cpu %g; status (Hz/cpu) %s; benign at %r Hz, "
+                   "%.1f samples/s; Python hoarder at %r Hz"
+                   % (used, HOARD_MAX_CPU, " ".join("%g/%.1f%%" % (s[1], s[2]) for s in st), brates, per_s,
+                      sorted(set(hrates))))
+        why = sanitized()
+        if why:
+            sys.stdout.write("(the hoarders' CPU and rates are not judged: %s, whose figures are not the "
+                             "product's; %s%s)\n" % (why, figures, "; would be: " + "; ".join(judged) if judged else ""))
+        else:
+            sys.stdout.write("(hoarders: %s)\n" % figures)
+            p += judged
+        if p:
+            p.append("agent's stderr (engine lines left out):\n" + "\n".join(
+                l for l in lines if "engine:" not in l and "pystate:" not in l and "sampler:" not in l))
+        return p
+    finally:
+        for t in procs:
+            t.stop()
+        hoard.stop()
+        recv.close()
+
+
 def usage(rep):
     spy = harness.spy_path()
     cases = [([], "--push URL is required"),
@@ -583,6 +760,7 @@ def main():
     rep.run("budget %s" % host_newest.label, budget, rep, host_newest)
     rep.run("retries %s" % host_newest.label, retries, rep, host_newest)
     rep.run("memory budget %s" % host_newest.label, memory, rep, host_newest)
+    rep.run("hoarders %s" % host_newest.label, hoarders, rep, host_newest)
     rep.finish()
 
 

@@ -111,6 +111,8 @@ static void test_otel(void)
 
 /* A directory laid out like /proc: uptime, and PID/{stat,exe,maps}. */
 static char root[64];
+/* The address space's size the fake stat lines give (field 23). */
+static unsigned long fake_vsize = 1000;
 
 static void put(const char *rel, const char *text)
 {
@@ -134,7 +136,8 @@ static void fake_pid(int pid, unsigned long start, const char *exe, const char *
 		exit(2);
 	}
 	snprintf(stat, sizeof(stat),
-		 "%d (a) b) %c 1 1 1 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 %lu 1000 100\n", pid, state, start);
+		 "%d (a) b) %c 1 1 1 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 %lu %lu 100\n", pid, state, start,
+		 fake_vsize);
 	snprintf(rel, sizeof(rel), "%d/stat", pid);
 	put(rel, stat);
 	snprintf(rel, sizeof(rel), "%s/%d/exe", root, pid);
@@ -183,6 +186,58 @@ static bool has(const pid_t *v, size_t n, pid_t pid)
 	return false;
 }
 
+/* The maps reads, in the fake tree test_fake_proc made (old: an old process's start). */
+static void fake_maps_reads(unsigned long old)
+{
+	struct discover *d;
+	const pid_t *born, *gone;
+	size_t nb, ng;
+	/* The maps are read once per executable and mapped size: 102, old,
+	 * comes to map a libpython under the same exe and size; it is not
+	 * found at its recheck, and is at the one after its size changed. */
+	fake_pid(102, old, "/usr/bin/bash", "7f00-7f01 r-xp 0 fe:00 1 /usr/lib/libc.so.6\n", 'S');
+	d = discover_new(root);
+	discover_scan(d, &born, &nb, &gone, &ng);
+	CHECK(!has(born, nb, 102));
+	uint64_t reads;
+	size_t waits;
+	discover_stats(d, &reads, &waits);
+	fake_pid(102, old, "/usr/bin/bash", "7f00-7f01 r-xp 0 fe:00 1 /usr/lib/libpython3.12.so.1.0\n", 'S');
+	put("uptime", "1130.00 50.00\n");
+	discover_scan(d, &born, &nb, &gone, &ng);
+	CHECK(!has(born, nb, 102));
+	uint64_t reads2;
+	discover_stats(d, &reads2, &waits);
+	CHECK_INT(reads2, reads);
+	fake_vsize = 2000;
+	fake_pid(102, old, "/usr/bin/bash", "7f00-7f01 r-xp 0 fe:00 1 /usr/lib/libpython3.12.so.1.0\n", 'S');
+	fake_vsize = 1000;
+	put("uptime", "1200.00 50.00\n");
+	discover_scan(d, &born, &nb, &gone, &ng);
+	CHECK(has(born, nb, 102));
+	discover_free(d);
+	fake_pid(102, old, "/usr/bin/python3.11", "", 'S');
+	put("uptime", "1000.00 50.00\n");
+
+	/* No CPU credit for the scans: the maps wait (106, found by its libpython alone), the
+	 * executables named python* do not; 106 is found once there is credit. */
+	fake_pid(106, old, "/usr/local/bin/uwsgi", "7f00-7f01 r-xp 0 fe:00 1 /usr/lib/libpython3.12.so.1.0\n", 'S');
+	d = discover_new(root);
+	discover_set_cpu_budget(d, 1e-12);
+	discover_scan(d, &born, &nb, &gone, &ng);
+	CHECK(!has(born, nb, 106) && has(born, nb, 103));
+	discover_stats(d, &reads, &waits);
+	CHECK_INT(reads, 0);
+	CHECK(waits >= 1);
+	discover_set_cpu_budget(d, 1);
+	discover_scan(d, &born, &nb, &gone, &ng);
+	CHECK(has(born, nb, 106));
+	discover_stats(d, &reads, &waits);
+	CHECK(reads >= 1);
+	discover_free(d);
+	remove_pid(106);
+}
+
 static void test_fake_proc(void)
 {
 	snprintf(root, sizeof(root), "/tmp/spy-discover-XXXXXX");
@@ -220,11 +275,22 @@ static void test_fake_proc(void)
 	discover_scan(d, &born, &nb, &gone, &ng);
 	CHECK_INT(nb, 0);
 	CHECK_INT(ng, 0);
+	double age = -1;
+	CHECK_INT(discover_age(d, 103, &age), 0);
+	CHECK(age > 9.99 && age < 10.01);
+	CHECK(discover_age(d, 99, &age) < 0);
 
-	/* 103 (young) execs python: the same PID and start, found anew.
+	/* A young process is looked at again after half its age at the last look: 103, 10 s old
+	 * then, not at 1004 s, at 1005. */
+	fake_pid(103, young, "/usr/bin/python3.14", "", 'S');
+	put("uptime", "1004.00 50.00\n");
+	discover_scan(d, &born, &nb, &gone, &ng);
+	CHECK_INT(nb, 0);
+	put("uptime", "1005.00 50.00\n");
+
+	/* 103 (young) exec'd python: the same PID and start, found anew.
 	 * 100 exits; 101's PID is reused by a non-Python process (another
 	 * start time, and the fake tree gives it another inode). */
-	fake_pid(103, young, "/usr/bin/python3.14", "", 'S');
 	remove_pid(100);
 	replace_pid(101, old + 5, "/usr/bin/bash");
 	discover_scan(d, &born, &nb, &gone, &ng);
@@ -244,6 +310,8 @@ static void test_fake_proc(void)
 	CHECK_INT(nb, 1);
 	CHECK(has(born, nb, 102));
 	discover_free(d);
+
+	fake_maps_reads(old);
 
 	/* A budget of 2 examinations a scan: 4 candidates take 2 scans, and
 	 * none is reported twice. */
