@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cmd/agent-budget.h"
+#include "common/util.h"
 
 #define AGENT_BUDGET_NS (3 * 1000 * 1000 * 1000ull)
 /* Below this rate a window would hold too few samples to mean anything. */
@@ -190,25 +191,18 @@ static void refill(struct agent_budget *b, uint64_t now)
 
 bool agent_open_begin(struct agent_budget *b)
 {
-	bool ok;
-	uint64_t now = clock_ns(CLOCK_MONOTONIC, &ok);
+	uint64_t now = spy_now_ns();
 	pthread_mutex_lock(&b->lock);
 	refill(b, now > b->open_at ? now : b->open_at);
-	ok = b->opening < AGENT_OPENS_MAX && b->open_credit > 0;
+	bool ok = b->opening < AGENT_OPENS_MAX && b->open_credit > 0;
 	b->opening += ok;
 	pthread_mutex_unlock(&b->lock);
 	return ok;
 }
 
-uint64_t agent_thread_cpu_ns(void)
-{
-	bool ok;
-	return clock_ns(CLOCK_THREAD_CPUTIME_ID, &ok);
-}
-
 uint64_t agent_open_end(struct agent_budget *b, struct agent_cost *c, uint64_t from)
 {
-	uint64_t now = from ? agent_thread_cpu_ns() : 0, cost = now > from ? now - from : 0;
+	uint64_t now = from ? spy_thread_cpu_ns() : 0, cost = now > from ? now - from : 0;
 	if (c) {
 		atomic_store(&c->opened_cpu, now + 1);
 	}

@@ -70,9 +70,7 @@ bool agent_budget_period(struct agent_budget *b, struct agent_cost *const *c, si
 
 /* Whether a process may be opened now (fewer than AGENT_OPENS_MAX at once, credit left); if so it is counted. */
 bool agent_open_begin(struct agent_budget *b);
-/* The calling thread's CPU (ns): a worker's, as its open starts. */
-uint64_t agent_thread_cpu_ns(void);
-/* The open begun at the worker's CPU from ended: its cost charged to the opens' credit, and from
+/* The open begun at the worker's CPU from (spy_thread_cpu_ns) ended: its cost charged to the opens' credit, and from
  * now on the worker's CPU is its process's sampling (c). Returns the cost (ns). */
 uint64_t agent_open_end(struct agent_budget *b, struct agent_cost *c, uint64_t from);
 /* How long a process whose open cost cost_ns waits before it is opened again: its opens alone

@@ -307,7 +307,7 @@ static void *worker_main(void *arg)
 	struct prof_opts o = { .rate = rate, .duration = -1, .aligned = true };
 	struct profiler *p = NULL;
 	struct spy_err err = SPY_ERR_INIT;
-	uint64_t cpu0 = agent_thread_cpu_ns();
+	uint64_t cpu0 = spy_thread_cpu_ns();
 	int orc = prof_open(&p, &o, &strs, w->pid, NULL, &err);
 	/* What opening cost is the opens' (and this process's next wait), what follows its sampling's. */
 	w->open_ns = agent_open_end(&a->bud, &w->cost, cpu0);

@@ -460,13 +460,6 @@ static void poll_processes(struct profiler *e, uint64_t now)
  */
 #define SCHED_CHECK_NS (200 * 1000 * 1000ull)
 
-static uint64_t thread_cpu_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void sched_raise(struct profiler *e)
 {
 	e->sched_rt = false;
@@ -491,7 +484,7 @@ static void sched_raise(struct profiler *e)
 	e->sched_rt = true;
 	e->sched_judged = false;
 	e->sched_check_ns = spy_now_ns();
-	e->sched_cpu_ns = thread_cpu_ns();
+	e->sched_cpu_ns = spy_thread_cpu_ns();
 	spy_log(SPY_LOG_DEBUG, "engine: sampling at SCHED_RR 1");
 }
 
@@ -510,7 +503,7 @@ static void sched_check(struct profiler *e, uint64_t now)
 	if (!e->sched_rt || now - e->sched_check_ns < SCHED_CHECK_NS) {
 		return;
 	}
-	uint64_t cpu = thread_cpu_ns();
+	uint64_t cpu = spy_thread_cpu_ns();
 	/*
 	 * The first window is the start-up's: each thread's first walk
 	 * decodes its code objects, and the names are listed. A hundred

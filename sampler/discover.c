@@ -146,13 +146,6 @@ int discover_age(const struct discover *d, pid_t pid, double *age_s)
 	return 0;
 }
 
-static uint64_t clock_ns(clockid_t c)
-{
-	struct timespec ts;
-	clock_gettime(c, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 size_t discover_count(const struct discover *d)
 {
 	size_t n = 0;
@@ -368,7 +361,7 @@ static void maps_looks(struct discover *d, size_t n, double now, uint64_t cpu0)
 			if (!s->maps_wait || s->candidate || young != (pass == 0)) {
 				continue;
 			}
-			uint64_t c = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+			uint64_t c = spy_thread_cpu_ns();
 			d->cpu_credit -= (double)(c - cpu0);
 			cpu0 = c;
 			if (maps_look(d, s)) {
@@ -376,7 +369,7 @@ static void maps_looks(struct discover *d, size_t n, double now, uint64_t cpu0)
 			}
 		}
 	}
-	d->cpu_credit -= (double)(clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0);
+	d->cpu_credit -= (double)(spy_thread_cpu_ns() - cpu0);
 }
 
 /* Whether s, known from an earlier scan, is due another examination. */
@@ -396,7 +389,7 @@ static bool due(const struct discover *d, const struct seen *s, double now)
 /* The scans' CPU credit, refilled at cpu_per_s, at most a second's worth kept. */
 static void refill(struct discover *d)
 {
-	uint64_t t = clock_ns(CLOCK_MONOTONIC);
+	uint64_t t = spy_now_ns();
 	if (d->credit_at) {
 		d->cpu_credit += (double)(t - d->credit_at) / 1e9 * d->cpu_per_s;
 	}
@@ -410,7 +403,7 @@ int discover_scan(struct discover *d, const pid_t **born, size_t *n_born,
 	d->n_born = d->n_gone = 0;
 	d->maps_waiting = 0;
 	refill(d);
-	uint64_t cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+	uint64_t cpu0 = spy_thread_cpu_ns();
 	size_t n = 0;
 	int rc = list_pids(d, &n);
 	if (rc < 0) {
