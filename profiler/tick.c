@@ -895,7 +895,8 @@ void prof_side_reads(struct prof_tick_state *e, struct prof_process *p, uint64_t
 	 * was 1.5% of a core, which lowering its rate (an agent's budget)
 	 * could not take away.
 	 */
-	uint64_t every = e->o.rate > 0 ? (uint64_t)(MAPS_REFRESH_TICKS * 1e9 / e->o.rate) : 0;
+	/* Saturating: a rate of 1e-300 makes this period infinite. */
+	uint64_t every = e->o.rate > 0 ? spy_s_to_ns(MAPS_REFRESH_TICKS / e->o.rate) : 0;
 	every = every > MAPS_REFRESH_NS ? every : MAPS_REFRESH_NS;
 	if (now - p->last_maps_ns >= every) {
 		p->h.tracer->read_maps(&p->h);

@@ -784,22 +784,66 @@ int pyrt_threads(struct pyrt *rt, struct py_thread *out, size_t max, size_t *n, 
 	return 0;
 }
 
-int pyrt_thread_recheck(struct pyrt *rt, struct py_thread *t)
+/*
+ * t's thread state read again: still t's (else -SPY_EGONE), its GIL,
+ * attached and bound bits as they are now. An outer state (!own_id) is
+ * known by its interpreter and TID only, its thread id read here.
+ */
+static int recheck_one(struct pyrt *rt, struct py_thread *t, bool own_id)
 {
 	const struct pyoffsets *o = &rt->off;
 	unsigned char buf[PYRT_MAX_SPAN];
 	if (!spy_mem_plausible(rt->mem, t->tstate, 8) ||
 	    spy_mem_read(rt->mem, t->tstate, buf, rt->tstate_span) < 0 ||
 	    pyrt_u64(buf, o->tstate_interp) != t->interp ||
-	    pyrt_u64(buf, o->tstate_thread_id) != t->thread_id ||
+	    (own_id && pyrt_u64(buf, o->tstate_thread_id) != t->thread_id) ||
 	    (o->tstate_native_thread_id != PYOFF_NONE &&
 	     (int32_t)pyrt_u32(buf, o->tstate_native_thread_id) != t->own_tid)) {
 		return -SPY_EGONE;
 	}
+	t->thread_id = pyrt_u64(buf, o->tstate_thread_id);
 	/* A held thread can neither take the GIL nor release it. */
 	spy_addr_t holder = rt->gil_holder(rt, t->interp);
 	t->holds_gil = holder && holder == t->tstate;
 	t->attached = attached(rt, buf);
+	uint32_t status = status_off(rt);
+	t->gilstate = status != PYOFF_NONE && (pyrt_u32(buf, status) & STATUS_BOUND_GILSTATE);
+	return 0;
+}
+
+/*
+ * A thread listed inside a sub-interpreter may have left it, or one listed
+ * about to enter (its new thread state made, not yet swapped in) be inside
+ * now: which of its thread states is innermost is chosen again from their
+ * bits as they are while it is held. Those freed since the listing (a
+ * sub-interpreter's left: 3.13 frees its state each time) drop out.
+ */
+int pyrt_thread_recheck(struct pyrt *rt, struct py_thread *t)
+{
+	if (!t->nouter) {
+		return recheck_one(rt, t, true);
+	}
+	struct py_thread v[PYRT_MAX_NEST + 1];
+	struct pynest_key g[PYRT_MAX_NEST + 1];
+	size_t m = 0;
+	for (size_t k = 0; k <= t->nouter && k <= PYRT_MAX_NEST; k++) {
+		v[m] = *t;
+		v[m].nouter = 0;
+		if (k) {
+			v[m].tstate = t->outer[k - 1].tstate;
+			v[m].interp = t->outer[k - 1].interp;
+			v[m].interp_id = t->outer[k - 1].interp_id;
+		}
+		if (recheck_one(rt, &v[m], k == 0) == 0) {
+			g[m] = (struct pynest_key){ t->native_tid, (uint32_t)m };
+			m++;
+		}
+	}
+	if (!m) {
+		return -SPY_EGONE;
+	}
+	nest_group(v, g, m);
+	*t = v[0];
 	return 0;
 }
 

@@ -3,7 +3,8 @@
  * of every row: from 3.12 its thread states of one native TID in two
  * interpreters are listed as one thread, the one bound for PyGILState
  * innermost, and its stack is the inner one on `<interpreter 1>` on the
- * outer one; failing the bit, the one holding the GIL is innermost. Two
+ * outer one; failing the bit, the one holding the GIL is innermost; a
+ * recheck of the held thread chooses again (it entered or left since). Two
  * states of one TID in one interpreter, or more interpreters than
  * PYRT_MAX_NEST allows, are left as they are; a state bound to no thread
  * yet is no thread. Before 3.12 nothing merges.
@@ -90,6 +91,33 @@ static void test_nested(const struct pyoffsets *row)
 	CHECK_INT(th[0].nouter, 1);
 	CHECK_INT(th[0].outer[0].tstate, t3);
 	fakepy_w32(s.fp, t3 + so, 0x1 | BOUND_GILSTATE);
+
+	/*
+	 * Listed about to enter (t1 bound, t3 made), inside once held: the
+	 * recheck chooses again, t3 innermost, and its stack is the nested one.
+	 */
+	fakepy_w32(s.fp, s.t1 + so, 0x1 | BOUND_GILSTATE);
+	fakepy_w32(s.fp, t3 + so, 0x1);
+	CHECK_INT(pyrt_threads(rt, th, 8, &n, NULL), 0);
+	CHECK_INT(th[0].tstate, s.t1);
+	fakepy_w32(s.fp, s.t1 + so, 0x1);
+	fakepy_w32(s.fp, t3 + so, 0x1 | BOUND_GILSTATE);
+	struct py_thread held = th[0];
+	CHECK_INT(pyrt_thread_recheck(rt, &held), 0);
+	CHECK_INT(held.tstate, t3);
+	CHECK_INT(held.nouter, 1);
+	CHECK_INT(held.outer[0].tstate, s.t1);
+	check_nested_stack(&s, rt, &held);
+	/* Left and its state freed (another interpreter's now): t1 alone. */
+	CHECK_INT(pyrt_threads(rt, th, 8, &n, NULL), 0);
+	held = th[0];
+	CHECK_INT(held.tstate, t3);
+	spy_addr_t was = fakepy_r64(s.fp, t3 + row->tstate_interp);
+	fakepy_w64(s.fp, t3 + row->tstate_interp, was + 8);
+	CHECK_INT(pyrt_thread_recheck(rt, &held), 0);
+	CHECK_INT(held.tstate, s.t1);
+	CHECK_INT(held.nouter, 0);
+	fakepy_w64(s.fp, t3 + row->tstate_interp, was);
 
 	/* A stale state of t2's TID in t2's interpreter: not merged with it. */
 	fakepy_thread(s.fp, s.interp, 4300);
