@@ -132,7 +132,9 @@ int pyrt_threads(struct pyrt *rt, struct py_thread *out, size_t max, size_t *n,
  * (stopped) and the others run: 0 if its thread state still is the same
  * thread's (interpreter, thread id and TID unchanged), with holds_gil read
  * afresh, which stays true for as long as the thread is held; -SPY_EGONE if
- * the state was freed or reused meanwhile.
+ * the state was freed or reused meanwhile. A thread listed with outer
+ * thread states (in a sub-interpreter) has its innermost chosen again, and
+ * those freed since dropped: it may have entered or left one meanwhile.
  */
 int pyrt_thread_recheck(struct pyrt *rt, struct py_thread *t);
 
