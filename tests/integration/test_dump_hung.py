@@ -340,8 +340,13 @@ def check_core(interp, target, live):
 
 
 def to_ffi_call(names):
-    """The innermost frames' names, through the first ffi_call (all if none)."""
-    return names[:names.index("ffi_call") + 1] if "ffi_call" in names else names
+    """The innermost frames' names, through the first ffi_call, else through
+    _ctypes_callproc (arm64's libffi names neither its frames nor ffi_call,
+    for spy and gdb alike), else all."""
+    for last in ("ffi_call", "_ctypes_callproc"):
+        if last in names:
+            return names[:names.index(last) + 1]
+    return names
 
 
 def crash_problems(interp, core, gdb_out, what):
