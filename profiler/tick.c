@@ -375,6 +375,7 @@ static bool still_stack(struct prof_tick_state *e, struct prof_process *p, size_
 	if (th->kept_valid) {
 		spy_stack_copy(&t->stack, &th->kept);
 		t->rc = 0;
+		t->has_span = false;
 		t->holds_gil = t->attached = false;
 		t->gc = false;
 		e->still.kept++;
@@ -752,6 +753,11 @@ static void keep_sample(struct prof_tick_state *e, struct prof_process *p, size_
 	if (t->stack.n == 0) {
 		return;
 	}
+	if (t->has_span) {
+		memcpy(t->pspan.trace_id, t->span.trace_id, sizeof(t->pspan.trace_id));
+		memcpy(t->pspan.span_id, t->span.span_id, sizeof(t->pspan.span_id));
+		t->pspan.name = t->span.name;
+	}
 	SPY_GROW(e->kept, e->kept_alloc, e->nkept + 1);
 	e->kept[e->nkept++] = (struct prof_sample){
 		.stack = &t->stack,
@@ -763,6 +769,7 @@ static void keep_sample(struct prof_tick_state *e, struct prof_process *p, size_
 		.holds_gil = t->holds_gil,
 		.gc = t->gc,
 		.idle = idle,
+		.span = t->has_span ? &t->pspan : NULL,
 	};
 }
 
