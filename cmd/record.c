@@ -619,7 +619,8 @@ static int parse_args(struct rec *r, int argc, char **argv)
 		{ 'p', "pid", OPT_PID, &r->pid, "PID", "attach to a running process" },
 		{ 'o', "output", OPT_STRING, &r->output, "FILE", "where to write (default spy-<pid>.svg; with -f, that format's extension; - for stdout)" },
 		{ 'f', "format", OPT_STRING, &format, "F",
-		  "svg, html, folded, table, lines, speedscope, chrome, pprof, json" },
+		  "svg, html, folded, table, lines, speedscope, chrome, pprof, json (pprof and json label each sample with its "
+		  "OpenTelemetry span when the SDK is loaded)" },
 		{ 'r', "rate", OPT_DOUBLE, &r->o.rate, "HZ",
 		  "samples per second (default 100, at most 1000000; above 20000 spy spins between samples: a core kept busy)" },
 		{ 'd', "duration", OPT_DOUBLE, &r->o.duration, "S", "stop after S seconds" },

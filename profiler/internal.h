@@ -96,6 +96,7 @@ struct prof_process {
 	struct native *nat;          /* --native; NULL without */
 	const char *root;            /* interned `process PID "cmdline"` */
 	bool attached, gone;
+	bool paused;                 /* every thread stopped now (sample_paused), for the spans */
 	/*
 	 * -s, the root named or launched is not a Python process (a shell,
 	 * unshare, a supervisor): no runtime, never attached, stopped or

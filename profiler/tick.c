@@ -317,6 +317,7 @@ static long sample_paused(struct prof_tick_state *e, struct prof_process *p, uin
 		if (rc < 0) {
 			return -1;
 		}
+		p->paused = true;
 	}
 	size_t n = 0;
 	int rc = walk_with_retry(e, p, &n, now);
@@ -324,6 +325,7 @@ static long sample_paused(struct prof_tick_state *e, struct prof_process *p, uin
 		prof_walk_unwind(p, i);
 	}
 	if (p->attached) {
+		p->paused = false;
 		ops->resume(&p->h);
 		/* Every thread was held from the pause to the resume. */
 		uint64_t held = spy_now_ns() - t0;

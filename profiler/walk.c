@@ -304,7 +304,7 @@ void prof_walk_thread(struct prof_process *pp, const struct prof_walk_opts *o, s
 		attribute_task(pp, i, pp->nat != NULL);
 	}
 	/* Only while it cannot run: a context read as it changes could name a span that ended. */
-	if (t->rc == 0 && (held || t->frozen || pp->attached)) {
+	if (t->rc == 0 && (held || t->frozen || pp->paused)) {
 		t->has_span = pyrt_thread_span(pp->rt, py, o->now_ns ? o->now_ns : spy_now_ns(), &t->span) == 1;
 	}
 	if (held && pp->nat) {
