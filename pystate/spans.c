@@ -35,6 +35,7 @@
 
 #include "common/bounds.h"
 #include "common/err.h"
+#include "common/log.h"
 #include "common/util.h"
 #include "pystate/internal.h"
 #include "pystate/pystate.h"
@@ -80,6 +81,16 @@ static struct pyrt_spans *spans_of(struct pyrt *rt)
 
 void pyrt_spans_free(struct pyrt *rt)
 {
+	const struct pyrt_spans *s = rt->spans;
+	if (s) {
+		spy_log(SPY_LOG_DEBUG,
+			"pystate: spans: SDK %s after %llu looks at sys.modules; %llu spans read, %llu "
+			"chains unreadable, "
+			"%llu dicts cut; %llu remote reads",
+			s->var ? "found" : "not found", (unsigned long long)s->st.looks,
+			(unsigned long long)s->st.found, (unsigned long long)s->st.failed,
+			(unsigned long long)s->st.cut, (unsigned long long)s->st.reads);
+	}
 	free(rt->spans);
 	rt->spans = NULL;
 }
