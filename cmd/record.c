@@ -139,6 +139,20 @@ static bool startup_stack(const struct spy_stack *s)
 	return true;
 }
 
+/* The OpenTelemetry span a sample was taken in, as its labels (json, pprof). */
+static void label_span(struct fg_profile *p, const struct prof_span *sp)
+{
+	char trace[33], span[17];
+	for (size_t i = 0; i < sizeof(sp->trace_id); i++) {
+		snprintf(trace + 2 * i, 3, "%02x", sp->trace_id[i]);
+	}
+	for (size_t i = 0; i < sizeof(sp->span_id); i++) {
+		snprintf(span + 2 * i, 3, "%02x", sp->span_id[i]);
+	}
+	struct fg_label l[3] = { { "span_id", span }, { "trace_id", trace }, { "span_name", sp->name } };
+	(void)fg_profile_label_last(p, l, sp->name ? 3 : 2, 1);
+}
+
 static int record_stack(struct rec *r, const struct prof_sample *info, double t_s)
 {
 	const struct spy_stack *s = info->stack;
@@ -188,6 +202,9 @@ static int record_stack(struct rec *r, const struct prof_sample *info, double t_
 		int rrc = fg_profile_add_at(r->profile, &r->stack, t_s,
 					    r->slices, r->timeline, &track);
 		rc = rc < 0 ? rc : rrc;
+		if (info->span) {
+			label_span(r->profile, info->span);
+		}
 	}
 	if (r->keep_run && r->keep_source) {
 		/* A new file can only come with a new frame: the common sample costs one compare. */
@@ -602,7 +619,8 @@ static int parse_args(struct rec *r, int argc, char **argv)
 		{ 'p', "pid", OPT_PID, &r->pid, "PID", "attach to a running process" },
 		{ 'o', "output", OPT_STRING, &r->output, "FILE", "where to write (default spy-<pid>.svg; with -f, that format's extension; - for stdout)" },
 		{ 'f', "format", OPT_STRING, &format, "F",
-		  "svg, html, folded, table, lines, speedscope, chrome, pprof, json" },
+		  "svg, html, folded, table, lines, speedscope, chrome, pprof, json (pprof and json label each sample with its "
+		  "OpenTelemetry span when the SDK is loaded)" },
 		{ 'r', "rate", OPT_DOUBLE, &r->o.rate, "HZ",
 		  "samples per second (default 100, at most 1000000; above 20000 spy spins between samples: a core kept busy)" },
 		{ 'd', "duration", OPT_DOUBLE, &r->o.duration, "S", "stop after S seconds" },

@@ -96,6 +96,7 @@ void fg_profile_free(struct fg_profile *p)
 	free(p->last_h);
 	free(p->known_ids);
 	fg_source_free(p->source);
+	fg_labels_free(p->labels);
 	spy_strtab_release(&p->own_strtab);
 	free(p);
 }
@@ -363,7 +364,8 @@ void fg_profile_stats(const struct fg_profile *p, struct fg_stats *st)
 		    spy_hmap_bytes(&p->stack_index) +
 		    p->pool_alloc * sizeof(*p->pool) +
 		    p->ids_alloc * sizeof(*p->ids) + p->last_alloc * sizeof(*p->last) +
-		    p->last_h_alloc * sizeof(*p->last_h) + p->known_alloc * sizeof(*p->known_ids);
+		    p->last_h_alloc * sizeof(*p->last_h) + p->known_alloc * sizeof(*p->known_ids) +
+		    fg_labels_bytes(p->labels);
 }
 
 uint32_t fg_profile_last_stack(const struct fg_profile *p)

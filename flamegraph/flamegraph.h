@@ -355,6 +355,24 @@ int fg_profile_add_at(struct fg_profile *p, const struct spy_stack *s, double t,
 		      struct fg_timeline *tl, const struct fg_track *track);
 
 /*
+ * Labels of samples (flamegraph/labels.c): the OpenTelemetry span a
+ * sample was taken in, as span_id, trace_id and span_name. Kept per
+ * distinct stack and set of labels, beside the stack's count: json and
+ * pprof write them, the other formats (folded among them) do not change.
+ * At most FG_MAX_LABELS labels a sample, FG_MAX_LABEL_SETS distinct sets
+ * and FG_MAX_LABEL_ENTS (stack, set) pairs; past them a sample stays
+ * counted in its stack, unlabelled.
+ */
+#define FG_MAX_LABELS 8
+#define FG_MAX_LABEL_SETS (1u << 16)
+#define FG_MAX_LABEL_ENTS (1u << 20)
+struct fg_label {
+	const char *key, *value;
+};
+/* count samples of the stack the last add counted carry labels l[0..n) (copied). */
+int fg_profile_label_last(struct fg_profile *p, const struct fg_label *l, size_t n, uint64_t count);
+
+/*
  * Source lines (record keeps the hot lines' text; -f lines, the SVG
  * tooltip and the JSON frames show it): per (file, line) of the profile's
  * Python frames, the line's text, tabs expanded and escaped as metadata is

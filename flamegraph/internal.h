@@ -38,6 +38,17 @@ typedef int (*fg_stack_fn)(void *ctx, const uint32_t *frames, size_t depth, uint
 int fg_profile_foreach_stack(const struct fg_profile *p, fg_stack_fn fn, void *ctx);
 
 /*
+ * The label sets the samples of the stack whose frames are frames (the
+ * pointer fg_profile_foreach_stack handed over) carried, and how many
+ * samples each; those of the stack's count not given here carried none.
+ */
+typedef int (*fg_label_fn)(void *ctx, const struct fg_label *l, size_t n, uint64_t count);
+int fg_profile_stack_labels(const struct fg_profile *p, const uint32_t *frames, fg_label_fn fn, void *ctx);
+struct fg_labels;
+void fg_labels_free(struct fg_labels *l);
+size_t fg_labels_bytes(const struct fg_labels *l);
+
+/*
  * The trie of a profile, for renderers: a snapshot built by fg_tree_init
  * (O(frames stored), one allocation per array) that does not change when
  * the profile does. Node 0 is the root (no frame); nodes are numbered in
@@ -641,6 +652,7 @@ struct fg_profile {
 	 * ids and last stay as they were, the same path is that stack, with
 	 * no hash or compare of its ids. */
 	uint32_t same_stack;
+	struct fg_labels *labels;    /* labels.c; NULL until a sample carries one */
 };
 
 /*

@@ -91,7 +91,25 @@ struct json_ctx {
 	FILE *f;
 	struct spy_err *err;
 	bool first;
+	const struct fg_profile *p;
+	bool first_label;
 };
+
+/* One label set of a stack: {"count": N, "labels": {"key": "value", ...}}. */
+static int json_labels(void *ctx, const struct fg_label *l, size_t n, uint64_t count)
+{
+	struct json_ctx *c = ctx;
+	spy_buf_addf(c->b, "%s{\"count\": %" PRIu64 ", \"labels\": {", c->first_label ? "" : ", ", count);
+	c->first_label = false;
+	for (size_t i = 0; i < n; i++) {
+		spy_buf_adds(c->b, i ? ", " : "");
+		fg_json_string(c->b, l[i].key);
+		spy_buf_adds(c->b, ": ");
+		fg_json_string(c->b, l[i].value);
+	}
+	spy_buf_adds(c->b, "}}");
+	return 0;
+}
 
 static int json_stack(void *ctx, const uint32_t *frames, size_t depth, uint64_t count)
 {
@@ -101,7 +119,18 @@ static int json_stack(void *ctx, const uint32_t *frames, size_t depth, uint64_t 
 	for (size_t i = 0; i < depth; i++) {
 		spy_buf_addf(c->b, i ? ", %" PRIu32 : "%" PRIu32, frames[i]);
 	}
-	spy_buf_addf(c->b, "], \"count\": %" PRIu64 "}", count);
+	spy_buf_addf(c->b, "], \"count\": %" PRIu64, count);
+	size_t at = c->b->len;
+	spy_buf_adds(c->b, ", \"labelled\": [");
+	c->first_label = true;
+	(void)fg_profile_stack_labels(c->p, frames, json_labels, c);
+	if (c->first_label) {
+		c->b->len = at; /* none: the stack as it always was */
+		c->b->buf[at] = 0;
+	} else {
+		spy_buf_addch(c->b, ']');
+	}
+	spy_buf_addch(c->b, '}');
 	return fg_flush(c->b, c->f, false, "json profile", c->err);
 }
 
@@ -157,7 +186,7 @@ int fg_profile_write_json(const struct fg_profile *p, FILE *f, struct spy_err *e
 		}
 	}
 	spy_buf_adds(&b, any ? "\n  ],\n  \"stacks\": [" : "],\n  \"stacks\": [");
-	struct json_ctx c = { &b, f, err, true };
+	struct json_ctx c = { &b, f, err, true, p, true };
 	if (!rc) {
 		rc = fg_profile_foreach_stack(p, json_stack, &c);
 	}

@@ -59,7 +59,11 @@ struct pp {
 	FILE *f;
 	int rc;                   /* the first failure: nothing more is written */
 	struct spy_err *err;
-	struct spy_buf sub, sub2; /* scratch for nested messages */
+	struct spy_buf sub, sub2, sub3; /* scratch for nested messages */
+	/* The stack pp_sample writes now: its frames, and its count not labelled yet. */
+	const uint32_t *frames;
+	size_t depth;
+	uint64_t rest;
 	struct spy_hmap strmap;   /* interned string -> string_table index */
 	struct spy_hmap funcmap;  /* hash of a pp_func -> its index in funcs */
 	struct pp_func *funcs;    /* Function id - 1 -> its identity */
@@ -121,9 +125,10 @@ static uint64_t function_id(struct pp *pp, const struct fg_frame *fr)
 	return id;
 }
 
-static int pp_sample(void *ctx, const uint32_t *frames, size_t depth, uint64_t count)
+/* One Sample message: the stack, count samples, labels l[0..n). */
+static void pp_sample_msg(struct pp *pp, const uint32_t *frames, size_t depth, uint64_t count,
+			  const struct fg_label *l, size_t n)
 {
-	struct pp *pp = ctx;
 	struct spy_buf *packed = &pp->sub2;
 	spy_buf_reset(packed);
 	for (size_t i = depth; i-- > 0;) {
@@ -137,8 +142,38 @@ static int pp_sample(void *ctx, const uint32_t *frames, size_t depth, uint64_t c
 	}
 	spy_pb_bytes(&pp->sub, 2, packed->buf, packed->len);
 	spy_buf_reset(packed);
+	/* Label {key, str}: the way Pyroscope's span profiles read span_id. */
+	for (size_t i = 0; i < n; i++) {
+		spy_pb_uint(&pp->sub3, 1, string_id(pp, l[i].key));
+		spy_pb_uint(&pp->sub3, 2, string_id(pp, l[i].value));
+		spy_pb_msg(&pp->sub, 3, &pp->sub3);
+	}
 	spy_pb_msg(&pp->out, 2, &pp->sub);
 	maybe_flush(pp);
+}
+
+static int pp_labelled(void *ctx, const struct fg_label *l, size_t n, uint64_t count)
+{
+	struct pp *pp = ctx;
+	count = count < pp->rest ? count : pp->rest;
+	pp->rest -= count;
+	if (count) {
+		pp_sample_msg(pp, pp->frames, pp->depth, count, l, n);
+	}
+	return pp->rc;
+}
+
+/* A stack's samples: one Sample per label set they carried, one for those that carried none. */
+static int pp_sample(void *ctx, const uint32_t *frames, size_t depth, uint64_t count)
+{
+	struct pp *pp = ctx;
+	pp->frames = frames;
+	pp->depth = depth;
+	pp->rest = count;
+	int rc = fg_profile_stack_labels(pp->p, frames, pp_labelled, pp);
+	if (!rc && pp->rest) {
+		pp_sample_msg(pp, frames, depth, pp->rest, NULL, 0);
+	}
 	return pp->rc;
 }
 
@@ -284,6 +319,7 @@ int fg_profile_write_pprof(const struct fg_profile *p, const struct fg_pprof_opt
 	spy_buf_release(&pp.out);
 	spy_buf_release(&pp.sub);
 	spy_buf_release(&pp.sub2);
+	spy_buf_release(&pp.sub3);
 	spy_hmap_release(&pp.strmap);
 	spy_hmap_release(&pp.funcmap);
 	free(pp.funcs);

@@ -61,6 +61,10 @@ struct prof_walked {
 	struct native_pcs pcs;   /* --native: from the stop to the merge */
 	const char *task;     /* --async --native: its running task (name), cut after the merge */
 	size_t task_keep;
+	/* The OpenTelemetry span its context held when read while it could not run. */
+	bool has_span;
+	struct pyrt_span span;
+	struct prof_span pspan;  /* the same, as samples hand it on */
 };
 
 /* Without --native: a thread of the process at the last reading (nativeonly.c). */
@@ -92,6 +96,7 @@ struct prof_process {
 	struct native *nat;          /* --native; NULL without */
 	const char *root;            /* interned `process PID "cmdline"` */
 	bool attached, gone;
+	bool paused;                 /* every thread stopped now (sample_paused), for the spans */
 	/*
 	 * -s, the root named or launched is not a Python process (a shell,
 	 * unshare, a supervisor): no runtime, never attached, stopped or

@@ -69,6 +69,13 @@ struct prof_opts {
 };
 
 
+/* A span a sample was taken in (pystate/spans.c). */
+struct prof_span {
+	uint8_t trace_id[16]; /* big-endian */
+	uint8_t span_id[8];
+	const char *name;     /* interned, NULL if the span has none */
+};
+
 /* One stack kept in a tick, valid until the next prof_next(). */
 struct prof_sample {
 	const struct spy_stack *stack;   /* innermost first */
@@ -79,6 +86,12 @@ struct prof_sample {
 	bool holds_gil;
 	bool gc;            /* the collector was running in this thread */
 	bool idle;          /* only ever true with opts.idle */
+	/*
+	 * The OpenTelemetry SDK's current span of the thread (read while the
+	 * thread could not run: held, frozen behind the GIL's holder, or the
+	 * process paused), or NULL: none, no SDK, or not read.
+	 */
+	const struct prof_span *span;
 };
 
 /* What prof_next() returns. */

@@ -317,6 +317,7 @@ static long sample_paused(struct prof_tick_state *e, struct prof_process *p, uin
 		if (rc < 0) {
 			return -1;
 		}
+		p->paused = true;
 	}
 	size_t n = 0;
 	int rc = walk_with_retry(e, p, &n, now);
@@ -324,6 +325,7 @@ static long sample_paused(struct prof_tick_state *e, struct prof_process *p, uin
 		prof_walk_unwind(p, i);
 	}
 	if (p->attached) {
+		p->paused = false;
 		ops->resume(&p->h);
 		/* Every thread was held from the pause to the resume. */
 		uint64_t held = spy_now_ns() - t0;
@@ -375,6 +377,7 @@ static bool still_stack(struct prof_tick_state *e, struct prof_process *p, size_
 	if (th->kept_valid) {
 		spy_stack_copy(&t->stack, &th->kept);
 		t->rc = 0;
+		t->has_span = false;
 		t->holds_gil = t->attached = false;
 		t->gc = false;
 		e->still.kept++;
@@ -752,6 +755,11 @@ static void keep_sample(struct prof_tick_state *e, struct prof_process *p, size_
 	if (t->stack.n == 0) {
 		return;
 	}
+	if (t->has_span) {
+		memcpy(t->pspan.trace_id, t->span.trace_id, sizeof(t->pspan.trace_id));
+		memcpy(t->pspan.span_id, t->span.span_id, sizeof(t->pspan.span_id));
+		t->pspan.name = t->span.name;
+	}
 	SPY_GROW(e->kept, e->kept_alloc, e->nkept + 1);
 	e->kept[e->nkept++] = (struct prof_sample){
 		.stack = &t->stack,
@@ -763,6 +771,7 @@ static void keep_sample(struct prof_tick_state *e, struct prof_process *p, size_
 		.holds_gil = t->holds_gil,
 		.gc = t->gc,
 		.idle = idle,
+		.span = t->has_span ? &t->pspan : NULL,
 	};
 }
 

@@ -254,6 +254,7 @@ void prof_walk_thread(struct prof_process *pp, const struct prof_walk_opts *o, s
 	struct py_thread *py = &pp->py[i];
 	spy_stack_reset(&t->stack);
 	t->walked = true;
+	t->has_span = false;
 	if (t->native_only) {
 		/* No Python stack to read or check: its native one, stopped, is all. */
 		t->rc = 0;
@@ -301,6 +302,10 @@ void prof_walk_thread(struct prof_process *pp, const struct prof_walk_opts *o, s
 	}
 	if (o->async && t->rc == 0) {
 		attribute_task(pp, i, pp->nat != NULL);
+	}
+	/* Only while it cannot run: a context read as it changes could name a span that ended. */
+	if (t->rc == 0 && (held || t->frozen || pp->paused)) {
+		t->has_span = pyrt_thread_span(pp->rt, py, o->now_ns ? o->now_ns : spy_now_ns(), &t->span) == 1;
 	}
 	if (held && pp->nat) {
 		prof_walk_unwind(pp, i);

@@ -264,6 +264,7 @@ struct pyrt {
 	size_t locals_budget, locals_reads;
 
 	struct pyrt_async *async;   /* asyncio (tasks.c), allocated on first use */
+	struct pyrt_spans *spans;   /* OpenTelemetry spans (spans.c), allocated on first use */
 
 	/* asyncio before 3.14 (tasks-legacy.c): types learned by tp_name, and
 	 * asyncio.tasks._current_tasks of aio_interp, looked up once (after a
@@ -533,6 +534,15 @@ int pyrt_dict_find(struct pyrt *rt, spy_addr_t dict, const char *want, spy_addr_
 spy_addr_t pyrt_dict_get(struct pyrt *rt, spy_addr_t dict, const char *want);
 /* Attribute want of an ordinary instance (a Thread, a WeakSet), or 0. */
 spy_addr_t pyrt_attr_get(struct pyrt *rt, spy_addr_t obj, const char *want);
+
+/* spans.c */
+void pyrt_spans_free(struct pyrt *rt);
+/*
+ * The value of key, whose hamt_hash is h, in the HAMT (PyHamtObject) at
+ * hamt, found as Python/hamt.c finds it: 1 and *value, 0 absent, < 0
+ * unreadable or not a HAMT's shape. At most 8 nodes read.
+ */
+int pyrt_hamt_find(struct pyrt *rt, spy_addr_t hamt, spy_addr_t key, int32_t h, spy_addr_t *value);
 
 /* tasks.c / tasks-legacy.c: asyncio. */
 /*

@@ -256,6 +256,20 @@ struct pyoffsets {
 	uint32_t iframe_stackpointer;  /* _PyInterpreterFrame.stackpointer (3.14+) */
 	uint32_t set_mask;             /* PySetObject.mask */
 	uint32_t set_table;            /* PySetObject.table: setentry {key, hash} */
+	/*
+	 * contextvars (spans.c). Python/hamt.c's nodes (not in any header)
+	 * follow an object head: a bitmap node {PyObject_VAR_HEAD; uint32
+	 * b_bitmap; PyObject *b_array[]} and a collision node {VAR_HEAD;
+	 * int32 c_hash; PyObject *c_array[]}, their arrays at the next 8 bytes
+	 * after varobject_size + 4; an array node {PyObject_HEAD; PyHamtNode
+	 * *a_array[32]; ...} at object_size.
+	 */
+	uint32_t tstate_context;       /* PyThreadState.context: PyContext * (3.7+) */
+	uint32_t context_vars;         /* PyContext.ctx_vars: PyHamtObject * (3.8+) */
+	uint32_t hamt_root;            /* PyHamtObject.h_root: PyHamtNode * */
+	uint32_t contextvar_hash;      /* PyContextVar.var_hash (Py_hash_t) */
+	uint32_t object_size;          /* sizeof(PyObject) */
+	uint32_t varobject_size;       /* sizeof(PyVarObject) */
 
 	/* Free-threaded builds (3.14+): per-thread bytecode. */
 	uint32_t iframe_tlbc_index;    /* _PyInterpreterFrame.tlbc_index (int32) */

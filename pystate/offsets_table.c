@@ -164,6 +164,12 @@ const struct pyoffsets pyoffsets_table[] = {
 		.iframe_stackpointer = PYOFF_NONE,
 		.set_mask = PYOFF_NONE,
 		.set_table = PYOFF_NONE,
+		.tstate_context = PYOFF_NONE,
+		.context_vars = PYOFF_NONE,
+		.hamt_root = PYOFF_NONE,
+		.contextvar_hash = PYOFF_NONE,
+		.object_size = 0x10,
+		.varobject_size = 0x18,
 		.iframe_tlbc_index = PYOFF_NONE,
 		.code_tlbc = PYOFF_NONE,
 		.codearray_size = PYOFF_NONE,
@@ -324,6 +330,12 @@ const struct pyoffsets pyoffsets_table[] = {
 		.iframe_stackpointer = PYOFF_NONE,
 		.set_mask = 0x20,
 		.set_table = 0x28,
+		.tstate_context = PYOFF_NONE,
+		.context_vars = PYOFF_NONE,
+		.hamt_root = PYOFF_NONE,
+		.contextvar_hash = PYOFF_NONE,
+		.object_size = 0x10,
+		.varobject_size = 0x18,
 		.iframe_tlbc_index = PYOFF_NONE,
 		.code_tlbc = PYOFF_NONE,
 		.codearray_size = PYOFF_NONE,
@@ -485,6 +497,12 @@ const struct pyoffsets pyoffsets_table[] = {
 		.iframe_stackpointer = PYOFF_NONE,
 		.set_mask = 0x20,
 		.set_table = 0x28,
+		.tstate_context = 0x100,
+		.context_vars = PYOFF_NONE,
+		.hamt_root = PYOFF_NONE,
+		.contextvar_hash = PYOFF_NONE,
+		.object_size = 0x10,
+		.varobject_size = 0x18,
 		.iframe_tlbc_index = PYOFF_NONE,
 		.code_tlbc = PYOFF_NONE,
 		.codearray_size = PYOFF_NONE,
@@ -495,8 +513,8 @@ const struct pyoffsets pyoffsets_table[] = {
 	/*
 	 * 3.8: offsetof/sizeof from the CPython pyenv 3.8.18 headers
 	 * (include/python3.8, -DPy_BUILD_CORE, gcc 12.2.0), including:
-	 *   Python.h, frameobject.h, code.h, pycore_pystate.h, opcode.h,
-	 *   pycore_gil.h, longintrepr.h, cellobject.h.
+	 *   Python.h, frameobject.h, code.h, pycore_pystate.h, pycore_context.h,
+	 *   pycore_hamt.h, opcode.h, pycore_gil.h, longintrepr.h, cellobject.h.
 	 */
 	{
 		.version = 0x03080000,
@@ -646,6 +664,12 @@ const struct pyoffsets pyoffsets_table[] = {
 		.iframe_stackpointer = PYOFF_NONE,
 		.set_mask = 0x20,
 		.set_table = 0x28,
+		.tstate_context = 0xf0,
+		.context_vars = 0x18,
+		.hamt_root = 0x10,
+		.contextvar_hash = 0x38,
+		.object_size = 0x10,
+		.varobject_size = 0x18,
 		.iframe_tlbc_index = PYOFF_NONE,
 		.code_tlbc = PYOFF_NONE,
 		.codearray_size = PYOFF_NONE,
@@ -657,8 +681,8 @@ const struct pyoffsets pyoffsets_table[] = {
 	 * 3.9: offsetof/sizeof from the CPython pyenv 3.9.18 headers
 	 * (include/python3.9, -DPy_BUILD_CORE, gcc 12.2.0), including:
 	 *   Python.h, frameobject.h, code.h, pycore_interp.h, pycore_runtime.h,
-	 *   pycore_pystate.h, opcode.h, pycore_gil.h, longintrepr.h,
-	 *   cellobject.h.
+	 *   pycore_pystate.h, pycore_context.h, pycore_hamt.h, opcode.h,
+	 *   pycore_gil.h, longintrepr.h, cellobject.h.
 	 */
 	{
 		.version = 0x03090000,
@@ -808,6 +832,12 @@ const struct pyoffsets pyoffsets_table[] = {
 		.iframe_stackpointer = PYOFF_NONE,
 		.set_mask = 0x20,
 		.set_table = 0x28,
+		.tstate_context = 0xf0,
+		.context_vars = 0x18,
+		.hamt_root = 0x10,
+		.contextvar_hash = 0x38,
+		.object_size = 0x10,
+		.varobject_size = 0x18,
 		.iframe_tlbc_index = PYOFF_NONE,
 		.code_tlbc = PYOFF_NONE,
 		.codearray_size = PYOFF_NONE,
@@ -819,8 +849,8 @@ const struct pyoffsets pyoffsets_table[] = {
 	 * 3.10: offsetof/sizeof from the CPython pyenv 3.10.13 headers
 	 * (include/python3.10, -DPy_BUILD_CORE, gcc 12.2.0), including:
 	 *   Python.h, frameobject.h, code.h, pycore_interp.h, pycore_runtime.h,
-	 *   pycore_pystate.h, pycore_moduleobject.h, opcode.h, pycore_gil.h,
-	 *   longintrepr.h, cellobject.h.
+	 *   pycore_pystate.h, pycore_moduleobject.h, pycore_context.h,
+	 *   pycore_hamt.h, opcode.h, pycore_gil.h, longintrepr.h, cellobject.h.
 	 */
 	{
 		.version = 0x030a0000,
@@ -970,6 +1000,12 @@ const struct pyoffsets pyoffsets_table[] = {
 		.iframe_stackpointer = PYOFF_NONE,
 		.set_mask = 0x20,
 		.set_table = 0x28,
+		.tstate_context = 0xf0,
+		.context_vars = 0x18,
+		.hamt_root = 0x10,
+		.contextvar_hash = 0x38,
+		.object_size = 0x10,
+		.varobject_size = 0x18,
 		.iframe_tlbc_index = PYOFF_NONE,
 		.code_tlbc = PYOFF_NONE,
 		.codearray_size = PYOFF_NONE,
@@ -982,8 +1018,8 @@ const struct pyoffsets pyoffsets_table[] = {
 	 * (include/python3.11, -DPy_BUILD_CORE, gcc 12.2.0), including:
 	 *   Python.h, frameobject.h, pycore_interp.h, pycore_runtime.h,
 	 *   pycore_pystate.h, pycore_frame.h, pycore_code.h,
-	 *   pycore_moduleobject.h, pycore_dict.h, pycore_object.h, opcode.h,
-	 *   pycore_gil.h.
+	 *   pycore_moduleobject.h, pycore_dict.h, pycore_object.h,
+	 *   pycore_context.h, pycore_hamt.h, opcode.h, pycore_gil.h.
 	 * CPython 3.11.2 headers (/usr/include/python3.11) give an identical row.
 	 */
 	{
@@ -1135,6 +1171,12 @@ const struct pyoffsets pyoffsets_table[] = {
 		.iframe_stackpointer = PYOFF_NONE,
 		.set_mask = 0x20,
 		.set_table = 0x28,
+		.tstate_context = 0xe0,
+		.context_vars = 0x18,
+		.hamt_root = 0x10,
+		.contextvar_hash = 0x38,
+		.object_size = 0x10,
+		.varobject_size = 0x18,
 		.iframe_tlbc_index = PYOFF_NONE,
 		.code_tlbc = PYOFF_NONE,
 		.codearray_size = PYOFF_NONE,
@@ -1147,7 +1189,8 @@ const struct pyoffsets pyoffsets_table[] = {
 	 * (include/python3.12, -DPy_BUILD_CORE, gcc 12.2.0), including:
 	 *   Python.h, frameobject.h, pycore_interp.h, pycore_runtime.h,
 	 *   pycore_pystate.h, pycore_frame.h, pycore_code.h, pycore_gil.h,
-	 *   pycore_moduleobject.h, pycore_dict.h, pycore_object.h, opcode.h.
+	 *   pycore_moduleobject.h, pycore_dict.h, pycore_object.h,
+	 *   pycore_context.h, pycore_hamt.h, opcode.h.
 	 */
 	{
 		.version = 0x030c0000,
@@ -1298,6 +1341,12 @@ const struct pyoffsets pyoffsets_table[] = {
 		.iframe_stackpointer = PYOFF_NONE,
 		.set_mask = 0x20,
 		.set_table = 0x28,
+		.tstate_context = 0xd0,
+		.context_vars = 0x18,
+		.hamt_root = 0x10,
+		.contextvar_hash = 0x38,
+		.object_size = 0x10,
+		.varobject_size = 0x18,
 		.iframe_tlbc_index = PYOFF_NONE,
 		.code_tlbc = PYOFF_NONE,
 		.codearray_size = PYOFF_NONE,
@@ -1310,7 +1359,8 @@ const struct pyoffsets pyoffsets_table[] = {
 	 * (include/python3.13, -DPy_BUILD_CORE, gcc 12.2.0), including:
 	 *   Python.h, frameobject.h, pycore_interp.h, pycore_runtime.h,
 	 *   pycore_pystate.h, pycore_frame.h, pycore_code.h, pycore_gil.h,
-	 *   pycore_moduleobject.h, pycore_dict.h, pycore_object.h.
+	 *   pycore_moduleobject.h, pycore_dict.h, pycore_object.h,
+	 *   pycore_context.h, pycore_hamt.h.
 	 * CPython 3.13.18 headers (tools/pyroot's Debian root: usr/include/python3.13) DIFFER: rt_size 0x452b8/0x45310, interp_size 0x2f998/0x2f9a8, tstate_size 0x130/0x138
 	 * CPython 3.13.18 debug build headers (tools/pyroot's Debian root: usr/include/python3.13d) DIFFER: rt_size 0x452b8/0x491a0, interp_size 0x2f998/0x2f9b8, tstate_size 0x130/0x138
 	 */
@@ -1463,6 +1513,12 @@ const struct pyoffsets pyoffsets_table[] = {
 		.iframe_stackpointer = PYOFF_NONE,
 		.set_mask = 0x20,
 		.set_table = 0x28,
+		.tstate_context = 0xd0,
+		.context_vars = 0x18,
+		.hamt_root = 0x10,
+		.contextvar_hash = 0x38,
+		.object_size = 0x10,
+		.varobject_size = 0x18,
 		.iframe_tlbc_index = PYOFF_NONE,
 		.code_tlbc = PYOFF_NONE,
 		.codearray_size = PYOFF_NONE,
@@ -1535,7 +1591,8 @@ const struct pyoffsets pyoffsets_table[] = {
 	 * (tools/pyroot build-ft: include/python3.13t, -DPy_BUILD_CORE, gcc 12.2.0), including:
 	 *   Python.h, frameobject.h, pycore_interp.h, pycore_runtime.h,
 	 *   pycore_pystate.h, pycore_frame.h, pycore_code.h, pycore_gil.h,
-	 *   pycore_moduleobject.h, pycore_dict.h, pycore_object.h.
+	 *   pycore_moduleobject.h, pycore_dict.h, pycore_object.h,
+	 *   pycore_context.h, pycore_hamt.h.
 	 */
 	{
 		.version = 0x030d0000,
@@ -1686,6 +1743,12 @@ const struct pyoffsets pyoffsets_table[] = {
 		.iframe_stackpointer = PYOFF_NONE,
 		.set_mask = 0x30,
 		.set_table = 0x38,
+		.tstate_context = 0xd0,
+		.context_vars = 0x28,
+		.hamt_root = 0x20,
+		.contextvar_hash = 0x30,
+		.object_size = 0x20,
+		.varobject_size = 0x28,
 		.iframe_tlbc_index = PYOFF_NONE,
 		.code_tlbc = PYOFF_NONE,
 		.codearray_size = PYOFF_NONE,
@@ -1759,7 +1822,7 @@ const struct pyoffsets pyoffsets_table[] = {
 	 *   Python.h, frameobject.h, pycore_interp.h, pycore_runtime.h,
 	 *   pycore_pystate.h, pycore_frame.h, pycore_code.h, pycore_gil.h,
 	 *   pycore_stackref.h, pycore_moduleobject.h, pycore_dict.h,
-	 *   pycore_object.h.
+	 *   pycore_object.h, pycore_context.h, pycore_hamt.h.
 	 * CPython 3.14.10 debug build headers (tools/pyroot's Debian root: usr/include/python3.14d) DIFFER: rt_size 0x4d4c8/0x51358, interp_size 0x37248/0x37258
 	 */
 	{
@@ -1911,6 +1974,12 @@ const struct pyoffsets pyoffsets_table[] = {
 		.iframe_stackpointer = 0x40,
 		.set_mask = 0x20,
 		.set_table = 0x28,
+		.tstate_context = 0xd0,
+		.context_vars = 0x18,
+		.hamt_root = 0x10,
+		.contextvar_hash = 0x38,
+		.object_size = 0x10,
+		.varobject_size = 0x18,
 		.iframe_tlbc_index = PYOFF_NONE,
 		.code_tlbc = PYOFF_NONE,
 		.codearray_size = PYOFF_NONE,
@@ -1984,7 +2053,7 @@ const struct pyoffsets pyoffsets_table[] = {
 	 *   Python.h, frameobject.h, pycore_interp.h, pycore_runtime.h,
 	 *   pycore_pystate.h, pycore_frame.h, pycore_code.h, pycore_gil.h,
 	 *   pycore_stackref.h, pycore_moduleobject.h, pycore_dict.h,
-	 *   pycore_object.h.
+	 *   pycore_object.h, pycore_context.h, pycore_hamt.h.
 	 */
 	{
 		.version = 0x030e0000,
@@ -2135,6 +2204,12 @@ const struct pyoffsets pyoffsets_table[] = {
 		.iframe_stackpointer = 0x40,
 		.set_mask = 0x30,
 		.set_table = 0x38,
+		.tstate_context = 0xd0,
+		.context_vars = 0x28,
+		.hamt_root = 0x20,
+		.contextvar_hash = 0x30,
+		.object_size = 0x20,
+		.varobject_size = 0x28,
 		.iframe_tlbc_index = 0x48,
 		.code_tlbc = 0xe0,
 		.codearray_size = 0x0,
@@ -2208,7 +2283,7 @@ const struct pyoffsets pyoffsets_table[] = {
 	 *   Python.h, frameobject.h, pycore_interp.h, pycore_runtime.h,
 	 *   pycore_pystate.h, pycore_frame.h, pycore_code.h, pycore_gil.h,
 	 *   pycore_stackref.h, pycore_moduleobject.h, pycore_dict.h,
-	 *   pycore_object.h.
+	 *   pycore_object.h, pycore_context.h, pycore_hamt.h.
 	 * CPython 3.15.2 debug build headers (tools/pyroot's Debian root: usr/include/python3.15d) DIFFER: rt_size 0x549c0/0x58858, interp_size 0x373b8/0x373c8
 	 */
 	{
@@ -2360,6 +2435,12 @@ const struct pyoffsets pyoffsets_table[] = {
 		.iframe_stackpointer = 0x40,
 		.set_mask = 0x20,
 		.set_table = 0x28,
+		.tstate_context = 0xe8,
+		.context_vars = 0x18,
+		.hamt_root = 0x10,
+		.contextvar_hash = 0x38,
+		.object_size = 0x10,
+		.varobject_size = 0x18,
 		.iframe_tlbc_index = PYOFF_NONE,
 		.code_tlbc = PYOFF_NONE,
 		.codearray_size = PYOFF_NONE,
@@ -2433,7 +2514,7 @@ const struct pyoffsets pyoffsets_table[] = {
 	 *   Python.h, frameobject.h, pycore_interp.h, pycore_runtime.h,
 	 *   pycore_pystate.h, pycore_frame.h, pycore_code.h, pycore_gil.h,
 	 *   pycore_stackref.h, pycore_moduleobject.h, pycore_dict.h,
-	 *   pycore_object.h.
+	 *   pycore_object.h, pycore_context.h, pycore_hamt.h.
 	 */
 	{
 		.version = 0x030f0000,
@@ -2584,6 +2665,12 @@ const struct pyoffsets pyoffsets_table[] = {
 		.iframe_stackpointer = 0x40,
 		.set_mask = 0x30,
 		.set_table = 0x38,
+		.tstate_context = 0xe8,
+		.context_vars = 0x28,
+		.hamt_root = 0x20,
+		.contextvar_hash = 0x30,
+		.object_size = 0x20,
+		.varobject_size = 0x28,
 		.iframe_tlbc_index = 0x48,
 		.code_tlbc = 0xe0,
 		.codearray_size = 0x0,

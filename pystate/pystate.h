@@ -367,4 +367,36 @@ int pyrt_tasks(struct pyrt *rt, const struct pyrt_async_hints *h, struct pyrt_ta
 int pyrt_stack_task(struct pyrt *rt, const struct pyrt_async_hints *h, const struct py_thread *t,
 		    const char **name, size_t *nframes);
 
+/*
+ * The OpenTelemetry Python SDK's current span of each thread (spans.c):
+ * read from the thread's contextvars, while the thread is held.
+ */
+struct pyrt_span {
+	uint8_t trace_id[16]; /* big-endian: its hex is OTel's */
+	uint8_t span_id[8];
+	const char *name;     /* interned; NULL when the span has none (a NonRecordingSpan) */
+};
+/* How often sys.modules is looked at again for the SDK while it is not found. */
+#define PYRT_SPAN_LOOK_NS 1000000000ull
+/* Whether the version's layout lets spans be read (3.8+). */
+bool pyrt_spans_supported(const struct pyrt *rt);
+/*
+ * 1 and *out when thread t's current context holds an SDK span; 0 when it
+ * holds none, the SDK is not loaded (sys.modules is looked at again at
+ * most every PYRT_SPAN_LOOK_NS of now_ns, and only when it grew) or the
+ * version is not supported; negative when the chain could not be read
+ * (counted, nothing guessed). Bounded: a HAMT walk of at most 8 nodes,
+ * dicts of at most 256 entries, a name of at most 127 bytes.
+ */
+int pyrt_thread_span(struct pyrt *rt, const struct py_thread *t, uint64_t now_ns, struct pyrt_span *out);
+struct pyrt_span_stats {
+	bool sdk;             /* the SDK's variable was found */
+	uint64_t looks;       /* looks at sys.modules for it */
+	uint64_t found;       /* spans read */
+	uint64_t failed;      /* chains that could not be read */
+	uint64_t cut;         /* dicts past their bound */
+	uint64_t reads;       /* remote reads, about */
+};
+void pyrt_span_stats(const struct pyrt *rt, struct pyrt_span_stats *out);
+
 #endif

@@ -425,6 +425,7 @@ void pyrt_free(struct pyrt *rt)
 	free(rt->names);
 	spy_hmap_release(&rt->name_index);
 	free(rt->async);
+	pyrt_spans_free(rt);
 	free(rt->tmp);
 	free(rt->nest);
 	spy_stack_release(&rt->outer_stack);

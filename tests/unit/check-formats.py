@@ -252,12 +252,15 @@ def decode_profile(data):
             else:
                 prof["period_type"] = item
         elif field == 2:
-            s = {"location_id": [], "value": []}
+            s = {"location_id": [], "value": [], "label": []}
             for f, w, x in fields(v):
                 if f == 1:
                     s["location_id"] += repeated_ints(w, x)
                 elif f == 2:
                     s["value"] += repeated_ints(w, x)
+                elif f == 3:
+                    lb = {g: y for g, _, y in fields(x)}
+                    s["label"].append((lb.get(1, 0), lb.get(2, 0)))
             prof["sample"].append(s)
         elif field == 4:
             loc = {"id": 0, "line": []}
