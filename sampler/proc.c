@@ -425,6 +425,13 @@ int proc_open(struct proc **out, pid_t pid, struct spy_err *err)
 	if (rc < 0) {
 		goto fail;
 	}
+	/* The word proc_same_image reads: the executable's, mapped for life, rather than a probe's that may go. */
+	for (size_t i = 0; p->exe && i < p->nmaps; i++) {
+		if ((p->maps[i].perms & SPY_MAP_R) && !strcmp(p->maps[i].path, p->exe)) {
+			p->image_addr = p->maps[i].lo;
+			break;
+		}
+	}
 	*out = p;
 	return 0;
 fail:
