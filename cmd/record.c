@@ -212,7 +212,8 @@ static int record_stack(struct rec *r, const struct prof_sample *info, double t_
 		fg_profile_stats(r->profile, &st);
 		if (st.frames != r->frames_seen) {
 			r->frames_seen = st.frames;
-			cmd_sources_note(&r->sources, s, info->pid, prof_process_creds(info->proc));
+			cmd_sources_note(&r->sources, s, info->pid, prof_process_creds(info->proc),
+					 info->names_untrusted);
 		}
 	}
 	return rc;

@@ -168,7 +168,8 @@ static bool is_file_name(const char *name)
 	return name && name[0] && name[0] != '<';
 }
 
-void cmd_sources_note(struct cmd_sources *s, const struct spy_stack *st, pid_t pid, const struct spy_creds *then)
+void cmd_sources_note(struct cmd_sources *s, const struct spy_stack *st, pid_t pid, const struct spy_creds *then,
+		      bool untrusted)
 {
 	for (size_t i = 0; i < st->n; i++) {
 		const struct spy_frame *f = &st->v[i];
@@ -181,10 +182,11 @@ void cmd_sources_note(struct cmd_sources *s, const struct spy_stack *st, pid_t p
 		/* Known from now on, read or not: each file is tried once. */
 		SPY_GROW(s->v, s->alloc, s->n + 1);
 		struct cmd_source_file *e = &s->v[s->n];
-		*e = (struct cmd_source_file){ f->file, NULL, 0, false };
+		*e = (struct cmd_source_file){ f->file, NULL, 0, untrusted };
 		spy_hmap_add(&s->index, (uint64_t)(uintptr_t)f->file, s->n++);
+		s->across_exec += untrusted;
 		size_t room = s->read_bytes < CMD_SOURCE_MAX_TOTAL ? CMD_SOURCE_MAX_TOTAL - s->read_bytes : 0;
-		if (s->n <= CMD_SOURCE_MAX_FILES && room) {
+		if (!untrusted && s->n <= CMD_SOURCE_MAX_FILES && room) {
 			uint64_t t0 = spy_thread_cpu_ns();
 			e->data = read_source(s, pid, then, f->file, room < CMD_SOURCE_MAX_FILE ? room : CMD_SOURCE_MAX_FILE,
 					      &e->len, &e->withheld);
@@ -214,7 +216,11 @@ int cmd_sources_get(void *ctx, const char *file, const char **data, size_t *len)
 
 void cmd_sources_withheld(const struct cmd_sources *s, struct spy_buf *out)
 {
-	spy_buf_addf(out, "%zu file%s the program could not read:", s->withheld, s->withheld == 1 ? "" : "s");
+	spy_buf_addf(out, "%zu file%s the program could not read", s->withheld, s->withheld == 1 ? "" : "s");
+	if (s->across_exec) {
+		spy_buf_addf(out, " (%zu named after it exec'd, not opened)", s->across_exec);
+	}
+	spy_buf_adds(out, ":");
 	const char *sep = " ";
 	for (size_t i = 0; i < s->n; i++) {
 		if (s->v[i].withheld) {

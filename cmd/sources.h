@@ -31,7 +31,8 @@ struct cmd_sources {
 	int rootfd, cwdfd;   /* -1 when not open */
 	size_t read_bytes;   /* read, kept or not (what CMD_SOURCE_MAX_TOTAL bounds) */
 	struct spy_credopen *co; /* opens them with the program's rights; NULL until needed */
-	size_t withheld;     /* files the program itself could not open: not read */
+	size_t withheld;     /* files the program itself could not open, or named across an exec: not read */
+	size_t across_exec;  /* ... of those, named by a stack read across an exec (untrusted) */
 	size_t unreadable;   /* files named but not kept (missing, not regular, too big, a bound) */
 	uint64_t read_ns;    /* spy's CPU time opening and reading them */
 };
@@ -45,10 +46,13 @@ void cmd_sources_release(struct cmd_sources *s);
  * process pid sees it, with the rights of the less privileged of then
  * (its credentials when it was opened: prof_process_creds) and now.
  * File names are interned (compared by pointer). Called with the target
- * running.
+ * running. untrusted: st was read across an exec (prof_sample's
+ * names_untrusted), so its names may be another program's, whose rights
+ * then does not tell: its new files are withheld, not opened.
  */
 struct spy_creds;
-void cmd_sources_note(struct cmd_sources *s, const struct spy_stack *st, pid_t pid, const struct spy_creds *then);
+void cmd_sources_note(struct cmd_sources *s, const struct spy_stack *st, pid_t pid, const struct spy_creds *then,
+		      bool untrusted);
 
 /*
  * The files withheld, for the profile's "withheld" metadata: their count

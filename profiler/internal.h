@@ -134,6 +134,12 @@ struct prof_process {
 	 * process_still); still: the last tick was such a repeat.
 	 */
 	bool repeatable, still;
+	/*
+	 * An exec replaced its image since it was opened, seen after some
+	 * tick's reads (tick.c's image_check): every sample from then on is
+	 * marked names_untrusted. Never cleared.
+	 */
+	bool exec_seen;
 };
 
 /* ---- open.c ---- */

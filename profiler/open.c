@@ -300,18 +300,20 @@ int prof_process_open(struct prof_process **out, pid_t pid, bool prefetch, struc
 		return 0;
 	}
 #endif
-	/*
-	 * Whose rights the files its memory names are opened with is decided
-	 * from what it was before any of that memory was read, as well as from
-	 * what it is when they are opened (common/credopen.h).
-	 */
-	pp->has_creds = spy_creds_read(pid, &pp->creds) == 0;
 	int rc = spy_process_open_pid(&pp->h, pid, err);
 	if (rc < 0) {
-		spy_creds_release(&pp->creds);
 		free(pp);
 		return rc;
 	}
+	/*
+	 * Whose rights the files its memory names are opened with is decided
+	 * from what it was before any of that memory was read, as well as from
+	 * what it is when they are opened (common/credopen.h). Taken once the
+	 * handle is open, whose exec check (proc_same_image) starts before
+	 * this: an exec between the two is seen, and no stack read after it
+	 * has its files opened with these credentials (tick.c's image_check).
+	 */
+	pp->has_creds = spy_creds_read(pid, &pp->creds) == 0;
 	rc = opened(out, pp, err);
 	/* Once the runtime is found: what finding it read is no pattern a walk repeats. */
 	if (rc == 0) {

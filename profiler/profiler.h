@@ -92,6 +92,13 @@ struct prof_sample {
 	 * process paused), or NULL: none, no SDK, or not read.
 	 */
 	const struct prof_span *span;
+	/*
+	 * An exec was seen by the end of its tick (or before): its frames may
+	 * name another program's files, which that program's rights (the
+	 * credentials taken when the process was opened) do not cover. Their
+	 * names are shown, but no file they name is to be opened.
+	 */
+	bool names_untrusted;
 };
 
 /* What prof_next() returns. */

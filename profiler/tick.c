@@ -772,7 +772,31 @@ static void keep_sample(struct prof_tick_state *e, struct prof_process *p, size_
 		.gc = t->gc,
 		.idle = idle,
 		.span = t->has_span ? &t->pspan : NULL,
+		.names_untrusted = p->exec_seen,
 	};
+}
+
+/*
+ * After a tick's reads, before its stacks are handed on: whether an exec
+ * replaced the process's image since it was opened. A thread read while
+ * held is of one image (an exec waits for the tracer to reap the other
+ * threads before it replaces the address space), but one read running (the
+ * default mode's threads besides the GIL holder, --nonblocking, read_running)
+ * can be read across an exec, its frames named partly by each program, and
+ * the credentials its files are opened with are the first one's. Checked
+ * after the reads, the one pread sees any exec before the last of them.
+ * A process no thread of which ran since the last tick (still) cannot
+ * have exec'd: not checked.
+ */
+static void image_check(struct prof_process *p)
+{
+	if (!p->exec_seen && p->h.tracer && !p->h.tracer->same_image(&p->h)) {
+		p->exec_seen = true;
+		spy_log(SPY_LOG_DEBUG,
+			"process %d replaced its program (exec) while sampled: the files its stacks name are not read "
+			"from here on",
+			(int)p->pid);
+	}
 }
 
 /* The threads a repeat may be decided for: the thread table, when no larger than this. */
@@ -843,6 +867,9 @@ void prof_tick_process(struct prof_tick_state *e, struct prof_process *p, uint64
 		n = sample_paused(e, p, now, refreshed);
 	}
 	/* The process runs again; everything below is ours alone. */
+	if (n > 0 && !p->still) {
+		image_check(p);
+	}
 	size_t native_only = 0;
 	for (long i = 0; i < n; i++) {
 		struct prof_walked *t = &p->w[i];

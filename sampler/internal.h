@@ -138,6 +138,14 @@ struct proc {
 	pid_t mem_tid;
 	int memfd;             /* mem under memdirfd when process_vm_readv is refused, else -1 */
 	int statfd;            /* dirfd's stat, opened by the first proc_alive(), else -1 */
+	/*
+	 * mem under memdirfd, opened before the maps are read: it stays bound
+	 * to the address space it was opened on, so once an exec replaced that
+	 * one a read through it returns nothing (proc_same_image), however
+	 * many execs came between; image_addr is a word check_memory read.
+	 */
+	int imagefd;
+	uint64_t image_addr;
 	int iofd;              /* dirfd's io, opened by the first proc_read_resources(); -1 not yet, -2 refused */
 	char *cmdline;
 	char *exe;

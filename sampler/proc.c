@@ -176,6 +176,7 @@ static int check_memory(struct proc *p, bool *stale, struct spy_err *err)
 					.iov_len = sizeof(word) };
 		ssize_t n = process_vm_readv(p->mem_tid, &local, 1, &remote, 1, 0);
 		if (n == (ssize_t)sizeof(word)) {
+			p->image_addr = p->maps[i].lo;
 			return 0;
 		}
 		e = n < 0 ? errno : EFAULT;
@@ -207,6 +208,7 @@ static int check_memory(struct proc *p, bool *stale, struct spy_err *err)
 		probes++;
 		errno = EIO;
 		if (mem_read_pread(p, p->maps[i].lo, &word, sizeof(word)) == 0) {
+			p->image_addr = p->maps[i].lo;
 			return 0;
 		}
 		e = errno;
@@ -214,6 +216,9 @@ static int check_memory(struct proc *p, bool *stale, struct spy_err *err)
 	}
 	close(p->memfd);
 	p->memfd = -1;
+	if (p->statfd >= 0) {
+		close(p->statfd);
+	}
 	p->statfd = -1;
 	p->raw_read = mem_read_vm;
 	if (unmapped) {
@@ -373,6 +378,7 @@ int proc_open(struct proc **out, pid_t pid, struct spy_err *err)
 	p->memfd = -1;
 	p->statfd = -1;
 	p->iofd = -1;
+	p->imagefd = -1;
 	p->raw_read = mem_read_vm;
 	p->mem.read = memcache_read;
 	p->mem.peek = memcache_peek;
@@ -401,6 +407,11 @@ int proc_open(struct proc **out, pid_t pid, struct spy_err *err)
 	/* An exec between reading the maps and probing them is seen as stale maps: read again. */
 	bool stale = true;
 	for (int attempt = 0; stale && attempt < 3; attempt++) {
+		/* Before anything of the image is read: an exec from here on is seen. */
+		if (p->imagefd >= 0) {
+			close(p->imagefd);
+		}
+		p->imagefd = openat(p->memdirfd, "mem", O_RDONLY | O_CLOEXEC);
 		free(p->cmdline);
 		free(p->exe);
 		read_cmdline(p);
@@ -416,6 +427,13 @@ int proc_open(struct proc **out, pid_t pid, struct spy_err *err)
 	}
 	if (rc < 0) {
 		goto fail;
+	}
+	/* The word proc_same_image reads: the executable's, mapped for life, rather than a probe's that may go. */
+	for (size_t i = 0; p->exe && i < p->nmaps; i++) {
+		if ((p->maps[i].perms & SPY_MAP_R) && !strcmp(p->maps[i].path, p->exe)) {
+			p->image_addr = p->maps[i].lo;
+			break;
+		}
 	}
 	*out = p;
 	return 0;
@@ -436,6 +454,9 @@ void proc_free(struct proc *p)
 	}
 	if (p->statfd >= 0) {
 		close(p->statfd);
+	}
+	if (p->imagefd >= 0) {
+		close(p->imagefd);
 	}
 	if (p->iofd >= 0) {
 		close(p->iofd);
@@ -466,6 +487,14 @@ pid_t proc_pid(const struct proc *p)
 const char *proc_cmdline(const struct proc *p)
 {
 	return p->cmdline;
+}
+
+bool proc_same_image(const struct proc *p)
+{
+	uint8_t b;
+	/* 0 bytes: the address space it was opened on is gone; EIO: the word is unmapped. */
+	return p->imagefd >= 0 && p->image_addr && p->image_addr <= INT64_MAX &&
+	       pread(p->imagefd, &b, 1, (off_t)p->image_addr) == 1;
 }
 
 const char *proc_exe(const struct proc *p)

@@ -134,6 +134,11 @@ static bool live_execed(const struct spy_process *p)
 	return proc_execed(live(p));
 }
 
+static bool live_same_image(const struct spy_process *p)
+{
+	return proc_same_image(live(p));
+}
+
 static void live_fresh_view(struct spy_process *p, pid_t tid)
 {
 	if (tid > 0) {
@@ -241,6 +246,7 @@ static const struct spy_tracer_ops live_tracer = {
 	.alive = live_alive,
 	.exit_status = live_exit_status,
 	.execed = live_execed,
+	.same_image = live_same_image,
 	.fresh_view = live_fresh_view,
 	.end_view = live_end_view,
 	.read_maps = live_read_maps,

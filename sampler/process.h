@@ -77,6 +77,8 @@ struct spy_tracer_ops {
 	bool (*exit_status)(const struct spy_process *p, int *status);
 	/* Whether it exec'd while traced. */
 	bool (*execed)(const struct spy_process *p);
+	/* Whether no exec replaced the image it had when opened, traced or not (proc_same_image). */
+	bool (*same_image)(const struct spy_process *p);
 	/*
 	 * A fresh memory view: tid 0, for a walk of the running process (its
 	 * prefetch, the last such view's lines); a TID, for that thread alone

@@ -324,6 +324,13 @@ bool proc_exit_status(const struct proc *p, int *status);
  * attached (not with --nonblocking).
  */
 bool proc_execed(const struct proc *p);
+/*
+ * Whether its address space is still the one proc_open found, attached or
+ * not: no exec since (one pread of a word). False also when that cannot
+ * be told (the word is no longer mapped): the caller then trusts nothing
+ * read as the same program's.
+ */
+bool proc_same_image(const struct proc *p);
 
 /*
  * The one parser of a /proc/.../stat line: comm is skipped from its last

@@ -34,6 +34,21 @@ race   -- once, with the system's interpreter, 20 times: targets/exec_race.py
           rights come from the credentials taken when spy opened the
           process, the less privileged of those and now). How many runs
           saw the exec before the recording ended is printed.
+relay  -- once, with the system's interpreter, 20 times: targets/exec_relay.py,
+          root, started without address randomisation (setarch -R), is
+          recorded with --nonblocking (no exec is seen by a tracer); once
+          opened it gives up root and execs exec_race.py (so the same
+          interpreter sits at the same addresses, and spy goes on reading
+          it), which execs the set-uid-root copy of sleep when its own file
+          is opened (by spy, or by the test 0.5 s after the first exec:
+          a spy that opens no such file does not set it off). The
+          credentials spy took were root's, and are root's
+          again when the secret is opened: the stacks read after the first
+          exec must have their files withheld (an exec is seen after each
+          tick). No run's output (json, html, lines, svg, speedscope in
+          turn) has the secret's marker; how many runs reached the set-uid
+          program, and how many json runs said files were withheld for the
+          exec, is printed; neither may be 0.
 gather -- per interpreter from 3.8: targets/selfgather.py awaits a gather
           whose 4096 _children are a task and the gather itself 4095 times.
           `dump --tasks` ends within 2 s (wall time, timeout 20 s), lists
@@ -53,7 +68,7 @@ names  -- per interpreter: targets/wide_names.py, 200 threads whose Thread
           over 20,000 entries takes about half a second of 1,024-read
           ticks).
 
-files, sudo, caps and race need root (SKIP otherwise): only root can read what its target cannot.
+files, sudo, caps, race and relay need root (SKIP otherwise): only root can read what its target cannot.
 """
 
 import json
@@ -349,6 +364,81 @@ def run_race(rep):
         shutil.rmtree(d, ignore_errors=True)
 
 
+RELAY_FORMATS = ("json", "html", "lines", "svg", "speedscope")
+
+
+def run_relay(rep):
+    label = "exec relay race --nonblocking x%d (/usr/bin/python3)" % RACE_RUNS
+    if not root_and_system_python(rep, label, "a root target and a set-uid-root program of the test's own"):
+        return
+    setarch = shutil.which("setarch")
+    if not setarch:
+        rep.skip(label, "no setarch (util-linux) to start the target without address randomisation")
+        return
+    d = harness.shared_dir("spy-trust-")
+    p = []
+    seen = raced = 0
+    try:
+        marker, secret, home = make_files(d)
+        setuid = os.path.join(d, "rootsleep")
+        shutil.copy(shutil.which("sleep"), setuid)
+        os.chmod(setuid, 0o4755)
+        for run in range(RACE_RUNS):
+            fmt = RELAY_FORMATS[run % len(RELAY_FORMATS)]
+            target = harness.spawn([setarch, "-R", "/usr/bin/python3", harness.target_path("exec_relay.py"),
+                                    home, secret, setuid], stdout=subprocess.PIPE)
+            sp = None
+            try:
+                line = target.stdout.readline().decode()
+                if not line.startswith("ready "):
+                    p.append("run %d: the target did not start: %r" % (run, line))
+                    break
+                out = os.path.join(d, "relay." + fmt)
+                sp = harness.start_spy(["record", "-q", "--nonblocking", "-r", "200", "-d", "1.5", "--pid",
+                                        str(target.pid), "-f", fmt, "-o", out], env=harness.spy_env(keep_log=False))
+                # Opened while root; then nobody's exec_race.py, then set-uid root.
+                harness.time.sleep(0.3)
+                target.send_signal(harness.signal.SIGUSR1)
+                # A spy that opens no file of the new image's does not set off
+                # the set-uid exec: the test does, while spy still records.
+                harness.time.sleep(0.5)
+                try:
+                    os.close(os.open(os.path.join(home, "mine.py"), os.O_RDONLY))
+                except OSError:
+                    pass
+                o, e = sp.communicate(timeout=60)
+                try:
+                    exe = os.readlink("/proc/%d/exe" % target.pid)
+                except OSError:
+                    exe = ""
+                raced += exe == setuid
+                text = o.decode("utf-8", "replace") + e.decode("utf-8", "replace")
+                if sp.returncode != 0:
+                    p.append("run %d: record -f %s: exit %d: %s" % (run, fmt, sp.returncode, text.strip()[-300:]))
+                if os.path.exists(out):
+                    with open(out, encoding="utf-8", errors="replace") as f:
+                        body = f.read()
+                    text += body
+                    os.unlink(out)
+                    if fmt == "json":
+                        seen += "named after it exec'd" in json.loads(body)["metadata"].get("withheld", "")
+                if marker in text:
+                    p.append("run %d: -f %s: the root-only file's content is in the output (%d times)"
+                             % (run, fmt, text.count(marker)))
+            finally:
+                if sp:
+                    harness.kill(sp)
+                harness.kill(target)
+        sys.stdout.write("(relay: %d of %d runs reached the set-uid program; %d of %d json runs said files "
+                         "were withheld for the exec)\n" % (raced, RACE_RUNS, seen, RACE_RUNS // len(RELAY_FORMATS)))
+        if not p and (raced == 0 or seen == 0):
+            p.append("the race was not run: no run reached the set-uid program, or spy read no stack of "
+                     "the exec'd image")
+        rep.check(label, p)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def run_gather(interp):
     if interp.version < (3, 8):
         raise harness.SkipInterp("dump --tasks reads asyncio from 3.8 on")
@@ -445,13 +535,15 @@ def long_active_problems(interp):
 
 def main():
     rep = harness.reporter("trust")
-    what = sys.argv[1:] or ["files", "sudo", "caps", "race", "gather", "names"]
+    what = sys.argv[1:] or ["files", "sudo", "caps", "race", "relay", "gather", "names"]
     if "sudo" in what:
         run_sudo(rep)
     if "caps" in what:
         run_caps(rep)
     if "race" in what:
         run_race(rep)
+    if "relay" in what:
+        run_relay(rep)
     runs = []
     if "files" in what:
         runs.append(("files", run_files))

@@ -173,6 +173,13 @@ static bool f_execed(const struct spy_process *p)
 	return false;
 }
 
+static bool f_same_image(const struct spy_process *p)
+{
+	struct fake_proc *f = fp_of(p);
+	f->image_checks++;
+	return !f->exec_at_check || f->image_checks < f->exec_at_check;
+}
+
 /* A new view (a hold's, or one for a walk of the running process), or none. */
 static void view_set(struct fake_proc *f, bool on)
 {
@@ -430,6 +437,7 @@ static const struct spy_tracer_ops fake_tracer = {
 	.alive = f_alive,
 	.exit_status = f_exit_status,
 	.execed = f_execed,
+	.same_image = f_same_image,
 	.fresh_view = f_fresh_view,
 	.end_view = f_end_view,
 	.read_maps = f_read_maps,
@@ -533,6 +541,7 @@ static void on_stack(struct fake_world *w, const struct prof_sample *s)
 {
 	w->stacks++;
 	w->idle_stacks += s->idle;
+	w->untrusted_stacks += s->names_untrusted;
 	bool known = false;
 	for (size_t i = 0; i < w->nseen; i++) {
 		known |= w->seen_pids[i] == s->pid;

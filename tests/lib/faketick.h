@@ -73,12 +73,15 @@ struct fake_proc {
 	bool not_python;           /* opened, it has no runtime (a shell -s watches) */
 	int attaches, alive_calls;
 	int gone_after_alive;      /* > 0: gone once alive() was asked this many times */
+	int image_checks;          /* same_image asked */
+	int exec_at_check;         /* > 0: from this same_image on, an exec replaced its image */
 };
 
 struct fake_world {
 	struct fake_proc procs[3];
 	size_t nprocs;
 	int stacks, idle_stacks;
+	int untrusted_stacks;      /* of those, marked names_untrusted */
 	pid_t seen_pids[8];
 	size_t nseen;
 	bool refuse_stacks;

@@ -3,7 +3,8 @@
  * refused for a NUL byte count against the 64 MiB budget like any other
  * read (they used not to, so a target naming many binary "sources" made
  * spy read without end), a file is read once however often it is named,
- * and the credential helper's /proc/PID/status parsing.
+ * the credential helper's /proc/PID/status parsing, and a stack read
+ * across an exec opens nothing it names.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "cmd/sources.h"
+#include "common/buf.h"
 #include "common/credopen.h"
 #include "common/strtab.h"
 #include "tests/lib/check.h"
@@ -36,7 +38,7 @@ static const char *make(struct spy_strtab *strs, const char *name, const char *t
 	return spy_strtab_intern(strs, path, strlen(path));
 }
 
-static void note(struct cmd_sources *s, const char *file)
+static void note_as(struct cmd_sources *s, const char *file, bool untrusted)
 {
 	struct spy_stack st = SPY_STACK_INIT;
 	struct spy_frame *f = spy_stack_push(&st);
@@ -45,8 +47,47 @@ static void note(struct cmd_sources *s, const char *file)
 	f->file = file;
 	f->line = 1;
 	f->kind = SPY_FRAME_PYTHON;
-	cmd_sources_note(s, &st, getpid(), NULL);
+	cmd_sources_note(s, &st, getpid(), NULL, untrusted);
 	spy_stack_release(&st);
+}
+
+static void note(struct cmd_sources *s, const char *file)
+{
+	note_as(s, file, false);
+}
+
+/*
+ * A file first named by a stack read across an exec is withheld unopened
+ * (readable as it is), named in the withheld list, and not read when a
+ * later stack names it; one named before is kept.
+ */
+static void test_untrusted(void)
+{
+	struct spy_strtab strs = SPY_STRTAB_INIT;
+	struct cmd_sources s;
+	cmd_sources_init(&s);
+	const char *before = make(&strs, "before.py", "a = 1\n", 0);
+	const char *after = make(&strs, "after.py", "b = 2\n", 0);
+	note(&s, before);
+	note_as(&s, before, true);
+	note_as(&s, after, true);
+	note(&s, after);
+	const char *data;
+	size_t len;
+	CHECK(cmd_sources_get(&s, before, &data, &len) == 0 && len == 6);
+	CHECK(cmd_sources_get(&s, after, &data, &len) < 0);
+	CHECK_INT(s.withheld, 1);
+	CHECK_INT(s.across_exec, 1);
+	CHECK_INT(s.read_bytes, 6);
+	struct spy_buf b = SPY_BUF_INIT;
+	cmd_sources_withheld(&s, &b);
+	CHECK(strstr(b.buf, "1 file the program could not read (1 named after it exec'd, not opened): \"") != NULL);
+	CHECK(strstr(b.buf, "after.py\"") && !strstr(b.buf, "before.py"));
+	spy_buf_release(&b);
+	cmd_sources_release(&s);
+	unlink(before);
+	unlink(after);
+	spy_strtab_release(&strs);
 }
 
 static void test_nul_budget(void)
@@ -121,6 +162,7 @@ int main(void)
 	}
 	test_nul_budget();
 	test_creds_parse();
+	test_untrusted();
 	rmdir(dir);
 	return check_done();
 }

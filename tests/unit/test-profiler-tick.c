@@ -417,6 +417,36 @@ static void test_nonblocking_and_truncated(void)
 }
 
 /*
+ * An exec seen after a tick's reads marks that tick's stacks and every
+ * later one's names_untrusted (read running, a stack may be partly the
+ * new program's), in either mode; the image is asked once a tick.
+ */
+static void test_exec_untrusts_names(void)
+{
+	for (int nb = 0; nb < 2; nb++) {
+		struct fake_world w;
+		struct spy_strtab strs = SPY_STRTAB_INIT;
+		fake_setup(&w);
+		w.procs[0].exec_at_check = 3;
+		struct profiler *p = fake_run(&w, (struct prof_opts){ .nonblocking = nb }, 6, &strs);
+		CHECK_INT(w.procs[0].image_checks, 3);
+		/*
+		 * Ticks 1 and 2 trusted; from the third, every stack: the holder's
+		 * and the thread running without the GIL's (from its second tick when held).
+		 */
+		CHECK_INT(w.stacks, nb ? 2 * 6 : 6 + 5);
+		CHECK_INT(w.untrusted_stacks, nb ? 2 * 4 : 4 + 4);
+		fake_teardown(&w, p, &strs);
+
+		fake_setup(&w);
+		p = fake_run(&w, (struct prof_opts){ .nonblocking = nb }, 6, &strs);
+		CHECK_INT(w.procs[0].image_checks, 6);
+		CHECK_INT(w.untrusted_stacks, 0);
+		fake_teardown(&w, p, &strs);
+	}
+}
+
+/*
  * --nonblocking without -i: the idle thread (no GIL, asleep) is neither
  * walked nor handed on, but still counted as a thread sampled idle; with
  * -i it is walked and kept.
@@ -711,6 +741,7 @@ int main(void)
 	test_whole_pause();
 	test_nonblocking_and_truncated();
 	test_nonblocking_idle();
+	test_exec_untrusts_names();
 	test_maps_and_dropped();
 	test_end_and_descendants();
 	test_watched_root();
