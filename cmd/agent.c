@@ -1,6 +1,7 @@
 /*
  * spy agent: every Python process on the host, continuously, pushed to a
- * Pyroscope server (cmd/push.h).
+ * Pyroscope server (cmd/stream.h: the push options, the sender, the
+ * labels and metadata, as record --push has them).
  *
  * The main thread scans for candidates (profiler/fleet.h: one readdir of
  * /proc per scan, new PIDs examined once), filters them (--uid, --match,

@@ -14,9 +14,10 @@
  * Continuous mode (--push URL) is cmd/session.h's windows: each kept stack
  * also goes into the open window's profile, and when a window closes it
  * is handed to the stream (cmd/stream.h: the labels, the metadata, the
- * sender's thread, which does the network, and its lines). A window's root frame names the program, not its
- * arguments (pusher_command). Without -o (or --table)
- * no whole-run profile is kept, so memory follows the window, not the run.
+ * sender's thread, which does the network, and its lines). A window's
+ * root frame names the program, not its arguments (pusher_command).
+ * Without -o (or --table) no whole-run profile is kept, so memory follows
+ * the window, not the run.
  */
 #include <errno.h>
 #include <limits.h>
