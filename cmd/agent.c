@@ -10,9 +10,9 @@
  * prof_next until the process exits or a stop signal, then detach. Each
  * thread is its own process's tracer (ptrace binds a tracee to the thread
  * that attached), so the processes never wait on each other. Each worker
- * closes a window on every wall-clock multiple of --push-every, so every
- * process's windows line up, and hands it to the one pusher, whose thread
- * does the network.
+ * closes a window on every wall-clock multiple of --push-every
+ * (cmd/session.h's windows, whole periods), so every process's windows
+ * line up, and hands it to the one pusher, whose thread does the network.
  *
  * The CPU budget (--max-cpu, % of one core) is charged to whoever causes
  * it (cmd/agent-budget.h): the scans of /proc and the opens under shares
@@ -41,6 +41,7 @@
 #include "cmd/cmd.h"
 #include "cmd/opts.h"
 #include "cmd/push.h"
+#include "cmd/session.h"
 #include "cmd/stream.h"
 #include "common/log.h"
 #include "common/term.h"
@@ -199,13 +200,6 @@ static uint64_t cpu_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static double wall_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* ---- a process's worker ---- */
 
 static void push_synthetic(struct spy_stack *s, const char *name)
@@ -216,13 +210,23 @@ static void push_synthetic(struct spy_stack *s, const char *name)
 	f->kind = SPY_FRAME_SYNTHETIC;
 }
 
-/* The window [from, until) to the pusher, with the rate it was sampled at; a new one opens. */
-static void close_window(struct worker *w, struct agent_window *win, struct spy_strtab *strs, int64_t from,
-			 int64_t until, double rate, const char *python)
+/* A worker's open window, and what closing it needs. */
+struct worker_window {
+	struct worker *w;
+	struct agent_window win;
+	struct spy_strtab *strs;
+	const char *python;
+	double rate, win_rate;       /* the rate now; the lowest the open window was sampled at */
+};
+
+/* A window closed (cmd/session.h): to the pusher, with the rate it was sampled at; a new one opens. */
+static void close_window(void *ctx, const struct cmd_window *cw)
 {
-	uint64_t stacks_over = win->over;
-	struct fg_profile *p = agent_window_take(win);
-	uint64_t over = spy_strtab_over(strs) - w->names_over_told;
+	struct worker_window *ww = ctx;
+	struct worker *w = ww->w;
+	uint64_t stacks_over = ww->win.over;
+	struct fg_profile *p = agent_window_take(&ww->win);
+	uint64_t over = spy_strtab_over(ww->strs) - w->names_over_told;
 	if (over) {
 		fg_profile_meta_setf(p, FG_META_NAMES_OVER, "%llu", (unsigned long long)over);
 		atomic_fetch_add(&w->a->names_over, over);
@@ -232,8 +236,9 @@ static void close_window(struct worker *w, struct agent_window *win, struct spy_
 		fg_profile_meta_setf(p, FG_META_STACKS_OVER, "%llu", (unsigned long long)stacks_over);
 		atomic_fetch_add(&w->a->stacks_over, stacks_over);
 	}
-	stream_window(&w->stream, p, python, w->program, rate, from, until);
+	stream_window(&w->stream, p, ww->python, w->program, ww->win_rate, cw->from_s, cw->until_s);
 	fg_profile_free(p);
+	ww->win_rate = ww->rate;
 }
 
 /* service_name, then host, pid, python, container_id, pod_uid, k8s_*: never an argument. */
@@ -315,39 +320,36 @@ static void *worker_main(void *arg)
 	say("profiling process %d (%s, Python %s) as %s at %g Hz", (int)w->pid,
 		w->program, python, w->stream.series.app, rate);
 
-	struct agent_window win;
-	agent_window_open(&win, &strs, agent_window_budget());
+	struct worker_window ww = { .w = w, .strs = &strs, .python = python, .rate = rate, .win_rate = rate };
+	agent_window_open(&ww.win, &strs, agent_window_budget());
 	struct spy_stack st = SPY_STACK_INIT;
-	int64_t every = a->sink.o.every_s;
-	int64_t from = (int64_t)wall_s() / every * every;
-	double win_rate = rate;
+	/* On wall-clock multiples of --push-every, as record --push's: every process's windows line up. */
+	struct cmd_windows cw;
+	cmd_windows_start_whole(&cw, a->sink.o.every_s, spy_now_ns(), close_window, &ww);
+	struct prof_stats pst;
 	for (;;) {
 		struct prof_tick t;
 		enum prof_event ev = prof_next(p, &t);
 		if (ev == PROF_END) {
 			break;
 		}
+		prof_stats(p, &pst);
 		if (ev == PROF_TICK) {
-			add_tick(&win, &t, &st, root);
+			cmd_windows_tick(&cw, &pst, t.start_ns);
+			add_tick(&ww.win, &t, &st, root);
 			atomic_fetch_add(&a->ticks, 1);
-			atomic_store(&w->mem_bytes, spy_strtab_bytes(&strs) + agent_window_bytes(&win));
+			atomic_store(&w->mem_bytes, spy_strtab_bytes(&strs) + agent_window_bytes(&ww.win));
 		}
 		if (atomic_load(&w->shed)) {
 			break;
 		}
-		double now = wall_s();
-		if (now >= (double)(from + every)) {
-			int64_t next = (int64_t)now / every * every;
-			close_window(w, &win, &strs, from, next, win_rate, python);
-			from = next;
-			win_rate = rate;
-		}
+		cmd_windows_check(&cw, &pst, spy_now_ns());
 		double want = atomic_load(&w->cost.rate);
-		if (want != rate) {
+		if (want != ww.rate) {
 			prof_set_rate(p, want);
 			/* A window sampled at two rates says the lower: its samples are at least that far apart. */
-			win_rate = want < win_rate ? want : win_rate;
-			rate = want;
+			ww.win_rate = want < ww.win_rate ? want : ww.win_rate;
+			ww.rate = want;
 		}
 	}
 	/*
@@ -361,8 +363,9 @@ static void *worker_main(void *arg)
 	prof_stop(p);
 	prof_detach(p);
 	/* What is held goes too: the last window ends where the next would have begun. */
-	close_window(w, &win, &strs, from, from + every, win_rate, python);
-	agent_window_close(&win);
+	prof_stats(p, &pst);
+	cmd_windows_end(&cw, &pst, pst.stop_ns ? pst.stop_ns : spy_now_ns());
+	agent_window_close(&ww.win);
 	spy_stack_release(&st);
 	prof_close(p);
 	spy_strtab_release(&strs);

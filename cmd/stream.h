@@ -7,10 +7,11 @@
  * API is added for both commands at once, and --help, doc/ and the man
  * pages say the same of the options in both.
  *
- * When a window closes is each command's (record: cmd/session.h's windows
- * from the run's start; the agent: wall-clock multiples from the first),
- * and so is what a window holds (record's fg_profile, the agent's budgeted
- * agent_window): both hand the closed profile here.
+ * When a window closes is cmd/session.h's windows, on wall-clock
+ * multiples of --push-every for both (the agent's first and last whole
+ * periods, record's the parts it sampled); what a window holds is each
+ * command's (record's fg_profile, the agent's budgeted agent_window): both
+ * hand the closed profile here.
  */
 #ifndef SPY_CMD_STREAM_H
 #define SPY_CMD_STREAM_H

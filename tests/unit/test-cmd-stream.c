@@ -1,9 +1,10 @@
 /*
  * Continuous mode's one pipeline (cmd/stream.h): the push options' rules,
  * as record and the agent share them; a process's labels, in the order
- * the backends show them; and the rows themselves, which record's and the
- * agent's --help must carry alike (caught as tools/options-dump catches
- * them, through cmd_help_hook).
+ * the backends show them; the agent's whole-period windows
+ * (cmd/session.h) beside record's; and the rows themselves, which
+ * record's and the agent's --help must carry alike (caught as
+ * tools/options-dump catches them, through cmd_help_hook).
  */
 #include <limits.h>
 #include <stdio.h>
@@ -11,7 +12,9 @@
 
 #include "cmd/cmd.h"
 #include "cmd/opts.h"
+#include "cmd/session.h"
 #include "cmd/stream.h"
+#include "common/util.h"
 #include "tests/lib/check.h"
 
 static int check_with(struct stream_sink *k, const char *url, unsigned every, const char *label)
@@ -91,6 +94,46 @@ static void test_open(void)
 	stream_sink_release(&k);
 }
 
+static struct cmd_window closed[4];
+static size_t nclosed;
+
+static void on_closed(void *ctx, const struct cmd_window *w)
+{
+	(void)ctx;
+	if (nclosed < 4) {
+		closed[nclosed++] = *w;
+	}
+}
+
+/* The agent's windows: whole periods on the grid, the first from before its start, the last past its stop. */
+static void test_whole(void)
+{
+	struct cmd_windows w;
+	struct prof_stats st;
+	memset(&st, 0, sizeof(st));
+	uint64_t now = spy_now_ns();
+	cmd_windows_start_whole(&w, 7, now, on_closed, NULL);
+	CHECK_INT((int)(w.win.from_s % 7), 0);
+	/* Two periods and a bit later, with no tick between: each period closed, contiguous. */
+	cmd_windows_check(&w, &st, w.end_ns + 7000000000ull + 1);
+	CHECK_INT((int)nclosed, 2);
+	cmd_windows_end(&w, &st, w.end_ns - 3000000000ull);
+	CHECK_INT((int)nclosed, 3);
+	for (size_t i = 0; i < nclosed; i++) {
+		CHECK_INT((int)(closed[i].from_s % 7), 0);
+		CHECK_INT((int)(closed[i].until_s - closed[i].from_s), 7);
+		CHECK(i == 0 || closed[i].from_s == closed[i - 1].until_s);
+	}
+	CHECK(closed[2].last);
+	/* record's: the first and last are the parts sampled. */
+	nclosed = 0;
+	cmd_windows_start(&w, 7, now, on_closed, NULL);
+	int64_t from = w.win.from_s;
+	cmd_windows_end(&w, &st, now + 1);
+	CHECK_INT((int)nclosed, 1);
+	CHECK(closed[0].from_s == from && closed[0].until_s <= (from / 7 + 1) * 7);
+}
+
 /* The rows --help prints, by command. */
 #define MAX_ROWS 64
 static struct {
@@ -157,6 +200,7 @@ int main(void)
 {
 	test_check();
 	test_open();
+	test_whole();
 	test_rows();
 	return check_done();
 }
