@@ -1,6 +1,7 @@
 /*
  * spy agent: every Python process on the host, continuously, pushed to a
- * Pyroscope server (cmd/push.h).
+ * Pyroscope server (cmd/stream.h: the push options, the sender, the
+ * labels and metadata, as record --push has them).
  *
  * The main thread scans for candidates (profiler/fleet.h: one readdir of
  * /proc per scan, new PIDs examined once), filters them (--uid, --match,
@@ -9,9 +10,9 @@
  * prof_next until the process exits or a stop signal, then detach. Each
  * thread is its own process's tracer (ptrace binds a tracee to the thread
  * that attached), so the processes never wait on each other. Each worker
- * closes a window on every wall-clock multiple of --push-every, so every
- * process's windows line up, and hands it to the one pusher, whose thread
- * does the network.
+ * closes a window on every wall-clock multiple of --push-every
+ * (cmd/session.h's windows, whole periods), so every process's windows
+ * line up, and hands it to the one pusher, whose thread does the network.
  *
  * The CPU budget (--max-cpu, % of one core) is charged to whoever causes
  * it (cmd/agent-budget.h): the scans of /proc and the opens under shares
@@ -40,6 +41,8 @@
 #include "cmd/cmd.h"
 #include "cmd/opts.h"
 #include "cmd/push.h"
+#include "cmd/session.h"
+#include "cmd/stream.h"
 #include "common/log.h"
 #include "common/term.h"
 #include "common/util.h"
@@ -82,7 +85,7 @@ struct worker {
 	pid_t pid;
 	pthread_t th;
 	atomic_bool done;
-	struct push_series series;
+	struct stream stream;        /* its labels (cmd/stream.h) */
 	char program[300];
 	uint64_t names_over_told;    /* the strtab's refusals already put in a window */
 	atomic_size_t mem_bytes;     /* bytes its names and window hold (agent-memory.h) */
@@ -158,20 +161,16 @@ struct recheck {
 
 struct agent {
 	/* options */
-	const char *push_url, *push_api, *push_ca, *push_cert, *push_key, *tenant, *token_file, *basic_file;
-	bool push_insecure;
 	const char *match, *exclude, *uid_text;
 	double rate, max_cpu;
-	unsigned push_every, status_every;
+	unsigned status_every;
 	uid_t uid;
 	bool has_uid;
 	regex_t match_re, exclude_re;
 	bool has_match, has_exclude;
 
-	struct push_config *push;
-	struct pusher *pusher;
+	struct stream_sink sink;     /* the push options, the sender, its lines (cmd/stream.h) */
 	struct prof_fleet *fleet;
-	char host[256];
 
 	struct worker *workers;
 	size_t nworkers;
@@ -201,13 +200,6 @@ static uint64_t cpu_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static double wall_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* ---- a process's worker ---- */
 
 static void push_synthetic(struct spy_stack *s, const char *name)
@@ -218,19 +210,23 @@ static void push_synthetic(struct spy_stack *s, const char *name)
 	f->kind = SPY_FRAME_SYNTHETIC;
 }
 
-/* The window [from, until) to the pusher, with the rate it was sampled at; a new one opens. */
-static void close_window(struct worker *w, struct agent_window *win, struct spy_strtab *strs, int64_t from,
-			 int64_t until, double rate, const char *python)
+/* A worker's open window, and what closing it needs. */
+struct worker_window {
+	struct worker *w;
+	struct agent_window win;
+	struct spy_strtab *strs;
+	const char *python;
+	double rate, win_rate;       /* the rate now; the lowest the open window was sampled at */
+};
+
+/* A window closed (cmd/session.h): to the pusher, with the rate it was sampled at; a new one opens. */
+static void close_window(void *ctx, const struct cmd_window *cw)
 {
-	uint64_t stacks_over = win->over;
-	struct fg_profile *p = agent_window_take(win);
-	fg_profile_meta_set(p, FG_META_SPY_VERSION, SPY_VERSION);
-	fg_profile_meta_setf(p, FG_META_PID, "%d", (int)w->pid);
-	fg_profile_meta_set(p, FG_META_PYTHON, python);
-	fg_profile_meta_setf(p, FG_META_RATE_HZ, "%g", rate);
-	fg_profile_meta_setf(p, FG_META_DURATION_S, "%lld", (long long)(until - from));
-	fg_profile_meta_set(p, FG_META_COMMAND, w->program);
-	uint64_t over = spy_strtab_over(strs) - w->names_over_told;
+	struct worker_window *ww = ctx;
+	struct worker *w = ww->w;
+	uint64_t stacks_over = ww->win.over;
+	struct fg_profile *p = agent_window_take(&ww->win);
+	uint64_t over = spy_strtab_over(ww->strs) - w->names_over_told;
 	if (over) {
 		fg_profile_meta_setf(p, FG_META_NAMES_OVER, "%llu", (unsigned long long)over);
 		atomic_fetch_add(&w->a->names_over, over);
@@ -240,42 +236,33 @@ static void close_window(struct worker *w, struct agent_window *win, struct spy_
 		fg_profile_meta_setf(p, FG_META_STACKS_OVER, "%llu", (unsigned long long)stacks_over);
 		atomic_fetch_add(&w->a->stacks_over, stacks_over);
 	}
-	w->series.rate_hz = rate;
-	pusher_window(w->a->pusher, &w->series, p, from, until);
+	stream_window(&w->stream, p, ww->python, w->program, ww->win_rate, cw->from_s, cw->until_s);
 	fg_profile_free(p);
+	ww->win_rate = ww->rate;
 }
 
 /* service_name, then host, pid, python, container_id, pod_uid, k8s_*: never an argument. */
 static void label_series(struct worker *w, const char *cmdline, const char *python)
 {
-	struct push_series *s = &w->series;
 	struct prof_fleet_about *ab = spy_xcalloc(1, sizeof(*ab));
 	bool known = prof_fleet_about(w->a->fleet, w->pid, ab) == 0;
-	if (known && ab->service[0] && !push_check_app(ab->service)) {
-		snprintf(s->app, sizeof(s->app), "%s", ab->service);
-	} else if (known && ab->service[0]) {
-		snprintf(s->app, sizeof(s->app), "%s", ab->service);
-		push_sanitize(s->app, true);
-	} else {
-		push_default_app(cmdline, s->app, sizeof(s->app));
+	char app[sizeof(w->stream.series.app)];
+	bool service = known && ab->service[0];
+	snprintf(app, sizeof(app), "%s", service ? ab->service : "");
+	if (service && push_check_app(app)) {
+		push_sanitize(app, true);
 	}
-	char pid[16], py[64];
-	snprintf(pid, sizeof(pid), "%d", (int)w->pid);
-	snprintf(py, sizeof(py), "%s", python);
-	push_sanitize(py, false);
-	push_series_label(s, "host", w->a->host);
-	push_series_label(s, "pid", pid);
-	push_series_label(s, "python", py);
+	stream_open(&w->stream, &w->a->sink, service ? app : NULL, cmdline, (int)w->pid, python);
 	if (known && ab->container_id[0]) {
-		push_series_label(s, "container_id", ab->container_id);
+		stream_label(&w->stream, "container_id", ab->container_id);
 	}
 	if (known && ab->pod_uid[0]) {
-		push_series_label(s, "pod_uid", ab->pod_uid);
+		stream_label(&w->stream, "pod_uid", ab->pod_uid);
 	}
 	for (size_t i = 0; known && i < ab->nk8s; i++) {
 		if (!push_check_key(ab->k8s[i].name)) {
 			push_sanitize(ab->k8s[i].value, false);
-			push_series_label(s, ab->k8s[i].name, ab->k8s[i].value);
+			stream_label(&w->stream, ab->k8s[i].name, ab->k8s[i].value);
 		}
 	}
 	free(ab);
@@ -331,41 +318,38 @@ static void *worker_main(void *arg)
 	snprintf(rootname, sizeof(rootname), "process %d \"%s\"", (int)w->pid, w->program);
 	const char *root = spy_strtab_interns(&strs, rootname);
 	say("profiling process %d (%s, Python %s) as %s at %g Hz", (int)w->pid,
-		w->program, python, w->series.app, rate);
+		w->program, python, w->stream.series.app, rate);
 
-	struct agent_window win;
-	agent_window_open(&win, &strs, agent_window_budget());
+	struct worker_window ww = { .w = w, .strs = &strs, .python = python, .rate = rate, .win_rate = rate };
+	agent_window_open(&ww.win, &strs, agent_window_budget());
 	struct spy_stack st = SPY_STACK_INIT;
-	int64_t every = a->push_every;
-	int64_t from = (int64_t)wall_s() / every * every;
-	double win_rate = rate;
+	/* On wall-clock multiples of --push-every, as record --push's: every process's windows line up. */
+	struct cmd_windows cw;
+	cmd_windows_start_whole(&cw, a->sink.o.every_s, spy_now_ns(), close_window, &ww);
+	struct prof_stats pst;
 	for (;;) {
 		struct prof_tick t;
 		enum prof_event ev = prof_next(p, &t);
 		if (ev == PROF_END) {
 			break;
 		}
+		prof_stats(p, &pst);
 		if (ev == PROF_TICK) {
-			add_tick(&win, &t, &st, root);
+			cmd_windows_tick(&cw, &pst, t.start_ns);
+			add_tick(&ww.win, &t, &st, root);
 			atomic_fetch_add(&a->ticks, 1);
-			atomic_store(&w->mem_bytes, spy_strtab_bytes(&strs) + agent_window_bytes(&win));
+			atomic_store(&w->mem_bytes, spy_strtab_bytes(&strs) + agent_window_bytes(&ww.win));
 		}
 		if (atomic_load(&w->shed)) {
 			break;
 		}
-		double now = wall_s();
-		if (now >= (double)(from + every)) {
-			int64_t next = (int64_t)now / every * every;
-			close_window(w, &win, &strs, from, next, win_rate, python);
-			from = next;
-			win_rate = rate;
-		}
+		cmd_windows_check(&cw, &pst, spy_now_ns());
 		double want = atomic_load(&w->cost.rate);
-		if (want != rate) {
+		if (want != ww.rate) {
 			prof_set_rate(p, want);
 			/* A window sampled at two rates says the lower: its samples are at least that far apart. */
-			win_rate = want < win_rate ? want : win_rate;
-			rate = want;
+			ww.win_rate = want < ww.win_rate ? want : ww.win_rate;
+			ww.rate = want;
 		}
 	}
 	/*
@@ -379,8 +363,9 @@ static void *worker_main(void *arg)
 	prof_stop(p);
 	prof_detach(p);
 	/* What is held goes too: the last window ends where the next would have begun. */
-	close_window(w, &win, &strs, from, from + every, win_rate, python);
-	agent_window_close(&win);
+	prof_stats(p, &pst);
+	cmd_windows_end(&cw, &pst, pst.stop_ns ? pst.stop_ns : spy_now_ns());
+	agent_window_close(&ww.win);
 	spy_stack_release(&st);
 	prof_close(p);
 	spy_strtab_release(&strs);
@@ -663,7 +648,7 @@ static void budget(struct agent *a, uint64_t now)
 static void status_line(struct agent *a, uint64_t since_ns, uint64_t since_cpu)
 {
 	struct push_status st;
-	pusher_status(a->pusher, &st);
+	pusher_status(a->sink.pusher, &st);
 	struct rusage ru;
 	getrusage(RUSAGE_SELF, &ru);
 	long rss_kb = (long)(agent_rss() >> 10);
@@ -726,7 +711,7 @@ static void memory(struct agent *a, uint64_t now)
 
 static int check_args(struct agent *a)
 {
-	if (!a->push_url) {
+	if (!a->sink.o.url) {
 		return cmd_usage_error("agent", "--push URL is required");
 	}
 	if (!(a->rate > 0) || a->rate > 1000) {
@@ -734,9 +719,6 @@ static int check_args(struct agent *a)
 	}
 	if (!(a->max_cpu > 0) || a->max_cpu > 100 * 64) {
 		return cmd_usage_error("agent", "--max-cpu must be above 0 (percent of one core)");
-	}
-	if (a->push_every < 1 || a->push_every > 3600) {
-		return cmd_usage_error("agent", "--push-every must be 1 to 3600 seconds");
 	}
 	if (a->max_memory_mb < AGENT_MIN_MEMORY_MB || a->max_memory_mb > (1u << 20)) {
 		return cmd_usage_error("agent", "--max-memory must be %d to %u MiB", AGENT_MIN_MEMORY_MB, 1u << 20);
@@ -763,17 +745,17 @@ static int check_args(struct agent *a)
 		a->uid = (uid_t)v;
 		a->has_uid = true;
 	}
-	struct push_config *c = a->push = spy_xcalloc(1, sizeof(*c));
-	struct spy_err err = SPY_ERR_INIT;
-	const struct push_dest d = { a->push_url, a->push_api, a->push_ca, a->push_cert, a->push_key, a->tenant,
-				     a->push_insecure };
-	if (push_config_dest(c, &d, &err) < 0 || push_config_auth(c, a->token_file, a->basic_file, &err) < 0) {
-		/* Any bad configuration exits 2 (doc/spy-agent.md). */
-		return err.code == SPY_EUSAGE ? cmd_usage_error("agent", "%s", err.msg) : (cmd_fail(&err), 2);
-	}
-	c->every_s = a->push_every;
-	c->timeout_ns = 10 * 1000 * 1000 * 1000ull;
-	return 0;
+	/* Any bad configuration exits 2 (doc/spy-agent.md). */
+	int rc = stream_sink_check(&a->sink);
+	rc = rc ? rc : stream_sink_auth(&a->sink);
+	return rc ? 2 : 0;
+}
+
+/* A line of the sender's (stream_sink_lines). */
+static void push_line(void *ctx, const char *line)
+{
+	(void)ctx;
+	say("%s", line);
 }
 
 /* Until a stop signal: scan, start and reap workers, keep the budget, say how it goes. */
@@ -781,7 +763,6 @@ static void run(struct agent *a)
 {
 	uint64_t start = spy_now_ns(), last_status = start, status_cpu = cpu_ns();
 	agent_budget_init(&a->bud, a->rate, a->max_cpu, start, status_cpu);
-	struct push_status shown = { 0 };
 	while (!prof_stop_signal()) {
 		uint64_t now = spy_now_ns();
 		if (prof_hup_seen()) {
@@ -792,15 +773,7 @@ static void run(struct agent *a)
 		scan(a, now);
 		budget(a, now);
 		memory(a, now);
-		struct push_status st;
-		pusher_status(a->pusher, &st);
-		if (st.failing && !shown.failing) {
-			say("push to %s failed: %s; retrying, the windows are kept",
-				a->push->url_text, st.last_error);
-		} else if (!st.failing && shown.failing) {
-			say("push to %s works again", a->push->url_text);
-		}
-		shown = st;
+		stream_sink_lines(&a->sink, now, push_line, NULL);
 		/* Not while stopping: the workers letting go would be counted as processes gone. */
 		if (now - last_status >= (uint64_t)a->status_every * 1000000000ull && !prof_stop_signal()) {
 			status_line(a, last_status, status_cpu);
@@ -818,11 +791,10 @@ int cmd_agent(int argc, char **argv)
 	a->rate = AGENT_RATE_HZ;
 	a->max_cpu = AGENT_MAX_CPU;
 	a->max_memory_mb = AGENT_MAX_MEMORY_MB;
-	a->push_every = 10;
+	stream_sink_init(&a->sink, "agent");
 	a->status_every = AGENT_STATUS_S;
 	const struct opt opts[] = {
-		{ 0, "push", OPT_STRING, &a->push_url, "URL", "the Pyroscope server (http:// or https://); required" },
-		{ 0, "push-every", OPT_UINT, &a->push_every, "S", "a window per process every S seconds, on wall-clock multiples (default 10)" },
+		STREAM_PUSH_OPTIONS(&a->sink.o, "the Pyroscope server (http:// or https://); required", ""),
 		{ 'r', "rate", OPT_DOUBLE, &a->rate, "HZ", "samples per second per process (default 19)" },
 		{ 0, "max-cpu", OPT_DOUBLE, &a->max_cpu, "PCT", "spy's CPU budget, % of one core (default 5): finding and opening processes under shares of it, the rate lowered for the processes that cost most" },
 		{ 0, "max-memory", OPT_UINT, &a->max_memory_mb, "MIB", "the agent's memory budget, MiB of RSS (default 256): over it the process holding the most is let go" },
@@ -830,14 +802,6 @@ int cmd_agent(int argc, char **argv)
 		{ 0, "exclude", OPT_STRING, &a->exclude, "RE", "not the processes whose command line matches RE" },
 		{ 0, "uid", OPT_STRING, &a->uid_text, "UID", "only the processes of this user id" },
 		{ 0, "status-every", OPT_UINT, &a->status_every, "S", "the status line's period (default 60)" },
-		{ 0, "push-api", OPT_STRING, &a->push_api, "API", "push (Pyroscope's push.v1, the default) or ingest" },
-		{ 0, "push-ca", OPT_STRING, &a->push_ca, "FILE", "with https: trust the CA certificates in FILE (PEM)" },
-		{ 0, "push-cert", OPT_STRING, &a->push_cert, "FILE", "with https: a client certificate (PEM), for mutual TLS" },
-		{ 0, "push-key", OPT_STRING, &a->push_key, "FILE", "with --push-cert: its private key (PEM)" },
-		{ 0, "tenant", OPT_STRING, &a->tenant, "ID", "the tenant, sent as X-Scope-OrgID" },
-		{ 0, "token-file", OPT_STRING, &a->token_file, "FILE", "a bearer token, read from FILE (or from $SPY_PUSH_TOKEN)" },
-		{ 0, "basic-auth-file", OPT_STRING, &a->basic_file, "FILE", "USER:PASSWORD for basic auth, read from FILE (or $SPY_PUSH_BASIC_AUTH)" },
-		{ 0, "push-insecure", OPT_BOOL, &a->push_insecure, NULL, "send the credentials over http:// to a host that is not loopback, in the clear" },
 		{ 0 },
 	};
 	int rc = cmd_parse_options("agent", agent_usage, opts, argc, argv, NULL, 0, NULL);
@@ -846,7 +810,7 @@ int cmd_agent(int argc, char **argv)
 		rc = rc ? rc : -1;
 	}
 	if (rc >= 0) {
-		free(a->push);
+		stream_sink_release(&a->sink);
 		free(a);
 		return rc;
 	}
@@ -860,11 +824,6 @@ int cmd_agent(int argc, char **argv)
 	 * same CPU per sample: a worker allocates little per tick).
 	 */
 	mallopt(M_ARENA_MAX, 1);
-	if (gethostname(a->host, sizeof(a->host) - 1) != 0 || !a->host[0]) {
-		snprintf(a->host, sizeof(a->host), "unknown");
-	}
-	push_sanitize(a->host, false);
-	struct spy_err err = SPY_ERR_INIT;
 	a->fleet = prof_fleet_new("/proc");
 	if (!a->fleet) {
 		say("cannot read /proc: %s", strerror(errno));
@@ -872,8 +831,7 @@ int cmd_agent(int argc, char **argv)
 	}
 	/* The scans' share of the budget; their maps reads wait past it (sampler/discover.h). */
 	prof_fleet_set_budget(a->fleet, AGENT_EXAMS_PER_SCAN, a->max_cpu / 100 * AGENT_SCAN_SHARE);
-	if (pusher_start(&a->pusher, a->push, &err) < 0) {
-		cmd_fail(&err);
+	if (stream_sink_start(&a->sink)) {
 		return 2;
 	}
 	/*
@@ -885,7 +843,7 @@ int cmd_agent(int argc, char **argv)
 	prof_ignore_hup();
 	prof_install_stop_handlers();
 	say("pushing to %s every %u s, %g Hz per process, at most %g%% of a core and %u MiB",
-		a->push->url_text, a->push_every, a->rate, a->max_cpu, a->max_memory_mb);
+		a->sink.push->url_text, a->sink.o.every_s, a->rate, a->max_cpu, a->max_memory_mb);
 	run(a);
 	/* Each worker sees the stop at its next tick, lets its process go and hands over what it holds. */
 	while (a->workers) {
@@ -895,7 +853,7 @@ int cmd_agent(int argc, char **argv)
 		free(w);
 	}
 	struct push_status st;
-	pusher_finish(a->pusher, PUSH_FLUSH_NS, &st);
+	stream_sink_finish(&a->sink, PUSH_FLUSH_NS, &st);
 	say("stopped; windows sent %llu, not sent %zu, dropped %llu",
 		(unsigned long long)st.sent, st.queued, (unsigned long long)(st.dropped + st.rejected));
 	prof_fleet_free(a->fleet);
@@ -908,7 +866,7 @@ int cmd_agent(int argc, char **argv)
 	}
 	free(a->pending);
 	free(a->recheck);
-	free(a->push);
+	stream_sink_release(&a->sink);
 	free(a);
 	return 0;
 }

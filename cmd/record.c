@@ -13,10 +13,11 @@
  *
  * Continuous mode (--push URL) is cmd/session.h's windows: each kept stack
  * also goes into the open window's profile, and when a window closes it
- * is handed to the pusher (cmd/push.h), which encodes it and whose thread
- * does the network. A window's root frame names the program, not its
- * arguments (pusher_command). Without -o (or --table)
- * no whole-run profile is kept, so memory follows the window, not the run.
+ * is handed to the stream (cmd/stream.h: the labels, the metadata, the
+ * sender's thread, which does the network, and its lines). A window's
+ * root frame names the program, not its arguments (pusher_command).
+ * Without -o (or --table) no whole-run profile is kept, so memory follows
+ * the window, not the run.
  */
 #include <errno.h>
 #include <limits.h>
@@ -31,6 +32,7 @@
 #include "cmd/push.h"
 #include "cmd/sources.h"
 #include "cmd/session.h"
+#include "cmd/stream.h"
 #include "common/buf.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -38,18 +40,11 @@
 
 /* The progress line is redrawn at most this often. */
 #define PROGRESS_NS (250 * 1000 * 1000ull)
-/* --push-every: the default (the backends' own agents push every 10 s) and the longest. */
-#define PUSH_EVERY_S 10
-#define PUSH_EVERY_MAX_S 3600
-/* How often the sender's state is looked at for a line to print. */
-#define PUSH_LOOK_NS (100 * 1000 * 1000ull)
-#define PUSH_TIMEOUT_NS (10 * 1000 * 1000 * 1000ull)
 #define PUSH_FLUSH_STOPPED_NS (500 * 1000 * 1000ull)
 
 struct rec {
 	/* options */
 	struct prof_opts o;
-	unsigned window_s;                 /* --push: a window every this many seconds */
 	int pid;
 	char **program;
 	const char *output;
@@ -83,19 +78,11 @@ struct rec {
 	uint64_t last_progress_ns;
 
 	/* --push */
-	const char *push_url, *app, *tenant, *token_file, *basic_file;
-	const char *push_api, *push_ca, *push_cert, *push_key;
-	bool push_command, push_insecure;
-	unsigned push_every;
-	const char **labels;               /* --label K=V, as given */
-	size_t nlabels;
+	struct stream_sink sink;           /* the options, the sender, its lines */
+	struct stream stream;              /* the target's labels */
 	bool no_file;                      /* --push without -o: nothing written locally */
 	bool keep_run;                     /* a whole-run profile is needed (a file or a table) */
-	struct push_config *push;
-	struct pusher *pusher;
 	struct fg_profile *window;         /* the open window's samples */
-	uint64_t last_push_look_ns;
-	struct push_status shown;          /* what the lines printed so far told */
 };
 
 static const char *const record_usage[] = {
@@ -193,7 +180,7 @@ static int record_stack(struct rec *r, const struct prof_sample *info, double t_
 	if (r->window) {
 		/* The window's root names the program, not its arguments (unless --push-command). */
 		struct spy_frame *top = &r->stack.v[r->stack.n - 1];
-		top->func = pusher_root(r->pusher, &r->strs, info->proc_root, info->pid,
+		top->func = pusher_root(r->sink.pusher, &r->strs, info->proc_root, info->pid,
 					prof_process_cmdline(info->proc));
 		rc = fg_profile_add(r->window, &r->stack, 1);
 		top->func = info->proc_root;
@@ -223,54 +210,24 @@ static int record_stack(struct rec *r, const struct prof_sample *info, double t_
 static void record_window(void *ctx, const struct cmd_window *w)
 {
 	struct rec *r = ctx;
-	struct fg_stats st;
-	fg_profile_stats(r->window, &st);
-	if (st.samples > 0) {
-		struct fg_profile *p = r->window;
-		char command[1024];
-		const struct prof_process *t = prof_root(r->p);
-		fg_profile_meta_set(p, FG_META_SPY_VERSION, SPY_VERSION);
-		fg_profile_meta_setf(p, FG_META_PID, "%d", (int)prof_process_pid(t));
-		fg_profile_meta_set(p, FG_META_PYTHON, prof_python(r->p));
-		fg_profile_meta_setf(p, FG_META_RATE_HZ, "%g", r->o.rate);
-		fg_profile_meta_setf(p, FG_META_DURATION_S, "%lld", (long long)(w->until_s - w->from_s));
-		fg_profile_meta_setf(p, FG_META_SAMPLES, "%llu", (unsigned long long)w->ticks);
-		pusher_command(r->pusher, prof_process_cmdline(t), command, sizeof(command));
-		fg_profile_meta_set(p, FG_META_COMMAND, command);
-		fg_profile_meta_setf(p, "missed-ticks", "%llu", (unsigned long long)w->missed);
-		fg_profile_meta_setf(p, "window", "%llu %lld %lld", (unsigned long long)w->seq,
-				     (long long)w->from_s, (long long)w->until_s);
-	}
-	pusher_window(r->pusher, NULL, r->window, w->from_s, w->until_s);
+	struct fg_profile *p = r->window;
+	char command[1024];
+	const struct prof_process *t = prof_root(r->p);
+	fg_profile_meta_setf(p, FG_META_SAMPLES, "%llu", (unsigned long long)w->ticks);
+	fg_profile_meta_setf(p, "missed-ticks", "%llu", (unsigned long long)w->missed);
+	fg_profile_meta_setf(p, "window", "%llu %lld %lld", (unsigned long long)w->seq, (long long)w->from_s,
+			     (long long)w->until_s);
+	pusher_command(r->sink.pusher, prof_process_cmdline(t), command, sizeof(command));
+	stream_window(&r->stream, p, prof_python(r->p), command, r->o.rate, w->from_s, w->until_s);
 	fg_profile_free(r->window);
 	r->window = w->last ? NULL : fg_profile_new(&r->strs, r->function ? FG_FUNCTION : 0);
 }
 
-/* A line when pushing starts failing, works again, or a window is refused. */
-static void push_lines(struct rec *r, uint64_t now)
+/* A status line of the sender's (stream_sink_lines), over the progress line if there is one. */
+static void push_line(void *ctx, const char *line)
 {
-	if (!r->pusher || now - r->last_push_look_ns < PUSH_LOOK_NS) {
-		return;
-	}
-	r->last_push_look_ns = now;
-	struct push_status st;
-	pusher_status(r->pusher, &st);
-	const char *clear = r->progress ? "\r\033[K" : "";
-	if (st.failing && !r->shown.failing) {
-		fprintf(stderr, "%sspy: push to %s failed: %s; retrying, the windows are kept\n", clear,
-			r->push->url_text, st.last_error);
-	} else if (!st.failing && r->shown.failing && st.sent > r->shown.sent) {
-		fprintf(stderr, "%sspy: push to %s works again\n", clear, r->push->url_text);
-	}
-	if (st.rejected > r->shown.rejected) {
-		fprintf(stderr, "%sspy: push to %s: %llu window(s) refused, not sent again: %s\n", clear,
-			r->push->url_text, (unsigned long long)(st.rejected - r->shown.rejected), st.last_refusal);
-	}
-	if (st.dropped > r->shown.dropped) {
-		fprintf(stderr, "%sspy: push: the queue is full: %llu oldest window(s) dropped\n", clear,
-			(unsigned long long)(st.dropped - r->shown.dropped));
-	}
-	r->shown = st;
+	const struct rec *r = ctx;
+	fprintf(stderr, "%sspy: %s\n", r->progress ? "\r\033[K" : "", line);
 }
 
 static void show_progress(struct rec *r, uint64_t now)
@@ -281,9 +238,9 @@ static void show_progress(struct rec *r, uint64_t now)
 	fprintf(stderr, "\rspy: %.1f s, %llu samples (%.1f Hz), %llu errors, %zu threads",
 		el, (unsigned long long)s.samples, el > 0 ? (double)s.samples / el : 0.0,
 		(unsigned long long)prof_errors(&s), s.threads_seen);
-	if (r->pusher) {
+	if (r->sink.pusher) {
 		struct push_status st;
-		pusher_status(r->pusher, &st);
+		pusher_status(r->sink.pusher, &st);
 		fprintf(stderr, "; pushed %llu, queued %zu%s", (unsigned long long)st.sent, st.queued,
 			st.failing ? ", retrying" : "");
 	}
@@ -319,7 +276,7 @@ static void between_ticks(struct rec *r, uint64_t now)
 	struct prof_stats st;
 	prof_stats(r->p, &st);
 	cmd_windows_check(&r->win, &st, now);
-	push_lines(r, now);
+	stream_sink_lines(&r->sink, now, push_line, r);
 	if (r->res && st.start_ns && now >= r->res_next_ns) {
 		/* On the window's grid (from the start), not from the last reading: no drift. */
 		read_resources(r, now);
@@ -335,7 +292,7 @@ static void between_ticks(struct rec *r, uint64_t now)
 /* Sample until the duration, a stop signal or the process's exit. */
 static void run(struct rec *r)
 {
-	cmd_windows_start(&r->win, r->window_s, spy_now_ns(), record_window, r);
+	cmd_windows_start(&r->win, r->sink.push ? r->sink.o.every_s : 0, spy_now_ns(), record_window, r);
 	struct prof_tick tk;
 	enum prof_event ev;
 	while ((ev = prof_next(r->p, &tk)) != PROF_END) {
@@ -476,44 +433,10 @@ static bool all_digits(const char *s)
 /* --push's rules, and what it changes in the outputs; 0, else the exit code (2). */
 static int check_push_args(struct rec *r, const char *table)
 {
-	const char *needs = r->push_every != UINT_MAX ? "--push-every" : r->app ? "--app" : r->nlabels ? "--label"
-		: r->tenant ? "--tenant" : r->token_file ? "--token-file" : r->basic_file ? "--basic-auth-file"
-		: r->push_api ? "--push-api" : r->push_ca ? "--push-ca" : r->push_cert ? "--push-cert"
-		: r->push_key ? "--push-key" : r->push_command ? "--push-command"
-		: r->push_insecure ? "--push-insecure" : NULL;
-	if (!r->push_url) {
-		return needs ? cmd_usage_error("record", "%s goes with --push URL", needs) : 0;
+	int rc = stream_sink_check(&r->sink);
+	if (rc || !r->sink.push) {
+		return rc;
 	}
-	if (r->push_every == UINT_MAX) {
-		r->push_every = PUSH_EVERY_S;
-	}
-	if (r->push_every < 1 || r->push_every > PUSH_EVERY_MAX_S) {
-		return cmd_usage_error("record", "--push-every must be 1 to %d seconds", PUSH_EVERY_MAX_S);
-	}
-	struct push_config *c = r->push = spy_xcalloc(1, sizeof(*c));
-	struct spy_err err = SPY_ERR_INIT;
-	const struct push_dest d = { r->push_url, r->push_api, r->push_ca, r->push_cert, r->push_key, r->tenant,
-				     r->push_insecure };
-	c->send_command = r->push_command;
-	if (push_config_dest(c, &d, &err) < 0) {
-		return err.code == SPY_EUSAGE ? cmd_usage_error("record", "%s", err.msg) : cmd_fail(&err);
-	}
-	const char *why;
-	if (r->app && (why = push_check_app(r->app))) {
-		return cmd_usage_error("record", "--app '%s': %s", r->app, why);
-	}
-	for (size_t i = 0; i < r->nlabels; i++) {
-		const char *kv = r->labels[i], *eq = strchr(kv, '=');
-		char key[128];
-		if (!eq || (size_t)(eq - kv) >= sizeof(key)) {
-			return cmd_usage_error("record", "--label '%s': expected KEY=VALUE", kv);
-		}
-		snprintf(key, sizeof(key), "%.*s", (int)(eq - kv), kv);
-		if ((why = push_check_key(key)) || (why = push_check_value(eq + 1))) {
-			return cmd_usage_error("record", "--label '%s': %s", kv, why);
-		}
-	}
-	r->window_s = r->push_every;
 	/* Continuous: a file only with -o, a table only when asked for. */
 	r->no_file = !r->output && !r->table_to_stdout;
 	r->want_table = table || (r->table_to_stdout && r->fmt == FG_FORMAT_TABLE);
@@ -523,45 +446,14 @@ static int check_push_args(struct rec *r, const char *table)
 /* The labels and the sender, once the target is known; 0 or the exit code. */
 static int start_push(struct rec *r)
 {
-	struct push_config *c = r->push;
 	const struct prof_process *t = prof_root(r->p);
-	char host[256] = "";
-	struct push_series *s = &c->series;
-	snprintf(s->app, sizeof(s->app), "%s", r->app ? r->app : "");
-	if (!r->app) {
-		push_default_app(prof_process_cmdline(t), s->app, sizeof(s->app));
+	int rc = stream_open(&r->stream, &r->sink, NULL, prof_process_cmdline(t), (int)prof_process_pid(t),
+			     prof_python(r->p));
+	rc = rc ? rc : stream_sink_start(&r->sink);
+	if (rc == 0) {
+		r->window = fg_profile_new(&r->strs, r->function ? FG_FUNCTION : 0);
 	}
-	if (gethostname(host, sizeof(host) - 1) != 0 || !host[0]) {
-		snprintf(host, sizeof(host), "unknown");
-	}
-	push_sanitize(host, false);
-	char pid[16], python[64];
-	snprintf(pid, sizeof(pid), "%d", (int)prof_process_pid(t));
-	snprintf(python, sizeof(python), "%s", prof_python(r->p));
-	push_sanitize(python, false);
-	push_series_label(s, "host", host);
-	push_series_label(s, "pid", pid);
-	/* -s watching a shell: no Python known yet, and a label has a value. */
-	if (python[0]) {
-		push_series_label(s, "python", python);
-	}
-	for (size_t i = 0; i < r->nlabels; i++) {
-		const char *kv = r->labels[i], *eq = strchr(kv, '=');
-		char key[128];
-		snprintf(key, sizeof(key), "%.*s", (int)(eq - kv), kv);
-		if (!push_series_label(s, key, eq + 1)) {
-			return cmd_usage_error("record", "more than %d labels", PUSH_MAX_LABELS);
-		}
-	}
-	s->rate_hz = r->o.rate;
-	c->every_s = r->push_every;
-	c->timeout_ns = PUSH_TIMEOUT_NS;
-	struct spy_err err = SPY_ERR_INIT;
-	if (pusher_start(&r->pusher, c, &err) < 0) {
-		return cmd_fail(&err);
-	}
-	r->window = fg_profile_new(&r->strs, r->function ? FG_FUNCTION : 0);
-	return 0;
+	return rc;
 }
 
 /* Usage rules beyond the parser's; 0, else the exit code (2). */
@@ -615,7 +507,6 @@ static int check_args(struct rec *r, const char *format, const char *sort, const
 static int parse_args(struct rec *r, int argc, char **argv)
 {
 	const char *format = NULL, *sort = NULL, *table = NULL;
-	struct opt_strings labels = { 0 };
 	const struct opt opts[] = {
 		{ 'p', "pid", OPT_PID, &r->pid, "PID", "attach to a running process" },
 		{ 'o', "output", OPT_STRING, &r->output, "FILE", "where to write (default spy-<pid>.svg; with -f, that format's extension; - for stdout)" },
@@ -639,25 +530,10 @@ static int parse_args(struct rec *r, int argc, char **argv)
 		{ 'q', "quiet", OPT_BOOL, &r->quiet, NULL, "no progress line" },
 		{ 0, "no-source", OPT_BOOL, &r->no_source, NULL, "do not keep the sampled lines' source text in the profile" },
 		{ 0, "slice", OPT_DOUBLE, &r->slice, "S", "also count samples, and read the process's CPU, RSS, threads, switches and I/O, per S-second window, kept in a folded profile (for report --trend) or charted in an HTML report" },
-		{ 0, "push", OPT_STRING, &r->push_url, "URL",
-		  "continuous mode: every --push-every S, send the last window to the Pyroscope server at URL (http:// or https://); no file unless -o" },
-		{ 0, "push-api", OPT_STRING, &r->push_api, "API",
-		  "with --push: push (Pyroscope's /push.v1.PusherService/Push, the default) or ingest (/ingest, for older servers)" },
-		{ 0, "push-ca", OPT_STRING, &r->push_ca, "FILE", "with an https --push: trust the CA certificates in FILE (PEM) instead of the system's" },
-		{ 0, "push-cert", OPT_STRING, &r->push_cert, "FILE", "with an https --push: a client certificate (PEM), for mutual TLS" },
-		{ 0, "push-key", OPT_STRING, &r->push_key, "FILE", "with --push-cert: its private key (PEM), if not in the certificate's file" },
-		{ 0, "push-command", OPT_BOOL, &r->push_command, NULL,
-		  "with --push: send the whole command line, arguments included (default: the program's name only)" },
-		{ 0, "push-every", OPT_UINT, &r->push_every, "S", "with --push: the window, in seconds (default 10)" },
-		{ 0, "app", OPT_STRING, &r->app, "NAME", "with --push: the application name (default: the script's or program's name)" },
-		{ 0, "label", OPT_STRINGS, &labels, "K=V", "with --push: one more label (repeatable; host, pid and python are set)" },
-		{ 0, "tenant", OPT_STRING, &r->tenant, "ID", "with --push: the tenant, sent as X-Scope-OrgID" },
-		{ 0, "token-file", OPT_STRING, &r->token_file, "FILE",
-		  "with --push: a bearer token, read from FILE (or from $SPY_PUSH_TOKEN)" },
-		{ 0, "basic-auth-file", OPT_STRING, &r->basic_file, "FILE",
-		  "with --push: USER:PASSWORD for basic auth, read from FILE (or from $SPY_PUSH_BASIC_AUTH)" },
-		{ 0, "push-insecure", OPT_BOOL, &r->push_insecure, NULL,
-		  "with --push: send the credentials over http:// to a host that is not loopback, in the clear" },
+		STREAM_PUSH_OPTIONS(&r->sink.o,
+				    "continuous mode: every --push-every S, send the last window to the Pyroscope server at URL (http:// or https://); no file unless -o",
+				    "with --push: "),
+		STREAM_SERIES_OPTIONS(&r->sink.o),
 		{ 0, "async", OPT_BOOL, &r->async, NULL,
 		  "put the running asyncio task, as a `task \"NAME\"` frame, in place of the event loop's "
 		  "frames (Python 3.8+; older: refused)" },
@@ -665,8 +541,6 @@ static int parse_args(struct rec *r, int argc, char **argv)
 		{ 0 },
 	};
 	int rc = cmd_parse_options("record", record_usage, opts, argc, argv, NULL, 0, CMD_PROGRAM_HINT);
-	r->labels = labels.v;
-	r->nlabels = labels.n;
 	if (rc < 0 && r->program && !r->program[0]) {
 		r->program = NULL;
 		rc = r->pid ? -1 : cmd_usage_error("record", "no program after '--'");
@@ -686,8 +560,9 @@ static int start(struct rec *r)
 	if (r->pid && open_output(r, r->pid, &err) < 0) {
 		return cmd_fail(&err);
 	}
-	if (r->push && push_config_auth(r->push, r->token_file, r->basic_file, &err) < 0) {
-		return err.code == SPY_EUSAGE ? cmd_usage_error("record", "%s", err.msg) : cmd_fail(&err);
+	int arc = stream_sink_auth(&r->sink);
+	if (arc) {
+		return arc;
 	}
 	if (r->program && !r->output && !r->table_to_stdout && !r->no_file && access(".", W_OK) != 0) {
 		/* The default name needs the child's pid; the directory can be checked now. */
@@ -711,7 +586,7 @@ static int start(struct rec *r)
 		cmd_output_abandon(&r->out);
 		return rc == -SPY_EINTR ? 128 + prof_stop_signal() : cmd_fail(&err);
 	}
-	return r->push ? start_push(r) : 0;
+	return r->sink.push ? start_push(r) : 0;
 }
 
 static void rec_release(struct rec *r)
@@ -726,8 +601,7 @@ static void rec_release(struct rec *r)
 	fg_resources_free(r->res);
 	fg_profile_free(r->profile);
 	fg_profile_free(r->window);
-	free(r->push);
-	free(r->labels);
+	stream_sink_release(&r->sink);
 	spy_strtab_release(&r->strs);
 }
 
@@ -737,7 +611,7 @@ int cmd_record(int argc, char **argv)
 	r->o.rate = 100;
 	r->o.duration = -1;
 	r->out.fd = -1;
-	r->push_every = UINT_MAX;   /* not given */
+	stream_sink_init(&r->sink, "record");
 	cmd_sources_init(&r->sources);
 	int exit_code = parse_args(r, argc, argv);
 	bool go = exit_code < 0;   /* else --help or a usage error: done */
@@ -776,16 +650,13 @@ int cmd_record(int argc, char **argv)
 	}
 
 	/* Detached: from here on nothing can leave the target stopped. */
-	struct push_status pst = { 0 };
-	if (r->pusher) {
-		/*
-		 * The last window goes out too, for a bounded time (the backend
-		 * may be down): after a stop signal, what keeps the whole command
-		 * within a second of it.
-		 */
-		pusher_finish(r->pusher, prof_stop_signal() ? PUSH_FLUSH_STOPPED_NS : PUSH_FLUSH_NS, &pst);
-		r->pusher = NULL;
-	}
+	/*
+	 * The last window goes out too, for a bounded time (the backend may
+	 * be down): after a stop signal, what keeps the whole command within
+	 * a second of it.
+	 */
+	struct push_status pst;
+	stream_sink_finish(&r->sink, prof_stop_signal() ? PUSH_FLUSH_STOPPED_NS : PUSH_FLUSH_NS, &pst);
 	int none = cmd_no_python(r->p);
 	if (none) {
 		/* Nothing was sampled, so nothing is written. */
@@ -797,9 +668,9 @@ int cmd_record(int argc, char **argv)
 	int wrc = r->keep_run ? write_outputs(r, end, &werr) : 0;
 	struct spy_buf sum = SPY_BUF_INIT;
 	cmd_summary(r->p, end, &sum);
-	if (r->push) {
+	if (r->sink.push) {
 		spy_buf_addf(&sum, "; pushed %llu window%s to %s", (unsigned long long)pst.sent,
-			     pst.sent == 1 ? "" : "s", r->push->url_text);
+			     pst.sent == 1 ? "" : "s", r->sink.push->url_text);
 		/* Not lost: a window without samples is not sent, so the pushed ones have gaps there. */
 		if (pst.empty) {
 			spy_buf_addf(&sum, " (%llu empty, not sent)", (unsigned long long)pst.empty);

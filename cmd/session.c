@@ -47,6 +47,16 @@ void cmd_windows_start(struct cmd_windows *w, unsigned every_s, uint64_t now_ns,
 	window_open(w, NULL, (int64_t)ts.tv_sec, 0);
 }
 
+void cmd_windows_start_whole(struct cmd_windows *w, unsigned every_s, uint64_t now_ns,
+			     void (*closed)(void *ctx, const struct cmd_window *w), void *ctx)
+{
+	cmd_windows_start(w, every_s, now_ns, closed, ctx);
+	if (every_s) {
+		w->whole = true;
+		window_open(w, NULL, w->win.from_s / (int64_t)every_s * (int64_t)every_s, 0);
+	}
+}
+
 void cmd_windows_check(struct cmd_windows *w, const struct prof_stats *st, uint64_t now_ns)
 {
 	while (w->every_s && now_ns >= w->end_ns) {
@@ -69,6 +79,10 @@ void cmd_windows_end(struct cmd_windows *w, const struct prof_stats *st, uint64_
 	}
 	int64_t wall = (int64_t)stop_ns + w->wall_minus_mono_ns;
 	int64_t until_s = (wall + 999999999ll) / 1000000000ll;
+	if (w->whole) {
+		/* Where the next would have begun. */
+		until_s = (w->win.from_s / (int64_t)w->every_s + 1) * (int64_t)w->every_s;
+	}
 	window_close(w, st, until_s > w->win.from_s ? until_s : w->win.from_s + 1, true);
 }
 

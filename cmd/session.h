@@ -1,6 +1,7 @@
 /*
- * What record and top both do around the profiler's ticks: continuous
- * mode's windows (record --push) and the summary line at the end.
+ * What the commands share around the profiler's ticks: continuous mode's
+ * windows (record --push and each of the agent's processes) and the
+ * summary line at the end (record and top).
  */
 #ifndef SPY_CMD_SESSION_H
 #define SPY_CMD_SESSION_H
@@ -33,6 +34,7 @@ struct cmd_windows {
 	struct cmd_window win;        /* the open one: from_s, seq, ticks so far; missed at its start */
 	uint64_t end_ns;              /* monotonic time at which it closes */
 	int64_t wall_minus_mono_ns;   /* the wall clock at the start, less the monotonic one */
+	bool whole;                   /* cmd_windows_start_whole's */
 	void (*closed)(void *ctx, const struct cmd_window *w);
 	void *ctx;
 };
@@ -40,6 +42,13 @@ struct cmd_windows {
 /* Windows of every_s seconds from now (monotonic now_ns); closed is called for each. */
 void cmd_windows_start(struct cmd_windows *w, unsigned every_s, uint64_t now_ns,
 		       void (*closed)(void *ctx, const struct cmd_window *w), void *ctx);
+/*
+ * The same, every window a whole period: the first from the multiple of
+ * every_s before now, the last until the one after the stop. The agent's:
+ * every process's windows on one grid, whenever it was found.
+ */
+void cmd_windows_start_whole(struct cmd_windows *w, unsigned every_s, uint64_t now_ns,
+			     void (*closed)(void *ctx, const struct cmd_window *w), void *ctx);
 /* Close every window that ended by now (several, if the loop was held up: they stay contiguous). */
 void cmd_windows_check(struct cmd_windows *w, const struct prof_stats *st, uint64_t now_ns);
 /* A tick taken at now_ns: counted in its window (closing those that ended first). */
