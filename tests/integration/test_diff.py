@@ -247,6 +247,7 @@ def check_errors(rep, d, good):
             ("missing file", [good, os.path.join(d, "nope")], 5, "nope"),
             ("one profile", [good], 2, "diff"),
             ("bad --fail-over", ["--fail-over", "x", good, good], 2, "fail-over"),
+            ("--dispersion under 1", ["--dispersion", "0.5", good, good], 2, "--dispersion"),
             ("-f pprof", ["-f", "pprof", good, good], 2, "pprof")):
         r = spy("diff", *args)
         p = []
@@ -267,7 +268,8 @@ def check_errors(rep, d, good):
                   else ["exit %s, stderr %r" % (r.rc, r.err[:200])])
     r = spy("diff", "--help")
     rep.check("diff --help", [] if r.rc == 0 and "--fail-over" in r.out
-              and "--min-samples" in r.out else ["diff --help: " + r.describe()])
+              and "--min-samples" in r.out and "--no-significance" in r.out
+              and "--dispersion" in r.out else ["diff --help: " + r.describe()])
 
 
 def main():
