@@ -2,7 +2,8 @@
  * spy diff BASE NEW: compare two saved folded profiles function by function
  * (flamegraph/diff.c does the work), print the functions whose share
  * changed most, optionally write a differential flame graph or JSON, and
- * act as a CI gate: exit 1 when a function's share grew past --fail-over.
+ * act as a CI gate: exit 1 when a function's share grew past --fail-over
+ * and the growth is more than sampling noise (significant).
  *
  * The decision a newcomer would question: the gate's verdict goes to
  * stderr and the exit code, never into the chosen output, so a pipeline
@@ -101,14 +102,14 @@ static size_t report_gate(const struct diff_run *r)
 		spy_buf_reset(&b);
 		fg_frame_format(&f, &b);
 		if (why & 1) {
-			fprintf(stderr, "spy diff: %s: total share %.2f%% -> %.2f%% (%+.2f points, over %g)\n",
+			fprintf(stderr, "spy diff: %s: total share %.2f%% -> %.2f%% (%+.2f points, over %g; p %.2g)\n",
 				b.buf, row->base.total_pct, row->cur.total_pct, row->total_delta,
-				r->gate.total_pts);
+				r->gate.total_pts, row->total_p);
 		}
 		if (why & 2) {
-			fprintf(stderr, "spy diff: %s: self share %.2f%% -> %.2f%% (%+.2f points, over %g)\n",
+			fprintf(stderr, "spy diff: %s: self share %.2f%% -> %.2f%% (%+.2f points, over %g; p %.2g)\n",
 				b.buf, row->base.self_pct, row->cur.self_pct, row->self_delta,
-				r->gate.self_pts);
+				r->gate.self_pts, row->self_p);
 		}
 		n++;
 	}
@@ -139,14 +140,16 @@ int cmd_diff(int argc, char **argv)
 {
 	const char *output = NULL, *format = NULL, *title = NULL;
 	unsigned top = UINT_MAX, min_samples = 0;
-	double fail_over = -1, fail_over_self = -1;
-	bool quiet = false;
+	double fail_over = -1, fail_over_self = -1, dispersion = FG_DIFF_DISPERSION;
+	bool quiet = false, no_significance = false;
 	const struct opt opts[] = {
 		{ 'o', "output", OPT_STRING, &output, "FILE", "where to write (- for stdout); format follows the extension (.svg, .json, else table)" },
 		{ 'f', "format", OPT_STRING, &format, "F", "table (default), json or svg" },
 		{ 0, "top", OPT_UINT, &top, "N", "keep the N functions that changed most (default 20 in the table, all in json; 0: all)" },
-		{ 0, "fail-over", OPT_DOUBLE, &fail_over, "PCT", "exit 1 if a function's total share grew by more than PCT points" },
-		{ 0, "fail-over-self", OPT_DOUBLE, &fail_over_self, "PCT", "exit 1 if a function's self share grew by more than PCT points" },
+		{ 0, "fail-over", OPT_DOUBLE, &fail_over, "PCT", "exit 1 if a function's total share grew significantly and by more than PCT points" },
+		{ 0, "fail-over-self", OPT_DOUBLE, &fail_over_self, "PCT", "exit 1 if a function's self share grew significantly and by more than PCT points" },
+		{ 0, "no-significance", OPT_BOOL, &no_significance, NULL, "the gate fails on any growth over PCT, significant or not" },
+		{ 0, "dispersion", OPT_DOUBLE, &dispersion, "F", "the test counts a profile of n samples as n/F independent ones (default 3; at least 1)" },
 		{ 0, "min-samples", OPT_UINT, &min_samples, "N", "the gate ignores functions with fewer than N samples in NEW (default 0)" },
 		{ 0, "title", OPT_STRING, &title, "TEXT", "svg: the title (default \"spy diff: NEW vs BASE\")" },
 		{ 'q', "quiet", OPT_BOOL, &quiet, NULL, "with an svg or json file, do not also print the table" },
@@ -165,6 +168,9 @@ int cmd_diff(int argc, char **argv)
 	if (!strcmp(base, "-") && !strcmp(cur, "-")) {
 		return cmd_usage_error("diff", "only one of BASE and NEW can be read from stdin");
 	}
+	if (!(dispersion >= 1) || dispersion > 1e6) {
+		return cmd_usage_error("diff", "--dispersion must be between 1 and 1e6, not %g", dispersion);
+	}
 	enum fg_format fmt;
 	if (pick_format(format, output, &fmt)) {
 		return 2;
@@ -182,10 +188,11 @@ int cmd_diff(int argc, char **argv)
 	struct diff_run r;
 	memset(&r, 0, sizeof(r));
 	fg_diff_init(&r.d, pb, pc);
+	fg_diff_set_dispersion(&r.d, dispersion);
 	r.cur = pc;
 	r.base_name = strcmp(base, "-") ? base : "<stdin>";
 	r.cur_name = strcmp(cur, "-") ? cur : "<stdin>";
-	r.gate = (struct fg_diff_gate){ fail_over, fail_over_self, min_samples };
+	r.gate = (struct fg_diff_gate){ fail_over, fail_over_self, min_samples, !no_significance };
 	r.top = top != UINT_MAX ? top : (fmt == FG_FORMAT_JSON ? 0 : DIFF_DEFAULT_TOP);
 	struct spy_buf t = SPY_BUF_INIT;
 	spy_buf_addf(&t, "spy diff: %s vs %s", r.cur_name, r.base_name);

@@ -12,6 +12,7 @@
  * and this file only pairs the two tables' rows up.
  */
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -141,6 +142,81 @@ static void pair_qualified(struct fg_diff *d)
 	d->n = k;
 }
 
+double fg_diff_pvalue(uint64_t x1, uint64_t n1, uint64_t x2, uint64_t n2, double dispersion)
+{
+	if (!n1 || !n2) {
+		return 1.0;
+	}
+	double p1 = (double)x1 / (double)n1, p2 = (double)x2 / (double)n2;
+	double pool = ((double)x1 + (double)x2) / ((double)n1 + (double)n2);
+	double var = dispersion * pool * (1 - pool) * (1.0 / (double)n1 + 1.0 / (double)n2);
+	if (!(var > 0)) {
+		return 1.0;
+	}
+	double z = fabs(p2 - p1) / sqrt(var);
+	return erfc(z / sqrt(2.0));
+}
+
+struct holm_item {
+	double p;
+	double *out;
+};
+
+static int cmp_holm(const void *x, const void *y)
+{
+	const struct holm_item *a = x, *b = y;
+	return a->p < b->p ? -1 : a->p > b->p ? 1 : 0;
+}
+
+/*
+ * Holm's step-down adjustment of the n p-values: the k-th smallest
+ * becomes the largest of (n - j) * p_(j) for j <= k, capped at 1, so
+ * "adjusted p <= level" is Holm's rejection rule. It holds the
+ * family-wise error at the level whatever the dependence between the
+ * tests (the shares of one profile are dependent: self shares add up to
+ * 100%), and rejects everything Bonferroni rejects, and more.
+ */
+static void holm_adjust(struct holm_item *it, size_t n)
+{
+	qsort(it, n, sizeof(*it), cmp_holm);
+	double run = 0;
+	for (size_t k = 0; k < n; k++) {
+		double a = (double)(n - k) * it[k].p;
+		a = a > 1 ? 1 : a;
+		run = a > run ? a : run;
+		*it[k].out = run;
+	}
+}
+
+/* Each row's p-values, total and self each adjusted over the d->n functions. */
+void fg_diff_set_dispersion(struct fg_diff *d, double dispersion)
+{
+	d->dispersion = dispersion;
+	struct holm_item *t = spy_xmalloc((d->n + 1) * sizeof(*t));
+	struct holm_item *s = spy_xmalloc((d->n + 1) * sizeof(*s));
+	for (size_t k = 0; k < d->n; k++) {
+		struct fg_diff_row *r = &d->rows[k];
+		t[k] = (struct holm_item){ fg_diff_pvalue(r->base.total, d->base_samples, r->cur.total,
+							  d->cur_samples, dispersion), &r->total_p };
+		s[k] = (struct holm_item){ fg_diff_pvalue(r->base.self, d->base_samples, r->cur.self,
+							  d->cur_samples, dispersion), &r->self_p };
+	}
+	holm_adjust(t, d->n);
+	holm_adjust(s, d->n);
+	free(t);
+	free(s);
+}
+
+bool fg_diff_total_significant(const struct fg_diff_row *r)
+{
+	return r->total_p <= FG_DIFF_LEVEL;
+}
+
+bool fg_diff_self_significant(const struct fg_diff_row *r)
+{
+	return r->self_p <= FG_DIFF_LEVEL;
+}
+
 static void set_side(struct fg_diff_side *s, const struct fg_row *r)
 {
 	s->self = r->self;
@@ -193,6 +269,7 @@ void fg_diff_init(struct fg_diff *d, const struct fg_profile *base, const struct
 		r->self_delta = r->cur.self_pct - r->base.self_pct;
 		r->total_delta = r->cur.total_pct - r->base.total_pct;
 	}
+	fg_diff_set_dispersion(d, FG_DIFF_DISPERSION);
 
 	qsort(d->rows, d->n, sizeof(*d->rows), cmp_change);
 	d->byname = spy_xmalloc((d->n + 1) * sizeof(*d->byname));
@@ -231,10 +308,12 @@ const struct fg_diff_row *fg_diff_find(const struct fg_diff *d, const char *func
 unsigned fg_diff_row_fails(const struct fg_diff_row *r, const struct fg_diff_gate *g)
 {
 	unsigned why = 0;
-	if (g->total_pts >= 0 && r->total_delta > g->total_pts && r->cur.total >= g->min_samples) {
+	if (g->total_pts >= 0 && r->total_delta > g->total_pts && r->cur.total >= g->min_samples &&
+	    (!g->significance || fg_diff_total_significant(r))) {
 		why |= 1;
 	}
-	if (g->self_pts >= 0 && r->self_delta > g->self_pts && r->cur.self >= g->min_samples) {
+	if (g->self_pts >= 0 && r->self_delta > g->self_pts && r->cur.self >= g->min_samples &&
+	    (!g->significance || fg_diff_self_significant(r))) {
 		why |= 2;
 	}
 	return why;
@@ -270,15 +349,18 @@ void fg_diff_render(const struct fg_diff *d, size_t top, struct spy_buf *out)
 			     d->base_kind_pct[k], d->cur_kind_pct[k], d->cur_kind_pct[k] - d->base_kind_pct[k]);
 	}
 	spy_buf_addch(out, '\n');
-	spy_buf_addf(out, "%8s %8s %8s  %8s %8s %8s\n", "total%", "total%", "total",
+	spy_buf_addf(out, "*: a significant change at %g%% (two-proportion test, dispersion %g, "
+		     "Holm-adjusted over %zu functions)\n", 100 * FG_DIFF_LEVEL, d->dispersion, d->n);
+	spy_buf_addf(out, "%8s %8s %8s   %8s %8s %8s\n", "total%", "total%", "total",
 		     "self%", "self%", "self");
-	spy_buf_addf(out, "%8s %8s %8s  %8s %8s %8s  %s\n", "base", "new", "delta",
+	spy_buf_addf(out, "%8s %8s %8s   %8s %8s %8s   %s\n", "base", "new", "delta",
 		     "base", "new", "delta", "function (file)");
 	for (size_t i = 0; i < n; i++) {
 		const struct fg_diff_row *r = &d->rows[i];
-		spy_buf_addf(out, "%8.2f %8.2f %+8.2f  %8.2f %8.2f %+8.2f  ", r->base.total_pct,
-			     r->cur.total_pct, r->total_delta, r->base.self_pct, r->cur.self_pct,
-			     r->self_delta);
+		spy_buf_addf(out, "%8.2f %8.2f %+8.2f%c  %8.2f %8.2f %+8.2f%c  ", r->base.total_pct,
+			     r->cur.total_pct, r->total_delta, fg_diff_total_significant(r) ? '*' : ' ',
+			     r->base.self_pct, r->cur.self_pct, r->self_delta,
+			     fg_diff_self_significant(r) ? '*' : ' ');
 		add_function(out, r);
 		spy_buf_addch(out, '\n');
 	}
@@ -312,9 +394,13 @@ static void json_row(struct spy_buf *b, const struct fg_diff_row *r, const struc
 	json_side(b, "base", &r->base);
 	spy_buf_adds(b, ", ");
 	json_side(b, "new", &r->cur);
-	spy_buf_addf(b, ", \"self_delta\": %.4f, \"total_delta\": %.4f, \"over\": [%s%s%s]}",
-		     r->self_delta, r->total_delta, why & 1 ? "\"total\"" : "",
-		     why == 3 ? ", " : "", why & 2 ? "\"self\"" : "");
+	spy_buf_addf(b, ", \"self_delta\": %.4f, \"total_delta\": %.4f", r->self_delta, r->total_delta);
+	spy_buf_addf(b, ", \"self_p\": %.6g, \"total_p\": %.6g, \"self_significant\": %s, "
+		     "\"total_significant\": %s", r->self_p, r->total_p,
+		     fg_diff_self_significant(r) ? "true" : "false",
+		     fg_diff_total_significant(r) ? "true" : "false");
+	spy_buf_addf(b, ", \"over\": [%s%s%s]}", why & 1 ? "\"total\"" : "", why == 3 ? ", " : "",
+		     why & 2 ? "\"self\"" : "");
 }
 
 /* A threshold as a JSON number, or null when it is off. */
@@ -342,8 +428,9 @@ int fg_diff_write_json(const struct fg_diff *d, size_t top, const struct fg_diff
 	spy_buf_adds(&b, "},\n  \"gate\": {");
 	json_threshold(&b, "fail_over", g->total_pts);
 	json_threshold(&b, "fail_over_self", g->self_pts);
-	spy_buf_addf(&b, "\"min_samples\": %" PRIu64 "},\n  \"functions_total\": %zu,\n  \"functions\": [",
-		     g->min_samples, d->n);
+	spy_buf_addf(&b, "\"min_samples\": %" PRIu64 ", \"significance\": %s, \"level\": %g, "
+		     "\"dispersion\": %g},\n  \"functions_total\": %zu,\n  \"functions\": [",
+		     g->min_samples, g->significance ? "true" : "false", FG_DIFF_LEVEL, d->dispersion, d->n);
 	size_t n = shown(d, top);
 	int rc = 0;
 	for (size_t i = 0; i < n && !rc; i++) {

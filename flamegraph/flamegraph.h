@@ -219,7 +219,25 @@ struct fg_diff_row {
 	const char *func, *file;       /* borrowed from the shared string table */
 	struct fg_diff_side base, cur;
 	double self_delta, total_delta; /* cur - base, percentage points */
+	/*
+	 * Two-sided p-values of the two-proportion test on each share, Holm-
+	 * adjusted over the functions compared (doc/spy-diff.md); a change is
+	 * significant when its p-value is at most FG_DIFF_LEVEL.
+	 */
+	double self_p, total_p;
 };
+
+/* The significance level of spy diff's test, family-wise over the functions. */
+#define FG_DIFF_LEVEL 0.05
+/*
+ * Samples of a sampling profiler are not independent (a function running
+ * for longer than the period, a descheduled thread, give runs of samples):
+ * the binomial variance is multiplied by this dispersion, i.e. a profile
+ * of n samples counts as n / dispersion independent ones. 3 covers what
+ * was measured on recordings of 200 samples at 100 Hz of a program of
+ * short calls (2.4 to 2.8; doc/spy-diff.md).
+ */
+#define FG_DIFF_DISPERSION 3.0
 
 struct fg_diff {
 	struct fg_diff_row *rows;      /* every function of either profile */
@@ -227,15 +245,33 @@ struct fg_diff {
 	uint64_t base_samples, cur_samples;
 	double base_kind_pct[FG_KINDS], cur_kind_pct[FG_KINDS];   /* the whole profiles' split */
 	uint32_t *byname;              /* row indices by (func, file) pointers */
+	double dispersion;             /* of the test, FG_DIFF_DISPERSION unless set */
 };
 
-/* The regression gate: a row fails when its share grew past a threshold (negative: off) on enough samples. */
+/*
+ * The regression gate: a row fails when its share grew past a threshold
+ * (negative: off) on enough samples and, with significance, the growth is
+ * significant (p-value at most FG_DIFF_LEVEL).
+ */
 struct fg_diff_gate {
 	double total_pts, self_pts;
 	uint64_t min_samples;
+	bool significance;
 };
 
-#define FG_DIFF_GATE_OFF { -1.0, -1.0, 0 }
+#define FG_DIFF_GATE_OFF { -1.0, -1.0, 0, false }
+
+/* Whether a row's total (or self) change is significant. */
+bool fg_diff_total_significant(const struct fg_diff_row *r);
+bool fg_diff_self_significant(const struct fg_diff_row *r);
+/*
+ * The two-sided p-value of a two-proportion z-test (pooled) of x1 of n1
+ * against x2 of n2, its variance times dispersion, unadjusted; 1 when
+ * either side has no samples or the pooled share is 0 or 1.
+ */
+double fg_diff_pvalue(uint64_t x1, uint64_t n1, uint64_t x2, uint64_t n2, double dispersion);
+/* Test every row again with another dispersion (>= 1; fg_diff_init uses FG_DIFF_DISPERSION). */
+void fg_diff_set_dispersion(struct fg_diff *d, double dispersion);
 
 void fg_diff_init(struct fg_diff *d, const struct fg_profile *base, const struct fg_profile *cur);
 void fg_diff_release(struct fg_diff *d);

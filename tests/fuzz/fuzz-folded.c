@@ -80,7 +80,7 @@ static void writers(struct fg_profile *p, unsigned w)
 	}
 	if (all || w == W_DIFF) {
 		struct fg_diff d;
-		struct fg_diff_gate g = { 1.0, 1.0, 0 };
+		struct fg_diff_gate g = { 1.0, 1.0, 0, true };
 		fg_diff_init(&d, p, p);
 		fg_diff_render(&d, 0, &b);
 		(void)fg_diff_write_json(&d, 3, &g, "base", "new", f, &err);

@@ -21,6 +21,12 @@ Per interpreter, one PASS/FAIL line covering:
   - grow recorded with --slice 0.25: lookup, whose cost grows with every
     round, is first in `spy report --trend`, with a positive slope, and
     steady, whose cost is fixed, has a negative one.
+On 3.11 only (the gate reads files; one interpreter shows the statistics
+hold on real recordings), the significance gate against
+targets/gate_target.py, whose truth is its own CPU time per function:
+two recordings of the same program pass `--fail-over 2`, and a build with
+one function made 5 points heavier (by the target's own timing) fails it,
+naming that function, with the json saying the change is significant.
 Then, once: across versions (2.7 BASE, 3.11 NEW), the same program passes
 --fail-over 15 and the slowed one fails --fail-over 5 naming render;
 malformed and missing profiles exit 5 naming FILE:LINE; usage errors exit 2;
@@ -33,6 +39,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -159,6 +166,60 @@ def same_program(interp, d):
     return base_f, base_gz, p
 
 
+GATE_TARGET = harness.target_path("gate_target.py")
+# 1000 Hz for 6 s: ~6000 samples, enough for a 5-point change to be told
+# from noise at the default dispersion; calls of ~0.5 ms, so that samples
+# a millisecond apart are seldom in the same call.
+GATE_ARGS = ("-r", "1000", "-d", "6")
+
+
+def truth_shares(path):
+    with open(path) as f:
+        return {l.split()[0]: float(l.split()[1]) for l in f if l.strip()}
+
+
+def gate_recordings(interp, d, mode, n):
+    """n recordings of one run of gate_target in mode, and its own shares."""
+    truth = os.path.join(d, "truth-%s" % mode)
+    outs = []
+    with harness.Target(interp, GATE_TARGET, [mode, "120", "0.5", truth]) as t:
+        for i in range(n):
+            out = os.path.join(d, "gate-%s-%d.folded" % (mode, i))
+            r = spy("record", "-q", *GATE_ARGS, "-p", str(t.pid), "-o", out, timeout=60)
+            if r.rc != 0:
+                raise harness.SpyFailed("record gate %s: %s" % (mode, r.describe()))
+            outs.append(out)
+        # SIGTERM: the target writes its truth file and exits.
+        harness.kill(t.proc, signal.SIGTERM)
+    return outs, truth_shares(truth)
+
+
+def significance_gate(interp, d):
+    p = []
+    (b1, b2), normal = gate_recordings(interp, d, "normal", 2)
+    (heavy_f,), heavy = gate_recordings(interp, d, "heavy", 1)
+    planted = heavy["c"] - normal["c"]
+    sys.stderr.write("%s: gate_target truth: c %.2f%% -> %.2f%% (+%.2f points)\n"
+                     % (interp.label, normal["c"], heavy["c"], planted))
+    if not 3.5 <= planted <= 6.5:
+        return ["gate: the target's own c share moved %.2f points, not ~5: %r -> %r"
+                % (planted, normal, heavy)]
+    r = spy("diff", "--fail-over", "2", b1, b2)
+    if r.rc != 0:
+        p.append("gate: same program failed --fail-over 2: %s" % r.describe())
+    r = spy("diff", "-f", "json", "--fail-over", "2", b1, heavy_f)
+    if r.rc != 1:
+        return p + ["gate: planted +%.1f points passed --fail-over 2: exit %s, %s"
+                    % (planted, r.rc, r.err.strip())]
+    doc = json.loads(r.out)
+    failed = [f["func"] for f in doc["failed"]]
+    if failed != ["c"]:
+        p.append("gate: planted regression failed on %s, expected [c]" % failed)
+    elif not doc["failed"][0]["total_significant"] or not doc["failed"][0]["total_p"] <= 0.05:
+        p.append("gate: c %r" % doc["failed"][0])
+    return p
+
+
 def run_one(interp, d):
     base_f, base_gz, p = same_program(interp, d)
     slow = record(interp, os.path.join(d, "slow.folded"), "slow")
@@ -186,6 +247,7 @@ def check_errors(rep, d, good):
             ("missing file", [good, os.path.join(d, "nope")], 5, "nope"),
             ("one profile", [good], 2, "diff"),
             ("bad --fail-over", ["--fail-over", "x", good, good], 2, "fail-over"),
+            ("--dispersion under 1", ["--dispersion", "0.5", good, good], 2, "--dispersion"),
             ("-f pprof", ["-f", "pprof", good, good], 2, "pprof")):
         r = spy("diff", *args)
         p = []
@@ -206,7 +268,8 @@ def check_errors(rep, d, good):
                   else ["exit %s, stderr %r" % (r.rc, r.err[:200])])
     r = spy("diff", "--help")
     rep.check("diff --help", [] if r.rc == 0 and "--fail-over" in r.out
-              and "--min-samples" in r.out else ["diff --help: " + r.describe()])
+              and "--min-samples" in r.out and "--no-significance" in r.out
+              and "--dispersion" in r.out else ["diff --help: " + r.describe()])
 
 
 def main():
@@ -235,7 +298,10 @@ def main():
             sub = os.path.join(d, i.minor if chosen.get(i.minor) is i else "run%d" % n)
             os.mkdir(sub)
             try:
-                rep.check(i.label, run_one(i, sub))
+                p = run_one(i, sub)
+                if chosen.get("3.11") is i:
+                    p += significance_gate(i, sub)
+                rep.check(i.label, p)
             except (harness.HarnessError, OSError, ValueError,
                     subprocess.SubprocessError) as e:
                 rep.fail(i.label, "%s: %s" % (type(e).__name__, e))

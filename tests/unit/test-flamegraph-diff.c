@@ -76,7 +76,7 @@ static void check_row(const struct fg_diff_row *r, const char *func, const char 
 static unsigned failing(const struct fg_diff *d, double total, double self, uint64_t min,
 			const char **names, size_t max)
 {
-	struct fg_diff_gate g = { total, self, min };
+	struct fg_diff_gate g = { total, self, min, false };
 	unsigned n = 0;
 	for (size_t i = 0; i < d->n; i++) {
 		if (fg_diff_row_fails(&d->rows[i], &g) && n < max) {
@@ -138,10 +138,92 @@ static void test_gate(const struct fg_diff *d)
 	/* Both off: nothing fails; a shrink never fails. */
 	CHECK_INT(failing(d, -1, -1, 0, names, 8), 0);
 	CHECK_INT(failing(d, 0, -1, 0, names, 8), 3);
-	struct fg_diff_gate g = { 25, -1, 0 };
+	struct fg_diff_gate g = { 25, -1, 0, false };
 	CHECK_INT(fg_diff_row_fails(&d->rows[0], &g), 1);
-	g = (struct fg_diff_gate){ 25, 25, 0 };
+	g = (struct fg_diff_gate){ 25, 25, 0, false };
 	CHECK_INT(fg_diff_row_fails(&d->rows[0], &g), 3);
+}
+
+/*
+ * The two-proportion test against values worked out by hand: 60 of 100
+ * against 40 of 100, pooled share 0.5, se = sqrt(0.25 * 0.02) = 0.0707,
+ * z = 2.828, two-sided p = erfc(2.828 / sqrt 2) = 0.004678.
+ */
+static void test_pvalue(void)
+{
+	CHECK(fabs(fg_diff_pvalue(60, 100, 40, 100, 1) - 0.0046777) < 1e-6);
+	CHECK(fabs(fg_diff_pvalue(40, 100, 60, 100, 1) - 0.0046777) < 1e-6);
+	CHECK_NEAR(fg_diff_pvalue(50, 100, 50, 100, 1), 1);
+	CHECK_NEAR(fg_diff_pvalue(0, 100, 0, 100, 1), 1);
+	CHECK_NEAR(fg_diff_pvalue(100, 100, 100, 100, 1), 1);
+	CHECK_NEAR(fg_diff_pvalue(5, 0, 5, 10, 1), 1);
+	/* Dispersion 2: the same shares from half as many independent samples. */
+	CHECK_NEAR(fg_diff_pvalue(60, 100, 40, 100, 2), fg_diff_pvalue(30, 50, 20, 50, 1));
+}
+
+static const struct fg_diff_row *row_of(struct spy_strtab *st, const struct fg_diff *d, const char *func)
+{
+	return fg_diff_find(d, spy_strtab_interns(st, func), spy_strtab_interns(st, "x.py"));
+}
+
+/*
+ * Holm over three functions, dispersion 1, self shares of 1000 samples a
+ * side: a 300 -> 360, b 200 -> 150, c 500 -> 490. b has the smallest
+ * p-value, then a, then c: b's is tripled, a's doubled but raised to b's
+ * (the step-down keeps the running maximum), c's kept. a and b are
+ * significant, c is not; the gate wants the threshold and the test both.
+ */
+static void test_significance(void)
+{
+	struct spy_strtab st = SPY_STRTAB_INIT;
+	struct fg_profile *b = load(&st, "a (x.py:1) 300\nb (x.py:2) 200\nc (x.py:3) 500\n");
+	struct fg_profile *c = load(&st, "a (x.py:1) 360\nb (x.py:2) 150\nc (x.py:3) 490\n");
+	struct fg_diff d;
+	fg_diff_init(&d, b, c);
+	fg_diff_set_dispersion(&d, 1);
+	CHECK_INT(d.n, 3);
+	const struct fg_diff_row *ra = row_of(&st, &d, "a"), *rb = row_of(&st, &d, "b"), *rc = row_of(&st, &d, "c");
+	CHECK(ra && rb && rc);
+	if (ra && rb && rc) {
+		double pa = fg_diff_pvalue(300, 1000, 360, 1000, 1), pb = fg_diff_pvalue(200, 1000, 150, 1000, 1);
+		double pc = fg_diff_pvalue(500, 1000, 490, 1000, 1);
+		CHECK(pb < pa && pa < pc && 2 * pa < 3 * pb);
+		CHECK_NEAR(rb->self_p, 3 * pb);
+		CHECK_NEAR(ra->self_p, 3 * pb);
+		CHECK_NEAR(rc->self_p, pc);
+		CHECK_NEAR(ra->total_p, ra->self_p);
+		CHECK(fg_diff_self_significant(ra) && fg_diff_self_significant(rb));
+		CHECK(!fg_diff_self_significant(rc));
+		struct fg_diff_gate g = { 5, -1, 0, true };
+		CHECK_INT(fg_diff_row_fails(ra, &g), 1);
+		CHECK_INT(fg_diff_row_fails(rc, &g), 0);
+		/* Dispersion 10: a's 6 points on 100 effective samples a side are noise. */
+		fg_diff_set_dispersion(&d, 10);
+		CHECK(!fg_diff_total_significant(ra));
+		CHECK_INT(fg_diff_row_fails(ra, &g), 0);
+	}
+	fg_diff_release(&d);
+	fg_profile_free(b);
+	fg_profile_free(c);
+
+	/* 200 samples: a 6-point growth (30 -> 36%) is over --fail-over 2 but not significant. */
+	b = load(&st, "a (x.py:1) 60\nb (x.py:2) 140\n");
+	c = load(&st, "a (x.py:1) 72\nb (x.py:2) 128\n");
+	fg_diff_init(&d, b, c);
+	fg_diff_set_dispersion(&d, 1);
+	const struct fg_diff_row *r = row_of(&st, &d, "a");
+	CHECK(r != NULL);
+	if (r) {
+		struct fg_diff_gate g = { 2, -1, 0, true };
+		CHECK(!fg_diff_total_significant(r));
+		CHECK_INT(fg_diff_row_fails(r, &g), 0);
+		g.significance = false;
+		CHECK_INT(fg_diff_row_fails(r, &g), 1);
+	}
+	fg_diff_release(&d);
+	fg_profile_free(b);
+	fg_profile_free(c);
+	spy_strtab_release(&st);
 }
 
 static void test_colour(void)
@@ -165,7 +247,10 @@ static void test_render(const struct fg_diff *d)
 	fg_diff_render(d, 2, &b);
 	CHECK(strstr(b.buf, "base 20 samples, new 40 samples") != NULL);
 	CHECK(strstr(b.buf, "top 2 of 5 functions") != NULL);
-	CHECK(strstr(b.buf, "   30.00    60.00   +30.00     30.00    60.00   +30.00  helper (lib.py)\n") != NULL);
+	/* helper 6/20 -> 24/40: not significant at dispersion 3 over 5 functions: no mark. */
+	CHECK(strstr(b.buf, "   30.00    60.00   +30.00      30.00    60.00   +30.00   helper (lib.py)\n") != NULL);
+	CHECK(strstr(b.buf, "*: a significant change at 5% (two-proportion test, dispersion 3, "
+			    "Holm-adjusted over 5 functions)\n") != NULL);
 	CHECK(strstr(b.buf, "work (app.py)") != NULL);
 	CHECK(strstr(b.buf, "fib") == NULL);
 	spy_buf_release(&b);
@@ -178,7 +263,7 @@ static void test_json(const struct fg_diff *d)
 	if (!f) {
 		return;
 	}
-	struct fg_diff_gate g = { 25, -1, 0 };
+	struct fg_diff_gate g = { 25, -1, 0, false };
 	CHECK_INT(fg_diff_write_json(d, 1, &g, "b\"ase", "new", f, NULL), 0);
 	rewind(f);
 	char buf[4096];
@@ -188,7 +273,10 @@ static void test_json(const struct fg_diff *d)
 	CHECK(strstr(buf, "\"name\": \"b\\\"ase\"") != NULL);
 	CHECK(strstr(buf, "\"fail_over\": 25.0000, \"fail_over_self\": null") != NULL);
 	CHECK(strstr(buf, "\"functions_total\": 5") != NULL);
-	CHECK(strstr(buf, "\"total_delta\": 30.0000, \"over\": [\"total\"]") != NULL);
+	CHECK(strstr(buf, "\"total_delta\": 30.0000, \"self_p\": ") != NULL);
+	CHECK(strstr(buf, "\"total_significant\": false, \"over\": [\"total\"]") != NULL);
+	CHECK(strstr(buf, "\"min_samples\": 0, \"significance\": false, \"level\": 0.05, "
+			  "\"dispersion\": 3}") != NULL);
 	CHECK(strstr(buf, "\"work\"") == NULL); /* top 1, and work is under the gate */
 }
 
@@ -311,6 +399,8 @@ int main(int argc, char **argv)
 {
 	test_qualified();
 	test_kinds();
+	test_pvalue();
+	test_significance();
 	struct spy_strtab st = SPY_STRTAB_INIT;
 	struct fg_profile *b = load(&st, base_text), *c = load(&st, new_text);
 	struct fg_diff d;
