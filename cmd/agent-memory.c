@@ -64,10 +64,7 @@ void agent_window_add(struct agent_window *w, const struct spy_stack *st)
 		return;
 	}
 	spy_stack_reset(&w->trunc);
-	struct spy_frame *f = spy_stack_push(&w->trunc);
-	memset(f, 0, sizeof(*f));
-	f->func = spy_strtab_interns(w->strs, AGENT_STACKS_OVER);
-	f->kind = SPY_FRAME_SYNTHETIC;
+	spy_stack_push_synthetic(&w->trunc, spy_strtab_interns(w->strs, AGENT_STACKS_OVER));
 	spy_stack_append(&w->trunc, &st->v[st->n - 1], 1);
 	fg_profile_add(w->p, &w->trunc, 1);
 	w->over++;

@@ -202,14 +202,6 @@ static uint64_t cpu_ns(void)
 
 /* ---- a process's worker ---- */
 
-static void push_synthetic(struct spy_stack *s, const char *name)
-{
-	struct spy_frame *f = spy_stack_push(s);
-	memset(f, 0, sizeof(*f));
-	f->func = name;
-	f->kind = SPY_FRAME_SYNTHETIC;
-}
-
 /* A worker's open window, and what closing it needs. */
 struct worker_window {
 	struct worker *w;
@@ -276,9 +268,9 @@ static void add_tick(struct agent_window *win, const struct prof_tick *t, struct
 		spy_stack_reset(st);
 		spy_stack_append(st, s->stack->v, s->stack->n);
 		if (s->thread_root) {
-			push_synthetic(st, s->thread_root);
+			spy_stack_push_synthetic(st, s->thread_root);
 		}
-		push_synthetic(st, root);
+		spy_stack_push_synthetic(st, root);
 		agent_window_add(win, st);
 	}
 }

@@ -93,14 +93,6 @@ static const char *const record_usage[] = {
 
 /* ---- the loop ---- */
 
-static void push_synthetic(struct spy_stack *s, const char *name)
-{
-	struct spy_frame *f = spy_stack_push(s);
-	memset(f, 0, sizeof(*f));
-	f->func = name;
-	f->kind = SPY_FRAME_SYNTHETIC;
-}
-
 /*
  * Whether s (innermost first) is the interpreter's start-up: its outermost
  * Python frame is the interpreter's own start-up code (a frozen module,
@@ -154,7 +146,7 @@ static int record_stack(struct rec *r, const struct prof_sample *info, double t_
 	if (r->program && !r->main_started && !(r->main_started = !startup_stack(s))) {
 		r->startup_samples++;
 		r->startup_truncated += s->truncated != 0;
-		push_synthetic(&r->stack, r->startup_frame);
+		spy_stack_push_synthetic(&r->stack, r->startup_frame);
 		s = &none;
 	}
 	/*
@@ -163,18 +155,18 @@ static int record_stack(struct rec *r, const struct prof_sample *info, double t_
 	 * same line, and the folded file keeps the distinction.
 	 */
 	if (info->idle && s->n) {
-		push_synthetic(&r->stack, r->idle_frame);
+		spy_stack_push_synthetic(&r->stack, r->idle_frame);
 	}
 	/* The collector interrupted the stack under it, as other profilers show it. */
 	if (info->gc && s->n) {
-		push_synthetic(&r->stack, r->gc_frame);
+		spy_stack_push_synthetic(&r->stack, r->gc_frame);
 	}
 	spy_stack_append(&r->stack, s->v, s->n);
 	const char *thread_root = info->thread_root;
 	if (r->threads && thread_root) {
-		push_synthetic(&r->stack, thread_root);
+		spy_stack_push_synthetic(&r->stack, thread_root);
 	}
-	push_synthetic(&r->stack, info->proc_root);
+	spy_stack_push_synthetic(&r->stack, info->proc_root);
 	struct fg_track track = { (int32_t)info->pid, (int32_t)info->tid, info->proc_root, thread_root };
 	int rc = 0;
 	if (r->window) {

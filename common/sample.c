@@ -34,6 +34,14 @@ struct spy_frame *spy_stack_push(struct spy_stack *s)
 	return f;
 }
 
+struct spy_frame *spy_stack_push_synthetic(struct spy_stack *s, const char *name)
+{
+	struct spy_frame *f = spy_stack_push(s);
+	f->func = name;
+	f->kind = SPY_FRAME_SYNTHETIC;
+	return f;
+}
+
 void spy_stack_append(struct spy_stack *s, const struct spy_frame *v, size_t n)
 {
 	if (n) {

@@ -69,6 +69,8 @@ enum spy_sample_error spy_sample_error_named(const char *name);
 
 /* Append a frame; reuses storage, so steady-state pushes do not allocate. */
 struct spy_frame *spy_stack_push(struct spy_stack *s);
+/* A zeroed SPY_FRAME_SYNTHETIC frame named name (interned) pushed on s. */
+struct spy_frame *spy_stack_push_synthetic(struct spy_stack *s, const char *name);
 /* Append n frames, as n pushes would, in one copy. */
 void spy_stack_append(struct spy_stack *s, const struct spy_frame *v, size_t n);
 void spy_stack_reset(struct spy_stack *s);

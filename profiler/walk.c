@@ -46,10 +46,7 @@ void prof_cut_at_task(struct prof_process *pp, struct spy_stack *st, const char 
 		return;
 	}
 	st->n = i;
-	struct spy_frame *f = spy_stack_push(st);
-	memset(f, 0, sizeof(*f));
-	f->func = task_frame(pp, name);
-	f->kind = SPY_FRAME_SYNTHETIC;
+	spy_stack_push_synthetic(st, task_frame(pp, name));
 }
 
 /* The task thread i runs: cut now, or with --native after the merge. */

@@ -879,10 +879,7 @@ static void walk_outer(struct pyrt *rt, const struct py_thread *t, size_t k, int
 	o.interp_id = t->outer[k].interp_id;
 	o.nouter = 0;
 	o.holds_gil = o.attached = false;
-	struct spy_frame *f = spy_stack_push(out);
-	memset(f, 0, sizeof(*f));
-	f->func = interp_frame(rt, id);
-	f->kind = SPY_FRAME_SYNTHETIC;
+	struct spy_frame *f = spy_stack_push_synthetic(out, interp_frame(rt, id));
 	spy_stack_reset(&rt->outer_stack);
 	if (rt->walk(rt, &o, &rt->outer_stack) < 0) {
 		f->flags |= SPY_FRAME_TRUNCATED;
